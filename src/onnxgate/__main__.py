@@ -1,0 +1,3 @@
+from onnxgate.cli import main
+
+main()

@@ -1,0 +1,40 @@
+"""File-system helpers: atomic writes and the user cache folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import platformdirs
+
+
+def cache_dir() -> Path:
+    """Onnxgate's cache folder: ``$ONNXGATE_CACHE_DIR`` or the platform's user cache."""
+    override = os.environ.get("ONNXGATE_CACHE_DIR")
+    return Path(override) if override else Path(platformdirs.user_cache_dir("onnxgate"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` so that ``path`` holds either its old content or all of the new one.
+
+    Writes a temporary file in the same folder, flushes and fsyncs it, then renames it over the
+    target, which POSIX makes atomic.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Text version of :func:`atomic_write_bytes` (UTF-8)."""
+    atomic_write_bytes(path, text.encode("utf-8"))

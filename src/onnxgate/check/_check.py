@@ -1,0 +1,184 @@
+"""``check``: static findings about a model against a target runtime, in about a second."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+
+import onnx
+from onnx import ModelProto
+
+from onnxgate.check._graph import (
+    checker_findings,
+    first_line,
+    structure_findings,
+    topologically_sorted,
+)
+from onnxgate.check._report import CheckReport, Finding, finding
+from onnxgate.check._runtime_rules import operator_findings, provider_findings, version_findings
+from onnxgate.compat.kernels import KernelTable
+from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
+from onnxgate.errors import ConfigError
+from onnxgate.model import PROTOBUF_LIMIT, LoadedModel, Signature, load_model, type_string
+from onnxgate.model._walk import iter_model_graphs
+
+log = logging.getLogger(__name__)
+
+CPU = "CPUExecutionProvider"
+
+
+def _infer(model: ModelProto) -> tuple[ModelProto, Finding | None]:
+    """Shape inference in strict mode for the finding, then lenient for types if strict failed."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True), None
+    except Exception as err:  # InferenceError, ValidationError and C++ errors alike
+        problem = finding("STR002", f"shape inference: {first_line(err)}")
+    try:
+        return onnx.shape_inference.infer_shapes(model), problem
+    except Exception:  # lenient inference can still fail on a broken graph; keep declared types
+        return model, problem
+
+
+def value_types(model: ModelProto) -> dict[str, str | None]:
+    """Type string of every named value across all graphs (inputs, outputs, value_info, weights)."""
+    types: dict[str, str | None] = {}
+    for graph in iter_model_graphs(model):
+        for info in (*graph.input, *graph.value_info, *graph.output):
+            found = type_string(info.type)
+            if found or info.name not in types:
+                types[info.name] = found
+        for tensor in graph.initializer:
+            types[tensor.name] = (
+                f"tensor({onnx.helper.tensor_dtype_to_string(tensor.data_type).split('.')[-1].lower()})"
+            )
+        for sparse in graph.sparse_initializer:
+            types[sparse.values.name] = None
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+                types.setdefault(node.output[0], None)
+    return types
+
+
+def shape_findings(model: ModelProto) -> list[Finding]:
+    """SHP001 and SHP002 over the main graph's real inputs."""
+    found = []
+    for spec in Signature.from_graph(model.graph).inputs:
+        if spec.type is None or not spec.type.startswith("tensor("):
+            continue
+        if spec.shape is None:
+            found.append(
+                finding("SHP002", f"input '{spec.name}' has no declared shape", tensor=spec.name)
+            )
+        elif len(spec.shape) >= 2 and isinstance(spec.shape[0], int):
+            found.append(
+                finding(
+                    "SHP001",
+                    f"input '{spec.name}' has a fixed first axis of {spec.shape[0]} (shape {list(spec.shape)})",
+                    tensor=spec.name,
+                )
+            )
+    return found
+
+
+def file_findings(loaded: LoadedModel) -> list[Finding]:
+    """EXT001 and SIZ001."""
+    found = []
+    if loaded.external_data:
+        files = loaded.external_files
+        listing = ", ".join(f"{name} ({size} bytes)" for name, size in files.items())
+        found.append(
+            finding(
+                "EXT001",
+                f"{len(loaded.external_data)} tensor(s) read from {len(files)} file(s): {listing}",
+            )
+        )
+    if loaded.size_bytes > 0.75 * PROTOBUF_LIMIT:
+        found.append(finding("SIZ001", f"the model file is {loaded.size_bytes / 2**30:.2f} GiB"))
+    return found
+
+
+def resolve_providers(profile: RuntimeProfile, providers: Iterable[str] | None) -> list[str]:
+    """The providers a session would use, in order, with CPU appended as ONNX Runtime does.
+
+    Raises:
+        ConfigError: a name is not a provider any ONNX Runtime build knows.
+    """
+    requested = [p.strip() for p in providers or [] if p.strip()]
+    aliases = {p.lower().removesuffix("executionprovider"): p for p in profile.all_providers}
+    resolved = []
+    for name in requested:
+        full = (
+            name
+            if name in profile.all_providers
+            else aliases.get(name.lower().removesuffix("executionprovider"))
+        )
+        if full is None:
+            raise ConfigError(
+                f"provider {name!r} is not an ONNX Runtime execution provider.",
+                hint=f"Known providers: {', '.join(profile.all_providers)}.",
+            )
+        resolved.append(full)
+    if CPU not in resolved:
+        resolved.append(CPU)
+    return resolved
+
+
+def check_model(
+    model: str | os.PathLike[str] | LoadedModel,
+    *,
+    runtime: str | RuntimeSpec | RuntimeProfile | None = None,
+    providers: Iterable[str] | None = None,
+    ignore: Iterable[str] = (),
+    progress: Callable[[str], None] | None = None,
+) -> CheckReport:
+    """Statically judge whether a model will load and run on a target runtime.
+
+    Args:
+        model: path of the ``.onnx`` file, or a model already loaded with :func:`load_model`.
+        runtime: the target: ``None`` for the installed runtime, ``onnxruntime==X.Y.Z`` for a
+            release probed in an isolated environment, or a profile obtained earlier.
+        providers: execution providers in preference order (CPU is appended, as the runtime does).
+        ignore: finding codes to leave out.
+        progress: called with a line for each slow step (environment creation, probing).
+
+    Raises:
+        ModelLoadError: the model cannot be read. UnsafeModelError: it is unsafe to read.
+        ConfigError: an unknown provider or finding code. RuntimeEnvError: the target runtime
+            cannot be installed or probed.
+    """
+    from onnxgate.check._report import RULES
+
+    unknown = [code for code in ignore if code not in RULES]
+    if unknown:
+        raise ConfigError(
+            f"unknown finding code(s) {', '.join(unknown)}.",
+            hint="See docs/checks.md for the codes.",
+        )
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    profile = (
+        runtime
+        if isinstance(runtime, RuntimeProfile)
+        else runtime_profile(runtime, progress=progress)
+    )
+    table = KernelTable(profile.kernels, profile.schemas) if profile.kernels is not None else None
+    chosen = resolve_providers(profile, providers)
+    proto = loaded.proto
+    structure = structure_findings(proto)
+    unsorted = any(f.code == "STR003" for f in structure)
+    inferred, inference_problem = _infer(topologically_sorted(proto) if unsorted else proto)
+    findings = [
+        *checker_findings(loaded),
+        *([inference_problem] if inference_problem else []),
+        *structure,
+        *version_findings(proto, profile),
+        *provider_findings(profile, table, chosen),
+        *operator_findings(proto, profile, table, chosen, value_types(inferred)),
+        *shape_findings(proto),
+        *file_findings(loaded),
+    ]
+    skip = set(ignore)
+    findings = [f for f in findings if f.code not in skip]
+    report = CheckReport.build(str(loaded.path), profile.label, chosen, findings)
+    log.info("checked %s against %s: %s", loaded.path, profile.label, report.counts)
+    return report

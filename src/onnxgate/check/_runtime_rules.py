@@ -1,0 +1,298 @@
+"""Rules that judge a model against one runtime: versions, kernels, providers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import onnx
+from onnx import ModelProto, NodeProto
+
+from onnxgate.check._functions import expand
+from onnxgate.check._graph import node_label
+from onnxgate.check._report import RULES, Finding, finding
+from onnxgate.compat.kernels import KernelTable, NodeSchema, onnx_schema
+from onnxgate.compat.runtime import RuntimeProfile
+from onnxgate.compat.versions import DEFAULT_DOMAIN, ML_DOMAIN, normalize_domain, onnx_releases
+from onnxgate.model import iter_graphs
+
+STANDARD_DOMAINS = {DEFAULT_DOMAIN, ML_DOMAIN, "ai.onnx.preview.training"}
+
+# Operators ONNX Runtime resolves while loading the graph rather than through a kernel.
+RESOLVED_AT_LOAD = {(DEFAULT_DOMAIN, "Constant")}
+
+
+def model_opsets(model: ModelProto) -> dict[str, int]:
+    """The model's opset imports with canonical domain names."""
+    return {normalize_domain(o.domain): o.version for o in model.opset_import}
+
+
+def version_findings(model: ModelProto, profile: RuntimeProfile) -> list[Finding]:
+    """VER001 to VER007."""
+    found: list[Finding] = []
+    target = profile.label
+    opsets = model_opsets(model)
+    if model.ir_version > profile.max_ir:
+        found.append(
+            finding(
+                "VER001",
+                f"IR version {model.ir_version} is newer than {target} loads (at most IR {profile.max_ir})",
+            )
+        )
+    if model.ir_version < profile.min_ir:
+        found.append(
+            finding(
+                "VER002",
+                f"IR version {model.ir_version} is older than {target} loads (IR {profile.min_ir} or newer)",
+            )
+        )
+    used = {normalize_domain(n.domain) for g in iter_graphs(model.graph) for n in g.node}
+    local = {(normalize_domain(f.domain), f.name) for f in model.functions}
+    for domain in sorted(used - set(opsets)):
+        if all(
+            (domain, n.op_type) in local
+            for g in iter_graphs(model.graph)
+            for n in g.node
+            if normalize_domain(n.domain) == domain
+        ):
+            continue
+        what = (
+            "the model imports no opset at all" if not opsets else f"no opset_import for '{domain}'"
+        )
+        found.append(finding("VER006", f"nodes of domain '{domain}' are used but {what}"))
+    known = onnx_releases()[-1]
+    for domain, limit_key, code in (
+        (DEFAULT_DOMAIN, DEFAULT_DOMAIN, "VER003"),
+        (ML_DOMAIN, ML_DOMAIN, "VER005"),
+    ):
+        version = opsets.get(domain)
+        if version is None:
+            continue
+        limit = profile.max_opsets.get(limit_key, 0)
+        if version > limit:
+            found.append(
+                finding(
+                    code, f"{domain} opset {version} is newer than {target} loads (at most {limit})"
+                )
+            )
+        newest = known.opset if domain == DEFAULT_DOMAIN else known.ml_opset
+        if version > newest:
+            found.append(
+                finding(
+                    "VER007",
+                    f"{domain} opset {version} is newer than onnx {onnx.__version__} knows ({newest}); operator schemas cannot be checked",
+                )
+            )
+    if opsets.get(DEFAULT_DOMAIN, 7) < 7:
+        found.append(finding("VER004", f"ai.onnx opset {opsets[DEFAULT_DOMAIN]} is below 7"))
+    return found
+
+
+def provider_findings(
+    profile: RuntimeProfile, table: KernelTable | None, providers: list[str]
+) -> list[Finding]:
+    """PRV001 and PRV002 for each requested provider."""
+    found = []
+    for provider in providers:
+        if provider not in profile.available_providers:
+            found.append(
+                finding(
+                    "PRV001",
+                    f"{provider} is not in {profile.label} (this build has {', '.join(profile.available_providers)})",
+                    hint=_provider_hint(provider),
+                )
+            )
+        elif table is not None and provider not in table.providers:
+            found.append(
+                finding(
+                    "PRV002",
+                    f"{provider} registers no static kernels; it claims nodes when the session is created",
+                )
+            )
+    return found
+
+
+def _provider_hint(provider: str) -> str:
+    packages = {
+        "CUDAExecutionProvider": "onnxruntime-gpu",
+        "TensorrtExecutionProvider": "onnxruntime-gpu (with TensorRT libraries)",
+        "OpenVINOExecutionProvider": "onnxruntime-openvino",
+        "DmlExecutionProvider": "onnxruntime-directml",
+        "QNNExecutionProvider": "onnxruntime-qnn",
+        "CoreMLExecutionProvider": "onnxruntime on macOS",
+    }
+    package = packages.get(provider)
+    if package:
+        return f"{provider} comes with {package}; check against that build with --runtime {package.split()[0]}==X.Y.Z."
+    return "Remove it from --providers or check against a build that has it."
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    code: str
+    key: tuple
+    message: str
+
+
+def _node_types(
+    node: NodeProto, types: dict[str, str | None]
+) -> tuple[list[str | None], list[str | None]]:
+    return [types.get(n) if n else None for n in node.input], [
+        types.get(n) if n else None for n in node.output
+    ]
+
+
+def _judge_body(
+    node: NodeProto,
+    schema: NodeSchema,
+    opset: int,
+    inputs: list[str | None],
+    table: KernelTable,
+    profile: RuntimeProfile,
+    providers: list[str],
+    depth: int,
+) -> _Verdict:
+    """OP005 when the inlined body has kernels for all its nodes, else OP001 naming the culprit."""
+    key = (schema.domain, node.op_type, schema.since_version, tuple(inputs))
+    body = expand(schema, node, inputs, opset) if depth < 3 else None
+    if body is not None:
+        nodes, opsets, types = body
+        for inner in nodes:
+            inner_opset = opsets.get(normalize_domain(inner.domain), opset)
+            for verdict in _judge(inner, inner_opset, types, table, profile, providers, depth + 1):
+                if RULES[verdict.code].blocks_load:
+                    return _Verdict(
+                        "OP001",
+                        key,
+                        f"{node.op_type}-{schema.since_version} has no kernel and its function body "
+                        f"cannot run: {verdict.message}",
+                    )
+    how = "its function body" if body is not None else "its function body (not expanded here)"
+    return _Verdict("OP005", key[:3], f"{node.op_type}-{schema.since_version} runs as {how}")
+
+
+def _judge(
+    node: NodeProto,
+    opset: int,
+    types: dict[str, str | None],
+    table: KernelTable | None,
+    profile: RuntimeProfile,
+    providers: list[str],
+    depth: int = 0,
+) -> Iterator[_Verdict]:
+    domain = normalize_domain(node.domain)
+    schema: NodeSchema | None = (
+        table.schema(node.op_type, domain, opset)
+        if table
+        else onnx_schema(node.op_type, domain, opset)
+    )
+    if schema is None:
+        if domain in STANDARD_DOMAINS:
+            yield _Verdict(
+                "OP004",
+                (domain, node.op_type, opset),
+                f"{node.op_type} has no schema in {domain} at opset {opset}",
+            )
+        elif table is None or not table.kernels(node.op_type, domain):
+            yield _Verdict(
+                "OP003",
+                (domain, node.op_type),
+                f"{domain}.{node.op_type} is not known to {profile.label}",
+            )
+        return
+    if schema.deprecated:
+        yield _Verdict(
+            "OP006",
+            (domain, node.op_type, schema.since_version),
+            f"{node.op_type}-{schema.since_version} is deprecated",
+        )
+    if table is None or (domain, node.op_type) in RESOLVED_AT_LOAD:
+        return
+    declared = table.runtime_attributes(node.op_type, domain, schema.since_version)
+    unknown = sorted({a.name for a in node.attribute} - declared) if declared is not None else []
+    if unknown:
+        yield _Verdict(
+            "OP009",
+            (domain, node.op_type, schema.since_version, tuple(unknown)),
+            f"{node.op_type}-{schema.since_version} as {profile.label} defines it has no attribute "
+            f"{', '.join(repr(a) for a in unknown)}",
+        )
+    inputs, outputs = _node_types(node, types)
+    have = table.providers_with_kernel(schema, inputs, outputs)
+    effective = [p for p in providers if p in table.providers]
+    on = [p for p in effective if p in have]
+    types_text = ", ".join(t or "?" for t in inputs if t is not None) or "no known types"
+    if (
+        not on
+        and "CPUExecutionProvider" in effective
+        and table.cpu_float16_fallback(schema, inputs, outputs)
+    ):
+        yield _Verdict(
+            "OP008",
+            (domain, node.op_type, schema.since_version),
+            f"{node.op_type}-{schema.since_version} has no float16 kernel on CPU; it runs in float32 between inserted casts",
+        )
+    elif not on:
+        if schema.has_function:
+            yield _judge_body(node, schema, opset, inputs, table, profile, providers, depth)
+            return
+        ranges = table.versions_registered(node.op_type, domain)
+        shown = ", ".join(f"{a}-{b if b < 2**31 - 1 else 'latest'}" for a, b in ranges) or "none"
+        yield _Verdict(
+            "OP001",
+            (domain, node.op_type, schema.since_version, tuple(inputs)),
+            f"{node.op_type}-{schema.since_version} ({domain}) has no kernel on {', '.join(effective)} "
+            f"for inputs ({types_text}); kernel versions registered: {shown}",
+        )
+    elif effective and on[0] != effective[0]:
+        yield _Verdict(
+            "OP002",
+            (domain, node.op_type, schema.since_version, tuple(inputs), on[0]),
+            f"{node.op_type}-{schema.since_version} has no kernel on {effective[0]} for ({types_text}); it falls back to {on[0]}",
+        )
+
+
+def _scoped_nodes(model: ModelProto) -> Iterator[tuple[NodeProto, dict[str, int], bool]]:
+    """Every node to judge, with the opsets in force for it and whether it is in a function."""
+    local = {(normalize_domain(f.domain), f.name) for f in model.functions}
+    opsets = model_opsets(model)
+    for graph in iter_graphs(model.graph):
+        for node in graph.node:
+            if (normalize_domain(node.domain), node.op_type) not in local:
+                yield node, opsets, False
+    for function in model.functions:
+        scope = {**opsets, **{normalize_domain(o.domain): o.version for o in function.opset_import}}
+        for node in function.node:
+            if (normalize_domain(node.domain), node.op_type) not in local:
+                yield node, scope, True
+
+
+def operator_findings(
+    model: ModelProto,
+    profile: RuntimeProfile,
+    table: KernelTable | None,
+    providers: list[str],
+    types: dict[str, str | None],
+) -> list[Finding]:
+    """OP001 to OP007, one finding per distinct problem, naming the first node and the count."""
+    groups: dict[tuple, list[tuple[str, _Verdict]]] = defaultdict(list)
+    for index, (node, opsets, in_function) in enumerate(_scoped_nodes(model)):
+        opset = opsets.get(normalize_domain(node.domain))
+        if opset is None:
+            continue  # VER006 reports the missing import
+        for verdict in _judge(node, opset, {} if in_function else types, table, profile, providers):
+            groups[(verdict.code, verdict.key)].append((node_label(node, index), verdict))
+    found = []
+    for (code, _), hits in groups.items():
+        label, verdict = hits[0]
+        more = f" (and {len(hits) - 1} more node(s))" if len(hits) > 1 else ""
+        found.append(finding(code, f"node {label}: {verdict.message}{more}", node=label))
+    if table is None:
+        found.append(
+            finding(
+                "OP007",
+                f"{profile.label} does not expose its kernel registry; kernel coverage was not checked",
+            )
+        )
+    return found

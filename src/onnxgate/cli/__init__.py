@@ -1,0 +1,61 @@
+"""The ``onnxgate`` command line: thin commands over the library."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from onnxgate import __version__
+from onnxgate.cli._common import configure_logging
+from onnxgate.cli.check_cmd import check_command
+from onnxgate.cli.inspect_cmd import inspect_command
+from onnxgate.cli.runtimes_cmd import runtimes_command
+
+app = typer.Typer(
+    name="onnxgate",
+    help=(
+        "Take models through ONNX into production on ONNX Runtime, and prove on the way that they "
+        "load, agree and run fast where they are deployed.\n\n"
+        "Exit codes: 0 passed · 1 a check or gate failed · 2 usage or input error (including a "
+        "malformed or unsafe model) · 3 environment problem (missing extra, provider or runtime) "
+        "· 4 internal error (a bug in onnxgate)."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"onnxgate {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[
+        int,
+        typer.Option("--verbose", "-v", count=True, help="More logging on stderr (-vv for debug)."),
+    ] = 0,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    configure_logging(verbose)
+
+
+app.command("inspect")(inspect_command)
+app.command("check")(check_command)
+app.command("runtimes")(runtimes_command)
+
+
+def main() -> None:
+    """Entry point of the ``onnxgate`` script."""
+    app()

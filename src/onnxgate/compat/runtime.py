@@ -1,0 +1,464 @@
+"""Knowing a particular ONNX Runtime release by asking it.
+
+A ``RuntimeProfile`` is what one release says about itself when probed: its version and
+providers, which one-node models of increasing IR and opset it loads (hence its limits), and its
+kernel and schema registries. The installed runtime is probed in a subprocess; any other release
+(``onnxruntime==1.16.3``) in an isolated virtual environment that onnxgate creates and keeps in the
+user cache. Profiles are cached as JSON, so the second question about a release is instant and
+needs no package registry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate.compat.versions import (
+    DEFAULT_DOMAIN,
+    ML_DOMAIN,
+    RuntimeLimits,
+    min_ir_for_opset,
+    release_key,
+)
+from onnxgate.errors import ConfigError, RuntimeEnvError
+
+log = logging.getLogger(__name__)
+
+PROFILE_FORMAT = 2
+"""Bump when the probe or the profile's shape changes, so stale caches are re-probed."""
+
+RUNTIME_PACKAGES = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-openvino",
+    "onnxruntime-directml",
+    "onnxruntime-qnn",
+)
+
+_SPEC = re.compile(r"^\s*(?:(?P<pkg>[A-Za-z][\w.-]*)\s*==\s*)?(?P<ver>\d+(?:\.\d+){1,2})\s*$")
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """Which ONNX Runtime to ask: the installed one, or ``package==version``."""
+
+    package: str = "onnxruntime"
+    version: str | None = None
+
+    @property
+    def installed(self) -> bool:
+        """Whether this names the runtime installed next to onnxgate."""
+        return self.version is None
+
+    def __str__(self) -> str:
+        return "installed" if self.installed else f"{self.package}=={self.version}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> RuntimeSpec:
+        """Parse ``installed``, ``1.16.3`` or ``onnxruntime==1.16.3``.
+
+        Raises:
+            ConfigError: the text is not one of these forms or names an unknown package.
+        """
+        if text is None or text.strip() in ("", "installed"):
+            return cls()
+        match = _SPEC.match(text)
+        if not match:
+            raise ConfigError(
+                f"runtime {text!r} is not a runtime spec.",
+                hint="Use 'installed', a release such as 1.16.3, or onnxruntime==1.16.3.",
+            )
+        package = (match["pkg"] or "onnxruntime").lower().replace("_", "-")
+        if package not in RUNTIME_PACKAGES:
+            raise ConfigError(
+                f"runtime package {package!r} is not an ONNX Runtime package.",
+                hint=f"Use one of: {', '.join(RUNTIME_PACKAGES)}.",
+            )
+        return cls(package, match["ver"])
+
+
+class RuntimeProfile(BaseModel):
+    """What one ONNX Runtime release said about itself when probed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: int = PROFILE_FORMAT
+    package: str
+    version: str
+    python: str
+    platform: str
+    probed_at: str
+    available_providers: list[str]
+    all_providers: list[str]
+    max_ir: int
+    min_ir: int
+    max_opsets: dict[str, int]
+    min_opset: int
+    loads: dict[str, str | None]
+    """Probe model label -> None when it loaded, else the runtime's error line."""
+    kernels: list[tuple[str, str, str, int, int, dict[str, list[str]]]] | None
+    """(op, domain, provider, since, until, type constraints), one per registered kernel;
+    None for releases that do not expose their kernel registry (before 1.16)."""
+    schemas: list[tuple[str, str, int, list[tuple[str, int]], list[tuple[str, int]], list[str]]]
+    """(op, domain, since_version, inputs, outputs, attribute names) of the runtime's own schema
+    registry."""
+
+    @property
+    def label(self) -> str:
+        """``onnxruntime==1.31.1``."""
+        return f"{self.package}=={self.version}"
+
+    def limits(self) -> RuntimeLimits:
+        """The measured limits in the shared form."""
+        return RuntimeLimits(
+            self.version, self.max_ir, dict(self.max_opsets), "probed", self.min_opset
+        )
+
+
+# --- probe models ---------------------------------------------------------------------------
+
+
+def _one_node(op: str, domain: str, ir: int, opsets: dict[str, int]) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], domain=domain)], "probe", [x], [y]
+    )
+    imports = [helper.make_opsetid("" if d == DEFAULT_DOMAIN else d, v) for d, v in opsets.items()]
+    model = helper.make_model(graph, opset_imports=imports, producer_name="onnxgate-probe")
+    model.ir_version = ir
+    return model
+
+
+def probe_models() -> dict[str, onnx.ModelProto]:
+    """One-node models that map out a runtime's IR and opset limits when it tries to load them.
+
+    ``ir:k`` is Relu at opset 9 stamped IR k; ``ai.onnx:k`` is Relu at opset k stamped with the
+    IR that opset first came with; ``ai.onnx.ml:k`` is Normalizer at ml opset k.
+    """
+    top_ir = onnx.IR_VERSION + 2
+    top_opset = onnx.defs.onnx_opset_version() + 2
+    models = {
+        f"ir:{k}": _one_node("Relu", "", k, {DEFAULT_DOMAIN: 9}) for k in range(3, top_ir + 1)
+    }
+    for k in range(1, top_opset + 1):
+        models[f"{DEFAULT_DOMAIN}:{k}"] = _one_node(
+            "Relu", "", min_ir_for_opset(k), {DEFAULT_DOMAIN: k}
+        )
+    for k in range(1, 8):
+        models[f"{ML_DOMAIN}:{k}"] = _one_node(
+            "Normalizer", ML_DOMAIN, 8, {DEFAULT_DOMAIN: 9, ML_DOMAIN: k}
+        )
+    return models
+
+
+def _highest(loads: dict[str, str | None], prefix: str) -> int:
+    ok = [
+        int(label.split(":")[1])
+        for label, err in loads.items()
+        if label.startswith(prefix + ":") and err is None
+    ]
+    return max(ok, default=0)
+
+
+def _lowest(loads: dict[str, str | None], prefix: str) -> int:
+    ok = [
+        int(label.split(":")[1])
+        for label, err in loads.items()
+        if label.startswith(prefix + ":") and err is None
+    ]
+    return min(ok, default=0)
+
+
+# --- running the probe ----------------------------------------------------------------------
+
+
+def run_probe(
+    python: str | os.PathLike[str],
+    models: dict[str, bytes] | Iterable[Path],
+    *,
+    registries: bool = False,
+    providers: list[str] | None = None,
+    timeout: float = 600,
+) -> dict:
+    """Run the probe script under ``python`` and return its JSON answer.
+
+    Args:
+        python: interpreter of the environment whose onnxruntime is asked.
+        models: label -> serialised model, written to a temporary folder; or model paths.
+        registries: also dump the kernel and schema registries.
+        providers: providers the sessions are created with.
+        timeout: seconds before the probe is abandoned.
+    """
+    script = Path(__file__).with_name("_probe_script.py")
+    with tempfile.TemporaryDirectory(prefix="onnxgate-probe-") as tmp:
+        tmpdir = Path(tmp)
+        labels: dict[str, str] = {}
+        if isinstance(models, dict):
+            for index, (label, data) in enumerate(models.items()):
+                path = tmpdir / f"m{index}.onnx"
+                path.write_bytes(data)
+                labels[str(path)] = label
+        else:
+            labels = {str(p): str(p) for p in models}
+        request = {"models": list(labels), "registries": registries, "providers": providers}
+        (tmpdir / "request.json").write_text(json.dumps(request))
+        answer_path = tmpdir / "answer.json"
+        try:
+            done = subprocess.run(
+                [str(python), str(script), str(tmpdir / "request.json"), str(answer_path)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={**os.environ, "PYTHONNOUSERSITE": "1"},
+            )
+        except subprocess.TimeoutExpired as err:
+            raise RuntimeEnvError(
+                f"probing the runtime under {python} took over {timeout:.0f} s."
+            ) from err
+        except OSError as err:
+            raise RuntimeEnvError(f"cannot run {python}: {err.strerror}.") from err
+        if done.returncode != 0 or not answer_path.exists():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise RuntimeEnvError(
+                f"the runtime probe under {python} failed (exit {done.returncode}): {' | '.join(tail)}",
+                hint="Run 'onnxgate doctor' or recreate the environment with --refresh.",
+            )
+        answer = json.loads(answer_path.read_text())
+    answer["loads"] = {labels[path]: err for path, err in answer["loads"].items()}
+    return answer
+
+
+def _profile_from_answer(package: str, answer: dict) -> RuntimeProfile:
+    loads = answer["loads"]
+    return RuntimeProfile(
+        package=package,
+        version=answer["version"],
+        python=answer["python"],
+        platform=f"{sys.platform}-{platform.machine()}",
+        probed_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        available_providers=answer["available_providers"],
+        all_providers=answer["all_providers"],
+        max_ir=_highest(loads, "ir"),
+        min_ir=_lowest(loads, "ir"),
+        max_opsets={
+            DEFAULT_DOMAIN: _highest(loads, DEFAULT_DOMAIN),
+            ML_DOMAIN: _highest(loads, ML_DOMAIN),
+        },
+        min_opset=_lowest(loads, DEFAULT_DOMAIN),
+        loads=loads,
+        kernels=None if answer["kernels"] is None else [tuple(row) for row in answer["kernels"]],
+        schemas=[tuple(row) for row in answer["schemas"]],
+    )
+
+
+# --- environments and the cache -------------------------------------------------------------
+
+
+def _pytag() -> str:
+    return f"py{sys.version_info.major}{sys.version_info.minor}"
+
+
+def _installed_version(package: str = "onnxruntime") -> str | None:
+    for name in (package, *RUNTIME_PACKAGES):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _needs_numpy_1(version: str) -> bool:
+    # ONNX Runtime wheels before 1.19 are built against numpy 1.x and fail to import under 2.x.
+    return release_key(version) < (1, 19)
+
+
+def env_path(spec: RuntimeSpec) -> Path:
+    """Folder of the isolated environment for a release."""
+    return cache_dir() / "envs" / f"{spec.package}-{spec.version}-{_pytag()}"
+
+
+def env_python(env: Path) -> Path:
+    """The interpreter inside an environment."""
+    return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_env(
+    spec: RuntimeSpec, *, refresh: bool = False, progress: Callable[[str], None] | None = None
+) -> Path:
+    """Create (once) an isolated virtual environment holding exactly ``spec``.
+
+    The environment is built under a temporary name and renamed into place when complete, so an
+    interrupted build never leaves a half-made environment that looks ready.
+
+    Returns:
+        The environment's Python interpreter.
+
+    Raises:
+        RuntimeEnvError: the environment or the install failed (unknown release, no wheel for
+            this Python, registry unreachable).
+    """
+    if spec.installed:
+        return Path(sys.executable)
+    env = env_path(spec)
+    if env.exists() and not refresh and (env / ".onnxgate-ready").exists():
+        return env_python(env)
+    env.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
+    say = progress or (lambda _msg: None)
+    try:
+        say(f"creating an isolated environment for {spec}")
+        _run([sys.executable, "-m", "venv", str(build)], spec, "creating the virtual environment")
+        requirements = [f"{spec.package}=={spec.version}"]
+        if _needs_numpy_1(spec.version or "0"):
+            requirements.append("numpy<2")
+        say(f"installing {' '.join(requirements)}")
+        _run(
+            [
+                str(env_python(build)),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                *requirements,
+            ],
+            spec,
+            "installing it",
+        )
+        (build / ".onnxgate-ready").write_text(" ".join(requirements) + "\n")
+        if env.exists():
+            _remove_tree(env)
+        os.replace(build, env)
+    finally:
+        if build.exists():
+            _remove_tree(build)
+    return env_python(env)
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(cmd: list[str], spec: RuntimeSpec, what: str) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise RuntimeEnvError(f"{what} for {spec} failed: {err}.") from err
+    if done.returncode != 0:
+        lines = [
+            ln
+            for ln in (done.stderr + done.stdout).splitlines()
+            if ln.strip() and "WARNING" not in ln
+        ]
+        raise RuntimeEnvError(
+            f"{what} for {spec} failed: {' | '.join(lines[-3:])}",
+            hint=f"Check that {spec} exists for Python {sys.version_info.major}.{sys.version_info.minor} "
+            f"on this platform ('pip index versions {spec.package}') and that the package "
+            "registry is reachable; a release probed once before works offline from the cache.",
+        )
+
+
+def _profile_cache_path(spec: RuntimeSpec, version: str) -> Path:
+    tag = f"{spec.package}-{version}-{_pytag()}-{sys.platform}-{platform.machine()}"
+    return cache_dir() / "runtimes" / f"{tag}.json"
+
+
+def cached_profiles() -> list[RuntimeProfile]:
+    """Every profile in the cache that this onnxgate can read."""
+    folder = cache_dir() / "runtimes"
+    profiles = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            profile = RuntimeProfile.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if profile.format == PROFILE_FORMAT:
+            profiles.append(profile)
+    return profiles
+
+
+def runtime_profile(
+    spec: RuntimeSpec | str | None = None,
+    *,
+    refresh: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> RuntimeProfile:
+    """The profile of a runtime: from the cache when present, otherwise by probing it.
+
+    Args:
+        spec: ``None``/``installed`` for the runtime next to onnxgate, or ``onnxruntime==X.Y.Z``.
+        refresh: probe again (and rebuild the environment) even when cached.
+        progress: called with a line for each slow step, for a progress display.
+
+    Raises:
+        ConfigError: the spec cannot be parsed.
+        RuntimeEnvError: the runtime cannot be installed or probed.
+    """
+    if not isinstance(spec, RuntimeSpec):
+        spec = RuntimeSpec.parse(spec)
+    if spec.installed:
+        version = _installed_version()
+        if version is None:
+            raise RuntimeEnvError(
+                "no ONNX Runtime is installed next to onnxgate.",
+                hint="pip install onnxruntime, or name a release with --runtime onnxruntime==X.Y.Z.",
+            )
+        package = spec.package
+    else:
+        version, package = spec.version or "", spec.package
+    cache_path = _profile_cache_path(RuntimeSpec(package, version), version)
+    if cache_path.exists() and not refresh:
+        try:
+            profile = RuntimeProfile.model_validate_json(cache_path.read_text())
+            if profile.format == PROFILE_FORMAT:
+                return profile
+        except (OSError, ValueError):
+            log.info("cached profile %s is unreadable; probing again", cache_path)
+    python = ensure_env(spec, refresh=refresh, progress=progress)
+    if progress:
+        progress(f"probing {package}=={version}")
+    models = {label: m.SerializeToString() for label, m in probe_models().items()}
+    answer = run_probe(python, models, registries=True)
+    if answer["version"] != version and not spec.installed:
+        raise RuntimeEnvError(f"the environment for {spec} holds onnxruntime {answer['version']}.")
+    profile = _profile_from_answer(package, answer)
+    atomic_write_text(cache_path, profile.model_dump_json())
+    log.info("probed %s: IR <= %d, opsets %s", profile.label, profile.max_ir, profile.max_opsets)
+    return profile
+
+
+def try_load(
+    spec: RuntimeSpec | str | None,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    providers: list[str] | None = None,
+) -> dict[str, str | None]:
+    """Ask a runtime to create a session for each model file; None means it loaded.
+
+    Runs in a subprocess (in the release's isolated environment when one is named), so a crash of
+    the runtime on a hostile model cannot take the caller down.
+    """
+    if not isinstance(spec, RuntimeSpec):
+        spec = RuntimeSpec.parse(spec)
+    python = ensure_env(spec)
+    answer = run_probe(python, [Path(p) for p in paths], providers=providers)
+    return answer["loads"]

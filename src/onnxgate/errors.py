@@ -1,0 +1,98 @@
+"""The GateError hierarchy and the exit codes the CLI maps it to.
+
+Every failure a user can cause or meet is one of these, raised where the problem is found, with a
+message that names the file, node, input or provider concerned and says what to do next. The CLI
+turns them into one line on stderr (or a JSON document) and a documented exit code; it never
+prints a traceback for them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Stable exit codes of every onnxgate command."""
+
+    PASSED = 0
+    """The command ran and whatever it checked passed."""
+    FAILED = 1
+    """The command ran and a check, comparison or gate failed."""
+    USAGE = 2
+    """Bad usage or bad input: an unknown option, a malformed, unsafe or unreadable model."""
+    ENVIRONMENT = 3
+    """The environment cannot do what was asked: a missing extra, provider or runtime."""
+
+
+class GateError(Exception):
+    """Root of every error onnxgate raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+    code: str = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} {self.hint}" if self.hint else self.message
+
+    def to_dict(self) -> dict[str, object]:
+        """The error as a JSON-ready mapping, for ``--format json``."""
+        return {
+            "error": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "exit_code": int(self.exit_code),
+        }
+
+
+class ConfigError(GateError):
+    """An option or configuration value is wrong (unknown provider, malformed spec, typo)."""
+
+    code = "config"
+
+
+class ModelLoadError(GateError):
+    """A model file cannot be read: missing, not a protobuf, truncated, not ONNX, too large."""
+
+    code = "model-load"
+
+
+class UnsafeModelError(ModelLoadError):
+    """A model file asks for something that must not be done, such as reading outside its folder."""
+
+    code = "unsafe-model"
+
+
+class CompatibilityError(GateError):
+    """Version knowledge is missing or contradictory for what was asked."""
+
+    code = "compatibility"
+
+
+class EnvironmentProblem(GateError):
+    """The machine cannot do what was asked: a runtime, provider or extra is missing or broken."""
+
+    exit_code = ExitCode.ENVIRONMENT
+    code = "environment"
+
+
+class RuntimeEnvError(EnvironmentProblem):
+    """An isolated ONNX Runtime environment could not be created or probed."""
+
+    code = "runtime-env"
+
+
+class ExtraMissing(EnvironmentProblem):
+    """An optional dependency group is needed and not installed."""
+
+    code = "extra-missing"
+
+
+class CheckFailed(GateError):
+    """A check ran and found error-severity problems (raised only by callers that want raising)."""
+
+    exit_code = ExitCode.FAILED
+    code = "check-failed"

@@ -1,0 +1,31 @@
+"""Safe model loading, signatures and the walks every other layer uses."""
+
+from onnxgate.model._load import PROTOBUF_LIMIT, ExternalDataRef, LoadedModel, load_model
+from onnxgate.model._signature import Dim, Signature, TensorSpec
+from onnxgate.model._types import dtype_name, elem_type_name, tensor_nbytes, type_string
+from onnxgate.model._walk import (
+    iter_graphs,
+    iter_model_graphs,
+    iter_model_nodes,
+    iter_model_tensors,
+    subgraphs_of,
+)
+
+__all__ = [
+    "PROTOBUF_LIMIT",
+    "Dim",
+    "ExternalDataRef",
+    "LoadedModel",
+    "Signature",
+    "TensorSpec",
+    "dtype_name",
+    "elem_type_name",
+    "iter_graphs",
+    "iter_model_graphs",
+    "iter_model_nodes",
+    "iter_model_tensors",
+    "load_model",
+    "subgraphs_of",
+    "tensor_nbytes",
+    "type_string",
+]
