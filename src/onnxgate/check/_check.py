@@ -19,6 +19,7 @@ from onnxgate.check._report import CheckReport, Finding, finding
 from onnxgate.check._runtime_rules import operator_findings, provider_findings, version_findings
 from onnxgate.compat.kernels import KernelTable
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
+from onnxgate.compat.versions import normalize_domain
 from onnxgate.errors import ConfigError
 from onnxgate.model import PROTOBUF_LIMIT, LoadedModel, Signature, load_model, type_string
 from onnxgate.model._walk import iter_model_graphs
@@ -38,6 +39,32 @@ def _infer(model: ModelProto) -> tuple[ModelProto, Finding | None]:
         return onnx.shape_inference.infer_shapes(model), problem
     except Exception:  # lenient inference can still fail on a broken graph; keep declared types
         return model, problem
+
+
+def _with_runtime_imports(model: ModelProto, profile: RuntimeProfile) -> ModelProto:
+    """The model as the runtime sees it: domains it knows get their latest opset when not imported.
+
+    ONNX Runtime fills in a missing opset import for a domain in its registry (VER008); shape
+    inference must see the same imports or it reports a failure the runtime never has.
+    """
+    if not model.opset_import:
+        return model
+    imported = {normalize_domain(o.domain) for o in model.opset_import}
+    latest: dict[str, int] = {}
+    for _, domain, since, *_ in profile.schemas:
+        key = normalize_domain(domain)
+        latest[key] = max(since, latest.get(key, 0))
+    used = {normalize_domain(n.domain) for g in iter_model_graphs(model) for n in g.node}
+    missing = sorted(d for d in used - imported if d in latest)
+    if not missing:
+        return model
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    for domain in missing:
+        copy.opset_import.append(
+            onnx.helper.make_opsetid("" if domain == "ai.onnx" else domain, latest[domain])
+        )
+    return copy
 
 
 def value_types(model: ModelProto) -> dict[str, str | None]:
@@ -166,7 +193,8 @@ def check_model(
     proto = loaded.proto
     structure = structure_findings(proto)
     unsorted = any(f.code == "STR003" for f in structure)
-    inferred, inference_problem = _infer(topologically_sorted(proto) if unsorted else proto)
+    prepared = _with_runtime_imports(topologically_sorted(proto) if unsorted else proto, profile)
+    inferred, inference_problem = _infer(prepared)
     findings = [
         *checker_findings(loaded),
         *([inference_problem] if inference_problem else []),

@@ -98,20 +98,19 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
 def structure_findings(model: ModelProto) -> list[Finding]:
     """STR003 to STR008 over the main graph and every subgraph."""
     findings = list(_graph_findings(model.graph, set(), model.ir_version))
-    names: Counter[str] = Counter(
-        node.name for graph in iter_model_graphs(model) for node in graph.node if node.name
-    )
-    duplicated = [name for name, count in names.items() if count > 1]
-    if duplicated:
-        shown = ", ".join(repr(n) for n in duplicated[:3])
-        more = f" and {len(duplicated) - 3} more" if len(duplicated) > 3 else ""
-        findings.append(
-            finding(
-                "STR004",
-                f"{len(duplicated)} node name(s) are used twice: {shown}{more}",
-                node=duplicated[0],
+    for graph in iter_model_graphs(model):
+        names: Counter[str] = Counter(node.name for node in graph.node if node.name)
+        duplicated = [name for name, count in names.items() if count > 1]
+        if duplicated:
+            shown = ", ".join(repr(n) for n in duplicated[:3])
+            more = f" and {len(duplicated) - 3} more" if len(duplicated) > 3 else ""
+            findings.append(
+                finding(
+                    "STR004",
+                    f"graph '{graph.name}': {len(duplicated)} node name(s) are used twice: {shown}{more}",
+                    node=duplicated[0],
+                )
             )
-        )
     return findings
 
 

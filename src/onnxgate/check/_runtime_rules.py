@@ -49,6 +49,7 @@ def version_findings(model: ModelProto, profile: RuntimeProfile) -> list[Finding
         )
     used = {normalize_domain(n.domain) for g in iter_graphs(model.graph) for n in g.node}
     local = {(normalize_domain(f.domain), f.name) for f in model.functions}
+    runtime_domains = {normalize_domain(row[1]) for row in profile.schemas}
     for domain in sorted(used - set(opsets)):
         if all(
             (domain, n.op_type) in local
@@ -57,10 +58,26 @@ def version_findings(model: ModelProto, profile: RuntimeProfile) -> list[Finding
             if normalize_domain(n.domain) == domain
         ):
             continue
-        what = (
-            "the model imports no opset at all" if not opsets else f"no opset_import for '{domain}'"
-        )
-        found.append(finding("VER006", f"nodes of domain '{domain}' are used but {what}"))
+        if not opsets:
+            found.append(
+                finding(
+                    "VER006",
+                    f"nodes of domain '{domain}' are used but the model imports no opset at all",
+                )
+            )
+        elif domain in runtime_domains:
+            found.append(
+                finding(
+                    "VER008",
+                    f"nodes of domain '{domain}' are used with no opset_import for it; {profile.label} assumes its latest",
+                )
+            )
+        else:
+            found.append(
+                finding(
+                    "VER006", f"nodes of domain '{domain}' are used with no opset_import for it"
+                )
+            )
     known = onnx_releases()[-1]
     for domain, limit_key, code in (
         (DEFAULT_DOMAIN, DEFAULT_DOMAIN, "VER003"),

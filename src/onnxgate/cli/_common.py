@@ -14,6 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from onnxgate.errors import ExitCode, GateError
 
@@ -75,9 +76,9 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
             if fmt == "json":
                 emit_json(error.to_dict())
             else:
-                err.print(f"[bold red]error:[/] {error.message}", markup=True)
+                err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True)
                 if error.hint:
-                    err.print(f"[dim]hint:[/] {error.hint}", markup=True)
+                    err.print(f"[dim]hint:[/] {escape(error.hint)}", markup=True)
             raise typer.Exit(int(error.exit_code)) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise

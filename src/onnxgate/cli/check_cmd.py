@@ -25,7 +25,8 @@ def render(report: CheckReport) -> None:
         f"[bold]{escape(report.model)}[/] against [bold]{report.runtime}[/] on {', '.join(report.providers)}"
     )
     for f in report.findings:
-        where = f" [dim]({escape(f.node or f.tensor or '')})[/]" if (f.node or f.tensor) else ""
+        subject = f.node or f.tensor
+        where = f" [dim]({escape(subject)})[/]" if subject and subject not in f.message else ""
         out.print(
             f"  [{_STYLE[f.severity]}]{f.severity.value:7}[/] {f.code}  {escape(f.message)}{where}"
         )

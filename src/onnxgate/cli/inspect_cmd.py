@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out
@@ -35,7 +36,7 @@ def render(info: ModelInfo) -> None:
     oldest = (
         f"onnxruntime {rt['onnxruntime']} ({rt['source']})" if rt["onnxruntime"] else rt["reason"]
     )
-    out.print(f"[bold]{info.model}[/]")
+    out.print(f"[bold]{escape(info.model)}[/]")
     out.print(f"  IR {info.ir_version} · opsets {opsets} · producer {producer}")
     ext = info.external_data
     size = _size(info.size_bytes)
@@ -54,20 +55,20 @@ def render(info: ModelInfo) -> None:
             f"{len(info.initializer_inputs)} initializer(s) also listed as inputs (not counted as inputs)"
         )
     for line in extras:
-        out.print(f"  {line}")
+        out.print(f"  {escape(line)}")
     out.print(f"  oldest ONNX Runtime that loads it: {oldest}")
     table = Table(show_edge=False, box=None, padding=(0, 2))
     for column in ("", "name", "dtype", "shape"):
         table.add_column(column)
     for kind, specs in (("input", info.inputs), ("output", info.outputs)):
         for spec in specs:
-            table.add_row(kind, spec.name, spec.dtype or "?", _shape(spec))
+            table.add_row(kind, escape(spec.name), escape(spec.dtype or "?"), _shape(spec))
     out.print(table)
     top = list(info.op_counts.items())
     ops = ", ".join(f"{op} {n}" for op, n in top[:12]) + (
         f", … {len(top) - 12} more" if len(top) > 12 else ""
     )
-    out.print(f"  ops: {ops or 'none'}")
+    out.print(f"  ops: {escape(ops) or 'none'}")
 
 
 @handles_errors

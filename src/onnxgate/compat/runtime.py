@@ -40,7 +40,7 @@ from onnxgate.errors import ConfigError, RuntimeEnvError
 
 log = logging.getLogger(__name__)
 
-PROFILE_FORMAT = 2
+PROFILE_FORMAT = 3
 """Bump when the probe or the profile's shape changes, so stale caches are re-probed."""
 
 RUNTIME_PACKAGES = (
@@ -155,7 +155,7 @@ def probe_models() -> dict[str, onnx.ModelProto]:
     top_ir = onnx.IR_VERSION + 2
     top_opset = onnx.defs.onnx_opset_version() + 2
     models = {
-        f"ir:{k}": _one_node("Relu", "", k, {DEFAULT_DOMAIN: 9}) for k in range(3, top_ir + 1)
+        f"ir:{k}": _one_node("Relu", "", k, {DEFAULT_DOMAIN: 9}) for k in range(1, top_ir + 1)
     }
     for k in range(1, top_opset + 1):
         models[f"{DEFAULT_DOMAIN}:{k}"] = _one_node(

@@ -174,7 +174,12 @@ def _check_external(path: Path, tensor: TensorProto, base: Path) -> ExternalData
             hint="Re-save the model with a relative location next to the .onnx file.",
         )
     target = base / location
-    real = Path(os.path.realpath(target))
+    try:
+        real = Path(os.path.realpath(target))
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(
+            f"{where} has an unusable external-data location {location!r} ({err})."
+        ) from err
     if not real.is_relative_to(base):
         how = "through a symlink" if ".." not in pure.parts else "with '..'"
         raise UnsafeModelError(
@@ -189,6 +194,10 @@ def _check_external(path: Path, tensor: TensorProto, base: Path) -> ExternalData
             f"{where} keeps its data in {location!r}, which does not exist next to the model.",
             hint="External-data files must travel with the .onnx file; copy them alongside.",
         ) from None
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(
+            f"{where} keeps its data in {location!r}, which cannot be read ({err})."
+        ) from err
     if not stat.S_ISREG(info.st_mode):
         raise UnsafeModelError(
             f"{where} keeps its data in {location!r}, which is not a regular file."

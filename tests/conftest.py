@@ -1,0 +1,45 @@
+"""Shared fixtures: where the real models live, and an isolated cache for runtime profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+BACKEND_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+BACKEND_SETS = ("light", "simple", "pytorch-converted", "pytorch-operator")
+
+
+def corpus_models() -> list[Path]:
+    """The real-world models in ../shared/corpus, or none when the folder is absent."""
+    return sorted(CORPUS.glob("*.onnx")) if CORPUS.is_dir() else []
+
+
+def backend_models() -> list[Path]:
+    """Every model.onnx (and light_*.onnx) in the onnx wheel's backend test data."""
+    found: list[Path] = []
+    for name in BACKEND_SETS:
+        folder = BACKEND_DATA / name
+        found.extend(sorted(folder.glob("*/model.onnx")))
+        found.extend(sorted(folder.glob("*.onnx")))
+    return found
+
+
+@pytest.fixture(scope="session")
+def installed_profile():
+    """The installed runtime's profile, probed once per test session into a private cache."""
+    from onnxgate.compat.runtime import runtime_profile
+
+    return runtime_profile()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Keep the tests' runtime profiles and environments out of the user's cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ONNXGATE_CACHE_DIR", str(tmp_path_factory.mktemp("onnxgate-cache")))
+    yield
+    mp.undo()
