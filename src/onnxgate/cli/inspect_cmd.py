@@ -62,7 +62,7 @@ def render(info: ModelInfo) -> None:
         table.add_column(column)
     for kind, specs in (("input", info.inputs), ("output", info.outputs)):
         for spec in specs:
-            table.add_row(kind, escape(spec.name), escape(spec.dtype or "?"), _shape(spec))
+            table.add_row(kind, escape(spec.name), escape(spec.dtype or "?"), escape(_shape(spec)))
     out.print(table)
     top = list(info.op_counts.items())
     ops = ", ".join(f"{op} {n}" for op, n in top[:12]) + (

@@ -1,0 +1,41 @@
+# onnxgate: `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# PyTorch comes from the CPU wheel on this machine's disk; a bare `torch` can pull a CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test test-fast lint format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	PATH="$(abspath $(BIN)):$$PATH" bash scripts/demo.sh
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests tools benchmarks
+	$(BIN)/ruff format --check src tests tools benchmarks
+	$(BIN)/python -m pytest
+
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests tools benchmarks
+
+format: $(VENV)/.installed-test
+	$(BIN)/ruff format src tests tools benchmarks
+	$(BIN)/ruff check --fix src tests tools benchmarks
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,166 @@
+"""The CLI in-process: exit codes, one JSON document per --format json, formats of check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from models import mlp, model, save, value
+from onnx import helper
+
+from onnxgate import __version__
+from onnxgate.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def good(tmp_path):
+    return save(mlp(), tmp_path / "mlp.onnx")
+
+
+@pytest.fixture
+def bad(tmp_path):
+    """Opset 27: the installed runtime refuses it (VER003), and a node reads a missing tensor."""
+    nodes = [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")]
+    return save(
+        model(nodes, [value("x", shape=(1, 4))], [value("y")], opsets={"": 27}, ir=13),
+        tmp_path / "bad.onnx",
+    )
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"onnxgate {__version__}"
+
+
+@pytest.mark.parametrize("command", [[], ["inspect"], ["check"], ["runtimes"]])
+def test_help_on_every_command(command):
+    result = run(*command, "--help")
+    assert result.exit_code == 0
+    assert "Usage" in result.stdout
+    if command:
+        assert "Exit codes" in result.stdout and "--format" in result.stdout
+
+
+def test_inspect_json(good):
+    result = run("inspect", str(good), "--format", "json")
+    assert result.exit_code == 0
+    info = json.loads(result.stdout)
+    for key in (
+        "ir_version",
+        "opsets",
+        "producer",
+        "inputs",
+        "outputs",
+        "op_counts",
+        "parameters",
+        "size_bytes",
+        "external_data",
+        "min_runtime",
+    ):
+        assert key in info
+    assert info["inputs"] == [
+        {"name": "x", "dtype": "float32", "shape": ["batch", 4], "type": "tensor(float)"}
+    ]
+    assert info["op_counts"] == {"MatMul": 1, "Add": 1, "Relu": 1}
+    assert info["parameters"] == 4 * 3 + 3
+    assert info["min_runtime"]["onnxruntime"] is not None
+
+
+def test_inspect_text(good):
+    result = run("inspect", str(good))
+    assert result.exit_code == 0
+    assert "15 parameters" in result.stdout and "[batch, 4]" in result.stdout
+
+
+def test_check_passes(good):
+    result = run("check", str(good))
+    assert result.exit_code == 0 and "PASS" in result.stdout
+
+
+def test_check_fails_with_exit_1_and_json(bad):
+    result = run("check", str(bad), "--format", "json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["passed"] is False and report["runtime"].startswith("onnxruntime==")
+    found = {f["code"]: f for f in report["findings"]}
+    assert {"VER003", "STR006"} <= set(found)
+    assert found["STR006"]["node"] == "add"
+    assert all(
+        {"code", "severity", "message", "node", "hint"} <= set(f) for f in report["findings"]
+    )
+
+
+def test_check_text_names_codes_and_fixes(bad):
+    result = run("check", str(bad))
+    assert result.exit_code == 1
+    assert "VER003" in result.stdout and "fix:" in result.stdout and "FAIL" in result.stdout
+
+
+def test_check_github_annotations(bad):
+    result = run("check", str(bad), "--format", "github")
+    assert result.exit_code == 1
+    lines = result.stdout.strip().splitlines()
+    assert any(line.startswith("::error file=") and "title=VER003::" in line for line in lines)
+    assert any(line.startswith("::warning file=") and "title=SHP001::" in line for line in lines)
+
+
+def test_check_sarif(bad):
+    result = run("check", str(bad), "--format", "sarif")
+    assert result.exit_code == 1
+    log = json.loads(result.stdout)
+    assert log["version"] == "2.1.0"
+    run0 = log["runs"][0]
+    rule_ids = [rule["id"] for rule in run0["tool"]["driver"]["rules"]]
+    for result_ in run0["results"]:
+        assert rule_ids[result_["ruleIndex"]] == result_["ruleId"]
+    assert {"VER003", "STR006"} <= {r["ruleId"] for r in run0["results"]}
+
+
+def test_fail_on_warning(tmp_path):
+    fixed_batch = save(
+        model(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [value("x", shape=(1, 4))],
+            [value("y", shape=(1, 4))],
+        ),
+        tmp_path / "m.onnx",
+    )
+    assert run("check", str(fixed_batch)).exit_code == 0
+    assert run("check", str(fixed_batch), "--fail-on", "warning").exit_code == 1
+    assert (
+        run("check", str(fixed_batch), "--fail-on", "warning", "--ignore", "SHP001").exit_code == 0
+    )
+
+
+def test_unknown_provider_is_exit_2_and_names_it(good):
+    result = run(
+        "check", str(good), "--providers", "cuda,NoSuchExecutionProvider", "--format", "json"
+    )
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "config" and "NoSuchExecutionProvider" in doc["message"]
+
+
+def test_bad_runtime_spec_is_exit_2(good):
+    result = run("check", str(good), "--runtime", "onnxruntime>=1.16")
+    assert result.exit_code == 2 and "not a runtime spec" in result.stderr
+
+
+def test_usage_error_is_exit_2():
+    assert run("check").exit_code == 2
+    assert run("inspect", "a.onnx", "--format", "yaml").exit_code == 2
+
+
+def test_runtimes_lists_probed_and_published_rows():
+    result = run("runtimes", "--format", "json")
+    assert result.exit_code == 0
+    rows = {row["release"]: row for row in json.loads(result.stdout)["releases"]}
+    assert rows["1.31.1"]["source"] == "probed" and rows["1.0"]["source"] == "published"
