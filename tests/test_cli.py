@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from onnx import helper
 from typer.testing import CliRunner
 
 from models import mlp, model, save, value
-from onnx import helper
-
 from onnxgate import __version__
 from onnxgate.cli import app
 
