@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import onnx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
+CORPUS = Path(os.environ.get("ONNXGATE_CORPUS", ROOT.parent / "shared" / "corpus"))
 BACKEND_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 BACKEND_SETS = ("light", "simple", "pytorch-converted", "pytorch-operator")
 

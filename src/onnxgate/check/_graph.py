@@ -17,10 +17,12 @@ def node_label(node: NodeProto, index: int) -> str:
     return node.name or f"{node.op_type}#{index}"
 
 
-def first_line(err: BaseException) -> str:
-    """The first meaningful line of an exception's text."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+def first_line(err: BaseException, limit: int = 400) -> str:
+    """An exception's text on one line, cut at ``limit`` characters."""
+    text = " ".join(str(err).split())
+    if not text:
+        return type(err).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def checker_findings(loaded: LoadedModel) -> list[Finding]:
@@ -59,14 +61,14 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
             yield finding("STR005", f"'{name}' is produced by {count} nodes", tensor=name)
     all_produced = set(produced_by) | set(producers)
     available = set(outer) | set(produced_by)
-    unsorted_at: str | None = None
+    unsorted_at: tuple[str, str] | None = None
     for index, node in enumerate(graph.node):
         label = node_label(node, index)
         for name in node.input:
             if not name or name in available:
                 continue
             if name in all_produced:
-                unsorted_at = unsorted_at or f"node {label} reads '{name}' before it is computed"
+                unsorted_at = unsorted_at or (label, f"node {label} reads '{name}' before it is computed")
             else:
                 yield finding(
                     "STR006",
@@ -79,7 +81,8 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
         for sub in subgraphs_of(node):
             yield from _graph_findings(sub, available | all_produced | set(outer), ir_version)
     if unsorted_at:
-        yield finding("STR003", f"graph '{graph.name}' is not topologically sorted: {unsorted_at}")
+        node, what = unsorted_at
+        yield finding("STR003", f"graph '{graph.name}' is not topologically sorted: {what}", node=node)
     for out in graph.output:
         if out.name not in all_produced and out.name not in outer:
             yield finding("STR007", f"graph output '{out.name}' is never computed", tensor=out.name)

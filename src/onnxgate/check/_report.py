@@ -61,7 +61,7 @@ _RULES = (
     Rule("PRV001", Severity.ERROR, "a requested provider is not in the target runtime's build", "Install the package that provides it (onnxruntime-gpu for CUDA/TensorRT) or remove it from --providers.", False),
     Rule("PRV002", Severity.INFO, "a requested provider compiles subgraphs; its coverage is decided at session creation", "Run 'onnxgate placement' on a machine with that provider.", False),
     # shapes
-    Rule("SHP001", Severity.WARNING, "an input has no dynamic batch axis", "Export with a dynamic first axis (--dynamic input:0=batch) if callers batch requests.", False),
+    Rule("SHP001", Severity.WARNING, "an input has no dynamic batch axis", "Re-export with a dynamic first axis (torch.onnx.export dynamic_shapes / dynamic_axes) if callers batch requests.", False),
     Rule("SHP002", Severity.WARNING, "an input has no shape (unknown rank)", "Declare the input's rank and dimensions so callers and the runtime can validate feeds.", False),
     # external data and size
     Rule("EXT001", Severity.INFO, "weights are kept in external data files", "Ship the listed files next to the .onnx file; the model cannot load without them.", False),
@@ -144,7 +144,8 @@ class CheckReport(BaseModel):
         kind = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
         lines = []
         for f in self.findings:
-            where = f" ({f.node or f.tensor})" if (f.node or f.tensor) else ""
+            subject = f.node or f.tensor
+            where = f" ({subject})" if subject and subject not in f.message else ""
             text = f"{f.message}{where}. {f.hint or ''}".replace("%", "%25").replace("\n", "%0A")
             lines.append(f"::{kind[f.severity]} file={self.model},title={f.code}::{text}")
         return "\n".join(lines)

@@ -224,6 +224,7 @@ def _judge(
             (domain, node.op_type, schema.since_version),
             f"{node.op_type}-{schema.since_version} is deprecated",
         )
+        return  # the runtime refuses the node outright; its kernels do not matter
     if table is None or (domain, node.op_type) in RESOLVED_AT_LOAD:
         return
     declared = table.runtime_attributes(node.op_type, domain, schema.since_version)
