@@ -28,7 +28,9 @@ def build(folder: Path) -> tuple[Path, Path]:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None])
     small_w = numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g", [x], [y], [small_w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g", [x], [y], [small_w]
+    )
     small = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     small.ir_version = 10
     onnx.save_model(small, folder / "small.onnx")
@@ -40,7 +42,9 @@ def build(folder: Path) -> tuple[Path, Path]:
         big_w.external_data.add(key=key, value=value)
     with open(folder / "big.bin", "wb") as handle:
         handle.truncate(BIG)  # sparse: the file is 6 GiB long, the disk holds nothing
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g", [x], [y], [big_w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g", [x], [y], [big_w]
+    )
     big = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     big.ir_version = 10
     onnx.save_model(big, folder / "big.onnx")
@@ -62,9 +66,12 @@ def main() -> None:
         small, big = build(Path(tmp))
         assert inspect_model(big).external_data.bytes == BIG
         rows = []
-        for label, fn in (("inspect", inspect_model), ("check", lambda p: check_model(p, runtime=profile))):
+        for label, fn in (
+            ("inspect", inspect_model),
+            ("check", lambda p: check_model(p, runtime=profile)),
+        ):
             for path in (small, big, small, big):  # interleaved: A B A B
-                rows.append((label, path.name, median_ms(lambda p=path: fn(p))))
+                rows.append((label, path.name, median_ms(lambda p=path, f=fn: f(p))))
     for label in ("inspect", "check"):
         s = statistics.median(ms for lab, name, ms in rows if lab == label and name == "small.onnx")
         b = statistics.median(ms for lab, name, ms in rows if lab == label and name == "big.onnx")

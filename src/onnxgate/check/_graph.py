@@ -68,7 +68,10 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
             if not name or name in available:
                 continue
             if name in all_produced:
-                unsorted_at = unsorted_at or (label, f"node {label} reads '{name}' before it is computed")
+                unsorted_at = unsorted_at or (
+                    label,
+                    f"node {label} reads '{name}' before it is computed",
+                )
             else:
                 yield finding(
                     "STR006",
@@ -82,7 +85,9 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
             yield from _graph_findings(sub, available | all_produced | set(outer), ir_version)
     if unsorted_at:
         node, what = unsorted_at
-        yield finding("STR003", f"graph '{graph.name}' is not topologically sorted: {what}", node=node)
+        yield finding(
+            "STR003", f"graph '{graph.name}' is not topologically sorted: {what}", node=node
+        )
     for out in graph.output:
         if out.name not in all_produced and out.name not in outer:
             yield finding("STR007", f"graph output '{out.name}' is never computed", tensor=out.name)

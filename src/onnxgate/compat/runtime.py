@@ -168,22 +168,13 @@ def probe_models() -> dict[str, onnx.ModelProto]:
     return models
 
 
-def _highest(loads: dict[str, str | None], prefix: str) -> int:
-    ok = [
+def _loaded(loads: dict[str, str | None], prefix: str) -> list[int]:
+    """The levels (IR or opset numbers) of the ``prefix`` probe models that loaded."""
+    return [
         int(label.split(":")[1])
         for label, err in loads.items()
         if label.startswith(prefix + ":") and err is None
     ]
-    return max(ok, default=0)
-
-
-def _lowest(loads: dict[str, str | None], prefix: str) -> int:
-    ok = [
-        int(label.split(":")[1])
-        for label, err in loads.items()
-        if label.startswith(prefix + ":") and err is None
-    ]
-    return min(ok, default=0)
 
 
 # --- running the probe ----------------------------------------------------------------------
@@ -255,13 +246,13 @@ def _profile_from_answer(package: str, answer: dict) -> RuntimeProfile:
         probed_at=datetime.now(UTC).isoformat(timespec="seconds"),
         available_providers=answer["available_providers"],
         all_providers=answer["all_providers"],
-        max_ir=_highest(loads, "ir"),
-        min_ir=_lowest(loads, "ir"),
+        max_ir=max(_loaded(loads, "ir"), default=0),
+        min_ir=min(_loaded(loads, "ir"), default=0),
         max_opsets={
-            DEFAULT_DOMAIN: _highest(loads, DEFAULT_DOMAIN),
-            ML_DOMAIN: _highest(loads, ML_DOMAIN),
+            DEFAULT_DOMAIN: max(_loaded(loads, DEFAULT_DOMAIN), default=0),
+            ML_DOMAIN: max(_loaded(loads, ML_DOMAIN), default=0),
         },
-        min_opset=_lowest(loads, DEFAULT_DOMAIN),
+        min_opset=min(_loaded(loads, DEFAULT_DOMAIN), default=0),
         loads=loads,
         kernels=None if answer["kernels"] is None else [tuple(row) for row in answer["kernels"]],
         schemas=[tuple(row) for row in answer["schemas"]],
