@@ -343,3 +343,12 @@ def test_initializer_weights_are_not_counted_as_dangling(tmp_path, installed_pro
     )
     report = check_model(save(proto, tmp_path / "m.onnx"), runtime=installed_profile)
     assert "STR006" not in codes(report)
+
+
+def test_nodes_of_a_domain_without_import_are_still_judged(tmp_path, installed_profile):
+    """The runtime assumes its default opset for com.microsoft; an unknown op there still fails."""
+    node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.microsoft", name="g")
+    path = save(model([node], [value("x")], [value("y")]), tmp_path / "m.onnx")
+    report = check_model(path, runtime=installed_profile)
+    assert {"VER008", "OP003"} <= codes(report)
+    assert not report.predicted_load and not loads_here(path)

@@ -201,7 +201,9 @@ def check_model(
         *structure,
         *version_findings(proto, profile),
         *provider_findings(profile, table, chosen),
-        *operator_findings(proto, profile, table, chosen, value_types(inferred)),
+        *operator_findings(
+            _with_runtime_imports(proto, profile), profile, table, chosen, value_types(inferred)
+        ),
         *shape_findings(proto),
         *file_findings(loaded),
     ]

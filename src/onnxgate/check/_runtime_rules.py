@@ -298,7 +298,7 @@ def operator_findings(
     for index, (node, opsets, in_function) in enumerate(_scoped_nodes(model)):
         opset = opsets.get(normalize_domain(node.domain))
         if opset is None:
-            continue  # VER006 reports the missing import
+            continue  # VER006 reports the missing import; VER008 domains got the runtime default
         for verdict in _judge(node, opset, {} if in_function else types, table, profile, providers):
             groups[(verdict.code, verdict.key)].append((node_label(node, index), verdict))
     found = []
