@@ -8,10 +8,21 @@ from collections import Counter
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.compat.versions import DEFAULT_DOMAIN, ML_DOMAIN, min_runtime, normalize_domain
-from onnxgate.model import LoadedModel, Signature, TensorSpec, iter_model_graphs, load_model
-
-STANDARD_DOMAINS = {DEFAULT_DOMAIN, ML_DOMAIN, "ai.onnx.preview.training"}
+from onnxgate.compat.versions import (
+    DEFAULT_DOMAIN,
+    STANDARD_DOMAINS,
+    min_runtime,
+    normalize_domain,
+    opset_map,
+)
+from onnxgate.model import (
+    LoadedModel,
+    Signature,
+    TensorSpec,
+    iter_model_graphs,
+    iter_model_nodes,
+    load_model,
+)
 
 
 class ExternalFile(BaseModel):
@@ -69,17 +80,15 @@ def describe(loaded: LoadedModel) -> ModelInfo:
     """Describe a loaded model (weights need not be loaded)."""
     proto = loaded.proto
     graphs = list(iter_model_graphs(proto))
-    nodes = [node for graph in graphs for node in graph.node]
+    nodes = list(iter_model_nodes(proto))
     ops = Counter(_op_key(n.domain, n.op_type) for n in nodes)
-    for function in proto.functions:
-        ops.update(_op_key(n.domain, n.op_type) for n in function.node)
     parameters = sum(
         int(np.prod(t.dims, dtype=object)) if t.dims else 1 for g in graphs for t in g.initializer
     )
     parameters += sum(
         int(np.prod(s.values.dims, dtype=object)) for g in graphs for s in g.sparse_initializer
     )
-    opsets = {normalize_domain(o.domain): o.version for o in proto.opset_import}
+    opsets = opset_map(proto.opset_import)
     used_domains = {normalize_domain(n.domain) for n in nodes} | set(opsets)
     files: dict[str, ExternalFile] = {}
     sizes = loaded.external_files

@@ -19,10 +19,16 @@ from onnxgate.check._report import CheckReport, Finding, finding
 from onnxgate.check._runtime_rules import operator_findings, provider_findings, version_findings
 from onnxgate.compat.kernels import KernelTable
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
-from onnxgate.compat.versions import normalize_domain
+from onnxgate.compat.versions import normalize_domain, opset_map, proto_domain
 from onnxgate.errors import ConfigError
-from onnxgate.model import PROTOBUF_LIMIT, LoadedModel, Signature, load_model, type_string
-from onnxgate.model._walk import iter_model_graphs
+from onnxgate.model import (
+    PROTOBUF_LIMIT,
+    LoadedModel,
+    Signature,
+    iter_model_nodes,
+    load_model,
+    value_types,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,50 +47,40 @@ def _infer(model: ModelProto) -> tuple[ModelProto, Finding | None]:
         return model, problem
 
 
-def _with_runtime_imports(model: ModelProto, profile: RuntimeProfile) -> ModelProto:
-    """The model as the runtime sees it: domains it knows get their latest opset when not imported.
+def as_runtime_sees_it(model: ModelProto, profile: RuntimeProfile) -> ModelProto:
+    """The model in the form ONNX Runtime works on before it infers shapes.
 
-    ONNX Runtime fills in a missing opset import for a domain in its registry (VER008); shape
-    inference must see the same imports or it reports a failure the runtime never has.
+    Two differences matter for inference: the runtime fills in a missing opset import for a domain
+    in its registry (VER008), and it turns sparse initializers into dense ones. Without them onnx's
+    inference reports failures the runtime never has. Returns the model itself when nothing differs.
     """
     if not model.opset_import:
         return model
-    imported = {normalize_domain(o.domain) for o in model.opset_import}
+    imported = set(opset_map(model.opset_import))
     latest: dict[str, int] = {}
     for _, domain, since, *_ in profile.schemas:
         key = normalize_domain(domain)
         latest[key] = max(since, latest.get(key, 0))
-    used = {normalize_domain(n.domain) for g in iter_model_graphs(model) for n in g.node}
+    used = {normalize_domain(n.domain) for n in iter_model_nodes(model)}
     missing = sorted(d for d in used - imported if d in latest)
-    if not missing:
+    sparse = list(model.graph.sparse_initializer)
+    if not missing and not sparse:
         return model
     copy = ModelProto()
     copy.CopyFrom(model)
     for domain in missing:
-        copy.opset_import.append(
-            onnx.helper.make_opsetid("" if domain == "ai.onnx" else domain, latest[domain])
-        )
-    return copy
-
-
-def value_types(model: ModelProto) -> dict[str, str | None]:
-    """Type string of every named value across all graphs (inputs, outputs, value_info, weights)."""
-    types: dict[str, str | None] = {}
-    for graph in iter_model_graphs(model):
-        for info in (*graph.input, *graph.value_info, *graph.output):
-            found = type_string(info.type)
-            if found or info.name not in types:
-                types[info.name] = found
-        for tensor in graph.initializer:
-            types[tensor.name] = (
-                f"tensor({onnx.helper.tensor_dtype_to_string(tensor.data_type).split('.')[-1].lower()})"
+        copy.opset_import.append(onnx.helper.make_opsetid(proto_domain(domain), latest[domain]))
+    declared = {v.name for v in copy.graph.input}
+    for tensor in sparse:
+        # Inference needs the dense type and shape, not the values: declare it as a typed input.
+        if tensor.values.name not in declared:
+            copy.graph.input.append(
+                onnx.helper.make_tensor_value_info(
+                    tensor.values.name, tensor.values.data_type, list(tensor.dims)
+                )
             )
-        for sparse in graph.sparse_initializer:
-            types[sparse.values.name] = None
-        for node in graph.node:
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-                types.setdefault(node.output[0], None)
-    return types
+    del copy.graph.sparse_initializer[:]
+    return copy
 
 
 def shape_findings(model: ModelProto) -> list[Finding]:
@@ -193,7 +189,7 @@ def check_model(
     proto = loaded.proto
     structure = structure_findings(proto)
     unsorted = any(f.code == "STR003" for f in structure)
-    prepared = _with_runtime_imports(topologically_sorted(proto) if unsorted else proto, profile)
+    prepared = as_runtime_sees_it(topologically_sorted(proto) if unsorted else proto, profile)
     inferred, inference_problem = _infer(prepared)
     findings = [
         *checker_findings(loaded),
@@ -202,7 +198,7 @@ def check_model(
         *version_findings(proto, profile),
         *provider_findings(profile, table, chosen),
         *operator_findings(
-            _with_runtime_imports(proto, profile), profile, table, chosen, value_types(inferred)
+            as_runtime_sees_it(proto, profile), profile, table, chosen, value_types(inferred)
         ),
         *shape_findings(proto),
         *file_findings(loaded),

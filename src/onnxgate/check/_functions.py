@@ -15,7 +15,8 @@ import onnx
 from onnx import AttributeProto, FunctionProto, NodeProto, TensorProto, defs, helper
 
 from onnxgate.compat.kernels import NodeSchema
-from onnxgate.compat.versions import normalize_domain
+from onnxgate.compat.versions import opset_map, proto_domain
+from onnxgate.model import value_types
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def _type_proto(type_str: str | None) -> onnx.TypeProto | None:
 def _body(
     schema: NodeSchema, node: NodeProto, input_types: list[str | None], opset: int
 ) -> FunctionProto | None:
-    onnx_domain = "" if schema.domain == "ai.onnx" else schema.domain
+    onnx_domain = proto_domain(schema.domain)
     try:
         spec = defs.get_schema(schema.op, schema.since_version, onnx_domain)
     except defs.SchemaError:
@@ -80,8 +81,6 @@ def expand(
 
     Returns None when the operator has no function body the onnx package can build.
     """
-    from onnxgate.check._check import value_types
-
     try:
         body = _body(schema, node, input_types, opset)
     except Exception as err:  # a context-dependent builder can reject unusual inputs
@@ -90,9 +89,7 @@ def expand(
     if body is None:
         return None
     nodes = _bind_attributes(body, node)
-    opsets = {normalize_domain(o.domain): o.version for o in body.opset_import} or {
-        "ai.onnx": opset
-    }
+    opsets = opset_map(body.opset_import) or {"ai.onnx": opset}
     inputs = []
     for name, type_str in zip(body.input, input_types, strict=False):
         proto = _type_proto(type_str)
@@ -103,7 +100,7 @@ def expand(
     graph = helper.make_graph(
         nodes, "body", inputs, [onnx.ValueInfoProto(name=o) for o in body.output]
     )
-    imports = [helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in opsets.items()]
+    imports = [helper.make_opsetid(proto_domain(d), v) for d, v in opsets.items()]
     model = helper.make_model(graph, opset_imports=imports)
     try:
         model = onnx.shape_inference.infer_shapes(model)

@@ -12,27 +12,27 @@ from onnx import ModelProto, NodeProto
 from onnxgate.check._functions import expand
 from onnxgate.check._graph import node_label
 from onnxgate.check._report import RULES, Finding, finding
-from onnxgate.compat.kernels import KernelTable, NodeSchema, onnx_schema
+from onnxgate.compat.kernels import OPEN_END, KernelTable, NodeSchema, onnx_schema
 from onnxgate.compat.runtime import RuntimeProfile
-from onnxgate.compat.versions import DEFAULT_DOMAIN, ML_DOMAIN, normalize_domain, onnx_releases
-from onnxgate.model import iter_graphs
-
-STANDARD_DOMAINS = {DEFAULT_DOMAIN, ML_DOMAIN, "ai.onnx.preview.training"}
+from onnxgate.compat.versions import (
+    DEFAULT_DOMAIN,
+    ML_DOMAIN,
+    STANDARD_DOMAINS,
+    normalize_domain,
+    onnx_releases,
+    opset_map,
+)
+from onnxgate.model import iter_scoped_nodes
 
 # Operators ONNX Runtime resolves while loading the graph rather than through a kernel.
 RESOLVED_AT_LOAD = {(DEFAULT_DOMAIN, "Constant")}
-
-
-def model_opsets(model: ModelProto) -> dict[str, int]:
-    """The model's opset imports with canonical domain names."""
-    return {normalize_domain(o.domain): o.version for o in model.opset_import}
 
 
 def version_findings(model: ModelProto, profile: RuntimeProfile) -> list[Finding]:
     """VER001 to VER007."""
     found: list[Finding] = []
     target = profile.label
-    opsets = model_opsets(model)
+    opsets = opset_map(model.opset_import)
     if model.ir_version > profile.max_ir:
         found.append(
             finding(
@@ -47,17 +47,15 @@ def version_findings(model: ModelProto, profile: RuntimeProfile) -> list[Finding
                 f"IR version {model.ir_version} is older than {target} loads (IR {profile.min_ir} or newer)",
             )
         )
-    used = {normalize_domain(n.domain) for g in iter_graphs(model.graph) for n in g.node}
-    local = {(normalize_domain(f.domain), f.name) for f in model.functions}
     runtime_domains = {normalize_domain(row[1]) for row in profile.schemas}
-    for domain in sorted(used - set(opsets)):
-        if all(
-            (domain, n.op_type) in local
-            for g in iter_graphs(model.graph)
-            for n in g.node
-            if normalize_domain(n.domain) == domain
-        ):
-            continue
+    unimported = sorted(
+        {
+            normalize_domain(node.domain)
+            for node, scope, _ in _scoped_nodes(model)
+            if normalize_domain(node.domain) not in scope
+        }
+    )
+    for domain in unimported:
         if not opsets:
             found.append(
                 finding(
@@ -256,7 +254,7 @@ def _judge(
             yield _judge_body(node, schema, opset, inputs, table, profile, providers, depth)
             return
         ranges = table.versions_registered(node.op_type, domain)
-        shown = ", ".join(f"{a}-{b if b < 2**31 - 1 else 'latest'}" for a, b in ranges) or "none"
+        shown = ", ".join(f"{a}-{b if b < OPEN_END else 'latest'}" for a, b in ranges) or "none"
         yield _Verdict(
             "OP001",
             (domain, node.op_type, schema.since_version, tuple(inputs)),
@@ -272,18 +270,18 @@ def _judge(
 
 
 def _scoped_nodes(model: ModelProto) -> Iterator[tuple[NodeProto, dict[str, int], bool]]:
-    """Every node to judge, with the opsets in force for it and whether it is in a function."""
+    """Every node to judge, the opsets in force for it, and whether it is inside a function.
+
+    Calls of model-local functions are skipped: the runtime inlines them, and their nodes are
+    judged in their function's scope.
+    """
     local = {(normalize_domain(f.domain), f.name) for f in model.functions}
-    opsets = model_opsets(model)
-    for graph in iter_graphs(model.graph):
-        for node in graph.node:
-            if (normalize_domain(node.domain), node.op_type) not in local:
-                yield node, opsets, False
-    for function in model.functions:
-        scope = {**opsets, **{normalize_domain(o.domain): o.version for o in function.opset_import}}
-        for node in function.node:
-            if (normalize_domain(node.domain), node.op_type) not in local:
-                yield node, scope, True
+    opsets = opset_map(model.opset_import)
+    scopes = {id(f): {**opsets, **opset_map(f.opset_import)} for f in model.functions}
+    for node, function in iter_scoped_nodes(model):
+        if (normalize_domain(node.domain), node.op_type) not in local:
+            in_function = function is not None
+            yield node, scopes[id(function)] if in_function else opsets, in_function
 
 
 def operator_findings(

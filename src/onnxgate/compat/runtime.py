@@ -34,6 +34,7 @@ from onnxgate.compat.versions import (
     ML_DOMAIN,
     RuntimeLimits,
     min_ir_for_opset,
+    proto_domain,
     release_key,
 )
 from onnxgate.errors import ConfigError, RuntimeEnvError
@@ -140,7 +141,7 @@ def _one_node(op: str, domain: str, ir: int, opsets: dict[str, int]) -> onnx.Mod
     graph = helper.make_graph(
         [helper.make_node(op, ["x"], ["y"], domain=domain)], "probe", [x], [y]
     )
-    imports = [helper.make_opsetid("" if d == DEFAULT_DOMAIN else d, v) for d, v in opsets.items()]
+    imports = [helper.make_opsetid(proto_domain(d), v) for d, v in opsets.items()]
     model = helper.make_model(graph, opset_imports=imports, producer_name="onnxgate-probe")
     model.ir_version = ir
     return model

@@ -11,19 +11,34 @@ Two sources, kept apart so a reader can tell a published claim from a measuremen
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from onnx import helper
+from onnx import OperatorSetIdProto, helper
 
 DEFAULT_DOMAIN = "ai.onnx"
 ML_DOMAIN = "ai.onnx.ml"
 
 
+STANDARD_DOMAINS = frozenset({DEFAULT_DOMAIN, ML_DOMAIN, "ai.onnx.preview.training"})
+"""Domains whose operators the onnx package defines."""
+
+
 def normalize_domain(domain: str) -> str:
     """The canonical name of an operator domain: ``""`` and ``ai.onnx`` are the same."""
     return DEFAULT_DOMAIN if domain in ("", DEFAULT_DOMAIN) else domain
+
+
+def proto_domain(domain: str) -> str:
+    """The spelling protos and ``onnx.defs`` use: ``""`` for the default domain."""
+    return "" if normalize_domain(domain) == DEFAULT_DOMAIN else domain
+
+
+def opset_map(imports: Iterable[OperatorSetIdProto]) -> dict[str, int]:
+    """Opset imports as ``{canonical domain: version}``."""
+    return {normalize_domain(o.domain): o.version for o in imports}
 
 
 def release_key(version: str) -> tuple[int, ...]:

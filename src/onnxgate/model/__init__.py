@@ -2,12 +2,19 @@
 
 from onnxgate.model._load import PROTOBUF_LIMIT, ExternalDataRef, LoadedModel, load_model
 from onnxgate.model._signature import Dim, Signature, TensorSpec
-from onnxgate.model._types import dtype_name, elem_type_name, tensor_nbytes, type_string
+from onnxgate.model._types import (
+    dtype_name,
+    elem_type_name,
+    tensor_nbytes,
+    type_string,
+    value_types,
+)
 from onnxgate.model._walk import (
     iter_graphs,
     iter_model_graphs,
     iter_model_nodes,
     iter_model_tensors,
+    iter_scoped_nodes,
     subgraphs_of,
 )
 
@@ -24,8 +31,10 @@ __all__ = [
     "iter_model_graphs",
     "iter_model_nodes",
     "iter_model_tensors",
+    "iter_scoped_nodes",
     "load_model",
     "subgraphs_of",
     "tensor_nbytes",
     "type_string",
+    "value_types",
 ]

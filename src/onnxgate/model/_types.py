@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, TypeProto
+from onnx import ModelProto, TensorProto, TypeProto
+
+from onnxgate.model._walk import iter_model_graphs
 
 _ELEM_NAMES: dict[int, str] = {
     value: name.lower() for name, value in TensorProto.DataType.items() if value != 0
@@ -67,3 +69,22 @@ def type_string(tp: TypeProto) -> str | None:
         key = elem_type_name(tp.map_type.key_type)
         return f"map({key},{inner})" if inner else None
     return None
+
+
+def value_types(model: ModelProto) -> dict[str, str | None]:
+    """Type string of every named value across all graphs (inputs, outputs, value_info, weights).
+
+    None marks a value whose type is not known (a Constant's output before inference, a sparse
+    initializer). Names are global across graphs: a subgraph's name shadows an outer one.
+    """
+    types: dict[str, str | None] = {}
+    for graph in iter_model_graphs(model):
+        for info in (*graph.input, *graph.value_info, *graph.output):
+            found = type_string(info.type)
+            if found or info.name not in types:
+                types[info.name] = found
+        for tensor in graph.initializer:
+            types[tensor.name] = f"tensor({elem_type_name(tensor.data_type)})"
+        for sparse in graph.sparse_initializer:
+            types.setdefault(sparse.values.name, None)
+    return types

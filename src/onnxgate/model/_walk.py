@@ -1,10 +1,15 @@
-"""Walking every graph and tensor of a model, subgraphs and functions included."""
+"""Walking every graph, node and tensor of a model: subgraphs, training info and functions included.
+
+Every other module walks models through these functions, so a graph nested where nobody looked
+(an If branch inside a model-local function, say) cannot hide a node or an external tensor from
+one rule while another sees it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
 
 
 def subgraphs_of(node: NodeProto) -> Iterator[GraphProto]:
@@ -24,20 +29,37 @@ def iter_graphs(graph: GraphProto) -> Iterator[GraphProto]:
             yield from iter_graphs(sub)
 
 
+def _function_subgraphs(function: FunctionProto) -> Iterator[GraphProto]:
+    for node in function.node:
+        for sub in subgraphs_of(node):
+            yield from iter_graphs(sub)
+
+
 def iter_model_graphs(model: ModelProto) -> Iterator[GraphProto]:
-    """Every graph of the model: the main graph, its subgraphs and those of training info."""
+    """Every graph: the main graph and its subgraphs, training info, and subgraphs in functions."""
     yield from iter_graphs(model.graph)
     for info in model.training_info:
         yield from iter_graphs(info.initialization)
         yield from iter_graphs(info.algorithm)
+    for function in model.functions:
+        yield from _function_subgraphs(function)
+
+
+def iter_scoped_nodes(model: ModelProto) -> Iterator[tuple[NodeProto, FunctionProto | None]]:
+    """Every node with the model-local function it belongs to (None for the model's graphs)."""
+    yield from ((node, None) for graph in iter_graphs(model.graph) for node in graph.node)
+    for info in model.training_info:
+        for graph in (*iter_graphs(info.initialization), *iter_graphs(info.algorithm)):
+            yield from ((node, None) for node in graph.node)
+    for function in model.functions:
+        yield from ((node, function) for node in function.node)
+        for graph in _function_subgraphs(function):
+            yield from ((node, function) for node in graph.node)
 
 
 def iter_model_nodes(model: ModelProto) -> Iterator[NodeProto]:
     """Every node of every graph and every model-local function."""
-    for graph in iter_model_graphs(model):
-        yield from graph.node
-    for function in model.functions:
-        yield from function.node
+    return (node for node, _ in iter_scoped_nodes(model))
 
 
 def _node_tensors(node: NodeProto) -> Iterator[TensorProto]:
@@ -62,8 +84,5 @@ def iter_model_tensors(model: ModelProto) -> Iterator[TensorProto]:
         for sparse in graph.sparse_initializer:
             yield sparse.values
             yield sparse.indices
-        for node in graph.node:
-            yield from _node_tensors(node)
-    for function in model.functions:
-        for node in function.node:
-            yield from _node_tensors(node)
+    for node in iter_model_nodes(model):
+        yield from _node_tensors(node)
