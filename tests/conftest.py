@@ -39,8 +39,16 @@ def installed_profile():
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory: pytest.TempPathFactory):
-    """Keep the tests' runtime profiles and environments out of the user's cache."""
+    """Probe runtimes afresh in every session, into a private cache.
+
+    Isolated environments are kept where users keep them (the user cache's ``envs``, or
+    ``$ONNXGATE_ENV_DIR``): building one means a download, and what is tested is the probe.
+    """
+    from onnxgate._fs import cache_dir
+
+    envs = os.environ.get("ONNXGATE_ENV_DIR") or str(cache_dir() / "envs")
     mp = pytest.MonkeyPatch()
+    mp.setenv("ONNXGATE_ENV_DIR", envs)
     mp.setenv("ONNXGATE_CACHE_DIR", str(tmp_path_factory.mktemp("onnxgate-cache")))
     yield
     mp.undo()

@@ -163,3 +163,57 @@ def test_runtimes_lists_probed_and_published_rows():
     assert result.exit_code == 0
     rows = {row["release"]: row for row in json.loads(result.stdout)["releases"]}
     assert rows["1.31.1"]["source"] == "probed" and rows["1.0"]["source"] == "published"
+
+
+def test_rich_markup_in_model_strings_is_printed_verbatim(tmp_path):
+    proto = mlp()
+    proto.producer_name = "[/x] [bold]exporter"
+    path = save(proto, tmp_path / "markup[1].onnx")
+    result = run("inspect", str(path))
+    assert result.exit_code == 0, result.output
+    assert "[/x] [bold]exporter" in result.stdout and "markup[1].onnx" in result.stdout
+
+
+def test_fail_on_warning_is_the_reports_verdict_too(tmp_path):
+    path = save(
+        model([helper.make_node("Relu", ["x"], ["y"])], [value("x", shape=(1, 4))], [value("y")]),
+        tmp_path / "m.onnx",
+    )
+    result = run("check", str(path), "--fail-on", "warning", "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1 and report["passed"] is False and report["fail_on"] == "warning"
+
+
+def test_github_annotation_escapes_the_file_property(tmp_path):
+    path = save(
+        model([helper.make_node("Relu", ["x"], ["y"])], [value("x", shape=(1, 4))], [value("y")]),
+        tmp_path / "a,b:c.onnx",
+    )
+    line = run("check", str(path), "--format", "github").stdout.strip().splitlines()[0]
+    assert "a%2Cb%3Ac.onnx,title=SHP001::" in line
+
+
+def test_unwritable_cache_still_checks(good, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ONNXGATE_CACHE_DIR", str(blocker / "cache"))
+    result = run("check", str(good), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
+
+
+def test_unwritable_cache_for_another_release_is_exit_3(good, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ONNXGATE_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.delenv("ONNXGATE_ENV_DIR")
+    result = run("check", str(good), "--runtime", "onnxruntime==1.16.3", "--format", "json")
+    assert result.exit_code == 3
+    assert "ONNXGATE_CACHE_DIR" in json.loads(result.stdout)["hint"]
+
+
+def test_library_takes_comma_separated_strings(good):
+    from onnxgate import check_model
+
+    report = check_model(good, providers="cuda", ignore="SHP001,STR008")
+    assert report.providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]

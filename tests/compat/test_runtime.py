@@ -19,7 +19,7 @@ from onnxgate.errors import ConfigError, RuntimeEnvError
         ("1.16.3", "onnxruntime", "1.16.3"),
         ("onnxruntime==1.16.3", "onnxruntime", "1.16.3"),
         ("onnxruntime-gpu==1.20.1", "onnxruntime-gpu", "1.20.1"),
-        ("onnxruntime_gpu == 1.20", "onnxruntime-gpu", "1.20"),
+        ("onnxruntime_gpu == 1.20.1", "onnxruntime-gpu", "1.20.1"),
     ],
 )
 def test_spec_parsing(text, package, version):
@@ -27,7 +27,9 @@ def test_spec_parsing(text, package, version):
     assert (spec.package, spec.version) == (package, version)
 
 
-@pytest.mark.parametrize("text", ["onnxruntime>=1.16", "torch==2.1.0", "latest", "onnxruntime==1"])
+@pytest.mark.parametrize(
+    "text", ["onnxruntime>=1.16", "torch==2.1.0", "latest", "onnxruntime==1", "1.16"]
+)
 def test_bad_specs_are_config_errors(text):
     with pytest.raises(ConfigError):
         RuntimeSpec.parse(text)
@@ -62,6 +64,7 @@ def test_unreadable_cache_is_probed_again(tmp_path, monkeypatch, installed_profi
 def test_install_failure_is_an_environment_error(tmp_path, monkeypatch):
     """A release that cannot be installed is exit 3 with pip's reason, and leaves no environment."""
     monkeypatch.setenv("ONNXGATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ONNXGATE_ENV_DIR", str(tmp_path / "envs"))
     real_run = subprocess.run
 
     def fake_pip(cmd, *args, **kwargs):

@@ -209,7 +209,15 @@ def _fifo_outside(folder: Path) -> str:
     return "../pipe.bin"
 
 
+def _ort_memory_marker(folder: Path) -> str:
+    # Some ONNX Runtime releases read the offset of this location as a memory address and crash.
+    (folder / "*" / "_ORT_MEM_ADDR_").mkdir(parents=True)
+    (folder / "*" / "_ORT_MEM_ADDR_" / "*").write_bytes(bytes(WEIGHTS.nbytes))
+    return "*/_ORT_MEM_ADDR_/*"
+
+
 UNSAFE = {
+    "ort-memory-marker": _ort_memory_marker,
     "dotdot": _dotdot,
     "absolute-system": _absolute_system,
     "absolute-outside": _absolute_outside,
@@ -411,7 +419,17 @@ def big_model(tmp_path: Path) -> Path:
     return path
 
 
-def test_big_external_data_is_described_without_being_read(big_model: Path) -> None:
+def test_big_external_data_is_described_without_being_read(
+    big_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_open = open
+
+    def guarded_open(file, *args, **kwargs):
+        assert not str(file).endswith("big.bin"), "the weights were opened"
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", guarded_open)
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: guarded_open(self, *a, **k))
     loaded = load_model(big_model)
     assert loaded.weights_loaded is False
     assert loaded.external_bytes == 5 * GiB
@@ -533,3 +551,83 @@ def test_cli_unresolvable_location_is_a_usage_error(model_path: Path, runner: Cl
     document = json.loads(result.stdout)
     assert document["error"] == "model-load"
     assert str(model_path) in document["message"]
+
+
+# --- found by review: corrupted text, strings, offsets, functions ----------------------------------
+
+
+def test_invalid_utf8_in_a_name_is_a_load_error(tmp_path: Path) -> None:
+    proto = build_model(numpy_helper.from_array(WEIGHTS, "W"))
+    proto.graph.node[0].name = "Cxnv"
+    data = proto.SerializeToString().replace(b"Cxnv", b"C\xb0nv")
+    path = tmp_path / "corrupt.onnx"
+    path.write_bytes(data)
+    with pytest.raises(ModelLoadError) as caught:
+        load_model(path)
+    assert str(path) in str(caught.value) and "UTF-8" in str(caught.value)
+
+
+def test_string_tensor_in_external_data_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "s.bin").write_bytes(b"abcd")
+    tensor = TensorProto(name="S", data_type=TensorProto.STRING, dims=[1])
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": "s.bin", "offset": "100"}.items():
+        tensor.external_data.add(key=key, value=value)
+    path = tmp_path / "m.onnx"
+    onnx.save_model(build_model(tensor), path)
+    with pytest.raises(ModelLoadError, match="string tensor"):
+        load_model(path)
+
+
+def test_offset_past_the_end_without_a_length(model_path: Path) -> None:
+    proto = onnx.load(model_path, load_external_data=False)
+    (tensor,) = proto.graph.initializer
+    entries = {e.key: e.value for e in tensor.external_data if e.key != "length"}
+    entries["offset"] = str(10 * WEIGHTS.nbytes)
+    del tensor.external_data[:]
+    for key, value in entries.items():
+        tensor.external_data.add(key=key, value=value)
+    onnx.save_model(proto, model_path)
+    with pytest.raises(ModelLoadError, match="has only"):
+        load_model(model_path)
+
+
+def test_external_data_inside_a_function_subgraph_is_checked(tmp_path: Path) -> None:
+    """An If branch inside a model-local function holds a Constant whose data escapes the folder."""
+    (tmp_path / "secret.bin").write_bytes(bytes(WEIGHTS.nbytes))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    value = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=list(WEIGHTS.shape))
+    value.data_location = TensorProto.EXTERNAL
+    for key, entry in {"location": "../secret.bin", "offset": "0"}.items():
+        value.external_data.add(key=key, value=entry)
+    branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=value)],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, list(WEIGHTS.shape))],
+    )
+    function = helper.make_function(
+        "local",
+        "F",
+        ["cond"],
+        ["y"],
+        [helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch)],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("F", ["cond"], ["y"], domain="local")],
+        "g",
+        [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(WEIGHTS.shape))],
+    )
+    proto = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        functions=[function],
+    )
+    proto.ir_version = 10
+    path = folder / "m.onnx"
+    onnx.save_model(proto, path)
+    with pytest.raises(UnsafeModelError, match="secret.bin"):
+        load_model(path)

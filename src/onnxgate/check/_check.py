@@ -15,7 +15,7 @@ from onnxgate.check._graph import (
     structure_findings,
     topologically_sorted,
 )
-from onnxgate.check._report import CheckReport, Finding, finding
+from onnxgate.check._report import CheckReport, Finding, Severity, finding
 from onnxgate.check._runtime_rules import operator_findings, provider_findings, version_findings
 from onnxgate.compat.kernels import KernelTable
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
@@ -121,6 +121,15 @@ def file_findings(loaded: LoadedModel) -> list[Finding]:
     return found
 
 
+def _names(values: Iterable[str] | str | None) -> list[str]:
+    """Names from a list, or from one comma-separated string ("cuda,cpu")."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
 def resolve_providers(profile: RuntimeProfile, providers: Iterable[str] | None) -> list[str]:
     """The providers a session would use, in order, with CPU appended as ONNX Runtime does.
 
@@ -151,8 +160,9 @@ def check_model(
     model: str | os.PathLike[str] | LoadedModel,
     *,
     runtime: str | RuntimeSpec | RuntimeProfile | None = None,
-    providers: Iterable[str] | None = None,
-    ignore: Iterable[str] = (),
+    providers: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | str = (),
+    fail_on: Severity | str = Severity.ERROR,
     progress: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Statically judge whether a model will load and run on a target runtime.
@@ -163,6 +173,7 @@ def check_model(
             release probed in an isolated environment, or a profile obtained earlier.
         providers: execution providers in preference order (CPU is appended, as the runtime does).
         ignore: finding codes to leave out.
+        fail_on: the lowest severity that makes ``passed`` false.
         progress: called with a line for each slow step (environment creation, probing).
 
     Raises:
@@ -172,6 +183,7 @@ def check_model(
     """
     from onnxgate.check._report import RULES
 
+    providers, ignore = _names(providers), _names(ignore)
     unknown = [code for code in ignore if code not in RULES]
     if unknown:
         raise ConfigError(
@@ -205,6 +217,8 @@ def check_model(
     ]
     skip = set(ignore)
     findings = [f for f in findings if f.code not in skip]
-    report = CheckReport.build(str(loaded.path), profile.label, chosen, findings)
+    report = CheckReport.build(
+        str(loaded.path), profile.label, chosen, findings, fail_on=Severity(fail_on)
+    )
     log.info("checked %s against %s: %s", loaded.path, profile.label, report.counts)
     return report

@@ -55,6 +55,26 @@ def _body(
     return None
 
 
+def first_body_opset(schema: NodeSchema) -> int | None:
+    """The lowest opset at which the onnx package can build the operator's body, if it says.
+
+    Relu-14 has a body only from opset 18: at opset 17 a Relu with no kernel cannot be inlined.
+    """
+    try:
+        spec = defs.get_schema(schema.op, schema.since_version, proto_domain(schema.domain))
+    except defs.SchemaError:
+        return None
+    versions = [
+        *(spec.function_opset_versions if spec.has_function else []),
+        *(
+            spec.context_dependent_function_opset_versions
+            if getattr(spec, "has_context_dependent_function", False)
+            else []
+        ),
+    ]
+    return min(versions) if versions else None
+
+
 def _bind_attributes(body: FunctionProto, node: NodeProto) -> list[NodeProto]:
     given = {a.name: a for a in node.attribute}
     nodes = []

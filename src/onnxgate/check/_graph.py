@@ -84,6 +84,17 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
         for sub in subgraphs_of(node):
             yield from _graph_findings(sub, available | all_produced | set(outer), ir_version)
     if unsorted_at:
+        _, stuck = _dependency_order(list(graph.node), set(outer) | _graph_sources(graph))
+        cyclic = [
+            n for n in stuck if all(not i or i in all_produced or i in outer for i in n.input)
+        ]
+        if cyclic:
+            names = ", ".join(node_label(n, list(graph.node).index(n)) for n in cyclic[:4])
+            yield finding(
+                "STR009",
+                f"graph '{graph.name}' has a cycle through {len(cyclic)} node(s): {names}",
+                node=node_label(cyclic[0], list(graph.node).index(cyclic[0])),
+            )
         node, what = unsorted_at
         yield finding(
             "STR003", f"graph '{graph.name}' is not topologically sorted: {what}", node=node
@@ -122,30 +133,47 @@ def structure_findings(model: ModelProto) -> list[Finding]:
     return findings
 
 
-def topologically_sorted(model: ModelProto) -> ModelProto:
-    """A copy of the model whose main graph lists nodes in dependency order.
+def _dependency_order(
+    nodes: list[NodeProto], available: set[str]
+) -> tuple[list[NodeProto], list[NodeProto]]:
+    """Nodes in an order where each comes after its inputs' producers, and those never ready.
 
-    ONNX Runtime sorts a graph before it infers shapes, so inference here must see the same order
-    to judge what the runtime will see. Nodes in a cycle or with missing inputs keep their place
-    at the end.
+    A node is never ready when an input has no producer at all (STR006) or when it sits on a
+    cycle (STR009).
     """
-    graph = model.graph
-    available = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-    available |= {s.values.name for s in graph.sparse_initializer}
-    pending = list(graph.node)
+    known = set(available)
+    pending = list(nodes)
     ordered: list[NodeProto] = []
     progressed = True
     while pending and progressed:
         progressed = False
         waiting = []
         for node in pending:
-            if all(not name or name in available for name in node.input):
+            if all(not name or name in known for name in node.input):
                 ordered.append(node)
-                available.update(node.output)
+                known.update(node.output)
                 progressed = True
             else:
                 waiting.append(node)
         pending = waiting
+    return ordered, pending
+
+
+def _graph_sources(graph: GraphProto) -> set[str]:
+    return (
+        {v.name for v in graph.input}
+        | {t.name for t in graph.initializer}
+        | {s.values.name for s in graph.sparse_initializer}
+    )
+
+
+def topologically_sorted(model: ModelProto) -> ModelProto:
+    """A copy of the model whose main graph lists nodes in dependency order.
+
+    ONNX Runtime sorts a graph before it infers shapes, so inference here must see the same order
+    to judge what the runtime will see. Nodes that are never ready keep their place at the end.
+    """
+    ordered, pending = _dependency_order(list(model.graph.node), _graph_sources(model.graph))
     copy = ModelProto()
     copy.CopyFrom(model)
     del copy.graph.node[:]

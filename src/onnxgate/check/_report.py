@@ -9,11 +9,20 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Severity(StrEnum):
-    """How bad a finding is. Only ``error`` fails a check."""
+    """How bad a finding is. By default only ``error`` fails a check."""
 
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for error, 1 for warning, 2 for info: lower is worse."""
+        return ("error", "warning", "info").index(self.value)
+
+    def at_least(self, other: Severity) -> bool:
+        """Whether this severity is as bad as ``other`` or worse."""
+        return self.rank <= other.rank
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ _RULES = (
     Rule("STR006", Severity.ERROR, "a node consumes a tensor nothing produces", "Add the missing initializer or graph input, or reconnect the node.", True),
     Rule("STR007", Severity.ERROR, "a graph output is never produced", "Connect the output to the node that computes it or remove it.", True),
     Rule("STR008", Severity.WARNING, "an initializer is also listed as a graph input", "Remove it from graph.input (onnxruntime.tools remove_initializer_from_input) unless callers must override it; the runtime cannot constant-fold it.", False),
+    Rule("STR009", Severity.ERROR, "the graph has a cycle", "Break the cycle; loops belong in a Loop or Scan node's body.", True),
     # versions
     Rule("VER001", Severity.ERROR, "IR version newer than the target runtime loads", "Re-export with an older exporter or set model.ir_version to the target's maximum if nothing newer is used.", True),
     Rule("VER002", Severity.ERROR, "IR version older than the target runtime loads", "Re-export the model with a current exporter.", True),
@@ -69,6 +79,16 @@ _RULES = (
 )  # fmt: skip
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
+
+
+def _escape_data(text: str) -> str:
+    """Escape a GitHub workflow command's message."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    """Escape a GitHub workflow command's property value (``file=...``)."""
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 class Finding(BaseModel):
@@ -115,7 +135,10 @@ class CheckReport(BaseModel):
     model: str
     runtime: str
     providers: list[str]
+    fail_on: Severity = Severity.ERROR
+    """The lowest severity that fails the check."""
     passed: bool
+    """No finding at or above ``fail_on``."""
     predicted_load: bool
     """Whether the target runtime is predicted to load the model and find a kernel for every node."""
     findings: list[Finding]
@@ -123,17 +146,23 @@ class CheckReport(BaseModel):
 
     @classmethod
     def build(
-        cls, model: str, runtime: str, providers: list[str], findings: list[Finding]
+        cls,
+        model: str,
+        runtime: str,
+        providers: list[str],
+        findings: list[Finding],
+        *,
+        fail_on: Severity = Severity.ERROR,
     ) -> CheckReport:
         """Assemble a report, ordering findings by severity then code."""
-        order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-        findings = sorted(findings, key=lambda f: (order[f.severity], f.code))
+        findings = sorted(findings, key=lambda f: (f.severity.rank, f.code))
         counts = {s.value: sum(f.severity == s for f in findings) for s in Severity}
         return cls(
             model=model,
             runtime=runtime,
             providers=providers,
-            passed=counts["error"] == 0,
+            fail_on=fail_on,
+            passed=not any(f.severity.at_least(fail_on) for f in findings),
             predicted_load=not any(f.blocks_load for f in findings),
             findings=findings,
             counts=counts,
@@ -146,8 +175,9 @@ class CheckReport(BaseModel):
         for f in self.findings:
             subject = f.node or f.tensor
             where = f" ({subject})" if subject and subject not in f.message else ""
-            text = f"{f.message}{where}. {f.hint or ''}".replace("%", "%25").replace("\n", "%0A")
-            lines.append(f"::{kind[f.severity]} file={self.model},title={f.code}::{text}")
+            text = _escape_data(f"{f.message}{where}. {f.hint or ''}")
+            file = _escape_property(self.model)
+            lines.append(f"::{kind[f.severity]} file={file},title={f.code}::{text}")
         return "\n".join(lines)
 
     def to_sarif(self, tool_version: str) -> dict:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import ModelProto, NodeProto
 
-from onnxgate.check._functions import expand
+from onnxgate.check._functions import expand, first_body_opset
 from onnxgate.check._graph import node_label
 from onnxgate.check._report import RULES, Finding, finding
 from onnxgate.compat.kernels import OPEN_END, KernelTable, NodeSchema, onnx_schema
@@ -170,6 +170,14 @@ def _judge_body(
 ) -> _Verdict:
     """OP005 when the inlined body has kernels for all its nodes, else OP001 naming the culprit."""
     key = (schema.domain, node.op_type, schema.since_version, tuple(inputs))
+    first = first_body_opset(schema)
+    if first is not None and first > opset:
+        return _Verdict(
+            "OP001",
+            key,
+            f"{node.op_type}-{schema.since_version} has no kernel for ({', '.join(t or '?' for t in inputs)}), "
+            f"and its function body exists only from opset {first} (the model imports {opset})",
+        )
     body = expand(schema, node, inputs, opset) if depth < 3 else None
     if body is not None:
         nodes, opsets, types = body

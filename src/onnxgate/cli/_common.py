@@ -24,6 +24,9 @@ R = TypeVar("R")
 INTERNAL_ERROR = 4
 """Exit code of a bug in onnxgate itself (an exception that is not a GateError)."""
 
+INTERRUPTED = 130
+"""Exit code after Ctrl-C, as shells report a SIGINT, so CI never reads it as a failed check."""
+
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 
@@ -80,7 +83,10 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
                 if error.hint:
                     err.print(f"[dim]hint:[/] {escape(error.hint)}", markup=True)
             raise typer.Exit(int(error.exit_code)) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(INTERRUPTED) from None
+        except (typer.Exit, typer.Abort):
             raise
         except Exception as error:  # a bug: say so plainly, keep the traceback for -v
             logging.getLogger("onnxgate").debug("internal error", exc_info=True)
@@ -94,13 +100,13 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
                 )
             else:
                 err.print(
-                    f"[bold red]internal error:[/] {type(error).__name__}: {error}", markup=True
+                    f"[bold red]internal error:[/] {escape(f'{type(error).__name__}: {error}')}"
                 )
                 err.print(
                     "This is a bug in onnxgate; run again with -vv for the traceback and report it."
                 )
                 if logging.getLogger().level <= logging.DEBUG:
-                    err.print(traceback.format_exc())
+                    err.print(traceback.format_exc(), markup=False)
             raise typer.Exit(INTERNAL_ERROR) from None
 
     return wrapper

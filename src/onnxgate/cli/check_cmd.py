@@ -15,10 +15,6 @@ from onnxgate.cli._common import CheckFormat, emit_json, finish, handles_errors,
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
-def _split(values: list[str] | None) -> list[str]:
-    return [item.strip() for value in values or [] for item in value.split(",") if item.strip()]
-
-
 def render(report: CheckReport) -> None:
     """Print findings for people."""
     out.print(
@@ -99,8 +95,9 @@ def check_command(
         report = check_model(
             model,
             runtime=profile,
-            providers=_split(providers),
-            ignore=_split(ignore),
+            providers=providers,
+            ignore=ignore,
+            fail_on=fail_on,
             progress=progress,
         )
     if fmt == CheckFormat.json:
@@ -113,6 +110,4 @@ def check_command(
             out.print(text, markup=False)
     else:
         render(report)
-    rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    failing = [f for f in report.findings if rank[f.severity] <= rank[fail_on]]
-    finish(not failing)
+    finish(report.passed)

@@ -37,7 +37,7 @@ def render(info: ModelInfo) -> None:
         f"onnxruntime {rt['onnxruntime']} ({rt['source']})" if rt["onnxruntime"] else rt["reason"]
     )
     out.print(f"[bold]{escape(info.model)}[/]")
-    out.print(f"  IR {info.ir_version} · opsets {opsets} · producer {producer}")
+    out.print(escape(f"  IR {info.ir_version} · opsets {opsets} · producer {producer}"))
     ext = info.external_data
     size = _size(info.size_bytes)
     if ext.tensors:
@@ -56,7 +56,7 @@ def render(info: ModelInfo) -> None:
         )
     for line in extras:
         out.print(f"  {escape(line)}")
-    out.print(f"  oldest ONNX Runtime that loads it: {oldest}")
+    out.print(escape(f"  oldest ONNX Runtime that loads it: {oldest}"))
     table = Table(show_edge=False, box=None, padding=(0, 2))
     for column in ("", "name", "dtype", "shape"):
         table.add_column(column)

@@ -42,6 +42,10 @@ from onnxgate.errors import ConfigError, RuntimeEnvError
 log = logging.getLogger(__name__)
 
 PROFILE_FORMAT = 3
+
+PROBE_FLOOR_IR = 14
+PROBE_FLOOR_OPSET = 28
+"""The probe always tries at least up to these (plus a margin): what onnx 1.23 writes."""
 """Bump when the probe or the profile's shape changes, so stale caches are re-probed."""
 
 RUNTIME_PACKAGES = (
@@ -52,7 +56,7 @@ RUNTIME_PACKAGES = (
     "onnxruntime-qnn",
 )
 
-_SPEC = re.compile(r"^\s*(?:(?P<pkg>[A-Za-z][\w.-]*)\s*==\s*)?(?P<ver>\d+(?:\.\d+){1,2})\s*$")
+_SPEC = re.compile(r"^\s*(?:(?P<pkg>[A-Za-z][\w.-]*)\s*==\s*)?(?P<ver>\d+\.\d+\.\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ class RuntimeSpec:
         if not match:
             raise ConfigError(
                 f"runtime {text!r} is not a runtime spec.",
-                hint="Use 'installed', a release such as 1.16.3, or onnxruntime==1.16.3.",
+                hint="Use 'installed', a full release such as 1.16.3, or onnxruntime==1.16.3 "
+                "(major.minor.patch: the probe must know exactly which release it measured).",
             )
         package = (match["pkg"] or "onnxruntime").lower().replace("_", "-")
         if package not in RUNTIME_PACKAGES:
@@ -153,8 +158,10 @@ def probe_models() -> dict[str, onnx.ModelProto]:
     ``ir:k`` is Relu at opset 9 stamped IR k; ``ai.onnx:k`` is Relu at opset k stamped with the
     IR that opset first came with; ``ai.onnx.ml:k`` is Normalizer at ml opset k.
     """
-    top_ir = onnx.IR_VERSION + 2
-    top_opset = onnx.defs.onnx_opset_version() + 2
+    # Probe past what both the installed onnx and the newest runtime measured so far know, so that
+    # an older onnx package cannot cap the limits measured for a newer runtime.
+    top_ir = max(onnx.IR_VERSION, PROBE_FLOOR_IR) + 3
+    top_opset = max(onnx.defs.onnx_opset_version(), PROBE_FLOOR_OPSET) + 3
     models = {
         f"ir:{k}": _one_node("Relu", "", k, {DEFAULT_DOMAIN: 9}) for k in range(1, top_ir + 1)
     }
@@ -267,10 +274,11 @@ def _pytag() -> str:
     return f"py{sys.version_info.major}{sys.version_info.minor}"
 
 
-def _installed_version(package: str = "onnxruntime") -> str | None:
-    for name in (package, *RUNTIME_PACKAGES):
+def _installed_runtime() -> tuple[str, str] | None:
+    """(distribution, version) of the ONNX Runtime installed next to onnxgate, if any."""
+    for name in RUNTIME_PACKAGES:
         try:
-            return metadata.version(name)
+            return name, metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
     return None
@@ -282,8 +290,13 @@ def _needs_numpy_1(version: str) -> bool:
 
 
 def env_path(spec: RuntimeSpec) -> Path:
-    """Folder of the isolated environment for a release."""
-    return cache_dir() / "envs" / f"{spec.package}-{spec.version}-{_pytag()}"
+    """Folder of the isolated environment for a release.
+
+    Under ``$ONNXGATE_ENV_DIR`` when set, else in the cache folder's ``envs``.
+    """
+    root = os.environ.get("ONNXGATE_ENV_DIR")
+    base = Path(root) if root else cache_dir() / "envs"
+    return base / f"{spec.package}-{spec.version}-{_pytag()}"
 
 
 def env_python(env: Path) -> Path:
@@ -311,8 +324,14 @@ def ensure_env(
     env = env_path(spec)
     if env.exists() and not refresh and (env / ".onnxgate-ready").exists():
         return env_python(env)
-    env.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
+    try:
+        env.parent.mkdir(parents=True, exist_ok=True)
+        build = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
+    except OSError as err:
+        raise RuntimeEnvError(
+            f"cannot create an environment for {spec} under {env.parent} ({err.strerror or err}).",
+            hint="Point ONNXGATE_CACHE_DIR at a writable folder.",
+        ) from err
     say = progress or (lambda _msg: None)
     try:
         say(f"creating an isolated environment for {spec}")
@@ -335,6 +354,8 @@ def ensure_env(
             "installing it",
         )
         (build / ".onnxgate-ready").write_text(" ".join(requirements) + "\n")
+        if (env / ".onnxgate-ready").exists() and not refresh:
+            return env_python(env)  # another process finished first; use its environment
         if env.exists():
             _remove_tree(env)
         os.replace(build, env)
@@ -408,13 +429,13 @@ def runtime_profile(
     if not isinstance(spec, RuntimeSpec):
         spec = RuntimeSpec.parse(spec)
     if spec.installed:
-        version = _installed_version()
-        if version is None:
+        found = _installed_runtime()
+        if found is None:
             raise RuntimeEnvError(
                 "no ONNX Runtime is installed next to onnxgate.",
                 hint="pip install onnxruntime, or name a release with --runtime onnxruntime==X.Y.Z.",
             )
-        package = spec.package
+        package, version = found
     else:
         version, package = spec.version or "", spec.package
     cache_path = _profile_cache_path(RuntimeSpec(package, version), version)
@@ -433,7 +454,10 @@ def runtime_profile(
     if answer["version"] != version and not spec.installed:
         raise RuntimeEnvError(f"the environment for {spec} holds onnxruntime {answer['version']}.")
     profile = _profile_from_answer(package, answer)
-    atomic_write_text(cache_path, profile.model_dump_json())
+    try:
+        atomic_write_text(cache_path, profile.model_dump_json())
+    except OSError as err:
+        log.warning("cannot cache the profile of %s in %s (%s)", profile.label, cache_path, err)
     log.info("probed %s: IR <= %d, opsets %s", profile.label, profile.max_ir, profile.max_opsets)
     return profile
 

@@ -15,7 +15,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from onnx import ModelProto, TensorProto
 
 from onnxgate.errors import ModelLoadError, UnsafeModelError
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 PROTOBUF_LIMIT = 2**31 - 1
 """Protobuf cannot serialise or parse a message of 2 GiB or more."""
+
+ORT_MEMORY_MARKER = "_ORT_MEM_ADDR_"
+"""Location ONNX Runtime reserves for tensors whose offset is an address in its own memory."""
 
 # Leading bytes of files people mistake for ONNX models, with what to tell them.
 _SIGNATURES: tuple[tuple[int, bytes, str], ...] = (
@@ -134,7 +138,34 @@ def _parse(path: Path, data: bytes) -> ModelProto:
             f"{path}: is not an ONNX model: {what} (no {missing}).",
             hint="Pass an .onnx file written by an ONNX exporter.",
         )
+    corrupt = _undecodable_field(proto)
+    if corrupt:
+        raise ModelLoadError(
+            f"{path}: is corrupted: the text field {corrupt} is not valid UTF-8.",
+            hint="Re-export the model or copy it again; the file was damaged.",
+        )
     return proto
+
+
+def _undecodable_field(message: Message, trail: str = "") -> str | None:
+    """Where a string field holds bytes that are not UTF-8 (upb hands those back as bytes)."""
+    for descriptor, value in message.ListFields():
+        repeated = _is_repeated(descriptor)
+        name = f"{trail}.{descriptor.name}" if trail else descriptor.name
+        if descriptor.type == FieldDescriptor.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in (value if repeated else [value])):
+                return name
+        elif descriptor.type == FieldDescriptor.TYPE_MESSAGE:
+            for index, child in enumerate(value if repeated else [value]):
+                found = _undecodable_field(child, f"{name}[{index}]" if repeated else name)
+                if found:
+                    return found
+    return None
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    flag = getattr(field, "is_repeated", None)
+    return bool(flag) if flag is not None else field.label == FieldDescriptor.LABEL_REPEATED
 
 
 def _entries(tensor: TensorProto) -> dict[str, str]:
@@ -162,6 +193,17 @@ def _check_external(path: Path, tensor: TensorProto, base: Path) -> ExternalData
     where = f"{path}: tensor '{tensor.name}'"
     if not location:
         raise ModelLoadError(f"{where} is marked external but names no location.")
+    if ORT_MEMORY_MARKER in location:
+        raise UnsafeModelError(
+            f"{where} uses ONNX Runtime's in-memory marker {location!r} as its location; some "
+            "releases then read the offset as a raw memory address and crash.",
+            hint="Re-save the model with its external data in a file next to the .onnx file.",
+        )
+    if tensor.data_type == TensorProto.STRING:
+        raise ModelLoadError(
+            f"{where} is a string tensor kept in external data, which ONNX does not allow.",
+            hint="Re-save the model with string tensors stored inline.",
+        )
     pure = Path(location)
     if (
         pure.is_absolute()
@@ -207,6 +249,11 @@ def _check_external(path: Path, tensor: TensorProto, base: Path) -> ExternalData
     expected = tensor_nbytes(tensor.data_type, list(tensor.dims))
     if any(d < 0 for d in tensor.dims):
         raise ModelLoadError(f"{where} has a negative dimension {list(tensor.dims)}.")
+    if offset > info.st_size:
+        raise ModelLoadError(
+            f"{where} starts at byte {offset} of {location!r}, which has only {info.st_size}.",
+            hint="The data file is truncated or belongs to another model; copy it again.",
+        )
     if length is None:
         length = expected if expected is not None else info.st_size - offset
     elif expected is not None and length != expected:
