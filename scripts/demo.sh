@@ -8,11 +8,20 @@ OLD=${ONNXGATE_DEMO_RUNTIME:-onnxruntime==1.16.3}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; echo "(exit $?)"; }
+# step EXPECTED_EXIT COMMAND...: run a command, show its exit code, and fail the demo at the end
+# if it is not the expected one (a crash must not pass for a demo).
+failures=0
+step() {
+  local expected=$1; shift
+  printf '\n\033[1m$ %s\033[0m\n' "$*"
+  "$@"; local code=$?
+  echo "(exit $code)"
+  if [ "$code" -ne "$expected" ]; then echo "demo: expected exit $expected" >&2; failures=$((failures + 1)); fi
+}
 
-step onnxgate inspect "$MODEL"
-step onnxgate check "$MODEL"
-step onnxgate check "$MODEL" --runtime "$OLD"
+step 0 onnxgate inspect "$MODEL"
+step 0 onnxgate check "$MODEL"
+step 0 onnxgate check "$MODEL" --runtime "$OLD"
 
 python - "$MODEL" "$WORK/resnet50_opset20.onnx" <<'PY'
 import sys
@@ -22,8 +31,8 @@ model = version_converter.convert_version(onnx.load(sys.argv[1]), 20)
 model.ir_version = 9  # the converter keeps IR 3; opset 20 came with IR 9
 onnx.save_model(model, sys.argv[2])
 PY
-step onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001
-step onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001 --runtime "$OLD"
+step 0 onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001
+step 1 onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001 --runtime "$OLD"
 # A GPU deployment of the same model: this CPU build has no CUDA provider.
-step onnxgate check "$MODEL" --providers cuda --ignore SHP001
-exit 0
+step 1 onnxgate check "$MODEL" --providers cuda --ignore SHP001
+[ "$failures" -eq 0 ]

@@ -66,8 +66,8 @@ def _schemas(capi):
 def main():
     with open(sys.argv[1]) as handle:
         request = json.load(handle)
-    import onnxruntime as ort
-    from onnxruntime.capi import onnxruntime_pybind11_state as capi
+    import onnxruntime as ort  # noqa: TID251 (this script runs inside the probed runtime)
+    from onnxruntime.capi import onnxruntime_pybind11_state as capi  # noqa: TID251
 
     providers = request.get("providers") or ["CPUExecutionProvider"]
     answer = {
