@@ -129,6 +129,7 @@ CASES = {
     ),
     "STR008": (_initializer_as_input, True),
     "STR009": (_cycle, False),
+    "STR010": (lambda: model([helper.make_node("Relu", ["x"], ["y"])], [value("x")], []), True),
     "VER001": (lambda: relu(ir=14), False),
     "VER003": (lambda: relu(opsets={"": 27}, ir=13), False),
     "VER004": (lambda: relu(opsets={"": 6}, ir=3), True),

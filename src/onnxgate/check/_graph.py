@@ -13,8 +13,11 @@ from onnxgate.model import LoadedModel, iter_model_graphs, subgraphs_of
 
 
 def node_label(node: NodeProto, index: int) -> str:
-    """A name for a node in messages: its own name, or ``op_type#index`` when it has none."""
-    return node.name or f"{node.op_type}#{index}"
+    """A name for a node in messages: its own name, else what it computes, else its position."""
+    if node.name:
+        return node.name
+    first = next((out for out in node.output if out), None)
+    return f"{node.op_type}->{first}" if first else f"{node.op_type}#{index}"
 
 
 def first_line(err: BaseException, limit: int = 400) -> str:
@@ -115,8 +118,10 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
 
 
 def structure_findings(model: ModelProto) -> list[Finding]:
-    """STR003 to STR008 over the main graph and every subgraph."""
+    """STR003 to STR010 over the main graph and every subgraph."""
     findings = list(_graph_findings(model.graph, set(), model.ir_version))
+    if not model.graph.output:
+        findings.append(finding("STR010", f"graph '{model.graph.name}' declares no outputs"))
     for graph in iter_model_graphs(model):
         names: Counter[str] = Counter(node.name for node in graph.node if node.name)
         duplicated = [name for name, count in names.items() if count > 1]

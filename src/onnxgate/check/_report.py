@@ -48,6 +48,7 @@ _RULES = (
     Rule("STR007", Severity.ERROR, "a graph output is never produced", "Connect the output to the node that computes it or remove it.", True),
     Rule("STR008", Severity.WARNING, "an initializer is also listed as a graph input", "Remove it from graph.input (onnxruntime.tools remove_initializer_from_input) unless callers must override it; the runtime cannot constant-fold it.", False),
     Rule("STR009", Severity.ERROR, "the graph has a cycle", "Break the cycle; loops belong in a Loop or Scan node's body.", True),
+    Rule("STR010", Severity.ERROR, "the model has no outputs", "Declare the graph outputs; a model that returns nothing cannot be served or compared.", False),
     # versions
     Rule("VER001", Severity.ERROR, "IR version newer than the target runtime loads", "Re-export with an older exporter or set model.ir_version to the target's maximum if nothing newer is used.", True),
     Rule("VER002", Severity.ERROR, "IR version older than the target runtime loads", "Re-export the model with a current exporter.", True),
