@@ -395,20 +395,6 @@ def _profile_cache_path(spec: RuntimeSpec, version: str) -> Path:
     return cache_dir() / "runtimes" / f"{tag}.json"
 
 
-def cached_profiles() -> list[RuntimeProfile]:
-    """Every profile in the cache that this onnxgate can read."""
-    folder = cache_dir() / "runtimes"
-    profiles = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            profile = RuntimeProfile.model_validate_json(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if profile.format == PROFILE_FORMAT:
-            profiles.append(profile)
-    return profiles
-
-
 def runtime_profile(
     spec: RuntimeSpec | str | None = None,
     *,
