@@ -15,9 +15,8 @@ from onnxgate.check._graph import (
     structure_findings,
     topologically_sorted,
 )
-from onnxgate.check._report import CheckReport, Finding, Severity, finding
+from onnxgate.check._report import RULES, CheckReport, Finding, Severity, finding
 from onnxgate.check._runtime_rules import operator_findings, provider_findings, version_findings
-from onnxgate.compat.kernels import KernelTable
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
 from onnxgate.compat.versions import normalize_domain, opset_map, proto_domain
 from onnxgate.errors import ConfigError
@@ -181,9 +180,11 @@ def check_model(
         ConfigError: an unknown provider or finding code. RuntimeEnvError: the target runtime
             cannot be installed or probed.
     """
-    from onnxgate.check._report import RULES
-
     providers, ignore = _names(providers), _names(ignore)
+    if fail_on not in {s.value for s in Severity}:
+        raise ConfigError(
+            f"fail_on {fail_on!r} is not a severity.", hint="Use error, warning or info."
+        )
     unknown = [code for code in ignore if code not in RULES]
     if unknown:
         raise ConfigError(
@@ -196,22 +197,20 @@ def check_model(
         if isinstance(runtime, RuntimeProfile)
         else runtime_profile(runtime, progress=progress)
     )
-    table = KernelTable(profile.kernels, profile.schemas) if profile.kernels is not None else None
+    table = profile.kernel_table()
     chosen = resolve_providers(profile, providers)
     proto = loaded.proto
     structure = structure_findings(proto)
     unsorted = any(f.code == "STR003" for f in structure)
-    prepared = as_runtime_sees_it(topologically_sorted(proto) if unsorted else proto, profile)
-    inferred, inference_problem = _infer(prepared)
+    seen = as_runtime_sees_it(proto, profile)
+    inferred, inference_problem = _infer(topologically_sorted(seen) if unsorted else seen)
     findings = [
         *checker_findings(loaded),
         *([inference_problem] if inference_problem else []),
         *structure,
         *version_findings(proto, profile),
         *provider_findings(profile, table, chosen),
-        *operator_findings(
-            as_runtime_sees_it(proto, profile), profile, table, chosen, value_types(inferred)
-        ),
+        *operator_findings(seen, profile, table, chosen, value_types(inferred)),
         *shape_findings(proto),
         *file_findings(loaded),
     ]

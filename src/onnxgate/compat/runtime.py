@@ -26,9 +26,10 @@ from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate.compat.kernels import KernelTable
 from onnxgate.compat.versions import (
     DEFAULT_DOMAIN,
     ML_DOMAIN,
@@ -103,6 +104,7 @@ class RuntimeProfile(BaseModel):
     """What one ONNX Runtime release said about itself when probed."""
 
     model_config = ConfigDict(extra="forbid")
+    _table: KernelTable | None = PrivateAttr(default=None)
 
     format: int = PROFILE_FORMAT
     package: str
@@ -129,6 +131,14 @@ class RuntimeProfile(BaseModel):
     def label(self) -> str:
         """``onnxruntime==1.31.1``."""
         return f"{self.package}=={self.version}"
+
+    def kernel_table(self) -> KernelTable | None:
+        """The kernel and schema registries indexed for lookups (built once per profile)."""
+        if self.kernels is None:
+            return None
+        if self._table is None:
+            self._table = KernelTable(self.kernels, self.schemas)
+        return self._table
 
     def limits(self) -> RuntimeLimits:
         """The measured limits in the shared form."""
