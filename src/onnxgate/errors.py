@@ -66,6 +66,12 @@ class UnsafeModelError(ModelLoadError):
     code = "unsafe-model"
 
 
+class FeedError(GateError):
+    """Input data does not fit the model: a missing, extra or misnamed input, a wrong dtype or rank."""
+
+    code = "feed"
+
+
 class CompatibilityError(GateError):
     """Version knowledge is missing or contradictory for what was asked."""
 
@@ -89,6 +95,19 @@ class ExtraMissing(EnvironmentProblem):
     """An optional dependency group is needed and not installed."""
 
     code = "extra-missing"
+
+
+class ProviderUnavailable(EnvironmentProblem):
+    """An execution provider was asked for that this ONNX Runtime build does not include."""
+
+    code = "provider-unavailable"
+
+
+class RunFailed(GateError):
+    """A runner could not build a session for the model, or failed while running it."""
+
+    exit_code = ExitCode.FAILED
+    code = "run-failed"
 
 
 class CheckFailed(GateError):

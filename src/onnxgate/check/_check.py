@@ -17,6 +17,7 @@ from onnxgate.check._graph import (
 )
 from onnxgate.check._report import RULES, CheckReport, Finding, Severity, finding
 from onnxgate.check._runtime_rules import operator_findings, provider_findings, version_findings
+from onnxgate.compat.providers import names, resolve
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
 from onnxgate.compat.versions import normalize_domain, opset_map, proto_domain
 from onnxgate.errors import ConfigError
@@ -30,8 +31,6 @@ from onnxgate.model import (
 )
 
 log = logging.getLogger(__name__)
-
-CPU = "CPUExecutionProvider"
 
 
 def _infer(model: ModelProto) -> tuple[ModelProto, Finding | None]:
@@ -120,39 +119,13 @@ def file_findings(loaded: LoadedModel) -> list[Finding]:
     return found
 
 
-def _names(values: Iterable[str] | str | None) -> list[str]:
-    """Names from a list, or from one comma-separated string ("cuda,cpu")."""
-    if values is None:
-        return []
-    if isinstance(values, str):
-        values = [values]
-    return [item.strip() for value in values for item in value.split(",") if item.strip()]
-
-
 def resolve_providers(profile: RuntimeProfile, providers: Iterable[str] | None) -> list[str]:
     """The providers a session would use, in order, with CPU appended as ONNX Runtime does.
 
     Raises:
         ConfigError: a name is not a provider any ONNX Runtime build knows.
     """
-    requested = [p.strip() for p in providers or [] if p.strip()]
-    aliases = {p.lower().removesuffix("executionprovider"): p for p in profile.all_providers}
-    resolved = []
-    for name in requested:
-        full = (
-            name
-            if name in profile.all_providers
-            else aliases.get(name.lower().removesuffix("executionprovider"))
-        )
-        if full is None:
-            raise ConfigError(
-                f"provider {name!r} is not an ONNX Runtime execution provider.",
-                hint=f"Known providers: {', '.join(profile.all_providers)}.",
-            )
-        resolved.append(full)
-    if CPU not in resolved:
-        resolved.append(CPU)
-    return resolved
+    return resolve(providers, profile.all_providers)
 
 
 def check_model(
@@ -180,7 +153,7 @@ def check_model(
         ConfigError: an unknown provider or finding code. RuntimeEnvError: the target runtime
             cannot be installed or probed.
     """
-    providers, ignore = _names(providers), _names(ignore)
+    providers, ignore = names(providers), names(ignore)
     if fail_on not in {s.value for s in Severity}:
         raise ConfigError(
             f"fail_on {fail_on!r} is not a severity.", hint="Use error, warning or info."

@@ -9,7 +9,13 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto
 
 from onnxgate.check._report import Finding, finding
-from onnxgate.model import LoadedModel, iter_model_graphs, subgraphs_of
+from onnxgate.model import (
+    LoadedModel,
+    dependency_order,
+    graph_sources,
+    iter_model_graphs,
+    subgraphs_of,
+)
 
 
 def node_label(node: NodeProto, index: int) -> str:
@@ -87,7 +93,7 @@ def _graph_findings(graph: GraphProto, outer: set[str], ir_version: int) -> Iter
         for sub in subgraphs_of(node):
             yield from _graph_findings(sub, available | all_produced | set(outer), ir_version)
     if unsorted_at:
-        _, stuck = _dependency_order(list(graph.node), set(outer) | _graph_sources(graph))
+        _, stuck = dependency_order(list(graph.node), set(outer) | graph_sources(graph))
         cyclic = [
             n for n in stuck if all(not i or i in all_produced or i in outer for i in n.input)
         ]
@@ -138,47 +144,13 @@ def structure_findings(model: ModelProto) -> list[Finding]:
     return findings
 
 
-def _dependency_order(
-    nodes: list[NodeProto], available: set[str]
-) -> tuple[list[NodeProto], list[NodeProto]]:
-    """Nodes in an order where each comes after its inputs' producers, and those never ready.
-
-    A node is never ready when an input has no producer at all (STR006) or when it sits on a
-    cycle (STR009).
-    """
-    known = set(available)
-    pending = list(nodes)
-    ordered: list[NodeProto] = []
-    progressed = True
-    while pending and progressed:
-        progressed = False
-        waiting = []
-        for node in pending:
-            if all(not name or name in known for name in node.input):
-                ordered.append(node)
-                known.update(node.output)
-                progressed = True
-            else:
-                waiting.append(node)
-        pending = waiting
-    return ordered, pending
-
-
-def _graph_sources(graph: GraphProto) -> set[str]:
-    return (
-        {v.name for v in graph.input}
-        | {t.name for t in graph.initializer}
-        | {s.values.name for s in graph.sparse_initializer}
-    )
-
-
 def topologically_sorted(model: ModelProto) -> ModelProto:
     """A copy of the model whose main graph lists nodes in dependency order.
 
     ONNX Runtime sorts a graph before it infers shapes, so inference here must see the same order
     to judge what the runtime will see. Nodes that are never ready keep their place at the end.
     """
-    ordered, pending = _dependency_order(list(model.graph.node), _graph_sources(model.graph))
+    ordered, pending = dependency_order(list(model.graph.node), graph_sources(model.graph))
     copy = ModelProto()
     copy.CopyFrom(model)
     del copy.graph.node[:]

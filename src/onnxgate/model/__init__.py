@@ -10,6 +10,8 @@ from onnxgate.model._types import (
     value_types,
 )
 from onnxgate.model._walk import (
+    dependency_order,
+    graph_sources,
     iter_graphs,
     iter_model_graphs,
     iter_model_nodes,
@@ -25,8 +27,10 @@ __all__ = [
     "LoadedModel",
     "Signature",
     "TensorSpec",
+    "dependency_order",
     "dtype_name",
     "elem_type_name",
+    "graph_sources",
     "iter_graphs",
     "iter_model_graphs",
     "iter_model_nodes",

@@ -86,3 +86,38 @@ def iter_model_tensors(model: ModelProto) -> Iterator[TensorProto]:
             yield sparse.indices
     for node in iter_model_nodes(model):
         yield from _node_tensors(node)
+
+
+def dependency_order(
+    nodes: list[NodeProto], available: set[str]
+) -> tuple[list[NodeProto], list[NodeProto]]:
+    """Nodes in an order where each comes after its inputs' producers, and those never ready.
+
+    A node is never ready when an input has no producer at all (STR006) or when it sits on a
+    cycle (STR009).
+    """
+    known = set(available)
+    pending = list(nodes)
+    ordered: list[NodeProto] = []
+    progressed = True
+    while pending and progressed:
+        progressed = False
+        waiting = []
+        for node in pending:
+            if all(not name or name in known for name in node.input):
+                ordered.append(node)
+                known.update(node.output)
+                progressed = True
+            else:
+                waiting.append(node)
+        pending = waiting
+    return ordered, pending
+
+
+def graph_sources(graph: GraphProto) -> set[str]:
+    """Names a graph defines before any node runs: inputs and initializers."""
+    return (
+        {v.name for v in graph.input}
+        | {t.name for t in graph.initializer}
+        | {s.values.name for s in graph.sparse_initializer}
+    )

@@ -1,0 +1,107 @@
+"""Options several commands share: input feeds and ONNX Runtime session settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from onnxgate.errors import ConfigError
+
+InputsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--inputs",
+        "-i",
+        help="Input data: an .npz file, a JSON file ({input: nested list} or a list of them), a "
+        "test_data_set_* folder of input_*.pb, or a folder of those or of .npz files. Without it, "
+        "seeded synthetic feeds are generated from the model's signature.",
+        show_default=False,
+    ),
+]
+DimOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--dim",
+        "-d",
+        help="Size of a symbolic dimension for synthetic feeds, NAME=SIZE[,SIZE...]; several "
+        "sizes give several samples (e.g. --dim batch=1,7 --dim seq=128). Unnamed dimensions are "
+        "3, never 1, which would hide broadcasting bugs.",
+        show_default=False,
+    ),
+]
+RangeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--range",
+        help="Values of an input for synthetic feeds: INPUT=LOW:HIGH (HIGH excluded) or "
+        "INPUT=VALUE. Defaults: floats in [0, 1), integers in [0, 10), integer inputs that index "
+        "an embedding table below its row count, inputs named *mask* all ones.",
+        show_default=False,
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of synthetic feeds.")]
+ProvidersOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--providers",
+        "-p",
+        help="ONNX Runtime execution providers in preference order, comma-separated or repeated "
+        "(cuda or CUDAExecutionProvider). CPU is appended, as ONNX Runtime does.",
+        show_default=False,
+    ),
+]
+OptLevelOpt = Annotated[
+    str,
+    typer.Option(
+        "--opt-level",
+        help="ONNX Runtime graph optimisation level: disable, basic, extended, layout or all.",
+    ),
+]
+ThreadsOpt = Annotated[
+    int, typer.Option("--threads", help="Intra-op threads; 0 lets ONNX Runtime choose.")
+]
+SessionConfigOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--session-config",
+        help="An ONNX Runtime session config entry KEY=VALUE, repeatable "
+        "(e.g. session.intra_op.allow_spinning=0).",
+        show_default=False,
+    ),
+]
+
+
+def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
+    """``["a=1", "b=2"]`` → ``{"a": "1", "b": "2"}``.
+
+    Raises:
+        ConfigError: an item has no ``=``.
+    """
+    pairs = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} {item!r} is not KEY=VALUE.")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def ort_options(
+    providers: list[str] | None,
+    opt_level: str,
+    threads: int,
+    session_config: list[str] | None,
+    optimized_model: Path | None = None,
+) -> object:
+    """The ``OrtOptions`` the shared options describe."""
+    from onnxgate.runners import OrtOptions
+
+    return OrtOptions(
+        providers=tuple(providers or ()),
+        optimization=opt_level,
+        intra_op_threads=threads,
+        config=parse_pairs(session_config, "--session-config"),
+        optimized_model_path=optimized_model,
+    )

@@ -1,0 +1,358 @@
+"""Run two executions on the same samples and judge every output against a stated rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxgate.compare._localize import localize
+from onnxgate.compare._metrics import (
+    Criterion,
+    Figures,
+    Tolerance,
+    as_array,
+    default_tolerance,
+    figures,
+    kind,
+)
+from onnxgate.compare._report import CompareReport, OutputComparison, SampleResult
+from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.errors import ConfigError
+from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.runners import Runner, TensorTap, make_runner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """How outputs are judged.
+
+    ``atol``/``rtol`` replace the per-dtype defaults for every float output; ``tolerances`` set
+    them per output; ``metrics`` replace the element rule of an output by a rule on one figure
+    (the key None applies to every output without its own).
+    """
+
+    atol: float | None = None
+    rtol: float | None = None
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    metrics: Mapping[str | None, Criterion] = field(default_factory=dict)
+
+    def tolerance(self, name: str, a: np.dtype, b: np.dtype) -> Tolerance:
+        """The tolerance an output is judged with."""
+        if name in self.tolerances:
+            return self.tolerances[name]
+        base = default_tolerance(a, b)
+        if kind(a) != "float" and kind(b) != "float":
+            return base
+        return Tolerance(
+            self.atol if self.atol is not None else base.atol,
+            self.rtol if self.rtol is not None else base.rtol,
+        )
+
+    def criterion(self, name: str) -> Criterion | None:
+        """The metric rule replacing the element rule for this output, if any."""
+        return self.metrics.get(name, self.metrics.get(None))
+
+    def check_names(self, outputs: Sequence[str]) -> None:
+        """Refuse per-output settings for outputs the model does not have.
+
+        Raises:
+            ConfigError: naming the unknown output and the model's outputs.
+        """
+        named = [*self.tolerances, *(k for k in self.metrics if k is not None)]
+        for name in named:
+            if name not in outputs:
+                raise ConfigError(
+                    f"output {name!r} in --tol/--metric is not an output of the model; outputs: "
+                    f"{', '.join(outputs)}."
+                )
+
+
+@dataclass
+class _Worst:
+    """Figures of one output accumulated over samples."""
+
+    name: str
+    comparisons: list[tuple[str, Figures]] = field(default_factory=list)
+    failure: OutputComparison | None = None
+
+
+def _judge(
+    name: str, a_value: Any, b_value: Any, config: CompareConfig, label: str
+) -> OutputComparison:
+    """One output on one sample."""
+    try:
+        a, a_keys = as_array(a_value)
+        b, b_keys = as_array(b_value)
+    except ValueError as err:
+        return _failed(name, config, label, f"cannot be compared: {err}")
+    tol = config.tolerance(name, a.dtype, b.dtype)
+    criterion = config.criterion(name)
+    base = OutputComparison(
+        name=name,
+        passed=False,
+        criterion=str(criterion) if criterion else f"allclose({tol})",
+        atol=tol.atol,
+        rtol=tol.rtol,
+        dtype=b.dtype.name,
+        candidate_dtype=a.dtype.name,
+        shape=list(b.shape),
+        candidate_shape=list(a.shape),
+        dtype_equal=a.dtype == b.dtype,
+        shape_equal=a.shape == b.shape,
+        keys=[str(k) for k in b_keys] if b_keys is not None else None,
+        worst_sample=label,
+    )
+    if a_keys is not None and b_keys is not None and a_keys != b_keys:
+        return base.model_copy(update={"reason": f"map keys differ: {a_keys} vs {b_keys}"})
+    if kind(a.dtype) != kind(b.dtype):
+        return base.model_copy(
+            update={"reason": f"dtype {a.dtype} is not comparable with the reference's {b.dtype}"}
+        )
+    if a.shape != b.shape:
+        return base.model_copy(
+            update={"reason": f"shape {list(a.shape)} differs from the reference's {list(b.shape)}"}
+        )
+    found = figures(a, b, tol)
+    update: dict[str, Any] = found.model_dump() | {"mismatch_fraction": found.mismatch_fraction}
+    if criterion is not None:
+        value = getattr(found, criterion.metric)
+        passed = criterion.holds(value)
+        reason = None if passed else f"{criterion.metric} = {value} does not meet {criterion}"
+    else:
+        passed = found.mismatches == 0
+        reason = (
+            None
+            if passed
+            else f"{found.mismatches} of {found.elements} element(s) outside allclose({tol})"
+        )
+    return base.model_copy(update=update | {"passed": passed, "reason": reason})
+
+
+def _failed(name: str, config: CompareConfig, label: str, reason: str) -> OutputComparison:
+    tol = config.tolerances.get(name, Tolerance(config.atol or 0.0, config.rtol or 0.0))
+    return OutputComparison(
+        name=name,
+        passed=False,
+        criterion="present",
+        atol=tol.atol,
+        rtol=tol.rtol,
+        worst_sample=label,
+        reason=reason,
+    )
+
+
+def _merge(results: list[OutputComparison]) -> OutputComparison:
+    """One output over all samples: worst figures, summed counts, the first failure's reason."""
+    failing = [r for r in results if not r.passed]
+    worst = failing[0] if failing else max(results, key=lambda r: r.max_abs or 0.0)
+
+    def top(attr: str, pick: Callable[[list[float]], float]) -> float | None:
+        values = [getattr(r, attr) for r in results if getattr(r, attr) is not None]
+        return pick(values) if values else None
+
+    elements = sum(r.elements for r in results)
+    mismatches = sum(r.mismatches for r in results)
+    weighted = [(r.mean_abs, r.elements) for r in results if r.mean_abs is not None]
+    total = sum(n for _, n in weighted)
+    return worst.model_copy(
+        update={
+            "passed": not failing,
+            "elements": elements,
+            "mismatches": mismatches,
+            "mismatch_fraction": mismatches / elements if elements else 0.0,
+            "max_abs": top("max_abs", max),
+            "mean_abs": sum(m * n for m, n in weighted) / total if total else None,
+            "p99_abs": top("p99_abs", max),
+            "max_rel": top("max_rel", max),
+            "cosine": top("cosine", min),
+            "top1": top("top1", min),
+            "topk": top("topk", min),
+            "nan": (sum(r.nan[0] for r in results), sum(r.nan[1] for r in results)),
+            "inf": (sum(r.inf[0] for r in results), sum(r.inf[1] for r in results)),
+            "dtype_equal": all(r.dtype_equal for r in results),
+            "shape_equal": all(r.shape_equal for r in results),
+        }
+    )
+
+
+def _pair_names(
+    candidate: Mapping[str, Any], reference: Mapping[str, Any], notes: list[str]
+) -> list[tuple[str, str | None]]:
+    """(reference name, candidate name) per reference output: by name, else by position."""
+    if all(name in candidate for name in reference):
+        return [(name, name) for name in reference]
+    if len(candidate) == len(reference):
+        pairs = list(zip(reference, candidate, strict=True))
+        notes.append(
+            "output names differ, so outputs are matched by position: "
+            + ", ".join(f"{c} ↔ {r}" for r, c in pairs)
+        )
+        return pairs
+    return [(name, name if name in candidate else None) for name in reference]
+
+
+def compare_runners(
+    candidate: Runner,
+    reference: Runner,
+    samples: Sequence[Sample],
+    *,
+    signature: Signature,
+    config: CompareConfig | None = None,
+    localize_model: LoadedModel | None = None,
+    model_label: str = "",
+    progress: Callable[[str], None] | None = None,
+) -> CompareReport:
+    """Feed every sample to both runners and judge each output.
+
+    Args:
+        candidate: the execution under test (``a`` in the element rule).
+        reference: the execution it must agree with (``b``).
+        samples: feeds; each is checked against ``signature`` first.
+        signature: the model's signature.
+        config: tolerances and metrics.
+        localize_model: when given and an output fails, the candidate's graph in which to look
+            for the first diverging node (both runners must expose intermediate tensors).
+        model_label: the model's path, for the report.
+        progress: called with a short message before each step.
+
+    Raises:
+        FeedError: a sample does not fit the signature.
+        RunFailed: a runner cannot load or run the model.
+    """
+    config = config or CompareConfig()
+    config.check_names([o.name for o in signature.outputs])
+    say = progress or (lambda message: log.info("%s", message))
+    checked = [
+        Sample(s.label, validate_feeds(signature, s.feeds, where=s.label), s.dims) for s in samples
+    ]
+    per_output: dict[str, list[OutputComparison]] = {}
+    sample_results: list[SampleResult] = []
+    notes: list[str] = []
+    first_failing: Sample | None = None
+    with candidate, reference:
+        for index, sample in enumerate(checked, 1):
+            say(f"sample {index}/{len(checked)} ({sample.label}): {candidate.name}")
+            a = candidate.infer(sample.feeds)
+            say(f"sample {index}/{len(checked)} ({sample.label}): {reference.name}")
+            b = reference.infer(sample.feeds)
+            failing = []
+            pairs = _pair_names(a.outputs, b.outputs, notes if index == 1 else [])
+            for ref_name, cand_name in pairs:
+                if cand_name is None:
+                    result = _failed(
+                        ref_name, config, sample.label, "the candidate has no such output"
+                    )
+                else:
+                    result = _judge(
+                        ref_name, a.outputs[cand_name], b.outputs[ref_name], config, sample.label
+                    )
+                per_output.setdefault(ref_name, []).append(result)
+                if not result.passed:
+                    failing.append(ref_name)
+            if failing and first_failing is None:
+                first_failing = sample
+            sample_results.append(
+                SampleResult(
+                    label=sample.label,
+                    shapes=sample.shapes(),
+                    passed=not failing,
+                    failing=failing,
+                    candidate_ms=a.latency_ns / 1e6,
+                    reference_ms=b.latency_ns / 1e6,
+                )
+            )
+        outputs = [_merge(results) for results in per_output.values()]
+        passed = all(o.passed for o in outputs)
+        divergence = None
+        if localize_model is not None:
+            if first_failing is None:
+                notes.append("every output agrees, so there is no diverging node to look for")
+            elif not isinstance(candidate, TensorTap) or not isinstance(reference, TensorTap):
+                notes.append(
+                    "localisation needs two ONNX executions (ONNX Runtime or the reference "
+                    f"evaluator); {candidate.name} vs {reference.name} has no shared tensor names"
+                )
+            else:
+                say(f"localising on sample {first_failing.label}")
+                divergence = localize(
+                    candidate, reference, localize_model.proto, first_failing, config=config
+                )
+    return CompareReport(
+        passed=passed,
+        model=model_label,
+        candidate=candidate.name,
+        reference=reference.name,
+        samples=sample_results,
+        outputs=outputs,
+        first_divergence=divergence,
+        notes=notes,
+    )
+
+
+def compare(
+    model: str | Path | LoadedModel,
+    against: str = "reference",
+    *,
+    candidate: str = "ort",
+    inputs: str | Path | None = None,
+    dims: Mapping[str, int | Sequence[int]] | None = None,
+    ranges: Mapping[str, ValueRange] | None = None,
+    seed: int = 0,
+    ort_options: object | None = None,
+    trust_pickle: bool = False,
+    config: CompareConfig | None = None,
+    localize: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> CompareReport:
+    """Do two executions of a model agree? The library function behind ``onnxgate compare``.
+
+    Args:
+        model: the ONNX model.
+        against: the reference execution (see ``onnxgate.runners.SPEC_HELP``).
+        candidate: the execution under test; ONNX Runtime with ``ort_options`` by default.
+        inputs: a data file or folder (see ``onnxgate.data.load_feeds``); synthetic feeds when None.
+        dims: sizes of symbolic dimensions for synthetic feeds (several sizes, several samples).
+        ranges: value ranges per input for synthetic feeds.
+        seed: seed of synthetic feeds.
+        ort_options: ``OrtOptions`` for ONNX Runtime runners.
+        trust_pickle: allow ``sklearn:`` references to be unpickled.
+        config: tolerances and metrics.
+        localize: when an output fails, find the first node whose outputs diverge.
+        progress: called with a short message before each step.
+    """
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    signature = Signature.from_graph(loaded.proto.graph)
+    if inputs is not None:
+        if dims or ranges:
+            raise ConfigError(
+                "--dim and --range shape synthetic feeds; they cannot go with --inputs."
+            )
+        samples = load_feeds(inputs, signature=signature)
+    else:
+        samples = synthetic_samples(
+            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed
+        )
+    cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
+    reference_options = ort_options
+    if ort_options is not None and getattr(ort_options, "optimized_model_path", None):
+        # only the candidate's optimised model is saved; the reference must not overwrite it
+        reference_options = dataclasses.replace(ort_options, optimized_model_path=None)  # type: ignore[type-var]
+    ref = make_runner(against, loaded, ort_options=reference_options, trust_pickle=trust_pickle)
+    return compare_runners(
+        cand,
+        ref,
+        samples,
+        signature=signature,
+        config=config,
+        localize_model=loaded if localize else None,
+        model_label=str(loaded.path),
+        progress=progress,
+    )

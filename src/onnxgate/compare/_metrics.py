@@ -1,0 +1,264 @@
+"""Error figures between a candidate output ``a`` and a reference output ``b``.
+
+The element rule is NumPy's ``allclose`` rule with the reference on the right:
+``|a - b| <= atol + rtol * |b|``. A NaN matches a NaN in the same place and an infinity matches
+the same infinity; anything else involving a NaN or an infinity is a mismatch. Statistics (max,
+mean, p99, relative error, cosine) are taken over the places where both values are finite, and NaN
+and infinity counts are reported beside them, so one NaN never turns every figure into NaN.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate.errors import ConfigError
+
+RULE = (
+    "an element of the candidate a matches the reference b when |a - b| <= atol + rtol * |b|; "
+    "NaN matches NaN and an infinity the same infinity"
+)
+
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Absolute and relative tolerance of the element rule."""
+
+    atol: float
+    rtol: float
+
+    def __str__(self) -> str:
+        return f"atol={self.atol:g}, rtol={self.rtol:g}"
+
+
+# Defaults per element type: a few units in the last place of the less precise side, loose enough
+# for the reordered sums of another kernel or an optimised graph, tight enough to see a wrong one.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(1e-7, 1e-7),
+    "float32": Tolerance(1e-5, 1e-4),
+    "float16": Tolerance(1e-3, 1e-3),
+    "bfloat16": Tolerance(1e-2, 1e-2),
+}
+EXACT = Tolerance(0.0, 0.0)
+
+
+def default_tolerance(*dtypes: np.dtype) -> Tolerance:
+    """The tolerance for the least precise of the given dtypes; exact for non-float types."""
+    found = [DEFAULT_TOLERANCES.get(np.dtype(d).name) for d in dtypes]
+    if not found or any(t is None for t in found):
+        float_ones = [t for t in found if t is not None]
+        if not float_ones:
+            return EXACT
+        found = float_ones
+    return max(found, key=lambda t: t.atol)  # type: ignore[arg-type,return-value]
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+METRICS = (
+    "cosine",
+    "top1",
+    "topk",
+    "max_abs",
+    "mean_abs",
+    "p99_abs",
+    "max_rel",
+    "mismatches",
+    "mismatch_fraction",
+)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """A pass rule on one figure: ``cosine >= 0.999``."""
+
+    metric: str
+    op: str
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.value:g}"
+
+    def holds(self, figure: float | None) -> bool:
+        """Whether the figure meets the rule (a missing figure does not)."""
+        return figure is not None and _OPS[self.op](figure, self.value)
+
+
+_CRITERION = re.compile(
+    r"^\s*(?:(?P<output>.+?):)?(?P<metric>[a-z_0-9]+)\s*(?P<op>>=|<=|>|<)\s*(?P<value>\S+)\s*$"
+)
+
+
+def parse_metric(text: str) -> tuple[str | None, Criterion]:
+    """``"emb:cosine>=0.999"`` → ``("emb", Criterion("cosine", ">=", 0.999))``; no output = all.
+
+    Raises:
+        ConfigError: the text is not ``[OUTPUT:]METRIC OP VALUE`` with a known metric.
+    """
+    found = _CRITERION.match(text)
+    value: float | None = None
+    if found:
+        try:
+            value = float(found["value"])
+        except ValueError:
+            value = None
+    if not found or found["metric"] not in METRICS or value is None:
+        raise ConfigError(
+            f"--metric {text!r} is not [OUTPUT:]METRIC OP VALUE.",
+            hint=f"Metrics: {', '.join(METRICS)}; operators >=, <=, >, <. "
+            "For example --metric sentence_embedding:cosine>=0.999.",
+        )
+    return found["output"], Criterion(found["metric"], found["op"], value)
+
+
+def parse_tolerance(text: str) -> tuple[str, Tolerance]:
+    """``"logits:1e-4,1e-3"`` → ``("logits", Tolerance(1e-4, 1e-3))``.
+
+    Raises:
+        ConfigError: the text is not ``OUTPUT:ATOL,RTOL``.
+    """
+    name, sep, values = text.rpartition(":")
+    parts = values.split(",")
+    try:
+        atol, rtol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        atol = rtol = None
+    if not sep or not name or atol is None or rtol is None or atol < 0 or rtol < 0:
+        raise ConfigError(
+            f"--tol {text!r} is not OUTPUT:ATOL,RTOL with non-negative numbers.",
+            hint="For example --tol logits:1e-4,1e-3.",
+        )
+    return name, Tolerance(atol, rtol)
+
+
+def as_array(value: Any) -> tuple[np.ndarray, list[Any] | None]:
+    """A comparable array for an output, and the keys when the output was a map.
+
+    A map (``{label: score}``) becomes its values in key order; a sequence of maps (ZipMap)
+    becomes a [rows, keys] matrix; a sequence of tensors of one shape is stacked.
+    """
+    if isinstance(value, np.ndarray):
+        return value, None
+    if isinstance(value, dict):
+        keys = sorted(value, key=str)
+        return np.asarray([value[k] for k in keys]), keys
+    if isinstance(value, list | tuple):
+        if value and all(isinstance(v, dict) for v in value):
+            keys = sorted(value[0], key=str)
+            if any(sorted(v, key=str) != keys for v in value):
+                raise ValueError("the maps of the sequence have different keys")
+            return np.asarray([[v[k] for k in keys] for v in value]), keys
+        return np.asarray([np.asarray(v) for v in value]), None
+    return np.asarray(value), None
+
+
+def kind(dtype: np.dtype) -> str:
+    """float, int, bool or string: outputs of different kinds never compare equal."""
+    if dtype.kind in "fc" or dtype.name in ("bfloat16",) or dtype.name.startswith("float"):
+        return "float"
+    if dtype.kind in "iu":
+        return "int"
+    if dtype.kind == "b":
+        return "bool"
+    return "string"
+
+
+class Figures(BaseModel):
+    """Error figures of one output on one sample."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    elements: int
+    mismatches: int
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    p99_abs: float | None = None
+    max_rel: float | None = None
+    cosine: float | None = None
+    top1: float | None = None
+    topk: float | None = None
+    nan: tuple[int, int] = (0, 0)
+    """NaN count in (candidate, reference)."""
+    inf: tuple[int, int] = (0, 0)
+    """Infinity count in (candidate, reference)."""
+
+    @property
+    def mismatch_fraction(self) -> float:
+        """Share of elements that break the element rule."""
+        return self.mismatches / self.elements if self.elements else 0.0
+
+
+def _agreement(a: np.ndarray, b: np.ndarray) -> tuple[float | None, float | None]:
+    """Top-1 and top-k agreement along the last axis, for [rows, classes] score outputs."""
+    if a.ndim not in (1, 2) or a.shape[-1] < 2:
+        return None, None
+    a2, b2 = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    top1 = float(np.mean(np.argmax(a2, axis=-1) == np.argmax(b2, axis=-1)))
+    k = min(TOP_K, a2.shape[-1] - 1)
+    if k < 2:
+        return top1, None
+    ta = np.argsort(-a2, axis=-1, kind="stable")[:, :k]
+    tb = np.argsort(-b2, axis=-1, kind="stable")[:, :k]
+    overlap = [len(set(x) & set(y)) / k for x, y in zip(ta.tolist(), tb.tolist(), strict=True)]
+    return top1, float(np.mean(overlap))
+
+
+def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
+    """Error figures of candidate ``a`` against reference ``b`` (same shape, same kind)."""
+    if a.size == 0:
+        return Figures(elements=0, mismatches=0)
+    if kind(a.dtype) == "string" or kind(b.dtype) == "string":
+        equal = np.asarray(a == b)
+        return Figures(elements=int(a.size), mismatches=int(a.size - equal.sum()))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+    inf_a, inf_b = np.isinf(a64), np.isinf(b64)
+    finite = ~(nan_a | nan_b | inf_a | inf_b)
+    special_match = (nan_a & nan_b) | (inf_a & inf_b & (a64 == b64))
+    diff = np.abs(a64 - b64, where=finite, out=np.zeros_like(a64))
+    allowed = tolerance.atol + tolerance.rtol * np.abs(np.where(finite, b64, 0.0))
+    matches = np.where(finite, diff <= allowed, special_match)
+    result = Figures(
+        elements=int(a.size),
+        mismatches=int(a.size - matches.sum()),
+        nan=(int(nan_a.sum()), int(nan_b.sum())),
+        inf=(int(inf_a.sum()), int(inf_b.sum())),
+    )
+    if not finite.any():
+        return result
+    d = diff[finite]
+    fa, fb = a64[finite], b64[finite]
+    nonzero = np.abs(fb) > 0
+    rel = d[nonzero] / np.abs(fb[nonzero]) if nonzero.any() else None
+    norm = float(np.linalg.norm(fa) * np.linalg.norm(fb))
+    cosine = (
+        float(np.dot(fa, fb) / norm)
+        if norm > 0
+        else (1.0 if not fa.any() and not fb.any() else 0.0)
+    )
+    top1 = topk = None
+    if kind(a.dtype) == "float" and finite.all():
+        top1, topk = _agreement(a64, b64)
+    return result.model_copy(
+        update={
+            "max_abs": float(d.max()),
+            "mean_abs": float(d.mean()),
+            "p99_abs": float(np.percentile(d, 99)),
+            "max_rel": float(rel.max()) if rel is not None else None,
+            "cosine": min(cosine, 1.0),
+            "top1": top1,
+            "topk": topk,
+        }
+    )

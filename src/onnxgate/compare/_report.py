@@ -1,0 +1,118 @@
+"""What a comparison found: per output, per sample, and the first node that went wrong."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate.compare._metrics import RULE
+
+
+class OutputComparison(BaseModel):
+    """One output over every sample: the worst figures, and whether it passed its rule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    passed: bool
+    criterion: str
+    """The pass rule: ``allclose(atol=1e-05, rtol=0.0001)`` or a metric such as ``cosine>=0.999``."""
+    atol: float
+    rtol: float
+    dtype: str | None = None
+    """Reference dtype."""
+    candidate_dtype: str | None = None
+    shape: list[int] | None = None
+    """Reference shape on the worst sample."""
+    candidate_shape: list[int] | None = None
+    dtype_equal: bool = True
+    shape_equal: bool = True
+    elements: int = 0
+    mismatches: int = 0
+    """Elements that break the element rule, over all samples."""
+    mismatch_fraction: float = 0.0
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    p99_abs: float | None = None
+    """The largest 99th percentile of absolute error over the samples."""
+    max_rel: float | None = None
+    cosine: float | None = None
+    """The lowest cosine similarity over the samples."""
+    top1: float | None = None
+    """Share of rows whose argmax agrees (2-D float outputs), lowest over the samples."""
+    topk: float | None = None
+    """Mean overlap of the top-5 indices per row (2-D float outputs), lowest over the samples."""
+    nan: tuple[int, int] = (0, 0)
+    """NaN count in (candidate, reference), over all samples."""
+    inf: tuple[int, int] = (0, 0)
+    keys: list[str] | None = None
+    """Keys of a map output (ZipMap), compared in this order."""
+    worst_sample: str | None = None
+    reason: str | None = None
+    """Why it failed, in words."""
+
+
+class SampleResult(BaseModel):
+    """One sample: its shapes, its verdict and both runners' latency."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str
+    shapes: dict[str, list[int]]
+    passed: bool
+    failing: list[str] = []
+    candidate_ms: float
+    reference_ms: float
+
+
+class TensorError(BaseModel):
+    """How one tensor of the graph differs between the two runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    agrees: bool
+    initializer: bool = False
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mismatches: int = 0
+    elements: int = 0
+    note: str | None = None
+
+
+class Divergence(BaseModel):
+    """The first node whose outputs disagree while its computed inputs agree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    found: bool
+    method: str
+    """How each side's intermediate tensors were obtained."""
+    sample: str
+    node: str | None = None
+    op_type: str | None = None
+    domain: str | None = None
+    position: int | None = None
+    """The node's index in topological order of the candidate's main graph."""
+    inputs: list[TensorError] = []
+    outputs: list[TensorError] = []
+    chain: list[str] = []
+    """Nodes after it, in topological order, whose outputs also disagree."""
+    compared: int = 0
+    """Tensors found under the same name on both sides and compared."""
+    note: str | None = None
+
+
+class CompareReport(BaseModel):
+    """The answer of ``onnxgate compare``; ``passed`` is False when any output fails its rule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    model: str
+    candidate: str
+    reference: str
+    rule: str = RULE
+    samples: list[SampleResult]
+    outputs: list[OutputComparison]
+    first_divergence: Divergence | None = None
+    notes: list[str] = []

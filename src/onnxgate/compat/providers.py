@@ -1,0 +1,75 @@
+"""Execution provider names: short aliases, and which package brings each provider.
+
+Users write ``cuda`` or ``CUDAExecutionProvider``; ONNX Runtime wants the full name, and a build
+lists every provider it knows of (``get_all_providers``) apart from those it includes
+(``get_available_providers``). When a provider is missing, the fix is almost always a different
+wheel, so the message names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from onnxgate.errors import ConfigError
+
+CPU = "CPUExecutionProvider"
+
+PACKAGES: dict[str, str] = {
+    "CUDAExecutionProvider": "onnxruntime-gpu (with CUDA and cuDNN libraries on the machine)",
+    "TensorrtExecutionProvider": "onnxruntime-gpu (with the TensorRT libraries on the machine)",
+    "NvTensorRTRTXExecutionProvider": "onnxruntime-gpu built with TensorRT-RTX",
+    "DmlExecutionProvider": "onnxruntime-directml (Windows)",
+    "OpenVINOExecutionProvider": "onnxruntime-openvino",
+    "QNNExecutionProvider": "onnxruntime-qnn",
+    "MIGraphXExecutionProvider": "onnxruntime-migraphx (AMD ROCm)",
+    "CoreMLExecutionProvider": "onnxruntime on macOS",
+    "VitisAIExecutionProvider": "onnxruntime-vitisai",
+    "CANNExecutionProvider": "onnxruntime-cann",
+    "WebGpuExecutionProvider": "onnxruntime-webgpu",
+}
+"""The package (or build) that includes each non-CPU provider."""
+
+
+def names(values: Iterable[str] | str | None) -> list[str]:
+    """Names from a list, or from comma-separated strings (``["cuda,cpu"]``)."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def canonical(name: str, known: Iterable[str]) -> str:
+    """The full provider name for ``name`` (``cuda`` → ``CUDAExecutionProvider``).
+
+    Raises:
+        ConfigError: no provider any build of the runtime knows has that name.
+    """
+    known = list(known)
+    if name in known:
+        return name
+    aliases = {p.lower().removesuffix("executionprovider"): p for p in known}
+    full = aliases.get(name.lower().removesuffix("executionprovider"))
+    if full is None:
+        raise ConfigError(
+            f"provider {name!r} is not an ONNX Runtime execution provider.",
+            hint=f"Known providers: {', '.join(known)}.",
+        )
+    return full
+
+
+def resolve(requested: Iterable[str] | str | None, known: Iterable[str]) -> list[str]:
+    """Full names in preference order, with CPU appended as ONNX Runtime does."""
+    known = list(known)
+    resolved = [canonical(name, known) for name in names(requested)]
+    if CPU not in resolved:
+        resolved.append(CPU)
+    return list(dict.fromkeys(resolved))
+
+
+def install_hint(provider: str) -> str:
+    """What to install for a provider this build does not include."""
+    package = PACKAGES.get(provider)
+    if package is None:
+        return f"{provider} is not in this ONNX Runtime build; use a build that includes it."
+    return f"{provider} comes with {package}; install it instead of (not beside) onnxruntime."

@@ -1,0 +1,35 @@
+"""Input feeds: read from files, generated from a signature, checked in one place."""
+
+from onnxgate.data._feeds import (
+    Feeds,
+    Sample,
+    describe_spec,
+    load_feeds,
+    numpy_dtype,
+    validate_feeds,
+)
+from onnxgate.data._synthetic import (
+    DEFAULT_DIM,
+    ValueRange,
+    chosen_ranges,
+    infer_ranges,
+    parse_dims,
+    parse_ranges,
+    synthetic_samples,
+)
+
+__all__ = [
+    "DEFAULT_DIM",
+    "Feeds",
+    "Sample",
+    "ValueRange",
+    "chosen_ranges",
+    "describe_spec",
+    "infer_ranges",
+    "load_feeds",
+    "numpy_dtype",
+    "parse_dims",
+    "parse_ranges",
+    "synthetic_samples",
+    "validate_feeds",
+]

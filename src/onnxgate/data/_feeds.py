@@ -1,0 +1,282 @@
+"""Feeds from files, and the one place where feeds are checked against a model's signature.
+
+A feed is a mapping from input name to value; a :class:`Sample` is one feed with a label that says
+where it came from (``inputs.npz``, ``test_data_set_0``, ``batch=3,seq=17``). Files are read as
+data, never as code: ``.npz`` with ``allow_pickle=False``, ``.pb`` as TensorProto, JSON as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+from onnx.helper import tensor_dtype_to_np_dtype
+
+from onnxgate.errors import FeedError
+from onnxgate.model import Dim, Signature, TensorSpec
+
+Feeds = dict[str, Any]
+"""Input name → value (a NumPy array for tensor inputs)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One set of inputs, with a label that says where it came from."""
+
+    label: str
+    feeds: Feeds
+    dims: dict[str, int] = field(default_factory=dict)
+    """The value chosen for each symbolic dimension, when the sample was generated."""
+
+    def shapes(self) -> dict[str, list[int]]:
+        """Shape of every array input."""
+        return {k: list(np.shape(v)) for k, v in self.feeds.items() if isinstance(v, np.ndarray)}
+
+
+_ONNX_ELEM = {name.lower(): value for name, value in TensorProto.DataType.items() if value != 0} | {
+    "float32": TensorProto.FLOAT,
+    "float64": TensorProto.DOUBLE,
+}
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The NumPy dtype of an ONNX element type name (``float32``, ``int64``, ``string``...).
+
+    Raises:
+        FeedError: the name is not an ONNX tensor element type.
+    """
+    elem = _ONNX_ELEM.get(dtype)
+    if elem is None:
+        raise FeedError(f"{dtype!r} is not an ONNX tensor element type.")
+    return np.dtype(tensor_dtype_to_np_dtype(elem))
+
+
+def _dims_text(shape: tuple[Dim, ...] | None) -> str:
+    if shape is None:
+        return "of any rank"
+    return "[" + ", ".join("?" if d is None or d == "" else str(d) for d in shape) + "]"
+
+
+def describe_spec(spec: TensorSpec) -> str:
+    """``int64 [batch, seq]``: how an input is described in error messages."""
+    if spec.shape is None and spec.type and not spec.type.startswith("tensor("):
+        return spec.type
+    return f"{spec.dtype} {_dims_text(spec.shape)}"
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} {list(value.shape)}"
+    return type(value).__name__
+
+
+def validate_feeds(signature: Signature, feeds: Mapping[str, Any], *, where: str = "") -> Feeds:
+    """Check feeds against a signature and return them as a plain dict.
+
+    Every input must be present and nothing else may be; each array must have the input's dtype and
+    rank, its fixed dimensions, and one size per symbolic dimension across all inputs. Initializer
+    overrides (graph inputs with a default) may be fed or left out.
+
+    Args:
+        signature: what the model expects.
+        feeds: input name → value.
+        where: where the feeds came from, for messages (a file, a sample label).
+
+    Raises:
+        FeedError: naming the input, what was expected and what was given.
+    """
+    at = f" in {where}" if where else ""
+    expected = {spec.name: spec for spec in signature.inputs}
+    optional = set(signature.initializer_inputs)
+    extra = [name for name in feeds if name not in expected and name not in optional]
+    if extra:
+        raise FeedError(
+            f"input {extra[0]!r}{at} is not an input of the model; it expects "
+            + ", ".join(f"'{s.name}' ({describe_spec(s)})" for s in signature.inputs)
+            + ".",
+            hint="Rename the array to the model's input name (see `onnxgate inspect MODEL`).",
+        )
+    missing = [name for name in expected if name not in feeds]
+    if missing:
+        spec = expected[missing[0]]
+        raise FeedError(
+            f"input {spec.name!r} ({describe_spec(spec)}) is missing{at}; given: "
+            + (", ".join(repr(k) for k in feeds) or "nothing")
+            + ".",
+            hint="Add it to the data, or generate all inputs with synthetic feeds.",
+        )
+    sizes: dict[str, tuple[int, str]] = {}
+    checked: Feeds = {}
+    for name, value in feeds.items():
+        spec = expected.get(name)
+        checked[name] = value if spec is None else _check_one(spec, value, sizes, at)
+    return checked
+
+
+def _check_one(spec: TensorSpec, value: Any, sizes: dict[str, tuple[int, str]], at: str) -> Any:
+    if spec.type is None or not spec.type.startswith("tensor("):
+        return value  # sequences, maps and untyped inputs are left to the runtime
+    if not isinstance(value, np.ndarray):
+        raise FeedError(
+            f"input {spec.name!r}{at} expects a {describe_spec(spec)} array; got {_describe_value(value)}."
+        )
+    want = numpy_dtype(spec.dtype or "")
+    got = value.dtype
+    same = got == want or (want == np.dtype(object) and got.kind in "OUS")
+    if not same:
+        raise FeedError(
+            f"input {spec.name!r}{at} expects {describe_spec(spec)}; got {got} {list(value.shape)}.",
+            hint=f"Cast it to {spec.dtype} (e.g. array.astype(np.{want.name})) before saving.",
+        )
+    if want == np.dtype(object) and got.kind in "US":
+        value = value.astype(object)
+    if spec.shape is None:
+        return value
+    if value.ndim != len(spec.shape):
+        raise FeedError(
+            f"input {spec.name!r}{at} expects {describe_spec(spec)} ({len(spec.shape)} "
+            f"dimension(s)); got {got} {list(value.shape)} ({value.ndim}).",
+            hint=f"Reshape it to {len(spec.shape)} dimension(s).",
+        )
+    for axis, (dim, size) in enumerate(zip(spec.shape, value.shape, strict=True)):
+        if isinstance(dim, int) and dim > 0 and size != dim:
+            raise FeedError(
+                f"input {spec.name!r}{at} expects {describe_spec(spec)}; got {list(value.shape)}: "
+                f"axis {axis} must be {dim}, not {size}."
+            )
+        if isinstance(dim, str) and dim:
+            seen = sizes.setdefault(dim, (size, spec.name))
+            if seen[0] != size:
+                raise FeedError(
+                    f"input {spec.name!r}{at} has {dim}={size} on axis {axis}, but input "
+                    f"{seen[1]!r} has {dim}={seen[0]}; a symbolic dimension has one size per run."
+                )
+    return value
+
+
+def _from_npz(path: Path) -> Sample:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            feeds = {name: archive[name] for name in archive.files}
+    except ValueError as err:  # object arrays need pickle, which is refused on purpose
+        raise FeedError(
+            f"{path}: holds an object array, which would need pickle to read; refused.",
+            hint="Save strings as fixed-width unicode arrays (np.array([...], dtype=str)).",
+        ) from err
+    except (OSError, EOFError) as err:
+        raise FeedError(f"{path}: is not a readable .npz archive ({err}).") from err
+    return Sample(path.name, feeds)
+
+
+def _from_json(path: Path, signature: Signature | None) -> list[Sample]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FeedError(f"{path}: is not readable JSON ({err}).") from err
+    records = document if isinstance(document, list) else [document]
+    dtypes = {s.name: s.dtype for s in signature.inputs} if signature else {}
+    samples = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise FeedError(
+                f"{path}: entry {index} is a {type(record).__name__}; expected an object "
+                '{"input_name": nested list, ...} or a list of such objects.'
+            )
+        feeds = {}
+        for name, values in record.items():
+            dtype = dtypes.get(name)
+            try:
+                feeds[name] = np.asarray(values, dtype=numpy_dtype(dtype) if dtype else None)
+            except (TypeError, ValueError, FeedError) as err:
+                raise FeedError(
+                    f"{path}: input {name!r} cannot be read as {dtype or 'an array'} ({err})."
+                ) from err
+        label = path.name if len(records) == 1 else f"{path.name}[{index}]"
+        samples.append(Sample(label, feeds))
+    return samples
+
+
+def _read_pb(path: Path) -> tuple[str, np.ndarray]:
+    tensor = TensorProto()
+    try:
+        tensor.ParseFromString(path.read_bytes())
+        return tensor.name, numpy_helper.to_array(tensor)
+    except Exception as err:  # protobuf raises several unrelated types for malformed input
+        raise FeedError(f"{path}: is not a readable TensorProto ({err}).") from err
+
+
+def _index(path: Path) -> int:
+    found = re.search(r"(\d+)", path.stem)
+    return int(found.group(1)) if found else 0
+
+
+def _from_pb_folder(folder: Path, signature: Signature | None) -> Sample:
+    files = sorted(folder.glob("input_*.pb"), key=_index)
+    if not files:
+        raise FeedError(f"{folder}: has no input_*.pb files.")
+    names = [s.name for s in signature.inputs] if signature else []
+    feeds = {}
+    for position, file in enumerate(files):
+        name, array = _read_pb(file)
+        if not name:  # ONNX test data often leaves names out: inputs are then positional
+            if position >= len(names):
+                raise FeedError(
+                    f"{file}: the tensor has no name and the model has only {len(names)} input(s)."
+                )
+            name = names[position]
+        feeds[name] = array
+    return Sample(folder.name, feeds)
+
+
+def load_feeds(path: str | Path, *, signature: Signature | None = None) -> list[Sample]:
+    """Read samples from a file or folder.
+
+    Accepted: an ``.npz`` archive (one sample), a JSON document (an object of input name → nested
+    list, or a list of them), a ``test_data_set_*`` folder of ``input_*.pb`` TensorProtos, a
+    folder holding several ``test_data_set_*`` folders, or a folder of ``.npz`` files.
+
+    Args:
+        path: the file or folder.
+        signature: the model's signature; it gives JSON values their dtype and unnamed ``.pb``
+            tensors their input name.
+
+    Raises:
+        FeedError: the path is missing, of an unknown kind, or not readable as data.
+    """
+    path = Path(path)
+    if path.is_dir():
+        sets = sorted(p for p in path.glob("test_data_set_*") if p.is_dir())
+        if sets:
+            return [_from_pb_folder(p, signature) for p in sets]
+        if any(path.glob("input_*.pb")):
+            return [_from_pb_folder(path, signature)]
+        archives = sorted(path.glob("*.npz"))
+        if archives:
+            return [_from_npz(p) for p in archives]
+        raise FeedError(
+            f"{path}: holds no test_data_set_* folders, input_*.pb files or .npz archives."
+        )
+    if not path.exists():
+        raise FeedError(f"{path}: no such file.")
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return [_from_npz(path)]
+    if suffix == ".json":
+        return _from_json(path, signature)
+    if suffix == ".pb":
+        name, array = _read_pb(path)
+        if not name:
+            if not signature or len(signature.inputs) != 1:
+                raise FeedError(f"{path}: the tensor has no name; name it, or use a folder.")
+            name = signature.inputs[0].name
+        return [Sample(path.name, {name: array})]
+    raise FeedError(
+        f"{path}: unknown kind of input data ({suffix or 'no suffix'}).",
+        hint="Use .npz, .json, an input_*.pb file, or a test_data_set_* folder.",
+    )

@@ -1,0 +1,234 @@
+"""Synthetic feeds generated from a model's signature.
+
+Random inputs are only useful when they are inputs the model could meet, so three choices are
+deliberate. Symbolic dimensions default to 3, not 1: a size of 1 broadcasts against anything and
+hides the bugs that a second batch size exposes. Integer inputs that index an embedding table
+(a ``Gather`` on an initializer) stay below the table's size, as token ids stay below the vocabulary.
+Inputs whose name contains ``mask`` are ones, as an attention mask over real tokens is; any other
+choice is one ``--range`` away.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from onnx import ModelProto
+
+from onnxgate.data._feeds import Sample, describe_spec, numpy_dtype
+from onnxgate.errors import ConfigError, FeedError
+from onnxgate.model import Signature, TensorSpec
+
+DEFAULT_DIM = 3
+"""Size given to a symbolic dimension nobody named: not 1, which hides broadcasting bugs."""
+
+MAX_SHAPES = 64
+"""Most shape combinations one run may ask for (the product of the sizes given per dimension)."""
+
+_WORDS = np.array(["onnx", "gate", "runtime", "model", "a", "bb", "ccc", ""], dtype=object)
+
+
+@dataclass(frozen=True)
+class ValueRange:
+    """Values of one input: uniform in ``[low, high)``, or the constant ``low`` when equal."""
+
+    low: float
+    high: float
+    why: str = "given"
+
+    @property
+    def constant(self) -> bool:
+        """True when every element takes the value ``low``."""
+        return self.low == self.high
+
+    def __str__(self) -> str:
+        return f"{self.low:g}" if self.constant else f"[{self.low:g}, {self.high:g})"
+
+
+FLOAT_RANGE = ValueRange(0.0, 1.0, "default for floats")
+INT_RANGE = ValueRange(0, 10, "default for integers")
+
+
+def parse_dims(items: Iterable[str] | None) -> dict[str, list[int]]:
+    """``["batch=4", "seq=16,128"]`` → ``{"batch": [4], "seq": [16, 128]}``.
+
+    Raises:
+        ConfigError: an item is not ``name=size[,size...]`` with positive sizes.
+    """
+    dims: dict[str, list[int]] = {}
+    for item in items or ():
+        name, sep, sizes = item.partition("=")
+        try:
+            values = [int(v) for v in sizes.split(",") if v.strip()]
+        except ValueError:
+            values = []
+        if not sep or not name.strip() or not values or min(values) < 1:
+            raise ConfigError(
+                f"--dim {item!r} is not NAME=SIZE[,SIZE...] with sizes of 1 or more.",
+                hint="For example --dim batch=4 --dim seq=16,128.",
+            )
+        dims[name.strip()] = values
+    return dims
+
+
+def parse_ranges(items: Iterable[str] | None) -> dict[str, ValueRange]:
+    """``["input_ids=0:30522", "attention_mask=1"]`` → value ranges per input.
+
+    Raises:
+        ConfigError: an item is not ``input=LOW:HIGH`` or ``input=VALUE``.
+    """
+    ranges: dict[str, ValueRange] = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        low_text, colon, high_text = text.partition(":")
+        try:
+            low = float(low_text)
+            high = float(high_text) if colon else low
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip() or high < low:
+            raise ConfigError(
+                f"--range {item!r} is not INPUT=LOW:HIGH (HIGH excluded) or INPUT=VALUE.",
+                hint="For example --range input_ids=0:30522 --range attention_mask=1.",
+            )
+        ranges[name.strip()] = ValueRange(low, high)
+    return ranges
+
+
+def infer_ranges(model: ModelProto) -> dict[str, ValueRange]:
+    """Ranges the graph itself implies: an input used as ``Gather`` indices into an initializer.
+
+    Returns:
+        Input name → ``[0, rows)`` for each integer input that indexes a constant table.
+    """
+    graph = model.graph
+    tables = {t.name: list(t.dims) for t in graph.initializer}
+    inputs = {i.name for i in graph.input} - set(tables)
+    ranges: dict[str, ValueRange] = {}
+    for node in graph.node:
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        data, indices = node.input[0], node.input[1]
+        if indices not in inputs or data not in tables:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        shape = tables[data]
+        if not shape or not -len(shape) <= axis < len(shape):
+            continue
+        rows = shape[axis]
+        known = ranges.get(indices)
+        if rows > 0 and (known is None or rows < known.high):
+            ranges[indices] = ValueRange(0, rows, f"indexes {data} ({rows} rows)")
+    return ranges
+
+
+def default_range(spec: TensorSpec) -> ValueRange:
+    """The range used when neither the user nor the graph gives one."""
+    if "mask" in spec.name.lower():
+        return ValueRange(1, 1, "mask: ones")
+    dtype = numpy_dtype(spec.dtype or "float32")
+    return INT_RANGE if dtype.kind in "iu" else FLOAT_RANGE
+
+
+def _values(
+    spec: TensorSpec, shape: tuple[int, ...], value_range: ValueRange, rng: np.random.Generator
+) -> np.ndarray:
+    dtype = numpy_dtype(spec.dtype or "")
+    if dtype == np.dtype(object):
+        return rng.choice(_WORDS, size=shape).astype(object)
+    if dtype == np.dtype(bool):
+        if value_range.constant:
+            return np.full(shape, bool(value_range.low))
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if value_range.constant:
+        return np.full(shape, value_range.low).astype(dtype)
+    if dtype.kind in "iu":
+        low, high = int(np.ceil(value_range.low)), int(np.ceil(value_range.high))
+        info = np.iinfo(dtype)
+        low, high = max(low, int(info.min)), min(high, int(info.max) + 1)
+        return rng.integers(low, max(high, low + 1), size=shape, dtype=np.int64).astype(dtype)
+    values = rng.uniform(value_range.low, value_range.high, size=shape)
+    return values.astype(np.float32).astype(dtype)
+
+
+def synthetic_samples(
+    signature: Signature,
+    *,
+    model: ModelProto | None = None,
+    dims: Mapping[str, int | Sequence[int]] | None = None,
+    ranges: Mapping[str, ValueRange] | None = None,
+    seed: int = 0,
+    default_dim: int = DEFAULT_DIM,
+) -> list[Sample]:
+    """Seeded random feeds for every input, one sample per combination of dimension sizes.
+
+    Args:
+        signature: the model's inputs.
+        model: the model, to infer ranges of indices into embedding tables.
+        dims: sizes per symbolic dimension; several sizes give several samples (their product).
+        ranges: value ranges per input; they win over inferred and default ones.
+        seed: seed of the generator; the same seed gives the same feeds.
+        default_dim: size of symbolic and unknown dimensions that ``dims`` leaves out.
+
+    Raises:
+        ConfigError: a dimension or range names nothing in the model, or too many shapes.
+        FeedError: an input is a sequence or map, which cannot be generated.
+    """
+    wanted = {k: [v] if isinstance(v, int) else list(v) for k, v in (dims or {}).items()}
+    known_dims = {d for spec in signature.inputs for d in spec.symbolic_dims}
+    unknown = sorted(set(wanted) - known_dims)
+    if unknown:
+        raise ConfigError(
+            f"dimension {unknown[0]!r} is not a symbolic dimension of the model's inputs; "
+            f"it has: {', '.join(sorted(known_dims)) or 'none (all inputs are fixed)'}."
+        )
+    given = dict(ranges or {})
+    names = {spec.name for spec in signature.inputs}
+    stray = sorted(set(given) - names)
+    if stray:
+        raise ConfigError(
+            f"--range names {stray[0]!r}, which is not an input of the model; inputs: "
+            f"{', '.join(sorted(names))}."
+        )
+    for spec in signature.inputs:
+        if spec.type is None or not spec.type.startswith("tensor("):
+            raise FeedError(
+                f"input {spec.name!r} is {describe_spec(spec)}; synthetic feeds are made only for "
+                "tensors.",
+                hint="Pass real data with --inputs.",
+            )
+    chosen = chosen_ranges(signature, model, given)
+    combos = list(itertools.product(*wanted.values())) or [()]
+    if len(combos) > MAX_SHAPES:
+        raise ConfigError(f"--dim asks for {len(combos)} shapes; at most {MAX_SHAPES} per run.")
+    samples = []
+    for combo in combos:
+        sizes = dict(zip(wanted, combo, strict=True))
+        for d in sorted(known_dims - set(sizes)):
+            sizes[d] = default_dim
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for spec in signature.inputs:
+            shape = tuple(
+                d if isinstance(d, int) and d > 0 else sizes.get(d, default_dim)  # type: ignore[arg-type]
+                for d in spec.shape or ()
+            )
+            feeds[spec.name] = _values(spec, shape, chosen[spec.name], rng)
+        label = ",".join(f"{k}={v}" for k, v in sorted(sizes.items())) or "synthetic"
+        samples.append(Sample(label, feeds, dims=sizes))
+    return samples
+
+
+def chosen_ranges(
+    signature: Signature, model: ModelProto | None, ranges: Mapping[str, ValueRange] | None
+) -> dict[str, ValueRange]:
+    """The range each input's synthetic values come from, with the reason, for reports."""
+    implied = infer_ranges(model) if model is not None else {}
+    given = ranges or {}
+    return {
+        spec.name: given.get(spec.name) or implied.get(spec.name) or default_range(spec)
+        for spec in signature.inputs
+        if spec.type and spec.type.startswith("tensor(")
+    }

@@ -1,0 +1,258 @@
+"""ONNX Runtime as a runner: providers with options, optimisation level, threads, config entries."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import onnx
+import onnxruntime as ort
+
+from onnxgate.compat.providers import install_hint, resolve
+from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed
+from onnxgate.model import LoadedModel, Signature, TensorSpec
+from onnxgate.runners._base import Inference
+
+log = logging.getLogger(__name__)
+
+OptLevel = Literal["disable", "basic", "extended", "layout", "all"]
+OPT_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+if hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"):  # 1.22 and later
+    OPT_LEVELS["layout"] = ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT
+
+_EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
+
+
+@dataclass(frozen=True)
+class OrtOptions:
+    """How to build an ONNX Runtime session. The defaults are ONNX Runtime's own."""
+
+    providers: tuple[str, ...] = ()
+    """Providers in preference order (``cuda`` or ``CUDAExecutionProvider``); CPU is appended."""
+    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Options per provider, e.g. ``{"CUDAExecutionProvider": {"device_id": "1"}}``."""
+    optimization: str = "all"
+    """Graph optimisation level: disable, basic, extended, layout or all."""
+    intra_op_threads: int = 0
+    """Threads inside an operator; 0 lets ONNX Runtime choose (one per physical core)."""
+    inter_op_threads: int = 0
+    """Threads across operators (parallel execution mode only); 0 lets ONNX Runtime choose."""
+    parallel: bool = False
+    """Execute independent branches in parallel instead of sequentially."""
+    config: Mapping[str, str] = field(default_factory=dict)
+    """Session config entries (``session.intra_op.allow_spinning`` → ``0``)."""
+    optimized_model_path: Path | None = None
+    """Where to save the model as ONNX Runtime optimised it."""
+
+    def __post_init__(self) -> None:
+        if self.optimization not in OPT_LEVELS:
+            raise ConfigError(
+                f"optimisation level {self.optimization!r} is not one of "
+                f"{', '.join(OPT_LEVELS)} in ONNX Runtime {ort.__version__}."
+            )
+
+    def label(self) -> str:
+        """``all; CPUExecutionProvider``: the options that change results, for reports."""
+        parts = [self.optimization, ",".join(self.resolved_providers())]
+        if self.intra_op_threads:
+            parts.append(f"threads={self.intra_op_threads}")
+        return "; ".join(parts)
+
+    def resolved_providers(self) -> list[str]:
+        """Full provider names, CPU appended."""
+        return resolve(self.providers, ort.get_all_providers())
+
+    def session_options(self) -> ort.SessionOptions:
+        """The SessionOptions these options describe."""
+        so = ort.SessionOptions()
+        so.graph_optimization_level = OPT_LEVELS[self.optimization]
+        so.intra_op_num_threads = self.intra_op_threads
+        so.inter_op_num_threads = self.inter_op_threads
+        if self.parallel:
+            so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        if self.optimized_model_path is not None:
+            so.optimized_model_filepath = str(self.optimized_model_path)
+        so.log_severity_level = (
+            3  # errors reach us as exceptions; ORT's own warnings are noise here
+        )
+        for key, value in self.config.items():
+            so.add_session_config_entry(key, str(value))
+        return so
+
+
+def check_available(providers: list[str]) -> None:
+    """Refuse providers this build does not include, naming the package that does.
+
+    Raises:
+        ProviderUnavailable: a requested provider is not in this build.
+    """
+    available = ort.get_available_providers()
+    for provider in providers:
+        if provider not in available:
+            raise ProviderUnavailable(
+                f"{provider} is not available in this ONNX Runtime build "
+                f"(onnxruntime {ort.__version__} has {', '.join(available)}).",
+                hint=install_hint(provider),
+            )
+
+
+def first_line(error: BaseException, limit: int = 500) -> str:
+    """The informative part of an ONNX Runtime exception message."""
+    text = str(error).strip().replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def create_session(
+    proto: onnx.ModelProto, folder: Path, options: OrtOptions, *, what: str
+) -> ort.InferenceSession:
+    """A session for a model held in memory whose external data lives in ``folder``.
+
+    Raises:
+        ProviderUnavailable: a requested provider is not in this build.
+        RunFailed: ONNX Runtime refused the model.
+    """
+    providers = options.resolved_providers()
+    check_available(providers)
+    so = options.session_options()
+    so.add_session_config_entry(_EXTERNAL_FOLDER, str(folder))
+    provider_options = [dict(options.provider_options.get(p, {})) for p in providers]
+    try:
+        return ort.InferenceSession(
+            proto.SerializeToString(), so, providers=providers, provider_options=provider_options
+        )
+    except Exception as err:  # ORT raises its own exception types, not a shared base
+        raise RunFailed(
+            f"ONNX Runtime {ort.__version__} cannot create a session for {what} on "
+            f"{', '.join(providers)}: {first_line(err)}",
+            hint="Run `onnxgate check` on the model for the reason and a fix.",
+        ) from err
+
+
+def _spec(arg: ort.NodeArg) -> TensorSpec:
+    kind = arg.type or ""
+    tensor = kind.startswith("tensor(")
+    dtype = kind[7:-1] if tensor else kind
+    dtype = {"float": "float32", "double": "float64"}.get(dtype, dtype)
+    shape = tuple(d if isinstance(d, int | str) else None for d in arg.shape) if tensor else None
+    return TensorSpec(name=arg.name, dtype=dtype or None, shape=shape, type=kind or None)
+
+
+class OrtRunner:
+    """ONNX Runtime on a model file, with the given session options.
+
+    Args:
+        model: the model, loaded safely (its external data is read by ONNX Runtime from the
+            model's folder).
+        options: providers, optimisation level, threads, config entries.
+        name: label for reports; the default names the options.
+    """
+
+    def __init__(
+        self, model: LoadedModel, options: OrtOptions | None = None, *, name: str | None = None
+    ) -> None:
+        self.model = model
+        self.options = options or OrtOptions()
+        self.name = name or f"onnxruntime[{self.options.label()}]"
+        self._session: ort.InferenceSession | None = None
+        self._outputs: list[str] = []
+
+    def __enter__(self) -> Self:
+        self._session = create_session(
+            self.model.proto, self.model.path.parent, self.options, what=str(self.model.path)
+        )
+        self._outputs = [o.name for o in self._session.get_outputs()]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._session = None
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        """The live session (inside the ``with`` block)."""
+        if self._session is None:
+            raise RuntimeError(f"{self.name} is used outside its `with` block")
+        return self._session
+
+    def providers(self) -> list[str]:
+        """The providers the session actually uses (ONNX Runtime silently appends CPU)."""
+        return list(self.session.get_providers())
+
+    def input_specs(self) -> Signature:
+        """Inputs and outputs as the session reports them."""
+        s = self.session
+        return Signature(
+            inputs=tuple(_spec(a) for a in s.get_inputs()),
+            outputs=tuple(_spec(a) for a in s.get_outputs()),
+        )
+
+    def infer(self, feeds: Mapping[str, Any]) -> Inference:
+        """Run once; raises RunFailed with ONNX Runtime's message when the run fails."""
+        start = time.perf_counter_ns()
+        try:
+            values = self.session.run(None, dict(feeds))
+        except Exception as err:  # ORT raises its own exception types, not a shared base
+            raise RunFailed(f"{self.name} failed on {self.model.path}: {first_line(err)}") from err
+        elapsed = time.perf_counter_ns() - start
+        return Inference(dict(zip(self._outputs, values, strict=True)), elapsed)
+
+    @property
+    def method(self) -> str:
+        """How ``infer_all`` sees intermediate tensors."""
+        return (
+            f"ONNX Runtime ({self.options.label()}) with every node output of the main graph "
+            "exposed as a graph output; ONNX Runtime does not fuse across a tensor that is a graph "
+            "output, so these are the values of the graph as written"
+        )
+
+    def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Every node output of the main graph, from a session where all of them are outputs."""
+        exposed = expose_all(self.model.proto)
+        session = create_session(
+            exposed, self.model.path.parent, self.options, what=f"{self.model.path} (all outputs)"
+        )
+        names = [o.name for o in session.get_outputs()]
+        try:
+            values = session.run(None, dict(feeds))
+        except Exception as err:  # ORT raises its own exception types, not a shared base
+            raise RunFailed(
+                f"{self.name} failed with every node output exposed: {first_line(err)}"
+            ) from err
+        return {**feeds, **dict(zip(names, values, strict=True))}
+
+
+def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose graph outputs are every node output of the main graph.
+
+    Types come from the model's value_info or shape inference where known; ONNX Runtime infers the
+    rest. Subgraph values (If/Loop bodies) are not reachable this way and are left out.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    try:
+        inferred = onnx.shape_inference.infer_shapes(copy).graph
+        known = {v.name: v for v in (*inferred.value_info, *inferred.output)}
+    except Exception:  # inference is a help for typing outputs, not a requirement
+        log.debug("shape inference failed while exposing outputs", exc_info=True)
+        known = {v.name: v for v in (*graph.value_info, *graph.output)}
+    present = {o.name for o in graph.output}
+    for node in graph.node:
+        for name in node.output:
+            if name and name not in present:
+                info = onnx.ValueInfoProto()
+                if name in known:
+                    info.CopyFrom(known[name])
+                else:
+                    info.name = name
+                graph.output.append(info)
+                present.add(name)
+    return copy

@@ -1,0 +1,70 @@
+"""Runners named on the command line: ``reference``, ``ort:basic``, ``torch:pkg.mod:factory``..."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from onnxgate.errors import ConfigError
+from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.runners._base import Runner
+
+SPEC_HELP = (
+    "`reference` (the ONNX reference evaluator), `ort` or `ort:ITEMS` (ONNX Runtime with "
+    "comma-separated changes: an optimisation level disable/basic/extended/layout/all and/or "
+    "providers, e.g. ort:disable or ort:cuda,cpu), `torch:package.module:factory` (a PyTorch "
+    "module), `sklearn:FILE.joblib` (needs --trust-pickle), or another .onnx file."
+)
+
+
+def make_runner(
+    spec: str,
+    model: LoadedModel,
+    *,
+    ort_options: object | None = None,
+    trust_pickle: bool = False,
+) -> Runner:
+    """The runner a spec names, for ``model`` (whose signature non-ONNX runners follow).
+
+    Args:
+        spec: see ``SPEC_HELP``.
+        model: the model under test.
+        ort_options: the ``OrtOptions`` that ``ort:...`` specs start from and other .onnx files use.
+        trust_pickle: allow ``sklearn:`` files to be unpickled.
+
+    Raises:
+        ConfigError: the spec names nothing runnable.
+    """
+    from onnxgate.runners._ort import OPT_LEVELS, OrtOptions, OrtRunner
+
+    base = ort_options if isinstance(ort_options, OrtOptions) else OrtOptions()
+    kind, _, rest = spec.partition(":")
+    if spec == "reference":
+        from onnxgate.runners._reference import ReferenceRunner
+
+        return ReferenceRunner(model)
+    if kind == "ort":
+        levels = [item for item in rest.split(",") if item.strip() in OPT_LEVELS]
+        providers = tuple(i.strip() for i in rest.split(",") if i.strip() and i not in levels)
+        if len(levels) > 1:
+            raise ConfigError(f"runner {spec!r} names more than one optimisation level.")
+        options = dataclasses.replace(
+            base,
+            optimization=levels[0].strip() if levels else base.optimization,
+            providers=providers or base.providers,
+        )
+        return OrtRunner(model, options)
+    if kind == "torch" and rest:
+        from onnxgate.runners._torch import TorchRunner
+
+        return TorchRunner(rest, Signature.from_graph(model.proto.graph))
+    if kind == "sklearn" and rest:
+        from onnxgate.runners._sklearn import SklearnRunner
+
+        return SklearnRunner(
+            rest, Signature.from_graph(model.proto.graph), trust_pickle=trust_pickle
+        )
+    if spec.endswith(".onnx") or Path(spec).is_file():
+        other = load_model(spec)
+        return OrtRunner(other, base, name=f"{Path(spec).name} on onnxruntime[{base.label()}]")
+    raise ConfigError(f"{spec!r} names no runner.", hint=f"Use {SPEC_HELP}")

@@ -1,0 +1,145 @@
+"""A PyTorch module as a runner, built by a factory named ``package.module:factory``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Self
+
+import numpy as np
+
+from onnxgate.errors import ConfigError, ExtraMissing, RunFailed
+from onnxgate.model import Signature
+from onnxgate.runners._base import Inference
+
+log = logging.getLogger(__name__)
+
+
+def load_entry(entry: str) -> Callable[..., Any]:
+    """The callable named by ``package.module:attribute``.
+
+    Importing the module runs its code: pass only entry points you would import yourself.
+
+    Raises:
+        ConfigError: the entry point is malformed, cannot be imported or is not callable.
+    """
+    module_name, sep, attribute = entry.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigError(
+            f"entry point {entry!r} is not package.module:factory.",
+            hint="For example torch:mypkg.models:build_model.",
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(
+            f"entry point {entry!r}: cannot import {module_name!r} ({err}).",
+            hint="Install the package, or run from the folder that holds the module.",
+        ) from err
+    target: Any = module
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+    if not callable(target):
+        raise ConfigError(
+            f"entry point {entry!r}: {attribute!r} is not a callable in {module_name}."
+        )
+    return target
+
+
+def _flatten(value: Any) -> list[Any]:
+    """Tensors of a module's output in order: a tensor, or nested tuples, lists and dicts of them."""
+    if isinstance(value, Mapping):  # dicts and transformers' ModelOutput keep insertion order
+        return [t for v in value.values() if v is not None for t in _flatten(v)]
+    if isinstance(value, tuple | list):
+        return [t for v in value for t in _flatten(v)]
+    return [value]
+
+
+def _to_numpy(torch: Any, value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if value.dtype == torch.bfloat16:
+            return value.float().numpy()
+        return value.numpy()
+    return np.asarray(value)
+
+
+class TorchRunner:
+    """A PyTorch module run under ``torch.inference_mode()`` on the CPU.
+
+    Args:
+        entry: ``package.module:factory``; the factory returns the module (in eval mode), or a
+            tuple whose first item is the module.
+        signature: the ONNX model's signature: its input order and output names. Outputs of the
+            module are flattened (tuples, lists, dicts) and named in that order.
+    """
+
+    def __init__(self, entry: str, signature: Signature) -> None:
+        self.entry = entry
+        self.signature = signature
+        self.name = f"torch:{entry}"
+        self._module: Any = None
+
+    def __enter__(self) -> Self:
+        try:
+            import torch
+        except ImportError as err:
+            raise ExtraMissing(
+                "running a PyTorch module needs the 'torch' extra: pip install 'onnxgate[torch]'."
+            ) from err
+        self._torch = torch
+        built = load_entry(self.entry)()
+        module = built[0] if isinstance(built, tuple) else built
+        if not callable(module):
+            raise ConfigError(f"{self.entry} returned a {type(module).__name__}, not a module.")
+        if getattr(module, "training", False):
+            log.warning("%s returned a module in training mode; calling .eval()", self.entry)
+            module.eval()
+        self._module = module
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._module = None
+
+    def input_specs(self) -> Signature:
+        """The ONNX model's signature, which the module is compared against."""
+        return self.signature
+
+    def _arguments(self, feeds: Mapping[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
+        torch = self._torch
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+        forward = getattr(self._module, "forward", self._module)
+        try:
+            parameters = inspect.signature(forward).parameters
+        except (TypeError, ValueError):
+            parameters = {}
+        if tensors and all(name in parameters for name in tensors):
+            return (), tensors
+        order = [s.name for s in self.signature.inputs if s.name in tensors]
+        return [tensors[name] for name in order], {}
+
+    def infer(self, feeds: Mapping[str, Any]) -> Inference:
+        """Run once; inputs are passed by name when ``forward`` has parameters of those names."""
+        if self._module is None:
+            raise RuntimeError(f"{self.name} is used outside its `with` block")
+        torch = self._torch
+        args, kwargs = self._arguments(feeds)
+        start = time.perf_counter_ns()
+        try:
+            with torch.inference_mode():
+                result = self._module(*args, **kwargs)
+        except Exception as err:  # a user's module may raise anything
+            raise RunFailed(f"{self.name} failed: {type(err).__name__}: {err}") from err
+        elapsed = time.perf_counter_ns() - start
+        values = [_to_numpy(torch, v) for v in _flatten(result)]
+        names = [s.name for s in self.signature.outputs]
+        if len(values) != len(names):
+            raise RunFailed(
+                f"{self.name} returned {len(values)} tensor(s); the ONNX model has {len(names)} "
+                f"output(s) ({', '.join(names)}).",
+                hint="Return the outputs in the ONNX model's order (a tuple), nothing more.",
+            )
+        return Inference(dict(zip(names, values, strict=True)), elapsed)
