@@ -11,6 +11,7 @@ from onnxgate.cli._common import configure_logging
 from onnxgate.cli.check_cmd import check_command
 from onnxgate.cli.compare_cmd import compare_command
 from onnxgate.cli.inspect_cmd import inspect_command
+from onnxgate.cli.placement_cmd import placement_command
 from onnxgate.cli.runtimes_cmd import runtimes_command
 
 app = typer.Typer(
@@ -55,6 +56,7 @@ def _root(
 app.command("inspect")(inspect_command)
 app.command("check")(check_command)
 app.command("compare")(compare_command)
+app.command("placement")(placement_command)
 app.command("runtimes")(runtimes_command)
 
 

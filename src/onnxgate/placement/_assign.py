@@ -1,0 +1,138 @@
+"""Ask ONNX Runtime which provider each node of a model was assigned to.
+
+This module needs only the standard library, NumPy and ONNX Runtime, and never imports onnxgate,
+so the same code runs in-process for the installed runtime and as a script inside an isolated
+environment holding an older release (``python _assign.py request.json answer.json``).
+
+Two methods, the first preferred:
+
+- ``assignment``: ONNX Runtime records the partition when the session config entry
+  ``session.record_ep_graph_assignment_info`` is 1, and ``get_provider_graph_assignment_info()``
+  lists each provider's nodes. Nothing is run. Of the releases probed here, 1.24.4 and later
+  have it and 1.23.2 and earlier do not.
+- ``profiling``: older releases only tell by running. One profiled run on the given feeds; each
+  node event of the Chrome trace carries ``args.provider`` and ``args.op_name``.
+
+Both describe the graph as ONNX Runtime optimised it, so fused nodes appear under fused names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+RECORD_KEY = "session.record_ep_graph_assignment_info"
+_SUFFIX = "_kernel_time"
+
+
+def _session_options(level: int | None, config: dict[str, str]) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if level is not None:
+        so.graph_optimization_level = ort.GraphOptimizationLevel(level)
+    for key, value in config.items():
+        so.add_session_config_entry(key, value)
+    return so
+
+
+def _session(model: str, so: ort.SessionOptions, providers: list[str], options: list[dict]) -> Any:
+    return ort.InferenceSession(model, so, providers=providers, provider_options=options)
+
+
+def by_assignment(session: Any) -> list[list[str]]:
+    """``[node, op_type, domain, provider]`` for every node, from the recorded partition."""
+    nodes = []
+    for group in session.get_provider_graph_assignment_info():
+        for node in group.get_nodes():
+            nodes.append([node.name, node.op_type, node.domain or "ai.onnx", group.ep_name])
+    return nodes
+
+
+def by_profiling(session: Any, feeds: dict[str, Any]) -> list[list[str]]:
+    """``[node, op_type, domain, provider]`` for every node that ran, from one profiled run."""
+    session.run(None, feeds)
+    trace = session.end_profiling()
+    try:
+        with open(trace, encoding="utf-8") as file:
+            events = json.load(file)
+    finally:
+        os.unlink(trace)
+    seen: dict[str, list[str]] = {}
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("cat") != "Node" or "provider" not in args:
+            continue
+        name = str(event.get("name", ""))
+        name = name[: -len(_SUFFIX)] if name.endswith(_SUFFIX) else name
+        # the profile has no domain; "" means it is not known
+        seen.setdefault(name, [name, args.get("op_name", ""), "", args["provider"]])
+    return list(seen.values())
+
+
+def assign(request: dict[str, Any], feeds: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Answer a placement request (a JSON-ready dict, see the module docstring)."""
+    answer: dict[str, Any] = {
+        "version": ort.__version__,
+        "available": ort.get_available_providers(),
+        "all_providers": ort.get_all_providers(),
+    }
+    providers = request["providers"]
+    missing = [p for p in providers if p not in answer["available"]]
+    if missing:
+        return answer | {"error": "unavailable", "missing": missing}
+    options = [request.get("provider_options", {}).get(p, {}) for p in providers]
+    config = dict(request.get("config", {}))
+    method = request.get("method", "auto")
+    recordable = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
+    if method == "auto":
+        method = "assignment" if recordable else "profiling"
+    if method == "assignment" and not recordable:
+        return answer | {
+            "error": "method",
+            "message": f"onnxruntime {ort.__version__} cannot record assignments; use profiling",
+        }
+    so = _session_options(request.get("level"), config)
+    if method == "assignment":
+        so.add_session_config_entry(RECORD_KEY, "1")
+    else:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(
+            tempfile.gettempdir(), f"onnxgate-placement-{os.getpid()}"
+        )
+    try:
+        session = _session(request["model"], so, providers, options)
+    except Exception as err:  # ORT raises its own exception types
+        return answer | {"error": "session", "message": str(err).strip()}
+    answer["session_providers"] = session.get_providers()
+    answer["method"] = method
+    try:
+        if method == "assignment":
+            answer["nodes"] = by_assignment(session)
+        else:
+            answer["nodes"] = by_profiling(session, feeds or {})
+    except Exception as err:  # ORT raises its own exception types
+        return answer | {"error": "run", "message": str(err).strip()}
+    return answer
+
+
+def main(request_path: str, answer_path: str) -> None:
+    """Script entry: read a request (and ``feeds.npz`` beside it), write the answer."""
+    with open(request_path, encoding="utf-8") as file:
+        request = json.load(file)
+    feeds = None
+    if request.get("feeds"):
+        with np.load(request["feeds"], allow_pickle=False) as archive:
+            feeds = {name: archive[name] for name in archive.files}
+    answer = assign(request, feeds)
+    with open(answer_path, "w", encoding="utf-8") as file:
+        json.dump(answer, file)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,264 @@
+"""The placement audit: which provider ran each node, and did any fall back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate.compat.providers import CPU, canonical, install_hint, names, resolve
+from onnxgate.compat.runtime import RuntimeSpec, ensure_env, runtime_profile
+from onnxgate.data import ValueRange, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, RuntimeEnvError
+from onnxgate.model import LoadedModel, Signature, load_model
+
+MEMCPY = frozenset({"MemcpyToHost", "MemcpyFromHost"})
+"""Copies ONNX Runtime inserts between providers: not compute nodes."""
+
+Method = Literal["auto", "assignment", "profiling"]
+
+_LEVELS = {"disable": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
+
+
+class NodePlacement(BaseModel):
+    """One node of the optimised graph and the provider it was assigned to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str
+    op_type: str
+    domain: str
+    """The node's domain; empty when the profiling method cannot tell."""
+    provider: str
+
+
+class PlacementReport(BaseModel):
+    """The answer of ``onnxgate placement``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    model: str
+    runtime: str
+    method: str
+    """``assignment`` (recorded by the session, nothing run) or ``profiling`` (one profiled run)."""
+    requested: list[str]
+    available: list[str]
+    session_providers: list[str]
+    """What the session reports using (ONNX Runtime appends CPU silently)."""
+    required: str | None = None
+    assignments: dict[str, int]
+    """Node count per provider."""
+    op_types: dict[str, dict[str, int]]
+    """Per provider, node count per op type."""
+    nodes: list[NodePlacement]
+    fallback: list[NodePlacement]
+    """Compute nodes not on the first requested provider (empty when that is CPU)."""
+    memcpy: int = 0
+    """Copies between providers that ONNX Runtime inserted."""
+    violations: list[NodePlacement] = []
+    """Compute nodes not on the required provider."""
+    notes: list[str] = []
+
+
+def _run_isolated(python: Path, request: dict[str, Any], feeds: Mapping[str, Any] | None) -> dict:
+    script = Path(__file__).with_name("_assign.py")
+    with tempfile.TemporaryDirectory(prefix="onnxgate-placement-") as tmp:
+        folder = Path(tmp)
+        if feeds is not None:
+            np.savez(folder / "feeds.npz", **feeds)
+            request = request | {"feeds": str(folder / "feeds.npz")}
+        (folder / "request.json").write_text(json.dumps(request))
+        answer_path = folder / "answer.json"
+        try:
+            done = subprocess.run(
+                [str(python), str(script), str(folder / "request.json"), str(answer_path)],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise RuntimeEnvError(
+                f"the placement probe under {python} did not finish: {err}"
+            ) from err
+        if done.returncode != 0 or not answer_path.exists():
+            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            raise RunFailed(
+                f"ONNX Runtime under {python} crashed while placing the model "
+                f"(exit {done.returncode}): {tail}"
+            )
+        return json.loads(answer_path.read_text())
+
+
+def _feeds(
+    loaded: LoadedModel,
+    inputs: str | Path | None,
+    dims: Mapping[str, int | Sequence[int]] | None,
+    ranges: Mapping[str, ValueRange] | None,
+    seed: int,
+) -> dict[str, Any]:
+    signature = Signature.from_graph(loaded.proto.graph)
+    if inputs is not None:
+        sample = load_feeds(inputs, signature=signature)[0]
+    else:
+        sample = synthetic_samples(
+            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed
+        )[0]
+    return validate_feeds(signature, sample.feeds, where=sample.label)
+
+
+def placement(
+    model: str | Path | LoadedModel,
+    providers: Iterable[str] | str | None = None,
+    *,
+    require: str | None = None,
+    runtime: str | RuntimeSpec | None = None,
+    method: Method = "auto",
+    opt_level: str = "all",
+    config: Mapping[str, str] | None = None,
+    allow_ops: Iterable[str] = (),
+    inputs: str | Path | None = None,
+    dims: Mapping[str, int | Sequence[int]] | None = None,
+    ranges: Mapping[str, ValueRange] | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> PlacementReport:
+    """Which provider each node was assigned to; the library function behind ``placement``.
+
+    Args:
+        model: the ONNX model.
+        providers: providers in preference order; CPU is appended. Defaults to ``require``, or CPU.
+        require: a provider every compute node must be on (Memcpy nodes and ``allow_ops`` aside).
+        runtime: ``installed`` (default) or ``onnxruntime==X.Y.Z``, run in an isolated environment.
+        method: ``assignment`` (recorded partition; 1.24 and later), ``profiling`` (one profiled
+            run on feeds), or ``auto`` (assignment where the runtime has it).
+        opt_level: graph optimisation level of the session (disable, basic, extended, layout, all).
+        config: extra session config entries.
+        allow_ops: op types allowed off the required provider (e.g. Shape, which ONNX Runtime
+            keeps on CPU on purpose).
+        inputs: data for the profiled run; synthetic feeds otherwise.
+        dims: sizes of symbolic dimensions for synthetic feeds.
+        ranges: value ranges of synthetic feeds.
+        seed: seed of synthetic feeds.
+        progress: called with a short message before slow steps.
+
+    Raises:
+        ProviderUnavailable: a requested provider is not in the runtime's build (exit 3).
+        RunFailed: the runtime cannot create a session for the model or run it.
+    """
+    if opt_level not in _LEVELS:
+        raise ConfigError(f"optimisation level {opt_level!r} is not one of {', '.join(_LEVELS)}.")
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    if spec.installed:
+        from onnxgate.placement import _assign
+
+        known = _assign.ort.get_all_providers()
+    else:
+        known = runtime_profile(spec, progress=progress).all_providers
+    wanted = names(providers) or ([require] if require else [CPU])
+    requested = resolve(wanted, known)
+    required = canonical(require, known) if require else None
+    if required and required not in requested:
+        raise ConfigError(
+            f"--require {required} is not among the providers {', '.join(requested)}."
+        )
+    request = {
+        "model": str(loaded.path),
+        "providers": requested,
+        "method": method,
+        "level": _LEVELS[opt_level],
+        "config": dict(config or {}),
+    }
+    feeds = None
+    if method == "profiling" or (method == "auto" and not spec.installed):
+        feeds = _feeds(loaded, inputs, dims, ranges, seed)
+    if progress:
+        progress(f"placing {loaded.path.name} on {', '.join(requested)}")
+    if spec.installed:
+        from onnxgate.placement import _assign
+
+        if method == "auto" and not hasattr(
+            _assign.ort.InferenceSession, "get_provider_graph_assignment_info"
+        ):
+            feeds = _feeds(loaded, inputs, dims, ranges, seed)
+        answer = _assign.assign(request, feeds)
+    else:
+        answer = _run_isolated(ensure_env(spec, progress=progress), request, feeds)
+    runtime_label = f"onnxruntime {answer['version']}"
+    error = answer.get("error")
+    if error == "unavailable":
+        missing = answer["missing"][0]
+        raise ProviderUnavailable(
+            f"{missing} is not available in {runtime_label} (it has "
+            f"{', '.join(answer['available'])}).",
+            hint=install_hint(missing),
+        )
+    if error:
+        raise RunFailed(
+            f"{runtime_label} cannot place {loaded.path} on {', '.join(requested)}: "
+            f"{answer.get('message', error)}"
+        )
+    return _report(loaded, answer, requested, required, set(allow_ops), runtime_label)
+
+
+def _report(
+    loaded: LoadedModel,
+    answer: dict[str, Any],
+    requested: list[str],
+    required: str | None,
+    allowed: set[str],
+    runtime_label: str,
+) -> PlacementReport:
+    nodes = [
+        NodePlacement(node=n, op_type=o, domain=d, provider=p) for n, o, d, p in answer["nodes"]
+    ]
+    compute = [n for n in nodes if n.op_type not in MEMCPY]
+    preferred = requested[0]
+    fallback = [n for n in compute if n.provider != preferred] if preferred != CPU else []
+    violations = (
+        [n for n in compute if n.provider != required and n.op_type not in allowed]
+        if required
+        else []
+    )
+    op_types: dict[str, Counter[str]] = {}
+    for n in nodes:
+        op_types.setdefault(n.provider, Counter())[n.op_type] += 1
+    if answer["method"] == "assignment":
+        notes = [
+            "nodes of the graph as ONNX Runtime partitioned it among providers (after basic "
+            "optimisations); provider-specific rewrites made later, such as NCHWc layouts, are "
+            "not shown"
+        ]
+    else:
+        notes = [
+            "from one profiled run: the nodes of the fully optimised graph that ran, under their "
+            "fused names, without their domain"
+        ]
+    silently = [p for p in answer["session_providers"] if p not in requested]
+    if silently:
+        notes.append(f"the session also uses {', '.join(silently)}, which was not requested")
+    return PlacementReport(
+        passed=not violations,
+        model=str(loaded.path),
+        runtime=runtime_label,
+        method=answer["method"],
+        requested=requested,
+        available=answer["available"],
+        session_providers=answer["session_providers"],
+        required=required,
+        assignments=dict(Counter(n.provider for n in nodes)),
+        op_types={p: dict(c.most_common()) for p, c in op_types.items()},
+        nodes=nodes,
+        fallback=fallback,
+        memcpy=len(nodes) - len(compute),
+        violations=violations,
+        notes=notes,
+    )
