@@ -15,8 +15,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# torch first, from its pinned CPU wheel, so nothing later pulls a CUDA build to satisfy "torch".
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,sklearn]'
 	touch $@
 
 demo: $(VENV)/.installed

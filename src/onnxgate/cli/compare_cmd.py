@@ -46,6 +46,12 @@ def render(report: CompareReport) -> None:
         f"[bold]{escape(report.reference)}[/] (reference), {len(report.samples)} sample(s): "
         + ", ".join(escape(s.label) for s in report.samples)
     )
+    if report.value_ranges:
+        out.print(
+            f"  [dim]{escape(report.data)}: "
+            + "; ".join(f"{escape(k)} {escape(v)}" for k, v in report.value_ranges.items())
+            + "[/]"
+        )
     for o in report.outputs:
         verdict = "[green]ok[/]" if o.passed else "[bold red]FAIL[/]"
         out.print(f"  {verdict} [bold]{escape(o.name)}[/]  {escape(o.criterion)}")

@@ -22,7 +22,14 @@ from onnxgate.compare._metrics import (
     kind,
 )
 from onnxgate.compare._report import CompareReport, OutputComparison, SampleResult
-from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.data import (
+    Sample,
+    ValueRange,
+    chosen_ranges,
+    load_feeds,
+    synthetic_samples,
+    validate_feeds,
+)
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import Runner, TensorTap, make_runner
@@ -330,23 +337,28 @@ def compare(
     """
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     signature = Signature.from_graph(loaded.proto.graph)
+    value_ranges: dict[str, str] = {}
     if inputs is not None:
         if dims or ranges:
             raise ConfigError(
                 "--dim and --range shape synthetic feeds; they cannot go with --inputs."
             )
         samples = load_feeds(inputs, signature=signature)
+        data = str(inputs)
     else:
         samples = synthetic_samples(
             signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed
         )
+        chosen = chosen_ranges(signature, loaded.proto, ranges)
+        value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}
+        data = f"synthetic (seed {seed})"
     cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
     reference_options = ort_options
     if ort_options is not None and getattr(ort_options, "optimized_model_path", None):
         # only the candidate's optimised model is saved; the reference must not overwrite it
         reference_options = dataclasses.replace(ort_options, optimized_model_path=None)  # type: ignore[type-var]
     ref = make_runner(against, loaded, ort_options=reference_options, trust_pickle=trust_pickle)
-    return compare_runners(
+    report = compare_runners(
         cand,
         ref,
         samples,
@@ -356,3 +368,4 @@ def compare(
         model_label=str(loaded.path),
         progress=progress,
     )
+    return report.model_copy(update={"data": data, "value_ranges": value_ranges})

@@ -102,8 +102,11 @@ def localize(
         if name not in weights:
             errors[name] = _tensor_error(name, a_all[name], b_all[name], config)
 
+    # An output nothing reads (Dropout's mask, say) cannot make a difference downstream.
+    used = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
+
     def disagrees(node: NodeProto) -> bool:
-        return any(not errors[o].agrees for o in node.output if o in errors)
+        return any(not errors[o].agrees for o in node.output if o in errors and o in used)
 
     def input_errors(node: NodeProto) -> list[TensorError]:
         found = []

@@ -112,6 +112,10 @@ class CompareReport(BaseModel):
     candidate: str
     reference: str
     rule: str = RULE
+    data: str = ""
+    """Where the feeds came from: a file, or ``synthetic (seed N)``."""
+    value_ranges: dict[str, str] = {}
+    """For synthetic feeds, each input's values and why (``[0, 30522): indexes ...``)."""
     samples: list[SampleResult]
     outputs: list[OutputComparison]
     first_divergence: Divergence | None = None

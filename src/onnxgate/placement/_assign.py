@@ -33,7 +33,7 @@ _SUFFIX = "_kernel_time"
 
 def _session_options(level: int | None, config: dict[str, str]) -> ort.SessionOptions:
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4
     if level is not None:
         so.graph_optimization_level = ort.GraphOptimizationLevel(level)
     for key, value in config.items():
