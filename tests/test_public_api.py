@@ -7,7 +7,11 @@ EXPECTED = {
     "CheckReport", "Finding", "Severity", "check_model",
     "MinRuntime", "RuntimeLimits", "RuntimeProfile", "RuntimeSpec", "known_limits", "min_runtime",
     "runtime_profile", "try_load",
+    "Sample", "load_feeds", "synthetic_samples", "validate_feeds",
+    "CompareConfig", "CompareReport", "Inference", "OrtOptions", "Runner", "compare", "make_runner",
+    "PlacementReport", "placement",
     "CheckFailed", "CompatibilityError", "ConfigError", "EnvironmentProblem", "ExitCode", "ExtraMissing",
+    "FeedError", "ProviderUnavailable", "RunFailed",
     "GateError", "ModelLoadError", "RuntimeEnvError", "UnsafeModelError", "__version__",
 }  # fmt: skip
 
@@ -33,3 +37,6 @@ def test_errors_form_one_hierarchy_with_documented_exit_codes():
     assert onnxgate.RuntimeEnvError("x").exit_code == 3
     assert onnxgate.ExtraMissing("x").exit_code == 3
     assert onnxgate.CheckFailed("x").exit_code == 1
+    assert onnxgate.FeedError("x").exit_code == 2
+    assert onnxgate.ProviderUnavailable("x").exit_code == 3
+    assert onnxgate.RunFailed("x").exit_code == 1

@@ -6,8 +6,10 @@ Every command of the CLI is a function here first.
 from importlib.metadata import PackageNotFoundError, version
 
 from onnxgate.check import CheckReport, Finding, Severity, check_model
+from onnxgate.compare import CompareConfig, CompareReport, compare
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile, try_load
 from onnxgate.compat.versions import MinRuntime, RuntimeLimits, known_limits, min_runtime
+from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import (
     CheckFailed,
     CompatibilityError,
@@ -15,13 +17,18 @@ from onnxgate.errors import (
     EnvironmentProblem,
     ExitCode,
     ExtraMissing,
+    FeedError,
     GateError,
     ModelLoadError,
+    ProviderUnavailable,
+    RunFailed,
     RuntimeEnvError,
     UnsafeModelError,
 )
 from onnxgate.inspection import ModelInfo, describe, inspect_model
 from onnxgate.model import LoadedModel, Signature, TensorSpec, load_model
+from onnxgate.placement import PlacementReport, placement
+from onnxgate.runners import Inference, Runner, make_runner
 
 try:
     __version__ = version("onnxgate")
@@ -42,6 +49,22 @@ __all__ = [
     "Finding",
     "Severity",
     "check_model",
+    # input feeds
+    "Sample",
+    "load_feeds",
+    "synthetic_samples",
+    "validate_feeds",
+    # running and comparing
+    "CompareConfig",
+    "CompareReport",
+    "Inference",
+    "OrtOptions",
+    "Runner",
+    "compare",
+    "make_runner",
+    # provider placement
+    "PlacementReport",
+    "placement",
     # runtime knowledge
     "MinRuntime",
     "RuntimeLimits",
@@ -58,9 +81,21 @@ __all__ = [
     "EnvironmentProblem",
     "ExitCode",
     "ExtraMissing",
+    "FeedError",
     "GateError",
     "ModelLoadError",
+    "ProviderUnavailable",
+    "RunFailed",
     "RuntimeEnvError",
     "UnsafeModelError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # OrtOptions lives beside ONNX Runtime, which is imported only when something runs a model.
+    if name == "OrtOptions":
+        from onnxgate.runners import OrtOptions
+
+        return OrtOptions
+    raise AttributeError(f"module 'onnxgate' has no attribute {name!r}")

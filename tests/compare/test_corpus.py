@@ -21,7 +21,8 @@ LIGHT = sorted((BACKEND_DATA / "light").glob("*.onnx"))
 DIVERGING = {
     # the reference evaluator's BatchNormalization-9 blends batch statistics into the running ones
     "light_densenet121.onnx": ("n1", "BatchNormalization"),
-    # logits of magnitude ~1e4 agree to 6e-7 relative, and Softmax turns that into 0.999 absolute
+    # Softmax-9 over [1,1000,1,1] flattens from axis 1: ORT gives 0.001 each (the 1000 logits are
+    # equal), the reference evaluator 1.0 each, as if it normalised over a size-1 axis
     "light_squeezenet.onnx": ("n65", "Softmax"),
 }
 # model -> words the refusal must contain

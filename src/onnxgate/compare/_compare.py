@@ -13,6 +13,7 @@ import numpy as np
 
 from onnxgate.compare._localize import localize
 from onnxgate.compare._metrics import (
+    DEFAULT_TOLERANCES,
     Criterion,
     Figures,
     Tolerance,
@@ -30,7 +31,7 @@ from onnxgate.data import (
     synthetic_samples,
     validate_feeds,
 )
-from onnxgate.errors import ConfigError
+from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import Runner, TensorTap, make_runner
 
@@ -114,18 +115,26 @@ def _judge(
         candidate_shape=list(a.shape),
         dtype_equal=a.dtype == b.dtype,
         shape_equal=a.shape == b.shape,
-        keys=[str(k) for k in b_keys] if b_keys is not None else None,
+        keys=[str(k) for k in (b_keys if b_keys is not None else a_keys or [])] or None,
         worst_sample=label,
     )
     if a_keys is not None and b_keys is not None and a_keys != b_keys:
-        return base.model_copy(update={"reason": f"map keys differ: {a_keys} vs {b_keys}"})
+        return base.model_copy(
+            update={"comparable": False, "reason": f"map keys differ: {a_keys} vs {b_keys}"}
+        )
     if kind(a.dtype) != kind(b.dtype):
         return base.model_copy(
-            update={"reason": f"dtype {a.dtype} is not comparable with the reference's {b.dtype}"}
+            update={
+                "comparable": False,
+                "reason": f"dtype {a.dtype} is not comparable with the reference's {b.dtype}",
+            }
         )
     if a.shape != b.shape:
         return base.model_copy(
-            update={"reason": f"shape {list(a.shape)} differs from the reference's {list(b.shape)}"}
+            update={
+                "comparable": False,
+                "reason": f"shape {list(a.shape)} differs from the reference's {list(b.shape)}",
+            }
         )
     found = figures(a, b, tol)
     update: dict[str, Any] = found.model_dump() | {"mismatch_fraction": found.mismatch_fraction}
@@ -144,10 +153,14 @@ def _judge(
 
 
 def _failed(name: str, config: CompareConfig, label: str, reason: str) -> OutputComparison:
-    tol = config.tolerances.get(name, Tolerance(config.atol or 0.0, config.rtol or 0.0))
+    tol = config.tolerances.get(name) or Tolerance(
+        config.atol if config.atol is not None else DEFAULT_TOLERANCES["float32"].atol,
+        config.rtol if config.rtol is not None else DEFAULT_TOLERANCES["float32"].rtol,
+    )
     return OutputComparison(
         name=name,
         passed=False,
+        comparable=False,
         criterion="present",
         atol=tol.atol,
         rtol=tol.rtol,
@@ -156,8 +169,14 @@ def _failed(name: str, config: CompareConfig, label: str, reason: str) -> Output
     )
 
 
-def _merge(results: list[OutputComparison]) -> OutputComparison:
-    """One output over all samples: worst figures, summed counts, the first failure's reason."""
+def _merge(results: list[OutputComparison], criterion: Criterion | None) -> OutputComparison:
+    """One output over all samples: worst figures, summed counts, the first failure's reason.
+
+    The element rule holds when it holds on every sample. A metric is judged once, on the figure
+    over all samples (the largest max/p99, the lowest cosine, summed mismatches), so the verdict
+    is about the number the report shows.
+    """
+    broken = [r for r in results if not r.comparable]
     failing = [r for r in results if not r.passed]
     worst = failing[0] if failing else max(results, key=lambda r: r.max_abs or 0.0)
 
@@ -169,7 +188,7 @@ def _merge(results: list[OutputComparison]) -> OutputComparison:
     mismatches = sum(r.mismatches for r in results)
     weighted = [(r.mean_abs, r.elements) for r in results if r.mean_abs is not None]
     total = sum(n for _, n in weighted)
-    return worst.model_copy(
+    merged = worst.model_copy(
         update={
             "passed": not failing,
             "elements": elements,
@@ -188,6 +207,20 @@ def _merge(results: list[OutputComparison]) -> OutputComparison:
             "shape_equal": all(r.shape_equal for r in results),
         }
     )
+    if criterion is None or broken:
+        return merged
+    value = (
+        merged.mismatch_fraction
+        if criterion.metric == "mismatch_fraction"
+        else getattr(merged, criterion.metric)
+    )
+    passed = criterion.holds(value)
+    reason = (
+        None
+        if passed
+        else f"{criterion.metric} = {value} over all samples does not meet {criterion}"
+    )
+    return merged.model_copy(update={"passed": passed, "reason": reason})
 
 
 def _pair_names(
@@ -236,6 +269,8 @@ def compare_runners(
     """
     config = config or CompareConfig()
     config.check_names([o.name for o in signature.outputs])
+    if not samples:
+        raise FeedError("there is no sample to compare on; the input data holds none.")
     say = progress or (lambda message: log.info("%s", message))
     checked = [
         Sample(s.label, validate_feeds(signature, s.feeds, where=s.label), s.dims) for s in samples
@@ -276,7 +311,7 @@ def compare_runners(
                     reference_ms=b.latency_ns / 1e6,
                 )
             )
-        outputs = [_merge(results) for results in per_output.values()]
+        outputs = [_merge(results, config.criterion(name)) for name, results in per_output.items()]
         passed = all(o.passed for o in outputs)
         divergence = None
         if localize_model is not None:

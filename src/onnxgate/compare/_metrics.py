@@ -114,7 +114,7 @@ def parse_metric(text: str) -> tuple[str | None, Criterion]:
             value = float(found["value"])
         except ValueError:
             value = None
-    if not found or found["metric"] not in METRICS or value is None:
+    if not found or found["metric"] not in METRICS or value is None or not np.isfinite(value):
         raise ConfigError(
             f"--metric {text!r} is not [OUTPUT:]METRIC OP VALUE.",
             hint=f"Metrics: {', '.join(METRICS)}; operators >=, <=, >, <. "
@@ -135,7 +135,15 @@ def parse_tolerance(text: str) -> tuple[str, Tolerance]:
         atol, rtol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
     except ValueError:
         atol = rtol = None
-    if not sep or not name or atol is None or rtol is None or atol < 0 or rtol < 0:
+    if (
+        not sep
+        or not name
+        or atol is None
+        or rtol is None
+        or not (np.isfinite(atol) and np.isfinite(rtol))
+        or atol < 0
+        or rtol < 0
+    ):
         raise ConfigError(
             f"--tol {text!r} is not OUTPUT:ATOL,RTOL with non-negative numbers.",
             hint="For example --tol logits:1e-4,1e-3.",
@@ -215,6 +223,20 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> tuple[float | None, float | None
     return top1, float(np.mean(overlap))
 
 
+def _exact_figures(a: np.ndarray, b: np.ndarray) -> Figures:
+    """Integer or boolean outputs: equality, with error figures from exact integer differences."""
+    equal = np.asarray(a == b)
+    wide = a.astype(object).ravel() - b.astype(object).ravel()  # Python ints: no overflow
+    diff = np.abs(wide).astype(np.float64)
+    return Figures(
+        elements=int(a.size),
+        mismatches=int(a.size - equal.sum()),
+        max_abs=float(diff.max()),
+        mean_abs=float(diff.mean()),
+        p99_abs=float(np.percentile(diff, 99)),
+    )
+
+
 def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
     """Error figures of candidate ``a`` against reference ``b`` (same shape, same kind)."""
     if a.size == 0:
@@ -222,12 +244,17 @@ def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
     if kind(a.dtype) == "string" or kind(b.dtype) == "string":
         equal = np.asarray(a == b)
         return Figures(elements=int(a.size), mismatches=int(a.size - equal.sum()))
+    exact = kind(a.dtype) in ("int", "bool") and kind(b.dtype) in ("int", "bool")
+    if exact and tolerance.atol == 0 and tolerance.rtol == 0:
+        # integers beyond 2**53 are not exact in float64: compare them as integers
+        return _exact_figures(a, b)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     nan_a, nan_b = np.isnan(a64), np.isnan(b64)
     inf_a, inf_b = np.isinf(a64), np.isinf(b64)
     finite = ~(nan_a | nan_b | inf_a | inf_b)
     special_match = (nan_a & nan_b) | (inf_a & inf_b & (a64 == b64))
-    diff = np.abs(a64 - b64, where=finite, out=np.zeros_like(a64))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where not finite: masked
+        diff = np.where(finite, np.abs(a64 - b64), 0.0)
     allowed = tolerance.atol + tolerance.rtol * np.abs(np.where(finite, b64, 0.0))
     matches = np.where(finite, diff <= allowed, special_match)
     result = Figures(

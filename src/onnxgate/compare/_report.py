@@ -14,6 +14,8 @@ class OutputComparison(BaseModel):
 
     name: str
     passed: bool
+    comparable: bool = True
+    """False when the output is missing, or its shape, kind or map keys differ: no figures then."""
     criterion: str
     """The pass rule: ``allclose(atol=1e-05, rtol=0.0001)`` or a metric such as ``cosine>=0.999``."""
     atol: float

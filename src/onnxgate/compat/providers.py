@@ -67,9 +67,17 @@ def resolve(requested: Iterable[str] | str | None, known: Iterable[str]) -> list
     return list(dict.fromkeys(resolved))
 
 
+def provided_by(provider: str) -> str:
+    """The package or build that includes a provider, in words."""
+    return PACKAGES.get(provider, "a build of ONNX Runtime that includes it")
+
+
 def install_hint(provider: str) -> str:
     """What to install for a provider this build does not include."""
     package = PACKAGES.get(provider)
     if package is None:
-        return f"{provider} is not in this ONNX Runtime build; use a build that includes it."
-    return f"{provider} comes with {package}; install it instead of (not beside) onnxruntime."
+        return f"Use an ONNX Runtime build that includes {provider}."
+    wheel = package.split(" ")[0]
+    if wheel.startswith("onnxruntime-"):
+        return f"Install {wheel} instead of (not beside) onnxruntime: the two wheels conflict."
+    return f"Use {package}."

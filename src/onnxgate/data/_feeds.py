@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,16 @@ def _check_one(spec: TensorSpec, value: Any, sizes: dict[str, tuple[int, str]], 
 
 def _from_npz(path: Path) -> Sample:
     try:
+        with path.open("rb") as file:
+            magic = file.read(4)
+    except OSError as err:
+        raise FeedError(f"{path}: cannot be read ({err.strerror}).") from err
+    if magic != b"PK\x03\x04":
+        raise FeedError(
+            f"{path}: is not a readable .npz archive (a zip of .npy arrays, one per input).",
+            hint="Write it with np.savez(path, input_name=array, ...).",
+        )
+    try:
         with np.load(path, allow_pickle=False) as archive:
             feeds = {name: archive[name] for name in archive.files}
     except ValueError as err:  # object arrays need pickle, which is refused on purpose
@@ -169,7 +180,7 @@ def _from_npz(path: Path) -> Sample:
             f"{path}: holds an object array, which would need pickle to read; refused.",
             hint="Save strings as fixed-width unicode arrays (np.array([...], dtype=str)).",
         ) from err
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
         raise FeedError(f"{path}: is not a readable .npz archive ({err}).") from err
     return Sample(path.name, feeds)
 
@@ -180,6 +191,8 @@ def _from_json(path: Path, signature: Signature | None) -> list[Sample]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise FeedError(f"{path}: is not readable JSON ({err}).") from err
     records = document if isinstance(document, list) else [document]
+    if not records:
+        raise FeedError(f"{path}: holds no sample (an empty list).")
     dtypes = {s.name: s.dtype for s in signature.inputs} if signature else {}
     samples = []
     for index, record in enumerate(records):

@@ -11,6 +11,7 @@ choice is one ``--range`` away.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -88,7 +89,7 @@ def parse_ranges(items: Iterable[str] | None) -> dict[str, ValueRange]:
             high = float(high_text) if colon else low
         except ValueError:
             sep = ""
-        if not sep or not name.strip() or high < low:
+        if not sep or not name.strip() or not math.isfinite(low + high) or high < low:
             raise ConfigError(
                 f"--range {item!r} is not INPUT=LOW:HIGH (HIGH excluded) or INPUT=VALUE.",
                 hint="For example --range input_ids=0:30522 --range attention_mask=1.",

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.compat.providers import CPU, canonical, install_hint, names, resolve
+from onnxgate.compat.providers import CPU, canonical, install_hint, names, provided_by, resolve
 from onnxgate.compat.runtime import RuntimeSpec, ensure_env, runtime_profile
 from onnxgate.data import ValueRange, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, RuntimeEnvError
@@ -198,7 +198,7 @@ def placement(
         missing = answer["missing"][0]
         raise ProviderUnavailable(
             f"{missing} is not available in {runtime_label} (it has "
-            f"{', '.join(answer['available'])}).",
+            f"{', '.join(answer['available'])}); it comes with {provided_by(missing)}.",
             hint=install_hint(missing),
         )
     if error:

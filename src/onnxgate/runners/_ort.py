@@ -12,7 +12,7 @@ from typing import Any, Literal, Self
 import onnx
 import onnxruntime as ort
 
-from onnxgate.compat.providers import install_hint, resolve
+from onnxgate.compat.providers import install_hint, provided_by, resolve
 from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed
 from onnxgate.model import LoadedModel, Signature, TensorSpec
 from onnxgate.runners._base import Inference
@@ -89,6 +89,13 @@ class OrtOptions:
         return so
 
 
+def _quiet_run() -> ort.RunOptions:
+    """Run options that keep ONNX Runtime from logging a failure it also raises."""
+    options = ort.RunOptions()
+    options.log_severity_level = 4
+    return options
+
+
 def check_available(providers: list[str]) -> None:
     """Refuse providers this build does not include, naming the package that does.
 
@@ -100,7 +107,8 @@ def check_available(providers: list[str]) -> None:
         if provider not in available:
             raise ProviderUnavailable(
                 f"{provider} is not available in this ONNX Runtime build "
-                f"(onnxruntime {ort.__version__} has {', '.join(available)}).",
+                f"(onnxruntime {ort.__version__} has {', '.join(available)}); it comes with "
+                f"{provided_by(provider)}.",
                 hint=install_hint(provider),
             )
 
@@ -198,7 +206,7 @@ class OrtRunner:
         """Run once; raises RunFailed with ONNX Runtime's message when the run fails."""
         start = time.perf_counter_ns()
         try:
-            values = self.session.run(None, dict(feeds))
+            values = self.session.run(None, dict(feeds), _quiet_run())
         except Exception as err:  # ORT raises its own exception types, not a shared base
             raise RunFailed(f"{self.name} failed on {self.model.path}: {first_line(err)}") from err
         elapsed = time.perf_counter_ns() - start
@@ -221,7 +229,7 @@ class OrtRunner:
         )
         names = [o.name for o in session.get_outputs()]
         try:
-            values = session.run(None, dict(feeds))
+            values = session.run(None, dict(feeds), _quiet_run())
         except Exception as err:  # ORT raises its own exception types, not a shared base
             raise RunFailed(
                 f"{self.name} failed with every node output exposed: {first_line(err)}"

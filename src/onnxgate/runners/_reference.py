@@ -6,8 +6,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Self
 
-from onnx.reference import ReferenceEvaluator
-
 from onnxgate.errors import RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Inference
@@ -30,9 +28,11 @@ class ReferenceRunner:
 
     def __init__(self, model: LoadedModel) -> None:
         self.model = model
-        self._evaluator: ReferenceEvaluator | None = None
+        self._evaluator: Any = None
 
     def __enter__(self) -> Self:
+        from onnx.reference import ReferenceEvaluator  # 0.3 s to import: only when used
+
         model = self.model
         if not model.weights_loaded:
             model = load_model(model.path, load_weights=True)

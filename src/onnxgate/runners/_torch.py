@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
@@ -32,12 +34,19 @@ def load_entry(entry: str) -> Callable[..., Any]:
             f"entry point {entry!r} is not package.module:factory.",
             hint="For example torch:mypkg.models:build_model.",
         )
+    # Like `python -m`, look in the current folder too: factories often live beside the model.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise ConfigError(
             f"entry point {entry!r}: cannot import {module_name!r} ({err}).",
             hint="Install the package, or run from the folder that holds the module.",
+        ) from err
+    except Exception as err:  # importing runs the module's code, which may raise anything
+        raise ConfigError(
+            f"entry point {entry!r}: importing {module_name!r} raised {type(err).__name__}: {err}"
         ) from err
     target: Any = module
     for part in attribute.split("."):
@@ -91,7 +100,13 @@ class TorchRunner:
                 "running a PyTorch module needs the 'torch' extra: pip install 'onnxgate[torch]'."
             ) from err
         self._torch = torch
-        built = load_entry(self.entry)()
+        factory = load_entry(self.entry)
+        try:
+            built = factory()
+        except Exception as err:  # a user's factory may raise anything
+            raise ConfigError(
+                f"{self.entry} raised {type(err).__name__} while building the module: {err}"
+            ) from err
         module = built[0] if isinstance(built, tuple) else built
         if not callable(module):
             raise ConfigError(f"{self.entry} returned a {type(module).__name__}, not a module.")
