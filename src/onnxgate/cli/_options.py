@@ -52,6 +52,15 @@ ProvidersOpt = Annotated[
         show_default=False,
     ),
 ]
+ProviderOptionOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--provider-option",
+        help="An option of one provider, PROVIDER:KEY=VALUE, repeatable "
+        "(e.g. cuda:device_id=1, tensorrt:trt_fp16_enable=1).",
+        show_default=False,
+    ),
+]
 OptLevelOpt = Annotated[
     str,
     typer.Option(
@@ -88,18 +97,39 @@ def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
     return pairs
 
 
+def parse_provider_options(items: list[str] | None) -> dict[str, dict[str, str]]:
+    """``["cuda:device_id=1"]`` → ``{"CUDAExecutionProvider": {"device_id": "1"}}``.
+
+    Raises:
+        ConfigError: an item is not PROVIDER:KEY=VALUE or names no provider.
+    """
+    from onnxgate.compat.providers import PACKAGES, canonical
+
+    known = [*PACKAGES, "CPUExecutionProvider", "AzureExecutionProvider"]
+    options: dict[str, dict[str, str]] = {}
+    for item in items or ():
+        provider, sep, pair = item.partition(":")
+        if not sep:
+            raise ConfigError(f"--provider-option {item!r} is not PROVIDER:KEY=VALUE.")
+        key_value = parse_pairs([pair], "--provider-option")
+        options.setdefault(canonical(provider.strip(), known), {}).update(key_value)
+    return options
+
+
 def ort_options(
     providers: list[str] | None,
     opt_level: str,
     threads: int,
     session_config: list[str] | None,
     optimized_model: Path | None = None,
+    provider_options: list[str] | None = None,
 ) -> object:
     """The ``OrtOptions`` the shared options describe."""
     from onnxgate.runners import OrtOptions
 
     return OrtOptions(
         providers=tuple(providers or ()),
+        provider_options=parse_provider_options(provider_options),
         optimization=opt_level,
         intra_op_threads=threads,
         config=parse_pairs(session_config, "--session-config"),

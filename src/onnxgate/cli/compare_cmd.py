@@ -21,6 +21,7 @@ from onnxgate.cli._options import (
     DimOpt,
     InputsOpt,
     OptLevelOpt,
+    ProviderOptionOpt,
     ProvidersOpt,
     RangeOpt,
     SeedOpt,
@@ -167,6 +168,7 @@ def compare_command(
         ),
     ] = False,
     providers: ProvidersOpt = None,
+    provider_option: ProviderOptionOpt = None,
     opt_level: OptLevelOpt = "all",
     threads: ThreadsOpt = 0,
     session_config: SessionConfigOpt = None,
@@ -213,7 +215,9 @@ def compare_command(
         tolerances=dict(parse_tolerance(t) for t in tol or ()),
         metrics=dict(parse_metric(m) for m in metric or ()),
     )
-    options = ort_options(providers, opt_level, threads, session_config, save_optimized)
+    options = ort_options(
+        providers, opt_level, threads, session_config, save_optimized, provider_option
+    )
     with progress_line(fmt == Format.text) as progress:
         report = compare(
             model,

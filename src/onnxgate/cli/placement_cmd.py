@@ -21,11 +21,13 @@ from onnxgate.cli._options import (
     DimOpt,
     InputsOpt,
     OptLevelOpt,
+    ProviderOptionOpt,
     ProvidersOpt,
     RangeOpt,
     SeedOpt,
     SessionConfigOpt,
     parse_pairs,
+    parse_provider_options,
 )
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.placement import PlacementReport, placement
@@ -70,6 +72,7 @@ def render(report: PlacementReport) -> None:
 def placement_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     providers: ProvidersOpt = None,
+    provider_option: ProviderOptionOpt = None,
     require: Annotated[
         str | None,
         typer.Option(
@@ -140,6 +143,7 @@ def placement_command(
             method=method,  # type: ignore[arg-type]
             opt_level=opt_level,
             config=parse_pairs(session_config, "--session-config"),
+            provider_options=parse_provider_options(provider_option),
             allow_ops=allow_op or (),
             inputs=inputs,
             dims=parse_dims(dim),

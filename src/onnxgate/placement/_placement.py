@@ -123,6 +123,7 @@ def placement(
     method: Method = "auto",
     opt_level: str = "all",
     config: Mapping[str, str] | None = None,
+    provider_options: Mapping[str, Mapping[str, str]] | None = None,
     allow_ops: Iterable[str] = (),
     inputs: str | Path | None = None,
     dims: Mapping[str, int | Sequence[int]] | None = None,
@@ -141,6 +142,8 @@ def placement(
             run on feeds), or ``auto`` (assignment where the runtime has it).
         opt_level: graph optimisation level of the session (disable, basic, extended, layout, all).
         config: extra session config entries.
+        provider_options: options per provider (full names), e.g. ``{"CUDAExecutionProvider":
+            {"device_id": "1"}}``.
         allow_ops: op types allowed off the required provider (e.g. Shape, which ONNX Runtime
             keeps on CPU on purpose).
         inputs: data for the profiled run; synthetic feeds otherwise.
@@ -176,6 +179,7 @@ def placement(
         "method": method,
         "level": _LEVELS[opt_level],
         "config": dict(config or {}),
+        "provider_options": {p: dict(o) for p, o in (provider_options or {}).items()},
     }
     feeds = None
     if method == "profiling" or (method == "auto" and not spec.installed):
