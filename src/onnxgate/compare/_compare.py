@@ -137,7 +137,7 @@ def _judge(
             }
         )
     found = figures(a, b, tol)
-    update: dict[str, Any] = found.model_dump() | {"mismatch_fraction": found.mismatch_fraction}
+    update: dict[str, Any] = found.model_dump()
     if criterion is not None:
         value = getattr(found, criterion.metric)
         passed = criterion.holds(value)
@@ -209,11 +209,7 @@ def _merge(results: list[OutputComparison], criterion: Criterion | None) -> Outp
     )
     if criterion is None or broken:
         return merged
-    value = (
-        merged.mismatch_fraction
-        if criterion.metric == "mismatch_fraction"
-        else getattr(merged, criterion.metric)
-    )
+    value = getattr(merged, criterion.metric)
     passed = criterion.holds(value)
     reason = (
         None

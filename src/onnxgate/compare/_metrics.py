@@ -184,28 +184,35 @@ def kind(dtype: np.dtype) -> str:
 
 
 class Figures(BaseModel):
-    """Error figures of one output on one sample."""
+    """Error figures of one output on one sample (or, in a report, over all samples)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    elements: int
-    mismatches: int
+    elements: int = 0
+    mismatches: int = 0
+    """Elements that break the element rule."""
+    mismatch_fraction: float = 0.0
     max_abs: float | None = None
     mean_abs: float | None = None
     p99_abs: float | None = None
     max_rel: float | None = None
     cosine: float | None = None
     top1: float | None = None
+    """Share of rows whose argmax agrees ([rows, classes] float outputs)."""
     topk: float | None = None
+    """Mean overlap of the top-5 indices per row ([rows, classes] float outputs)."""
     nan: tuple[int, int] = (0, 0)
     """NaN count in (candidate, reference)."""
     inf: tuple[int, int] = (0, 0)
     """Infinity count in (candidate, reference)."""
 
-    @property
-    def mismatch_fraction(self) -> float:
-        """Share of elements that break the element rule."""
-        return self.mismatches / self.elements if self.elements else 0.0
+
+def _counted(elements: int, mismatches: int) -> dict[str, float | int]:
+    return {
+        "elements": elements,
+        "mismatches": mismatches,
+        "mismatch_fraction": mismatches / elements if elements else 0.0,
+    }
 
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> tuple[float | None, float | None]:
@@ -229,8 +236,7 @@ def _exact_figures(a: np.ndarray, b: np.ndarray) -> Figures:
     wide = a.astype(object).ravel() - b.astype(object).ravel()  # Python ints: no overflow
     diff = np.abs(wide).astype(np.float64)
     return Figures(
-        elements=int(a.size),
-        mismatches=int(a.size - equal.sum()),
+        **_counted(int(a.size), int(a.size - equal.sum())),
         max_abs=float(diff.max()),
         mean_abs=float(diff.mean()),
         p99_abs=float(np.percentile(diff, 99)),
@@ -243,7 +249,7 @@ def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
         return Figures(elements=0, mismatches=0)
     if kind(a.dtype) == "string" or kind(b.dtype) == "string":
         equal = np.asarray(a == b)
-        return Figures(elements=int(a.size), mismatches=int(a.size - equal.sum()))
+        return Figures(**_counted(int(a.size), int(a.size - equal.sum())))
     exact = kind(a.dtype) in ("int", "bool") and kind(b.dtype) in ("int", "bool")
     if exact and tolerance.atol == 0 and tolerance.rtol == 0:
         # integers beyond 2**53 are not exact in float64: compare them as integers
@@ -258,8 +264,7 @@ def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
     allowed = tolerance.atol + tolerance.rtol * np.abs(np.where(finite, b64, 0.0))
     matches = np.where(finite, diff <= allowed, special_match)
     result = Figures(
-        elements=int(a.size),
-        mismatches=int(a.size - matches.sum()),
+        **_counted(int(a.size), int(a.size - matches.sum())),
         nan=(int(nan_a.sum()), int(nan_b.sum())),
         inf=(int(inf_a.sum()), int(inf_b.sum())),
     )

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.compare._metrics import RULE
+from onnxgate.compare._metrics import RULE, Figures
 
 
-class OutputComparison(BaseModel):
-    """One output over every sample: the worst figures, and whether it passed its rule."""
+class OutputComparison(Figures):
+    """One output over every sample, and whether it passed its rule.
 
-    model_config = ConfigDict(extra="forbid")
+    The figures are the worst over the samples: the largest max, p99 and relative error, the
+    lowest cosine and top-k agreement; counts (elements, mismatches, NaN, infinities) are summed
+    and ``mean_abs`` is the mean over all elements.
+    """
 
     name: str
     passed: bool
@@ -28,24 +31,6 @@ class OutputComparison(BaseModel):
     candidate_shape: list[int] | None = None
     dtype_equal: bool = True
     shape_equal: bool = True
-    elements: int = 0
-    mismatches: int = 0
-    """Elements that break the element rule, over all samples."""
-    mismatch_fraction: float = 0.0
-    max_abs: float | None = None
-    mean_abs: float | None = None
-    p99_abs: float | None = None
-    """The largest 99th percentile of absolute error over the samples."""
-    max_rel: float | None = None
-    cosine: float | None = None
-    """The lowest cosine similarity over the samples."""
-    top1: float | None = None
-    """Share of rows whose argmax agrees (2-D float outputs), lowest over the samples."""
-    topk: float | None = None
-    """Mean overlap of the top-5 indices per row (2-D float outputs), lowest over the samples."""
-    nan: tuple[int, int] = (0, 0)
-    """NaN count in (candidate, reference), over all samples."""
-    inf: tuple[int, int] = (0, 0)
     keys: list[str] | None = None
     """Keys of a map output (ZipMap), compared in this order."""
     worst_sample: str | None = None
