@@ -2,6 +2,8 @@
 # The demo: describe a real model and check it against the installed ONNX Runtime and an older
 # release (installed once into an isolated environment in the user cache, then probed). Then the
 # same model re-stamped at opset 20, as a newer exporter would write it: the older release refuses it.
+# Then: ONNX Runtime's optimised graph against the ONNX reference evaluator, and where each node runs
+# when a provider that claims nothing is asked for (the silent CPU fallback, caught by --require).
 set -uo pipefail
 MODEL=$(python -c 'import onnx, pathlib; print(pathlib.Path(onnx.__file__).parent / "backend/test/data/light/light_resnet50.onnx")')
 OLD=${ONNXGATE_DEMO_RUNTIME:-onnxruntime==1.16.3}
@@ -35,4 +37,6 @@ step 0 onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001
 step 1 onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001 --runtime "$OLD"
 # A GPU deployment of the same model: this CPU build has no CUDA provider.
 step 1 onnxgate check "$MODEL" --providers cuda --ignore SHP001
+step 0 onnxgate compare "$MODEL" --against reference
+step 1 onnxgate placement "$MODEL" --providers azure --require azure
 [ "$failures" -eq 0 ]

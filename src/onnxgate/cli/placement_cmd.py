@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -32,7 +33,7 @@ from onnxgate.cli._options import (
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.placement import PlacementReport, placement
 
-MAX_LISTED = 20
+MAX_LISTED = 8
 
 
 def render(report: PlacementReport) -> None:
@@ -50,6 +51,9 @@ def render(report: PlacementReport) -> None:
         out.print(
             f"[yellow]{len(report.fallback)} compute node(s) are not on {report.requested[0]}:[/]"
         )
+        if len(report.fallback) > MAX_LISTED:
+            kinds = Counter(n.op_type for n in report.fallback)
+            out.print("  by op type: " + ", ".join(f"{op} {k}" for op, k in kinds.most_common()))
         for n in report.fallback[:MAX_LISTED]:
             out.print(f"  {escape(n.node)} ({n.op_type}) → {n.provider}")
         if len(report.fallback) > MAX_LISTED:
