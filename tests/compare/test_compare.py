@@ -22,7 +22,7 @@ from onnxgate.compare import (
 )
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, FeedError
-from onnxgate.model import Signature, load_model
+from onnxgate.model import Signature
 from onnxgate.runners import Inference, Runner
 
 MNIST = CORPUS / "mnist.onnx"
@@ -84,7 +84,10 @@ def test_changed_attribute_is_localized_to_its_node(tmp_path):
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "leaky" and divergence.op_type == "LeakyRelu"
     assert divergence.chain == ["add"]
-    assert divergence.note is None
+    assert (
+        divergence.note
+        == "its inputs are identical on both sides, so the difference starts in this node"
+    )
     assert compare(changed, str(changed)).passed  # the same file agrees with itself
 
 
@@ -127,7 +130,7 @@ def test_mnist_with_one_attribute_changed_is_localized_to_that_node(tmp_path):
     assert [t.agrees for t in divergence.inputs] == [True]
     assert all(not t.agrees for t in divergence.outputs)
     assert divergence.chain[-1] == "Plus214"  # the difference reaches the graph output
-    assert divergence.note is None  # no weight differs: the node itself is the cause
+    assert "identical" in divergence.note  # no weight differs: the node itself is the cause
 
 
 @needs_mnist
@@ -321,10 +324,20 @@ def test_missing_output_fails():
 def test_outputs_are_matched_by_position_when_names_differ():
     report = run({"out0": LOGITS.copy(), "out1": EMB.copy()})
     assert report.passed
-    assert [o.name for o in report.outputs] == ["logits", "emb"]
+    assert [o.name for o in report.outputs] == ["out0", "out1"]  # the candidate's names
     assert any("matched by position" in note and "out1 ↔ emb" in note for note in report.notes)
     swapped = run({"out0": EMB.copy(), "out1": LOGITS.copy()})
     assert not swapped.passed  # pairing is by position, not by whichever fits
+
+
+def test_per_output_options_follow_the_models_names_when_paired_by_position():
+    # the candidate is the model (its names are the signature's); the reference names differ
+    reference = FakeRunner("ref", fixed({"r0": LOGITS, "r1": EMB}), SIGNATURE)
+    candidate = FakeRunner("cand", fixed({"logits": LOGITS + 0.5, "emb": EMB}), SIGNATURE)
+    config = CompareConfig(tolerances={"logits": Tolerance(1.0, 0.0)})
+    report = compare_runners(candidate, reference, SAMPLES, signature=SIGNATURE, config=config)
+    logits = by_name(report)["logits"]
+    assert logits.atol == 1.0 and logits.passed
 
 
 def test_figures_are_aggregated_over_samples():
@@ -384,10 +397,7 @@ def test_feeds_are_checked_before_any_runner_is_entered():
 def test_localize_needs_two_onnx_executions(tmp_path):
     reference = FakeRunner("ref", fixed({"logits": LOGITS, "emb": EMB}), SIGNATURE)
     candidate = FakeRunner("cand", fixed({"logits": LOGITS + 1, "emb": EMB}), SIGNATURE)
-    loaded = load_model(save(two_outputs(), tmp_path / "two.onnx"))
-    report = compare_runners(
-        candidate, reference, SAMPLES, signature=SIGNATURE, localize_model=loaded
-    )
+    report = compare_runners(candidate, reference, SAMPLES, signature=SIGNATURE, localize=True)
     assert not report.passed and report.first_divergence is None
     assert any("localisation needs two ONNX executions" in note for note in report.notes)
 

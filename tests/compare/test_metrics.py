@@ -183,7 +183,7 @@ def test_zipmap_list_of_dicts_becomes_a_matrix():
 
 def test_as_array_of_maps_and_sequences():
     values, keys = as_array({"b": 2.0, "a": 1.0})
-    assert keys == ["a", "b"] and values.tolist() == [1.0, 2.0]
+    assert keys == ["b", "a"] and values.tolist() == [2.0, 1.0]  # the map's own order
     stacked, keys = as_array([np.zeros(3), np.ones(3)])
     assert keys is None and stacked.shape == (2, 3)
     plain = np.arange(3)

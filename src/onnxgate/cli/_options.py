@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from onnxgate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from onnxgate.runners import OrtOptions
 
 InputsOpt = Annotated[
     Path | None,
@@ -98,21 +101,17 @@ def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
 
 
 def parse_provider_options(items: list[str] | None) -> dict[str, dict[str, str]]:
-    """``["cuda:device_id=1"]`` → ``{"CUDAExecutionProvider": {"device_id": "1"}}``.
+    """``["cuda:device_id=1"]`` → ``{"cuda": {"device_id": "1"}}`` (names resolved by the runner).
 
     Raises:
-        ConfigError: an item is not PROVIDER:KEY=VALUE or names no provider.
+        ConfigError: an item is not PROVIDER:KEY=VALUE.
     """
-    from onnxgate.compat.providers import PACKAGES, canonical
-
-    known = [*PACKAGES, "CPUExecutionProvider", "AzureExecutionProvider"]
     options: dict[str, dict[str, str]] = {}
     for item in items or ():
         provider, sep, pair = item.partition(":")
-        if not sep:
+        if not sep or not provider.strip():
             raise ConfigError(f"--provider-option {item!r} is not PROVIDER:KEY=VALUE.")
-        key_value = parse_pairs([pair], "--provider-option")
-        options.setdefault(canonical(provider.strip(), known), {}).update(key_value)
+        options.setdefault(provider.strip(), {}).update(parse_pairs([pair], "--provider-option"))
     return options
 
 
@@ -123,7 +122,7 @@ def ort_options(
     session_config: list[str] | None,
     optimized_model: Path | None = None,
     provider_options: list[str] | None = None,
-) -> object:
+) -> OrtOptions:
     """The ``OrtOptions`` the shared options describe."""
     from onnxgate.runners import OrtOptions
 

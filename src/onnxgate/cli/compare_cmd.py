@@ -153,9 +153,11 @@ def compare_command(
         typer.Option(
             "--metric",
             help="Judge an output by one figure instead of the element rule: "
-            "[OUTPUT:]METRIC OP VALUE, e.g. embedding:cosine>=0.999 or top1>=0.99 (all outputs). "
-            "Metrics: cosine, top1, topk, max_abs, mean_abs, p99_abs, max_rel, mismatches, "
-            "mismatch_fraction.",
+            "[OUTPUT:]METRIC OP VALUE, e.g. embedding:cosine>=0.999, or max_abs<=1e-3 for every "
+            "output. Metrics: cosine, max_abs, mean_abs, p99_abs, max_rel, mismatches, "
+            "mismatch_fraction, and for [rows, classes] float outputs top1 (argmax agreement) "
+            "and topk (overlap of the top 5, or fewer when there are fewer classes). An "
+            "unmatched NaN or infinity fails whatever the metric.",
             show_default=False,
         ),
     ] = None,

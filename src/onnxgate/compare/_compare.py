@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,19 +23,25 @@ from onnxgate.compare._metrics import (
     default_tolerance,
     figures,
     kind,
+    reorder,
+    structure,
 )
-from onnxgate.compare._report import CompareReport, OutputComparison, SampleResult
+from onnxgate.compare._report import CompareReport, Divergence, OutputComparison, SampleResult
 from onnxgate.data import (
     Sample,
     ValueRange,
     chosen_ranges,
     load_feeds,
+    numpy_dtype,
     synthetic_samples,
     validate_feeds,
 )
-from onnxgate.errors import ConfigError, FeedError
+from onnxgate.errors import ConfigError, FeedError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import Runner, TensorTap, make_runner
+
+if TYPE_CHECKING:
+    from onnxgate.runners import OrtOptions
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +60,17 @@ class CompareConfig:
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
     metrics: Mapping[str | None, Criterion] = field(default_factory=dict)
 
-    def tolerance(self, name: str, a: np.dtype, b: np.dtype) -> Tolerance:
-        """The tolerance an output is judged with."""
+    def __post_init__(self) -> None:
+        for option, value in (("--atol", self.atol), ("--rtol", self.rtol)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{option} {value} must be a finite number of 0 or more.")
+
+    def tolerance(self, name: str, *dtypes: np.dtype) -> Tolerance:
+        """The tolerance an output is judged with, given the dtypes of both sides (and declared)."""
         if name in self.tolerances:
             return self.tolerances[name]
-        base = default_tolerance(a, b)
-        if kind(a) != "float" and kind(b) != "float":
+        base = default_tolerance(*dtypes)
+        if all(kind(d) != "float" for d in dtypes):
             return base
         return Tolerance(
             self.atol if self.atol is not None else base.atol,
@@ -83,25 +96,67 @@ class CompareConfig:
                 )
 
 
-@dataclass
-class _Worst:
-    """Figures of one output accumulated over samples."""
+def declared_dtype(type_string: str | None) -> np.dtype | None:
+    """The element type a model declares for an output: ``seq(map(int64,tensor(float)))`` → float32."""
+    found = re.findall(r"tensor\((\w+)\)", type_string or "")
+    if not found:
+        return None
+    name = {"float": "float32", "double": "float64"}.get(found[-1], found[-1])
+    try:
+        return numpy_dtype(name)
+    except FeedError:
+        return None
 
-    name: str
-    comparisons: list[tuple[str, Figures]] = field(default_factory=list)
-    failure: OutputComparison | None = None
+
+def _unwrap_optional(value: Any, declared: str | None) -> Any:
+    # ONNX Runtime returns an optional's tensor, the reference evaluator a one-item list
+    if (
+        declared
+        and declared.startswith("optional(")
+        and isinstance(value, list)
+        and len(value) == 1
+    ):
+        return value[0]
+    return value
 
 
 def _judge(
-    name: str, a_value: Any, b_value: Any, config: CompareConfig, label: str
+    name: str,
+    a_value: Any,
+    b_value: Any,
+    config: CompareConfig,
+    label: str,
+    declared: str | None = None,
 ) -> OutputComparison:
-    """One output on one sample."""
+    """One output on one sample; ``declared`` is the model's type string for it."""
+    a_value, b_value = _unwrap_optional(a_value, declared), _unwrap_optional(b_value, declared)
+    if a_value is None or b_value is None:
+        if a_value is None and b_value is None:
+            a_value = b_value = np.zeros(0, np.float32)  # two empty optionals agree
+        else:
+            side = "candidate" if a_value is None else "reference"
+            return _failed(name, config, label, f"the {side} returned no value (an empty optional)")
+    a_parts, b_parts = structure(a_value), structure(b_value)
+    if a_parts != b_parts and a_parts is not None and b_parts is not None:
+        return _failed(
+            name,
+            config,
+            label,
+            f"sequence of {len(a_parts)} tensor(s) with shapes {[list(p) for p in a_parts]} vs the "
+            f"reference's {len(b_parts)} with {[list(p) for p in b_parts]}",
+        )
     try:
         a, a_keys = as_array(a_value)
         b, b_keys = as_array(b_value)
     except ValueError as err:
         return _failed(name, config, label, f"cannot be compared: {err}")
-    tol = config.tolerance(name, a.dtype, b.dtype)
+    if a_keys is not None and b_keys is not None:
+        if set(a_keys) != set(b_keys):
+            return _failed(name, config, label, f"map keys differ: {a_keys} vs {b_keys}")
+        a = reorder(a, a_keys, b_keys)
+    keys = b_keys if b_keys is not None else a_keys
+    extra = declared_dtype(declared)
+    tol = config.tolerance(name, a.dtype, b.dtype, *([extra] if extra is not None else []))
     criterion = config.criterion(name)
     base = OutputComparison(
         name=name,
@@ -115,13 +170,9 @@ def _judge(
         candidate_shape=list(a.shape),
         dtype_equal=a.dtype == b.dtype,
         shape_equal=a.shape == b.shape,
-        keys=[str(k) for k in (b_keys if b_keys is not None else a_keys or [])] or None,
+        keys=[str(k) for k in keys] if keys is not None else None,
         worst_sample=label,
     )
-    if a_keys is not None and b_keys is not None and a_keys != b_keys:
-        return base.model_copy(
-            update={"comparable": False, "reason": f"map keys differ: {a_keys} vs {b_keys}"}
-        )
     if kind(a.dtype) != kind(b.dtype):
         return base.model_copy(
             update={
@@ -137,19 +188,29 @@ def _judge(
             }
         )
     found = figures(a, b, tol)
-    update: dict[str, Any] = found.model_dump()
+    passed, reason = _verdict(found, criterion, tol, over="")
+    return base.model_copy(update=found.model_dump() | {"passed": passed, "reason": reason})
+
+
+def _verdict(
+    found: Figures, criterion: Criterion | None, tol: Tolerance, *, over: str
+) -> tuple[bool, str | None]:
+    """Whether figures meet the output's rule, and why not."""
+    if found.nonfinite_mismatches:
+        return False, (
+            f"{found.nonfinite_mismatches} NaN or infinite value(s) not matched on the other side"
+            f"{over}"
+        )
     if criterion is not None:
         value = getattr(found, criterion.metric)
-        passed = criterion.holds(value)
-        reason = None if passed else f"{criterion.metric} = {value} does not meet {criterion}"
-    else:
-        passed = found.mismatches == 0
-        reason = (
-            None
-            if passed
-            else f"{found.mismatches} of {found.elements} element(s) outside allclose({tol})"
-        )
-    return base.model_copy(update=update | {"passed": passed, "reason": reason})
+        if criterion.holds(value):
+            return True, None
+        return False, f"{criterion.metric} = {value}{over} does not meet {criterion}"
+    if found.mismatches == 0:
+        return True, None
+    return False, (
+        f"{found.mismatches} of {found.elements} element(s){over} outside allclose({tol})"
+    )
 
 
 def _failed(name: str, config: CompareConfig, label: str, reason: str) -> OutputComparison:
@@ -201,6 +262,7 @@ def _merge(results: list[OutputComparison], criterion: Criterion | None) -> Outp
             "cosine": top("cosine", min),
             "top1": top("top1", min),
             "topk": top("topk", min),
+            "nonfinite_mismatches": sum(r.nonfinite_mismatches for r in results),
             "nan": (sum(r.nan[0] for r in results), sum(r.nan[1] for r in results)),
             "inf": (sum(r.inf[0] for r in results), sum(r.inf[1] for r in results)),
             "dtype_equal": all(r.dtype_equal for r in results),
@@ -209,30 +271,39 @@ def _merge(results: list[OutputComparison], criterion: Criterion | None) -> Outp
     )
     if criterion is None or broken:
         return merged
-    value = getattr(merged, criterion.metric)
-    passed = criterion.holds(value)
-    reason = (
-        None
-        if passed
-        else f"{criterion.metric} = {value} over all samples does not meet {criterion}"
+    passed, reason = _verdict(
+        merged, criterion, Tolerance(merged.atol, merged.rtol), over=" over all samples"
     )
     return merged.model_copy(update={"passed": passed, "reason": reason})
 
 
 def _pair_names(
     candidate: Mapping[str, Any], reference: Mapping[str, Any], notes: list[str]
-) -> list[tuple[str, str | None]]:
-    """(reference name, candidate name) per reference output: by name, else by position."""
+) -> list[tuple[str | None, str]]:
+    """(candidate name, reference name) per reference output: by name, else by position."""
     if all(name in candidate for name in reference):
         return [(name, name) for name in reference]
     if len(candidate) == len(reference):
-        pairs = list(zip(reference, candidate, strict=True))
+        pairs = list(zip(candidate, reference, strict=True))
         notes.append(
             "output names differ, so outputs are matched by position: "
-            + ", ".join(f"{c} ↔ {r}" for r, c in pairs)
+            + ", ".join(f"{c} ↔ {r}" for c, r in pairs)
         )
         return pairs
-    return [(name, name if name in candidate else None) for name in reference]
+    return [(name if name in candidate else None, name) for name in reference]
+
+
+def _same_inputs(runner: Runner, signature: Signature) -> None:
+    """Refuse a runner whose model takes other inputs than the model the feeds were made for."""
+    theirs = {spec.name for spec in runner.input_specs().inputs}
+    ours = {spec.name for spec in signature.inputs}
+    optional = set(signature.initializer_inputs)
+    if not ours <= theirs or not theirs - optional <= ours:
+        raise ConfigError(
+            f"{runner.name} takes inputs {sorted(theirs)}, the model {sorted(ours)}: the same feeds "
+            "cannot drive both.",
+            hint="Compare models with the same input names.",
+        )
 
 
 def compare_runners(
@@ -242,25 +313,27 @@ def compare_runners(
     *,
     signature: Signature,
     config: CompareConfig | None = None,
-    localize_model: LoadedModel | None = None,
+    localize: bool = False,
     model_label: str = "",
     progress: Callable[[str], None] | None = None,
 ) -> CompareReport:
     """Feed every sample to both runners and judge each output.
 
     Args:
-        candidate: the execution under test (``a`` in the element rule).
+        candidate: the execution under test (``a`` in the element rule); outputs are reported
+            under its names.
         reference: the execution it must agree with (``b``).
         samples: feeds; each is checked against ``signature`` first.
-        signature: the model's signature.
-        config: tolerances and metrics.
-        localize_model: when given and an output fails, the candidate's graph in which to look
-            for the first diverging node (both runners must expose intermediate tensors).
+        signature: the model's signature (inputs, and the outputs' declared types).
+        config: tolerances and metrics, keyed by the model's output names.
+        localize: when an output fails, look for the first diverging node of the candidate's
+            graph (both runners must expose intermediate tensors).
         model_label: the model's path, for the report.
         progress: called with a short message before each step.
 
     Raises:
         FeedError: a sample does not fit the signature.
+        ConfigError: a runner's model takes other inputs.
         RunFailed: a runner cannot load or run the model.
     """
     config = config or CompareConfig()
@@ -271,32 +344,37 @@ def compare_runners(
     checked = [
         Sample(s.label, validate_feeds(signature, s.feeds, where=s.label), s.dims) for s in samples
     ]
+    declared = {o.name: o.type for o in signature.outputs}
     per_output: dict[str, list[OutputComparison]] = {}
     sample_results: list[SampleResult] = []
     notes: list[str] = []
-    first_failing: Sample | None = None
     with candidate, reference:
+        _same_inputs(candidate, signature)
+        _same_inputs(reference, signature)
         for index, sample in enumerate(checked, 1):
             say(f"sample {index}/{len(checked)} ({sample.label}): {candidate.name}")
             a = candidate.infer(sample.feeds)
             say(f"sample {index}/{len(checked)} ({sample.label}): {reference.name}")
             b = reference.infer(sample.feeds)
             failing = []
-            pairs = _pair_names(a.outputs, b.outputs, notes if index == 1 else [])
-            for ref_name, cand_name in pairs:
+            for cand_name, ref_name in _pair_names(
+                a.outputs, b.outputs, notes if index == 1 else []
+            ):
+                name = cand_name or ref_name
                 if cand_name is None:
-                    result = _failed(
-                        ref_name, config, sample.label, "the candidate has no such output"
-                    )
+                    result = _failed(name, config, sample.label, "the candidate has no such output")
                 else:
                     result = _judge(
-                        ref_name, a.outputs[cand_name], b.outputs[ref_name], config, sample.label
+                        name,
+                        a.outputs[cand_name],
+                        b.outputs[ref_name],
+                        config,
+                        sample.label,
+                        declared.get(cand_name),
                     )
-                per_output.setdefault(ref_name, []).append(result)
+                per_output.setdefault(name, []).append(result)
                 if not result.passed:
-                    failing.append(ref_name)
-            if failing and first_failing is None:
-                first_failing = sample
+                    failing.append(name)
             sample_results.append(
                 SampleResult(
                     label=sample.label,
@@ -310,19 +388,8 @@ def compare_runners(
         outputs = [_merge(results, config.criterion(name)) for name, results in per_output.items()]
         passed = all(o.passed for o in outputs)
         divergence = None
-        if localize_model is not None:
-            if first_failing is None:
-                notes.append("every output agrees, so there is no diverging node to look for")
-            elif not isinstance(candidate, TensorTap) or not isinstance(reference, TensorTap):
-                notes.append(
-                    "localisation needs two ONNX executions (ONNX Runtime or the reference "
-                    f"evaluator); {candidate.name} vs {reference.name} has no shared tensor names"
-                )
-            else:
-                say(f"localising on sample {first_failing.label}")
-                divergence = localize(
-                    candidate, reference, localize_model.proto, first_failing, config=config
-                )
+        if localize:
+            divergence = _localize_worst(candidate, reference, outputs, checked, config, notes, say)
     return CompareReport(
         passed=passed,
         model=model_label,
@@ -335,6 +402,38 @@ def compare_runners(
     )
 
 
+def _localize_worst(
+    candidate: Runner,
+    reference: Runner,
+    outputs: list[OutputComparison],
+    samples: list[Sample],
+    config: CompareConfig,
+    notes: list[str],
+    say: Callable[[str], None],
+) -> Divergence | None:
+    """Localise on the worst sample of the first failing output; a failure becomes a note."""
+    failed = next((o for o in outputs if not o.passed), None)
+    if failed is None:
+        notes.append("every output agrees, so there is no diverging node to look for")
+        return None
+    if not isinstance(candidate, TensorTap) or not isinstance(reference, TensorTap):
+        notes.append(
+            "localisation needs two ONNX executions (ONNX Runtime or the reference "
+            f"evaluator); {candidate.name} vs {reference.name} has no shared tensor names"
+        )
+        return None
+    sample = next((s for s in samples if s.label == failed.worst_sample), samples[0])
+    say(f"localising on sample {sample.label}")
+    # intermediate tensors are judged by the element rule at the global tolerance, whatever
+    # rule the failing output has
+    plain = CompareConfig(atol=config.atol, rtol=config.rtol)
+    try:
+        return localize(candidate, reference, sample, config=plain, failing_output=failed.name)
+    except GateError as err:
+        notes.append(f"localisation failed: {err}")
+        return None
+
+
 def compare(
     model: str | Path | LoadedModel,
     against: str = "reference",
@@ -344,7 +443,7 @@ def compare(
     dims: Mapping[str, int | Sequence[int]] | None = None,
     ranges: Mapping[str, ValueRange] | None = None,
     seed: int = 0,
-    ort_options: object | None = None,
+    ort_options: OrtOptions | None = None,
     trust_pickle: bool = False,
     config: CompareConfig | None = None,
     localize: bool = False,
@@ -385,9 +484,14 @@ def compare(
         data = f"synthetic (seed {seed})"
     cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
     reference_options = ort_options
-    if ort_options is not None and getattr(ort_options, "optimized_model_path", None):
+    if ort_options is not None and ort_options.optimized_model_path is not None:
+        if not candidate.startswith("ort") and not candidate.endswith(".onnx"):
+            raise ConfigError(
+                f"--save-optimized saves what ONNX Runtime optimised; the candidate {candidate!r} "
+                "is not ONNX Runtime."
+            )
         # only the candidate's optimised model is saved; the reference must not overwrite it
-        reference_options = dataclasses.replace(ort_options, optimized_model_path=None)  # type: ignore[type-var]
+        reference_options = dataclasses.replace(ort_options, optimized_model_path=None)
     ref = make_runner(against, loaded, ort_options=reference_options, trust_pickle=trust_pickle)
     report = compare_runners(
         cand,
@@ -395,7 +499,7 @@ def compare(
         samples,
         signature=signature,
         config=config,
-        localize_model=loaded if localize else None,
+        localize=localize,
         model_label=str(loaded.path),
         progress=progress,
     )

@@ -1,28 +1,32 @@
-"""Find the first node whose outputs disagree while the values it computed from agree.
+"""Find the first node whose outputs disagree while the values it reads agree.
 
-Both executions are asked for every intermediate tensor, by a method that does not change what
-is measured for the candidate's graph as written: the reference evaluator returns its
+Both executions are asked for every intermediate tensor: the reference evaluator returns its
 ``intermediate=True`` tensors, and ONNX Runtime runs a copy of the model in which every node output
-is also a graph output, with the same providers and options. The report states both methods.
+of the main graph is also a graph output, with the same providers and options. ONNX Runtime does
+not fuse away a node whose output is a graph output, so fusions are undone in that run; other
+rewrites of the level (layout changes, constant folding) still apply. The report states the method.
 
-Tensors are matched by name and judged with the element rule at the comparison's tolerance
-(per-dtype defaults unless ``--atol``/``--rtol`` are given). Walking the candidate's main graph in
-topological order, the first node with a disagreeing output whose computed inputs all agree is
-the one that introduced the difference; a weight that differs between two model files is shown
-among its inputs (``initializer: true``), since weights are not computed values.
+Tensors are matched by name and judged with the element rule at the global tolerance (per-dtype
+defaults unless ``--atol``/``--rtol`` are given), whatever rule the failing output had. Walking the
+candidate's main graph in topological order, the first node with a disagreeing output (one that
+something reads) whose read values were all compared and all agree is reported. That is where the
+difference first exceeds the tolerance: usually where it is introduced, but a node can also amplify
+a difference that was within tolerance, and the report says so when its inputs were not identical.
+Weights that differ between two model files are shown among the node's inputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import ModelProto, NodeProto, numpy_helper
+from onnx import NodeProto, numpy_helper
 
 from onnxgate.compare._metrics import as_array, figures, kind
 from onnxgate.compare._report import Divergence, TensorError
 from onnxgate.data import Sample
-from onnxgate.model import dependency_order, graph_sources
+from onnxgate.model import LoadedModel, dependency_order, graph_sources, subgraphs_of
 
 if TYPE_CHECKING:
     from onnxgate.compare._compare import CompareConfig
@@ -54,29 +58,38 @@ def _tensor_error(name: str, a: Any, b: Any, config: CompareConfig) -> TensorErr
     )
 
 
-def _initializers(model: ModelProto) -> dict[str, np.ndarray]:
-    """Embedded weights of the main graph (external ones are not read)."""
-    found = {}
-    for tensor in model.graph.initializer:
-        if tensor.data_location != tensor.EXTERNAL:
-            found[tensor.name] = numpy_helper.to_array(tensor)
-    return found
+def _weight(model: LoadedModel, name: str) -> np.ndarray | None:
+    """An initializer of the main graph as an array, external data included (None if absent)."""
+    for tensor in model.proto.graph.initializer:
+        if tensor.name == name:
+            return numpy_helper.to_array(tensor, base_dir=str(model.path.parent))
+    return None
 
 
-def _reference_model(runner: TensorTap) -> ModelProto | None:
-    model = getattr(runner, "model", None)
-    return getattr(model, "proto", None)
+def _reads(node: NodeProto) -> list[str]:
+    """Values a node reads: its inputs and what its subgraphs read from outside themselves."""
+    names = [n for n in node.input if n]
+    for graph in subgraphs_of(node):
+        inner = {o for sub in graph.node for o in sub.output} | {i.name for i in graph.input}
+        inner |= {t.name for t in graph.initializer}
+        for sub in graph.node:
+            names.extend(n for n in _reads(sub) if n not in inner)
+    return list(dict.fromkeys(names))
 
 
 def localize(
     candidate: TensorTap,
     reference: TensorTap,
-    model: ModelProto,
     sample: Sample,
     *,
     config: CompareConfig,
+    failing_output: str | None = None,
 ) -> Divergence:
-    """The first diverging node of ``model`` (the candidate's graph) on one sample."""
+    """The first diverging node of the candidate's main graph on one sample.
+
+    ``failing_output`` names the output that failed its own rule, for the note when every tensor
+    agrees at the global tolerance.
+    """
     method = (
         f"both: {candidate.method}"
         if candidate.method == reference.method
@@ -84,18 +97,11 @@ def localize(
     )
     a_all = candidate.infer_all(sample.feeds)
     b_all = reference.infer_all(sample.feeds)
-    graph = model.graph
+    graph = candidate.model.proto.graph
     weights = {t.name for t in graph.initializer}
     ordered, stuck = dependency_order(list(graph.node), graph_sources(graph))
     nodes: list[NodeProto] = [*ordered, *stuck]
-
-    weight_errors: dict[str, TensorError] = {}
-    other = _reference_model(reference)
-    if other is not None and other is not model:
-        mine, theirs = _initializers(model), _initializers(other)
-        for name in sorted(set(mine) & set(theirs)):
-            error = _tensor_error(name, mine[name], theirs[name], config)
-            weight_errors[name] = error.model_copy(update={"initializer": True})
+    reads = {id(node): _reads(node) for node in nodes}
 
     errors: dict[str, TensorError] = {}
     for name in a_all.keys() & b_all.keys():
@@ -103,32 +109,24 @@ def localize(
             errors[name] = _tensor_error(name, a_all[name], b_all[name], config)
 
     # An output nothing reads (Dropout's mask, say) cannot make a difference downstream.
-    used = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
+    used = {name for node in nodes for name in reads[id(node)]} | {o.name for o in graph.output}
 
     def disagrees(node: NodeProto) -> bool:
         return any(not errors[o].agrees for o in node.output if o in errors and o in used)
 
-    def input_errors(node: NodeProto) -> list[TensorError]:
-        found = []
-        for name in node.input:
-            if name in errors:
-                found.append(errors[name])
-            elif name in weight_errors:
-                found.append(weight_errors[name])
-        return found
-
     base = Divergence(found=False, method=method, sample=sample.label, compared=len(errors))
+    uncompared = 0
     for position, node in enumerate(nodes):
         if not disagrees(node):
             continue
-        computed = [errors[n] for n in node.input if n in errors]
-        if not all(e.agrees for e in computed):
+        computed = [n for n in reads[id(node)] if n not in weights]
+        if any(n not in errors for n in computed):
+            uncompared += 1  # an input missing on one side: cannot tell whether it agreed
             continue
-        chain = _downstream(nodes[position + 1 :], set(node.output), disagrees)
-        changed_weights = [w for w in input_errors(node) if w.initializer and not w.agrees]
-        note = None
-        if changed_weights:
-            note = "its weight(s) " + ", ".join(w.name for w in changed_weights) + " differ"
+        if not all(errors[n].agrees for n in computed):
+            continue
+        inputs = [errors[n] for n in computed] + _weight_errors(candidate, reference, node, config)
+        outputs = [errors[o] for o in node.output if o in errors]
         return base.model_copy(
             update={
                 "found": True,
@@ -136,32 +134,77 @@ def localize(
                 "op_type": node.op_type,
                 "domain": node.domain or "ai.onnx",
                 "position": position,
-                "inputs": input_errors(node),
-                "outputs": [errors[o] for o in node.output if o in errors],
-                "chain": chain,
-                "note": note,
+                "inputs": inputs,
+                "outputs": outputs,
+                "chain": _downstream(nodes[position + 1 :], set(node.output), disagrees, reads),
+                "note": _explain(inputs, outputs),
             }
         )
     outputs_differ = any(not errors[o.name].agrees for o in graph.output if o.name in errors)
-    note = (
-        "the graph outputs differ, but no node's output differs while its inputs agree: the "
-        "tensors that would tell are missing on one side (renamed or fused)"
-        if outputs_differ
-        else "with every tensor exposed, all compared tensors agree: the difference comes from a "
-        "transformation of the graph that exposing tensors prevents (such as a fusion); compare "
-        "at optimisation levels disable, basic and extended to find which one"
-    )
+    strict = failing_output in errors and errors[failing_output].agrees
+    if strict and not outputs_differ:
+        note = (
+            f"every tensor agrees at the global tolerance, {failing_output!r} included: it failed "
+            "only under its own, stricter rule (--tol or --metric), so no node stands out"
+        )
+    elif uncompared or outputs_differ:
+        note = (
+            "the graph outputs differ, but no node was found whose outputs differ while all its "
+            f"inputs were compared and agree ({uncompared} diverging node(s) read tensors missing "
+            "on one side: renamed, or computed inside a fused node)"
+        )
+    else:
+        note = (
+            "with every tensor exposed, all compared tensors agree: the difference comes from a "
+            "rewrite of the graph that exposing tensors prevents (such as a fusion); compare at "
+            "optimisation levels disable, basic and extended to find which one"
+        )
     return base.model_copy(update={"note": note})
 
 
-def _downstream(nodes: list[NodeProto], tainted: set[str], disagrees: Any) -> list[str]:
-    """Names of later nodes that consume a tainted value and disagree themselves."""
+def _weight_errors(
+    candidate: TensorTap, reference: TensorTap, node: NodeProto, config: CompareConfig
+) -> list[TensorError]:
+    """The node's weights, compared between the two model files when they are two files."""
+    mine, theirs = candidate.model, reference.model
+    if mine is theirs or mine.path == theirs.path:
+        return []
+    found = []
+    for name in node.input:
+        a, b = _weight(mine, name), _weight(theirs, name)
+        if a is not None and b is not None:
+            error = _tensor_error(name, a, b, config)
+            found.append(error.model_copy(update={"initializer": True}))
+    return found
+
+
+def _explain(inputs: list[TensorError], outputs: list[TensorError]) -> str | None:
+    changed = [t.name for t in inputs if t.initializer and not t.agrees]
+    if changed:
+        return "its weight(s) " + ", ".join(changed) + " differ between the two files"
+    drift = max((t.max_abs or 0.0 for t in inputs if not t.initializer), default=0.0)
+    worst = max((t.max_abs or 0.0 for t in outputs), default=0.0)
+    if drift > 0:
+        return (
+            f"its inputs already differ by up to {drift:.3g} (within tolerance) and its outputs "
+            f"by {worst:.3g}: this node may amplify a small difference rather than introduce one"
+        )
+    return "its inputs are identical on both sides, so the difference starts in this node"
+
+
+def _downstream(
+    nodes: list[NodeProto],
+    tainted: set[str],
+    disagrees: Callable[[NodeProto], bool],
+    reads: dict[int, list[str]],
+) -> list[str]:
+    """Names of later nodes that read a tainted value and disagree themselves."""
     chain = []
     tainted = set(tainted)
-    for offset, node in enumerate(nodes):
-        if any(name in tainted for name in node.input) and disagrees(node):
+    for node in nodes:
+        if any(name in tainted for name in reads[id(node)]) and disagrees(node):
             tainted.update(node.output)
-            chain.append(node.name or f"{node.op_type} (unnamed #{offset})")
+            chain.append(node.name or f"(unnamed {node.op_type})")
             if len(chain) >= MAX_CHAIN:
                 break
     return chain

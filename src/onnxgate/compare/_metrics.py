@@ -154,22 +154,40 @@ def parse_tolerance(text: str) -> tuple[str, Tolerance]:
 def as_array(value: Any) -> tuple[np.ndarray, list[Any] | None]:
     """A comparable array for an output, and the keys when the output was a map.
 
-    A map (``{label: score}``) becomes its values in key order; a sequence of maps (ZipMap)
-    becomes a [rows, keys] matrix; a sequence of tensors of one shape is stacked.
+    A map (``{label: score}``) becomes its values in its own key order (ZipMap keeps the class
+    order of the estimator); a sequence of maps becomes a [rows, keys] matrix; a sequence of
+    tensors is stacked when they share a shape and concatenated flat otherwise (see
+    ``structure``, which the caller compares first).
     """
     if isinstance(value, np.ndarray):
         return value, None
     if isinstance(value, dict):
-        keys = sorted(value, key=str)
+        keys = list(value)
         return np.asarray([value[k] for k in keys]), keys
     if isinstance(value, list | tuple):
         if value and all(isinstance(v, dict) for v in value):
-            keys = sorted(value[0], key=str)
-            if any(sorted(v, key=str) != keys for v in value):
+            keys = list(value[0])
+            if any(set(v) != set(keys) for v in value):
                 raise ValueError("the maps of the sequence have different keys")
             return np.asarray([[v[k] for k in keys] for v in value]), keys
-        return np.asarray([np.asarray(v) for v in value]), None
+        parts = [np.asarray(v) for v in value]
+        if len({p.shape for p in parts}) <= 1:
+            return np.asarray(parts), None
+        return np.concatenate([p.ravel() for p in parts]), None
     return np.asarray(value), None
+
+
+def structure(value: Any) -> tuple[tuple[int, ...], ...] | None:
+    """Shapes of the tensors of a sequence output; None for anything else."""
+    if isinstance(value, list | tuple) and not any(isinstance(v, dict) for v in value):
+        return tuple(np.shape(v) for v in value)
+    return None
+
+
+def reorder(values: np.ndarray, keys: list[Any], order: list[Any]) -> np.ndarray:
+    """Columns of a map matrix (or entries of a map vector) put in another key order."""
+    index = [keys.index(k) for k in order]
+    return values[..., index]
 
 
 def kind(dtype: np.dtype) -> str:
@@ -192,6 +210,8 @@ class Figures(BaseModel):
     mismatches: int = 0
     """Elements that break the element rule."""
     mismatch_fraction: float = 0.0
+    nonfinite_mismatches: int = 0
+    """Elements where a NaN or an infinity on one side is not matched on the other."""
     max_abs: float | None = None
     mean_abs: float | None = None
     p99_abs: float | None = None
@@ -265,6 +285,7 @@ def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
     matches = np.where(finite, diff <= allowed, special_match)
     result = Figures(
         **_counted(int(a.size), int(a.size - matches.sum())),
+        nonfinite_mismatches=int((~finite & ~special_match).sum()),
         nan=(int(nan_a.sum()), int(nan_b.sum())),
         inf=(int(inf_a.sum()), int(inf_b.sum())),
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import MapProto, OptionalProto, SequenceProto, TensorProto, numpy_helper
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from onnxgate.errors import FeedError
@@ -121,8 +121,16 @@ def validate_feeds(signature: Signature, feeds: Mapping[str, Any], *, where: str
 
 
 def _check_one(spec: TensorSpec, value: Any, sizes: dict[str, tuple[int, str]], at: str) -> Any:
-    if spec.type is None or not spec.type.startswith("tensor("):
-        return value  # sequences, maps and untyped inputs are left to the runtime
+    if spec.type is not None and not spec.type.startswith("tensor("):
+        if isinstance(value, np.ndarray):
+            raise FeedError(
+                f"input {spec.name!r}{at} is {spec.type}, which an array cannot express.",
+                hint="Pass a test_data_set_* folder whose input_N.pb is a SequenceProto, MapProto "
+                "or OptionalProto (onnx.numpy_helper.from_list / from_dict / from_optional).",
+            )
+        return value
+    if spec.type is None:
+        return value  # untyped inputs are left to the runtime
     if not isinstance(value, np.ndarray):
         raise FeedError(
             f"input {spec.name!r}{at} expects a {describe_spec(spec)} array; got {_describe_value(value)}."
@@ -135,8 +143,21 @@ def _check_one(spec: TensorSpec, value: Any, sizes: dict[str, tuple[int, str]], 
             f"input {spec.name!r}{at} expects {describe_spec(spec)}; got {got} {list(value.shape)}.",
             hint=f"Cast it to {spec.dtype} (e.g. array.astype(np.{want.name})) before saving.",
         )
-    if want == np.dtype(object) and got.kind in "US":
+    if want == np.dtype(object) and got.kind == "S":
+        try:  # byte strings from np.savez: text, not "b'...'"
+            value = np.char.decode(value, "utf-8").astype(object)
+        except UnicodeDecodeError as err:
+            raise FeedError(
+                f"input {spec.name!r}{at} holds bytes that are not UTF-8 text."
+            ) from err
+    elif want == np.dtype(object) and got.kind == "U":
         value = value.astype(object)
+    if value.size == 0:
+        raise FeedError(
+            f"input {spec.name!r}{at} is empty ({list(value.shape)}): nothing would be computed "
+            "or compared.",
+            hint="Give every dimension a size of 1 or more.",
+        )
     if spec.shape is None:
         return value
     if value.ndim != len(spec.shape):
@@ -201,27 +222,69 @@ def _from_json(path: Path, signature: Signature | None) -> list[Sample]:
                 f"{path}: entry {index} is a {type(record).__name__}; expected an object "
                 '{"input_name": nested list, ...} or a list of such objects.'
             )
-        feeds = {}
-        for name, values in record.items():
-            dtype = dtypes.get(name)
-            try:
-                feeds[name] = np.asarray(values, dtype=numpy_dtype(dtype) if dtype else None)
-            except (TypeError, ValueError, FeedError) as err:
-                raise FeedError(
-                    f"{path}: input {name!r} cannot be read as {dtype or 'an array'} ({err})."
-                ) from err
+        feeds = {
+            name: _json_array(path, name, values, dtypes.get(name))
+            for name, values in record.items()
+        }
         label = path.name if len(records) == 1 else f"{path.name}[{index}]"
         samples.append(Sample(label, feeds))
     return samples
 
 
-def _read_pb(path: Path) -> tuple[str, np.ndarray]:
-    tensor = TensorProto()
+def _json_array(path: Path, name: str, values: Any, dtype: str | None) -> np.ndarray:
+    """JSON values as the input's dtype, refusing conversions that would change a value."""
     try:
-        tensor.ParseFromString(path.read_bytes())
-        return tensor.name, numpy_helper.to_array(tensor)
+        natural = np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise FeedError(f"{path}: input {name!r} is not a regular nested list ({err}).") from err
+    if dtype is None:
+        return natural
+    want = numpy_dtype(dtype)
+    if want == np.dtype(object):
+        if natural.size and natural.dtype.kind != "U":
+            raise FeedError(f"{path}: input {name!r} expects strings; got {natural.dtype} values.")
+        return natural.astype(object)
+    if natural.dtype.kind == "O":
+        raise FeedError(
+            f"{path}: input {name!r} expects {dtype}; its values are of mixed types or integers "
+            "beyond 64 bits."
+        )
+    if natural.size and (
+        natural.dtype.kind in "US" or (natural.dtype.kind == "b") != (want.kind == "b")
+    ):
+        raise FeedError(f"{path}: input {name!r} expects {dtype}; got {natural.dtype} values.")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            cast = natural.astype(want)
+    except (OverflowError, FloatingPointError, ValueError) as err:
+        raise FeedError(f"{path}: input {name!r}: values do not fit {dtype} ({err}).") from err
+    if want.kind in "iub" and not np.array_equal(cast.astype(natural.dtype), natural):
+        raise FeedError(
+            f"{path}: input {name!r} expects {dtype}, and some values are not exactly {dtype} "
+            "(fractions, or out of range); fix the data rather than have them rounded."
+        )
+    return cast
+
+
+def _read_pb(path: Path, type_string: str | None = None) -> tuple[str, Any]:
+    """A TensorProto, or a SequenceProto/MapProto/OptionalProto when the input is of that type."""
+    kinds = {"seq(": SequenceProto, "map(": MapProto, "optional(": OptionalProto}
+    proto_class = next(
+        (cls for prefix, cls in kinds.items() if (type_string or "").startswith(prefix)),
+        TensorProto,
+    )
+    proto = proto_class()
+    try:
+        proto.ParseFromString(path.read_bytes())
+        if isinstance(proto, SequenceProto):
+            return proto.name, numpy_helper.to_list(proto)
+        if isinstance(proto, MapProto):
+            return proto.name, numpy_helper.to_dict(proto)
+        if isinstance(proto, OptionalProto):
+            return proto.name, numpy_helper.to_optional(proto)
+        return proto.name, numpy_helper.to_array(proto)
     except Exception as err:  # protobuf raises several unrelated types for malformed input
-        raise FeedError(f"{path}: is not a readable TensorProto ({err}).") from err
+        raise FeedError(f"{path}: is not a readable {proto_class.__name__} ({err}).") from err
 
 
 def _index(path: Path) -> int:
@@ -234,9 +297,11 @@ def _from_pb_folder(folder: Path, signature: Signature | None) -> Sample:
     if not files:
         raise FeedError(f"{folder}: has no input_*.pb files.")
     names = [s.name for s in signature.inputs] if signature else []
+    types = [s.type for s in signature.inputs] if signature else []
     feeds = {}
     for position, file in enumerate(files):
-        name, array = _read_pb(file)
+        # the ONNX test-data convention is positional: input_N.pb is the model's N-th input
+        name, array = _read_pb(file, types[position] if position < len(types) else None)
         if not name:  # ONNX test data often leaves names out: inputs are then positional
             if position >= len(names):
                 raise FeedError(

@@ -25,6 +25,9 @@ from onnxgate.model import Signature, TensorSpec
 DEFAULT_DIM = 3
 """Size given to a symbolic dimension nobody named: not 1, which hides broadcasting bugs."""
 
+MAX_ELEMENTS = 2**28
+"""Most elements of one synthetic input (1 GiB of float32): a typo in --dim is not a MemoryError."""
+
 MAX_SHAPES = 64
 """Most shape combinations one run may ask for (the product of the sizes given per dimension)."""
 
@@ -130,6 +133,10 @@ def default_range(spec: TensorSpec) -> ValueRange:
     if "mask" in spec.name.lower():
         return ValueRange(1, 1, "mask: ones")
     dtype = numpy_dtype(spec.dtype or "float32")
+    if dtype == np.dtype(bool):
+        return ValueRange(0, 2, "random booleans")
+    if dtype == np.dtype(object):
+        return ValueRange(0, len(_WORDS), "random words")
     return INT_RANGE if dtype.kind in "iu" else FLOAT_RANGE
 
 
@@ -193,7 +200,14 @@ def synthetic_samples(
             f"--range names {stray[0]!r}, which is not an input of the model; inputs: "
             f"{', '.join(sorted(names))}."
         )
+    if seed < 0:
+        raise ConfigError(f"--seed {seed} must be 0 or more.")
     for spec in signature.inputs:
+        if spec.type is not None and spec.type.startswith("tensor(") and spec.shape is None:
+            raise FeedError(
+                f"input {spec.name!r} declares no rank, so synthetic feeds cannot shape it.",
+                hint="Pass real data with --inputs.",
+            )
         if spec.type is None or not spec.type.startswith("tensor("):
             raise FeedError(
                 f"input {spec.name!r} is {describe_spec(spec)}; synthetic feeds are made only for "
@@ -216,6 +230,12 @@ def synthetic_samples(
                 d if isinstance(d, int) and d > 0 else sizes.get(d, default_dim)  # type: ignore[arg-type]
                 for d in spec.shape or ()
             )
+            count = math.prod(shape)
+            if count > MAX_ELEMENTS:
+                raise ConfigError(
+                    f"input {spec.name!r} would have shape {list(shape)} ({count:,} elements); "
+                    f"synthetic feeds stop at {MAX_ELEMENTS:,} per input."
+                )
             feeds[spec.name] = _values(spec, shape, chosen[spec.name], rng)
         label = ",".join(f"{k}={v}" for k, v in sorted(sizes.items())) or "synthetic"
         samples.append(Sample(label, feeds, dims=sizes))

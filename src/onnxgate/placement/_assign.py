@@ -14,6 +14,11 @@ Two methods, the first preferred:
   node event of the Chrome trace carries ``args.provider`` and ``args.op_name``.
 
 Both describe the graph as ONNX Runtime optimised it, so fused nodes appear under fused names.
+
+Refusals come back as an ``error`` key rather than an exception, because the isolated runtime can
+only answer in JSON: ``unavailable`` (a provider is not in the build), ``method`` (no recorded
+partition in this release), ``level`` (no ``ORT_ENABLE_LAYOUT`` in this release; 1.22.1 and
+earlier lack it, 1.23.2 has it), ``session`` and ``run``.
 """
 
 from __future__ import annotations
@@ -25,10 +30,17 @@ import tempfile
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
+import onnxruntime as ort  # noqa: TID251  (runs inside the audited runtime)
 
 RECORD_KEY = "session.record_ep_graph_assignment_info"
+LAYOUT = 3
+"""The level number of ``ORT_ENABLE_LAYOUT``."""
 _SUFFIX = "_kernel_time"
+
+
+def can_record() -> bool:
+    """Whether this runtime records the partition (``get_provider_graph_assignment_info``)."""
+    return hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
 
 
 def _session_options(level: int | None, config: dict[str, str]) -> ort.SessionOptions:
@@ -89,7 +101,7 @@ def assign(request: dict[str, Any], feeds: dict[str, Any] | None = None) -> dict
     options = [request.get("provider_options", {}).get(p, {}) for p in providers]
     config = dict(request.get("config", {}))
     method = request.get("method", "auto")
-    recordable = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
+    recordable = can_record()
     if method == "auto":
         method = "assignment" if recordable else "profiling"
     if method == "assignment" and not recordable:
@@ -97,7 +109,14 @@ def assign(request: dict[str, Any], feeds: dict[str, Any] | None = None) -> dict
             "error": "method",
             "message": f"onnxruntime {ort.__version__} cannot record assignments; use profiling",
         }
-    so = _session_options(request.get("level"), config)
+    level = request.get("level")
+    # older releases take 3 without complaint and run ORT_ENABLE_ALL instead (1.16.3 to 1.22.1)
+    if level == LAYOUT and not hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"):
+        return answer | {
+            "error": "level",
+            "message": f"onnxruntime {ort.__version__} has no ORT_ENABLE_LAYOUT level",
+        }
+    so = _session_options(level, config)
     if method == "assignment":
         so.add_session_config_entry(RECORD_KEY, "1")
     else:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import subprocess
 import tempfile
 from collections import Counter
@@ -19,12 +21,21 @@ from onnxgate.data import ValueRange, load_feeds, synthetic_samples, validate_fe
 from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, RuntimeEnvError
 from onnxgate.model import LoadedModel, Signature, load_model
 
+log = logging.getLogger(__name__)
+
 MEMCPY = frozenset({"MemcpyToHost", "MemcpyFromHost"})
 """Copies ONNX Runtime inserts between providers: not compute nodes."""
 
 Method = Literal["auto", "assignment", "profiling"]
+_METHODS = ("auto", "assignment", "profiling")
+
+ASSIGNMENT_SINCE = (1, 24)
+"""First release that records the partition (1.23.2 does not, 1.24.4 does)."""
+LAYOUT_SINCE = (1, 23)
+"""First release with ``ORT_ENABLE_LAYOUT`` (1.22.1 does not have it, 1.23.2 does)."""
 
 _LEVELS = {"disable": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 class NodePlacement(BaseModel):
@@ -37,6 +48,13 @@ class NodePlacement(BaseModel):
     domain: str
     """The node's domain; empty when the profiling method cannot tell."""
     provider: str
+
+    @property
+    def qualified_op(self) -> str:
+        """The op type, as ``domain:op_type`` outside the default ONNX domain."""
+        if self.domain in _DEFAULT_DOMAINS:
+            return self.op_type
+        return f"{self.domain}:{self.op_type}"
 
 
 class PlacementReport(BaseModel):
@@ -57,7 +75,7 @@ class PlacementReport(BaseModel):
     assignments: dict[str, int]
     """Node count per provider."""
     op_types: dict[str, dict[str, int]]
-    """Per provider, node count per op type."""
+    """Per provider, node count per op type (``domain:op_type`` outside the ONNX domain)."""
     nodes: list[NodePlacement]
     fallback: list[NodePlacement]
     """Compute nodes not on the first requested provider (empty when that is CPU)."""
@@ -65,6 +83,8 @@ class PlacementReport(BaseModel):
     """Copies between providers that ONNX Runtime inserted."""
     violations: list[NodePlacement] = []
     """Compute nodes not on the required provider."""
+    exempted: list[NodePlacement] = []
+    """Compute nodes not on the required provider whose op type ``allow_ops`` exempts."""
     notes: list[str] = []
 
 
@@ -114,6 +134,34 @@ def _feeds(
     return validate_feeds(signature, sample.feeds, where=sample.label)
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
+def _resolve_method(method: str, spec: RuntimeSpec) -> str:
+    """``assignment`` or ``profiling``: decided here, so feeds are built only when needed."""
+    if method not in _METHODS:
+        raise ConfigError(
+            f"method {method!r} is not one of {', '.join(_METHODS)}.",
+            hint="Use --method auto (the default), assignment or profiling.",
+        )
+    if method != "auto":
+        return method
+    if spec.installed:
+        from onnxgate.placement import _assign
+
+        recordable = _assign.can_record()
+    else:
+        recordable = _release(spec.version or "") >= ASSIGNMENT_SINCE
+    chosen = "assignment" if recordable else "profiling"
+    log.info("placement method auto: %s on %s", chosen, spec)
+    return chosen
+
+
+def _since(release: tuple[int, ...]) -> str:
+    return ".".join(map(str, release))
+
+
 def placement(
     model: str | Path | LoadedModel,
     providers: Iterable[str] | str | None = None,
@@ -139,13 +187,15 @@ def placement(
         require: a provider every compute node must be on (Memcpy nodes and ``allow_ops`` aside).
         runtime: ``installed`` (default) or ``onnxruntime==X.Y.Z``, run in an isolated environment.
         method: ``assignment`` (recorded partition; 1.24 and later), ``profiling`` (one profiled
-            run on feeds), or ``auto`` (assignment where the runtime has it).
-        opt_level: graph optimisation level of the session (disable, basic, extended, layout, all).
+            run on feeds; sees only the nodes that ran), or ``auto`` (assignment where the runtime
+            has it).
+        opt_level: graph optimisation level of the session (disable, basic, extended, layout, all;
+            layout needs 1.23 or later).
         config: extra session config entries.
         provider_options: options per provider (full names), e.g. ``{"CUDAExecutionProvider":
             {"device_id": "1"}}``.
         allow_ops: op types allowed off the required provider (e.g. Shape, which ONNX Runtime
-            keeps on CPU on purpose).
+            keeps on CPU on purpose); ``com.microsoft:Gelu`` names one domain's op only.
         inputs: data for the profiled run; synthetic feeds otherwise.
         dims: sizes of symbolic dimensions for synthetic feeds.
         ranges: value ranges of synthetic feeds.
@@ -153,13 +203,16 @@ def placement(
         progress: called with a short message before slow steps.
 
     Raises:
+        ConfigError: an unknown method or level, or one the runtime does not have (assignment
+            before 1.24, layout before 1.23), or ``require`` not among the providers.
         ProviderUnavailable: a requested provider is not in the runtime's build (exit 3).
         RunFailed: the runtime cannot create a session for the model or run it.
     """
     if opt_level not in _LEVELS:
         raise ConfigError(f"optimisation level {opt_level!r} is not one of {', '.join(_LEVELS)}.")
-    loaded = model if isinstance(model, LoadedModel) else load_model(model)
     spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    chosen = _resolve_method(method, spec)
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
     if spec.installed:
         from onnxgate.placement import _assign
 
@@ -176,23 +229,17 @@ def placement(
     request = {
         "model": str(loaded.path),
         "providers": requested,
-        "method": method,
+        "method": chosen,
         "level": _LEVELS[opt_level],
         "config": dict(config or {}),
         "provider_options": {p: dict(o) for p, o in (provider_options or {}).items()},
     }
-    feeds = None
-    if method == "profiling" or (method == "auto" and not spec.installed):
-        feeds = _feeds(loaded, inputs, dims, ranges, seed)
+    feeds = _feeds(loaded, inputs, dims, ranges, seed) if chosen == "profiling" else None
     if progress:
         progress(f"placing {loaded.path.name} on {', '.join(requested)}")
     if spec.installed:
         from onnxgate.placement import _assign
 
-        if method == "auto" and not hasattr(
-            _assign.ort.InferenceSession, "get_provider_graph_assignment_info"
-        ):
-            feeds = _feeds(loaded, inputs, dims, ranges, seed)
         answer = _assign.assign(request, feeds)
     else:
         answer = _run_isolated(ensure_env(spec, progress=progress), request, feeds)
@@ -204,6 +251,18 @@ def placement(
             f"{missing} is not available in {runtime_label} (it has "
             f"{', '.join(answer['available'])}); it comes with {provided_by(missing)}.",
             hint=install_hint(missing),
+        )
+    if error == "method":
+        raise ConfigError(
+            f"the assignment method needs ONNX Runtime {_since(ASSIGNMENT_SINCE)} or later; "
+            f"{runtime_label} cannot record which provider each node was assigned to.",
+            hint="Use --method profiling (one profiled run on feeds), or a newer runtime.",
+        )
+    if error == "level":
+        raise ConfigError(
+            f"optimisation level 'layout' needs ONNX Runtime {_since(LAYOUT_SINCE)} or later; "
+            f"{runtime_label} has no ORT_ENABLE_LAYOUT (it would run level 'all' instead).",
+            hint="Use --opt-level extended, or all (which includes the layout optimisations).",
         )
     if error:
         raise RunFailed(
@@ -227,14 +286,12 @@ def _report(
     compute = [n for n in nodes if n.op_type not in MEMCPY]
     preferred = requested[0]
     fallback = [n for n in compute if n.provider != preferred] if preferred != CPU else []
-    violations = (
-        [n for n in compute if n.provider != required and n.op_type not in allowed]
-        if required
-        else []
-    )
+    off = [n for n in compute if n.provider != required] if required else []
+    exempted = [n for n in off if allowed & {n.op_type, n.qualified_op}]
+    violations = [n for n in off if not allowed & {n.op_type, n.qualified_op}]
     op_types: dict[str, Counter[str]] = {}
     for n in nodes:
-        op_types.setdefault(n.provider, Counter())[n.op_type] += 1
+        op_types.setdefault(n.provider, Counter())[n.qualified_op] += 1
     if answer["method"] == "assignment":
         notes = [
             "nodes of the graph as ONNX Runtime partitioned it among providers (after basic "
@@ -243,8 +300,10 @@ def _report(
         ]
     else:
         notes = [
-            "from one profiled run: the nodes of the fully optimised graph that ran, under their "
-            "fused names, without their domain"
+            "from one profiled run: the nodes that ran, as optimised at the requested level, "
+            "under their fused names, without their domain",
+            "only the nodes that ran on these feeds are seen (an If branch not taken, a Loop "
+            "body run zero times are not); the verdict covers only them",
         ]
     silently = [p for p in answer["session_providers"] if p not in requested]
     if silently:
@@ -264,5 +323,6 @@ def _report(
         fallback=fallback,
         memcpy=len(nodes) - len(compute),
         violations=violations,
+        exempted=exempted,
         notes=notes,
     )

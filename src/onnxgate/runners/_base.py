@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
-from onnxgate.model import Signature
+from onnxgate.model import LoadedModel, Signature
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,8 @@ class TensorTap(Protocol):
 
     method: str
     """How the intermediate tensors are obtained, stated in reports."""
+    model: LoadedModel
+    """The model whose graph the tensors belong to."""
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every named tensor the run computed (graph inputs and node outputs)."""

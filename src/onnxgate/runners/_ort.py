@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,9 +12,9 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import onnx
-import onnxruntime as ort
+import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
-from onnxgate.compat.providers import install_hint, provided_by, resolve
+from onnxgate.compat.providers import canonical, install_hint, provided_by, resolve
 from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed
 from onnxgate.model import LoadedModel, Signature, TensorSpec
 from onnxgate.runners._base import Inference
@@ -59,6 +61,31 @@ class OrtOptions:
                 f"optimisation level {self.optimization!r} is not one of "
                 f"{', '.join(OPT_LEVELS)} in ONNX Runtime {ort.__version__}."
             )
+        limit = 4 * (os.cpu_count() or 1)
+        for option, threads in (
+            ("--threads", self.intra_op_threads),
+            ("inter-op threads", self.inter_op_threads),
+        ):
+            if not 0 <= threads <= limit:
+                raise ConfigError(
+                    f"{option} {threads} is outside 0..{limit} (4 per CPU on this machine); "
+                    "0 lets ONNX Runtime choose."
+                )
+        if self.optimized_model_path is not None and not self.optimized_model_path.parent.is_dir():
+            raise ConfigError(
+                f"--save-optimized {self.optimized_model_path}: the folder "
+                f"{self.optimized_model_path.parent} does not exist."
+            )
+        known = ort.get_all_providers()
+        requested = self.resolved_providers()
+        for name in self.provider_options:
+            provider = canonical(name, known)
+            if provider not in requested:
+                raise ConfigError(
+                    f"options are given for {provider}, which is not among the providers "
+                    f"{', '.join(requested)}.",
+                    hint="Add it to --providers, or drop its --provider-option.",
+                )
 
     def label(self) -> str:
         """``all; CPUExecutionProvider``: the options that change results, for reports."""
@@ -132,7 +159,8 @@ def create_session(
     check_available(providers)
     so = options.session_options()
     so.add_session_config_entry(_EXTERNAL_FOLDER, str(folder))
-    provider_options = [dict(options.provider_options.get(p, {})) for p in providers]
+    by_name = {canonical(k, providers): dict(v) for k, v in options.provider_options.items()}
+    provider_options = [by_name.get(p, {}) for p in providers]
     try:
         return ort.InferenceSession(
             proto.SerializeToString(), so, providers=providers, provider_options=provider_options
@@ -217,15 +245,17 @@ class OrtRunner:
         """How ``infer_all`` sees intermediate tensors."""
         return (
             f"ONNX Runtime ({self.options.label()}) with every node output of the main graph "
-            "exposed as a graph output; ONNX Runtime does not fuse across a tensor that is a graph "
-            "output, so these are the values of the graph as written"
+            "exposed as a graph output (no fusion across an exposed tensor; the level's other "
+            "rewrites still apply)"
         )
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every node output of the main graph, from a session where all of them are outputs."""
         exposed = expose_all(self.model.proto)
+        # the optimised model saved, if asked, is the one the candidate ran, not this copy
+        options = dataclasses.replace(self.options, optimized_model_path=None)
         session = create_session(
-            exposed, self.model.path.parent, self.options, what=f"{self.model.path} (all outputs)"
+            exposed, self.model.path.parent, options, what=f"{self.model.path} (all outputs)"
         )
         names = [o.name for o in session.get_outputs()]
         try:
@@ -235,6 +265,20 @@ class OrtRunner:
                 f"{self.name} failed with every node output exposed: {first_line(err)}"
             ) from err
         return {**feeds, **dict(zip(names, values, strict=True))}
+
+
+def _complete(tp: onnx.TypeProto) -> bool:
+    """Whether a type names its element types all the way down (ORT refuses element type 0)."""
+    kind = tp.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        return getattr(tp, kind).elem_type != 0
+    if kind == "sequence_type":
+        return _complete(tp.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _complete(tp.optional_type.elem_type)
+    if kind == "map_type":
+        return _complete(tp.map_type.value_type)
+    return False
 
 
 def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -257,7 +301,7 @@ def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
         for name in node.output:
             if name and name not in present:
                 info = onnx.ValueInfoProto()
-                if name in known:
+                if name in known and _complete(known[name].type):
                     info.CopyFrom(known[name])
                 else:
                     info.name = name

@@ -32,17 +32,19 @@ def load_estimator(path: str | Path, *, trust_pickle: bool) -> Any:
         raise ConfigError(f"{path}: no such file.")
     try:
         import joblib
-
-        return joblib.load(path)
     except ImportError:
-        pass
-    except Exception as err:  # unpickling raises whatever the pickled code raises
-        raise ConfigError(f"{path}: cannot be unpickled ({type(err).__name__}: {err}).") from err
+        joblib = None  # a plain pickle needs no joblib
     try:
+        if joblib is not None:
+            return joblib.load(path)
         with path.open("rb") as file:
             return pickle.load(file)  # noqa: S301  (the user passed --trust-pickle)
     except Exception as err:  # unpickling raises whatever the pickled code raises
-        raise ConfigError(f"{path}: cannot be unpickled ({type(err).__name__}: {err}).") from err
+        raise ConfigError(
+            f"{path}: cannot be unpickled ({type(err).__name__}: {err}).",
+            hint="Unpickle it where the packages it was saved with are installed "
+            "(a missing module is named above).",
+        ) from err
 
 
 class SklearnRunner:

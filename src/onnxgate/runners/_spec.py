@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Runner
+
+if TYPE_CHECKING:
+    from onnxgate.runners._ort import OrtOptions
 
 SPEC_HELP = (
     "`reference` (the ONNX reference evaluator), `ort` or `ort:ITEMS` (ONNX Runtime with "
@@ -21,7 +25,7 @@ def make_runner(
     spec: str,
     model: LoadedModel,
     *,
-    ort_options: object | None = None,
+    ort_options: OrtOptions | None = None,
     trust_pickle: bool = False,
 ) -> Runner:
     """The runner a spec names, for ``model`` (whose signature non-ONNX runners follow).
@@ -37,7 +41,7 @@ def make_runner(
     """
     from onnxgate.runners._ort import OPT_LEVELS, OrtOptions, OrtRunner
 
-    base = ort_options if isinstance(ort_options, OrtOptions) else OrtOptions()
+    base = ort_options or OrtOptions()
     kind, _, rest = spec.partition(":")
     if spec == "reference":
         from onnxgate.runners._reference import ReferenceRunner

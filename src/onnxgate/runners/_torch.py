@@ -34,9 +34,12 @@ def load_entry(entry: str) -> Callable[..., Any]:
             f"entry point {entry!r} is not package.module:factory.",
             hint="For example torch:mypkg.models:build_model.",
         )
-    # Like `python -m`, look in the current folder too: factories often live beside the model.
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
+    # Like `python -m`, look in the current folder too (factories often live beside the model),
+    # for this import only.
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
@@ -48,6 +51,9 @@ def load_entry(entry: str) -> Callable[..., Any]:
         raise ConfigError(
             f"entry point {entry!r}: importing {module_name!r} raised {type(err).__name__}: {err}"
         ) from err
+    finally:
+        if added:
+            sys.path.remove(here)
     target: Any = module
     for part in attribute.split("."):
         target = getattr(target, part, None)
@@ -94,7 +100,7 @@ class TorchRunner:
 
     def __enter__(self) -> Self:
         try:
-            import torch
+            import torch  # noqa: TID251  (the PyTorch adapter)
         except ImportError as err:
             raise ExtraMissing(
                 "running a PyTorch module needs the 'torch' extra: pip install 'onnxgate[torch]'."
