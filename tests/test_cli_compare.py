@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper, numpy_helper
 from typer.testing import CliRunner
 
 from models import mlp, model, save, value
 from onnxgate.cli import app
+from onnxgate.errors import ConfigError
 
 runner = CliRunner()
 
@@ -179,12 +181,81 @@ def test_unknown_reference_is_exit_2(good):
         ["--dim", "sequence=4"],
         ["--range", "x=5:1"],
         ["--opt-level", "turbo"],
+        ["--atol", "-1"],
+        ["--rtol", "inf"],
+        ["--atol", "nan"],
+        ["--seed", "-1"],
+        ["--dim", "batch=99999999999"],
+        ["--provider-option", "cuda:device_id=1"],
     ],
 )
 def test_bad_options_are_exit_2(good, option):
     result, error = run_json(str(good), *option)
     assert result.exit_code == 2, result.output
     assert error["error"] == "config"
+
+
+def test_absurd_thread_counts_are_refused_before_any_session():
+    # through OrtOptions, so that losing the bound fails here instead of starting the threads
+    from onnxgate.runners import OrtOptions
+
+    with pytest.raises(ConfigError, match="--threads 100000"):
+        OrtOptions(intra_op_threads=100000)
+
+
+def test_huge_dim_names_the_input_and_its_size(good):
+    result, error = run_json(str(good), "--dim", "batch=99999999999")
+    assert result.exit_code == 2, result.output
+    assert "'x'" in error["message"] and "[99999999999, 4]" in error["message"]
+
+
+def test_option_of_a_provider_that_is_not_used_is_refused(good):
+    result, error = run_json(str(good), "--provider-option", "cuda:device_id=1")
+    assert result.exit_code == 2, result.output
+    assert "CUDAExecutionProvider" in error["message"] and "--providers" in error["hint"]
+
+
+def test_option_of_the_cpu_provider_is_accepted(good):
+    result, report = run_json(
+        str(good), "--provider-option", "cpu:arena_extend_strategy=kSameAsRequested"
+    )
+    assert result.exit_code == 0, result.output
+    assert report["passed"] is True
+
+
+def test_save_optimized_with_localize_keeps_the_candidates_model(good, changed, tmp_path):
+    saved = tmp_path / "optimized.onnx"
+    result, report = run_json(
+        str(changed), "--against", str(good), "--localize", "--save-optimized", str(saved)
+    )
+    assert result.exit_code == 1, result.output
+    assert report["first_divergence"]["node"] == "mm"  # localisation ran, exposing every tensor
+    # what the candidate ran: the model's outputs only, not the copy with every node output
+    assert [o.name for o in onnx.load(saved).graph.output] == ["y"]
+
+
+def test_save_optimized_into_a_missing_folder_is_exit_2(good, tmp_path):
+    result, error = run_json(str(good), "--save-optimized", str(tmp_path / "absent" / "o.onnx"))
+    assert result.exit_code == 2, result.output
+    assert error["error"] == "config"
+    assert str(tmp_path / "absent") in error["message"]
+
+
+def test_save_optimized_of_a_candidate_that_is_not_onnx_runtime_is_exit_2(good, tmp_path):
+    saved = tmp_path / "o.onnx"
+    result, error = run_json(str(good), "--candidate", "reference", "--save-optimized", str(saved))
+    assert result.exit_code == 2, result.output
+    assert "'reference'" in error["message"] and "--save-optimized" in error["message"]
+    assert not saved.exists()
+
+
+def test_reference_file_with_other_input_names_is_exit_2(add2, tmp_path):
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"], name="add")]
+    other = save(model(nodes, [value("x"), value("w")], [value("y")]), tmp_path / "other.onnx")
+    result, error = run_json(str(add2), "--against", str(other))
+    assert result.exit_code == 2, result.output
+    assert error["error"] == "config"
+    assert "'w'" in error["message"] and "'z'" in error["message"]
 
 
 def test_metric_can_pass_what_the_element_rule_fails(good, changed):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from conftest import CORPUS
 from models import mlp, model, save, value
@@ -20,7 +20,7 @@ from onnxgate.compare import (
     compare_runners,
     parse_metric,
 )
-from onnxgate.data import Sample
+from onnxgate.data import Sample, ValueRange
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature
 from onnxgate.runners import Inference, Runner
@@ -147,6 +147,245 @@ def test_mnist_with_one_initializer_changed_is_localized_to_its_consumer(tmp_pat
     weights = {t.name: t.agrees for t in divergence.inputs if t.initializer}
     assert weights == {"Parameter6": False}
     assert "Parameter6" in divergence.note
+
+
+def _with_weight(proto: onnx.ModelProto, name: str, edit: Callable[[np.ndarray], None]):
+    """The model with one initializer edited in place (by ``edit`` on a copy of its array)."""
+    (tensor,) = [t for t in proto.graph.initializer if t.name == name]
+    array = numpy_helper.to_array(tensor).copy()
+    edit(array)
+    tensor.CopyFrom(numpy_helper.from_array(array, name))
+    return proto
+
+
+def _bump_w(w: np.ndarray) -> None:
+    w[0, 0] += 1.0
+
+
+def test_unmatched_nan_fails_whatever_the_metric(tmp_path):
+    # Sqrt of a negative is NaN; Sqrt(Abs(x)) is not. The cosine over the finite places is 1.
+    sqrt = model([helper.make_node("Sqrt", ["x"], ["y"], name="sqrt")], [value("x")], [value("y")])
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"], name="abs"),
+        helper.make_node("Sqrt", ["a"], ["y"], name="sqrt"),
+    ]
+    sqrt_abs = model(nodes, [value("x")], [value("y")])
+    report = compare(
+        save(sqrt, tmp_path / "sqrt.onnx"),
+        str(save(sqrt_abs, tmp_path / "sqrt_abs.onnx")),
+        ranges={"x": ValueRange(-1.0, 1.0)},
+        config=CompareConfig(metrics={None: Criterion("cosine", ">=", 0.999)}),
+    )
+    (y,) = report.outputs
+    assert y.nan[0] > 0 and y.nan[1] == 0  # the premise: NaN on the candidate side only
+    assert y.cosine == pytest.approx(1.0)  # the metric alone would pass
+    assert not y.passed and not report.passed
+    assert "NaN" in y.reason
+
+
+def _split_to_sequence() -> onnx.ModelProto:
+    """x[4, 2] → SplitToSequence(split=[1, 3], axis 0) → a sequence of [1, 2] and [3, 2]."""
+    split = numpy_helper.from_array(np.array([1, 3], np.int64), "split")
+    nodes = [helper.make_node("SplitToSequence", ["x", "split"], ["seq"], axis=0, name="split")]
+    return model(
+        nodes,
+        [value("x", shape=(4, 2))],
+        [helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)],
+        initializers=[split],
+    )
+
+
+def test_sequence_of_uneven_tensors_agrees_across_levels(tmp_path):
+    report = compare(save(_split_to_sequence(), tmp_path / "seq.onnx"), "ort:disable")
+    assert report.passed
+    (seq,) = report.outputs
+    assert seq.name == "seq" and seq.comparable
+    assert seq.elements == 4 * 2 and seq.mismatches == 0
+
+
+def test_optional_output_agrees_with_the_reference_evaluator(tmp_path):
+    # ONNX Runtime returns the optional's tensor, the reference evaluator a one-item list
+    optional = helper.make_value_info(
+        "o",
+        helper.make_optional_type_proto(
+            helper.make_tensor_type_proto(TensorProto.FLOAT, ["batch", 4])
+        ),
+    )
+    proto = model(
+        [helper.make_node("Optional", ["x"], ["o"], name="opt")], [value("x")], [optional]
+    )
+    report = compare(save(proto, tmp_path / "optional.onnx"), "reference")
+    assert report.passed
+    (o,) = report.outputs
+    assert o.shape == o.candidate_shape == [3, 4]
+    assert o.elements == 12 and o.mismatches == 0
+
+
+def _renamed(intermediate: str, bias: float) -> onnx.ModelProto:
+    """x + b → (named ``intermediate``) * 2 → Relu."""
+    nodes = [
+        helper.make_node("Add", ["x", "b"], [intermediate], name="A"),
+        helper.make_node("Mul", [intermediate, "c"], ["z"], name="M"),
+        helper.make_node("Relu", ["z"], ["y"], name="R"),
+    ]
+    consts = [
+        numpy_helper.from_array(np.full(4, bias, np.float32), "b"),
+        numpy_helper.from_array(np.full(4, 2.0, np.float32), "c"),
+    ]
+    return model(nodes, [value("x")], [value("y")], initializers=consts)
+
+
+def test_renamed_intermediate_upstream_of_a_fault_names_no_node(tmp_path):
+    reference = save(_renamed("s", 1.0), tmp_path / "ref.onnx")
+    candidate = save(_renamed("s_renamed", 1.5), tmp_path / "cand.onnx")
+    report = compare(candidate, str(reference), localize=True)
+    assert not report.passed
+    divergence = report.first_divergence
+    # M's input is not compared (it has another name on each side), so M is not the culprit
+    assert divergence is not None and not divergence.found
+    assert divergence.node is None
+    assert "missing on one side" in divergence.note
+
+
+def _branch_reader(scale: float) -> onnx.ModelProto:
+    """P = x * c is read only inside the branches of an If."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Identity", ["px"], ["t"], name="then_id")],
+        "then",
+        [],
+        [value("t")],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["px"], ["e"], name="else_neg")], "else", [], [value("e")]
+    )
+    nodes = [
+        helper.make_node("Mul", ["x", "c"], ["px"], name="P"),
+        helper.make_node("ReduceSum", ["x"], ["sx"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["sx", "zero"], ["cond"], name="gt"),
+        helper.make_node(
+            "If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch, name="if"
+        ),
+    ]
+    consts = [
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        numpy_helper.from_array(np.full(4, scale, np.float32), "c"),
+    ]
+    return model(nodes, [value("x")], [value("y")], initializers=consts)
+
+
+def test_fault_read_only_inside_a_branch_is_localized_to_its_node(tmp_path):
+    reference = save(_branch_reader(2.0), tmp_path / "ref.onnx")
+    candidate = save(_branch_reader(3.0), tmp_path / "cand.onnx")
+    report = compare(candidate, str(reference), localize=True)
+    assert not report.passed
+    divergence = report.first_divergence
+    assert divergence.found and divergence.node == "P"  # not the If that reads px
+    assert divergence.chain == ["if"]
+    assert {t.name: t.agrees for t in divergence.inputs if t.initializer} == {"c": False}
+
+
+def test_localize_walks_the_candidates_graph_when_the_candidate_is_another_file(tmp_path):
+    original = save(mlp(), tmp_path / "mlp.onnx")
+    faulty = save(_with_weight(mlp(), "W", _bump_w), tmp_path / "faulty.onnx")
+    report = compare(original, str(original), candidate=str(faulty), localize=True)
+    assert report.candidate.startswith("faulty.onnx")
+    assert not report.passed
+    divergence = report.first_divergence
+    assert divergence.found and divergence.node == "mm"
+    weights = [(t.name, t.agrees) for t in divergence.inputs if t.initializer]
+    assert weights == [("W", False)]
+    assert "W" in divergence.note
+
+
+def test_weights_in_external_data_are_compared(tmp_path):
+    paths = []
+    for folder, proto in (("a", mlp()), ("b", _with_weight(mlp(), "W", _bump_w))):
+        (tmp_path / folder).mkdir()
+        path = tmp_path / folder / "model.onnx"
+        onnx.save_model(
+            proto,
+            path,
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location="w.bin",
+            size_threshold=0,
+        )
+        paths.append(path)
+    stored = onnx.load(paths[0], load_external_data=False).graph.initializer
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in stored)  # the premise
+    report = compare(paths[1], str(paths[0]), localize=True)
+    divergence = report.first_divergence
+    assert divergence.found and divergence.node == "mm"
+    (weight,) = [t for t in divergence.inputs if t.name == "W"]
+    assert weight.initializer is True and weight.agrees is False
+    assert weight.max_abs == pytest.approx(1.0)
+
+
+def test_output_failing_only_its_own_tolerance_names_no_node(tmp_path):
+    original = save(mlp(), tmp_path / "mlp.onnx")
+    nudged = _with_weight(mlp(), "b", lambda b: b.fill(1e-6))  # well within the default
+    path = save(nudged, tmp_path / "nudged.onnx")
+    assert compare(path, str(original)).passed  # the premise: it agrees at the defaults
+    config = CompareConfig(tolerances={"y": Tolerance(0.0, 0.0)})
+    report = compare(path, str(original), config=config, localize=True)
+    assert not report.passed
+    divergence = report.first_divergence
+    assert divergence is not None and not divergence.found and divergence.node is None
+    assert "only under its own" in divergence.note and "'y'" in divergence.note
+
+
+def _amplifier(shift: float) -> onnx.ModelProto:
+    """(x + e) - x is e up to rounding; times 1000 turns a difference of 1e-6 into 1e-3."""
+    nodes = [
+        helper.make_node("Add", ["x", "e"], ["s"], name="shift"),
+        helper.make_node("Sub", ["s", "x"], ["d"], name="center"),
+        helper.make_node("Mul", ["d", "k"], ["y"], name="scale"),
+    ]
+    consts = [
+        numpy_helper.from_array(np.array(shift, np.float32), "e"),
+        numpy_helper.from_array(np.array(1000.0, np.float32), "k"),
+    ]
+    return model(nodes, [value("x")], [value("y")], initializers=consts)
+
+
+def test_node_that_amplifies_a_small_difference_says_so(tmp_path):
+    reference = save(_amplifier(0.0), tmp_path / "ref.onnx")
+    candidate = save(_amplifier(1e-6), tmp_path / "cand.onnx")
+    report = compare(candidate, str(reference), localize=True)
+    assert not report.passed
+    divergence = report.first_divergence
+    # shift's weight differs, but its output (1e-6 off) is within tolerance: scale goes over it
+    assert divergence.found and divergence.node == "scale"
+    inputs = {t.name: t for t in divergence.inputs}
+    assert inputs["d"].agrees and inputs["d"].max_abs > 0
+    assert inputs["k"].initializer and inputs["k"].agrees
+    assert "may amplify" in divergence.note
+
+
+def test_rounding_amplified_between_runtimes_is_not_blamed_on_the_mean(tmp_path):
+    # ONNX Runtime and NumPy sum 5000 floats in different orders; how far apart they end up
+    # depends on the machine, so only what holds either way is asserted
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], keepdims=1, axes=[1], name="mean"),
+        helper.make_node("Sub", ["m", "half"], ["d"], name="center"),
+        helper.make_node("Mul", ["d", "k"], ["y"], name="scale"),
+    ]
+    consts = [
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(np.array(1000.0, np.float32), "k"),
+    ]
+    proto = model(
+        nodes, [value("x", shape=(64, 5000))], [value("y", shape=(64, 1))], initializers=consts
+    )
+    report = compare(save(proto, tmp_path / "mean.onnx"), "reference", localize=True)
+    divergence = report.first_divergence
+    if report.passed:
+        assert divergence is None
+        return
+    assert divergence is not None
+    if divergence.found:
+        assert divergence.node == "scale"
+        assert "may amplify" in divergence.note
 
 
 def test_localize_on_agreeing_runs_notes_that_nothing_diverged(tmp_path):
@@ -394,6 +633,22 @@ def test_feeds_are_checked_before_any_runner_is_entered():
     assert candidate.calls == reference.calls == 0
 
 
+SEQ_SIGNATURE = Signature.from_graph(_split_to_sequence().graph)
+
+
+def test_sequence_with_another_number_of_tensors_fails_naming_the_shapes():
+    rows = np.arange(8, dtype=np.float32).reshape(4, 2)
+    reference = FakeRunner("ref", fixed({"seq": [rows[:1], rows[1:]]}), SEQ_SIGNATURE)
+    # the same eight values, cut into three tensors instead of two
+    candidate = FakeRunner("cand", fixed({"seq": [rows[:1], rows[1:2], rows[2:]]}), SEQ_SIGNATURE)
+    samples = [Sample("s0", {"x": rows})]
+    report = compare_runners(candidate, reference, samples, signature=SEQ_SIGNATURE)
+    (seq,) = report.outputs
+    assert not seq.passed and not report.passed
+    assert "3 tensor(s)" in seq.reason and "[[1, 2], [1, 2], [2, 2]]" in seq.reason
+    assert "[[1, 2], [3, 2]]" in seq.reason
+
+
 def test_localize_needs_two_onnx_executions(tmp_path):
     reference = FakeRunner("ref", fixed({"logits": LOGITS, "emb": EMB}), SIGNATURE)
     candidate = FakeRunner("cand", fixed({"logits": LOGITS + 1, "emb": EMB}), SIGNATURE)
@@ -448,6 +703,31 @@ def test_sklearn_reference_agrees(iris_classifier, zipmap):
     assert probabilities.elements == len(x) * 3
     assert probabilities.max_abs is not None and probabilities.max_abs < 1e-5
     assert probabilities.top1 == 1.0
+    assert report.passed
+
+
+@pytest.mark.sklearn
+def test_zipmap_keys_keep_the_estimators_class_order(tmp_path):
+    # labels 1, 2, 10 sort as strings into 1, 10, 2: the columns must follow the classes
+    pytest.importorskip("skl2onnx")
+    joblib = pytest.importorskip("joblib")
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = load_iris(return_X_y=True)
+    x = x.astype(np.float32)
+    classifier = LogisticRegression(max_iter=1000).fit(x, np.array([1, 2, 10])[y])
+    assert classifier.classes_.tolist() == [1, 2, 10]
+    joblib.dump(classifier, tmp_path / "classifier.joblib")
+    path, inputs = _iris_onnx(classifier, x, tmp_path, zipmap=True)
+    report = compare(
+        path, f"sklearn:{tmp_path / 'classifier.joblib'}", inputs=inputs, trust_pickle=True
+    )
+    label, probabilities = report.outputs
+    assert label.passed and label.mismatches == 0
+    assert probabilities.keys == ["1", "2", "10"]
+    assert probabilities.passed and probabilities.mismatches == 0
+    assert probabilities.elements == len(x) * 3
     assert report.passed
 
 

@@ -15,7 +15,7 @@ from onnxgate.compare import (
     parse_metric,
     parse_tolerance,
 )
-from onnxgate.compare._metrics import as_array
+from onnxgate.compare._metrics import as_array, reorder, structure
 from onnxgate.errors import ConfigError
 
 EXACT = Tolerance(0.0, 0.0)
@@ -92,6 +92,13 @@ def test_nan_against_a_number_is_a_mismatch_that_does_not_poison_figures():
     assert found.max_abs == 0.5
     assert not math.isnan(found.cosine)
     assert figures(arr(0.0), arr(math.nan), Tolerance(1e9, 1e9)).mismatches == 1
+
+
+def test_unmatched_nan_and_infinity_are_counted_apart():
+    found = figures(arr(math.nan, math.inf, 1.0, math.nan), arr(0.0, 1.0, 1.5, math.nan), EXACT)
+    assert found.mismatches == 3
+    assert found.nonfinite_mismatches == 2  # the matched NaN is not one of them
+    assert figures(arr(math.nan, 1.0), arr(math.nan, 1.0), EXACT).nonfinite_mismatches == 0
 
 
 def test_infinities():
@@ -190,6 +197,25 @@ def test_as_array_of_maps_and_sequences():
     assert as_array(plain)[0] is plain
     with pytest.raises(ValueError, match="different keys"):
         as_array([{0: 1.0, 1: 0.0}, {0: 1.0, 2: 0.0}])
+
+
+def test_zipmap_keys_keep_their_own_order():
+    rows = [{1: 0.2, 2: 0.3, 10: 0.5}, {1: 0.6, 2: 0.3, 10: 0.1}]
+    matrix, keys = as_array(rows)
+    assert keys == [1, 2, 10]  # not [1, 10, 2], the order of their strings
+    np.testing.assert_allclose(matrix, [[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    np.testing.assert_allclose(
+        reorder(matrix, keys, [10, 1, 2]), [[0.5, 0.2, 0.3], [0.1, 0.6, 0.3]]
+    )
+
+
+def test_sequence_of_uneven_tensors_is_flattened_and_its_structure_kept():
+    parts = [np.ones((1, 2)), np.zeros((3, 2))]
+    values, keys = as_array(parts)
+    assert keys is None and values.shape == (8,)
+    assert structure(parts) == ((1, 2), (3, 2))
+    assert structure([np.ones((2, 2)), np.ones((2, 2))]) == ((2, 2), (2, 2))
+    assert structure(np.ones(3)) is None and structure([{0: 1.0}]) is None
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import BACKEND_DATA
-from models import mlp, model, value
+from models import mlp, model, save, value
+from onnxgate.compare import compare
 from onnxgate.data import (
     DEFAULT_DIM,
     ValueRange,
@@ -56,6 +57,29 @@ def gather(rows: int) -> onnx.ModelProto:
         ],
         [value("y", shape=("batch", "seq", 4))],
         initializers=[table, axis],
+    )
+
+
+def strings() -> onnx.ModelProto:
+    """t = Identity(s), strings [n]."""
+    nodes = [helper.make_node("Identity", ["s"], ["t"], name="id")]
+    return model(
+        nodes, [value("s", TensorProto.STRING, ("n",))], [value("t", TensorProto.STRING, ("n",))]
+    )
+
+
+def sequence_reader() -> onnx.ModelProto:
+    """A seq(tensor(float)) input: its second tensor, and its length."""
+    pos = numpy_helper.from_array(np.array(1, np.int64), "pos")
+    nodes = [
+        helper.make_node("SequenceAt", ["xs", "pos"], ["y"], name="at"),
+        helper.make_node("SequenceLength", ["xs"], ["n"], name="length"),
+    ]
+    return model(
+        nodes,
+        [helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, None)],
+        [value("y", shape=None), value("n", TensorProto.INT64, ())],
+        initializers=[pos],
     )
 
 
@@ -156,6 +180,60 @@ def test_npz_with_object_array_is_refused(tmp_path):
     assert "obj.npz" in info.value.message
 
 
+@pytest.mark.parametrize(
+    ("model_proto", "record", "expected"),
+    [
+        pytest.param(
+            gather(rows=5),
+            {"ids": [[1.5, 2]], "attention_mask": [[1, 1]]},
+            "not exactly int64",
+            id="fraction-for-int64",
+        ),
+        pytest.param(
+            gather(rows=5),
+            {"ids": [[2**70, 2]], "attention_mask": [[1, 1]]},
+            "beyond 64 bits",
+            id="beyond-64-bits",
+        ),
+        pytest.param(strings(), {"s": [1, 2]}, "expects strings", id="numbers-for-strings"),
+    ],
+)
+def test_json_values_that_would_change_are_refused(tmp_path, model_proto, record, expected):
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(FeedError, match=expected) as info:
+        load_feeds(path, signature=signature_of(model_proto))
+    assert "in.json" in info.value.message
+
+
+def test_byte_strings_from_npz_are_decoded_as_text(tmp_path):
+    path = tmp_path / "bytes.npz"
+    np.savez(path, s=np.array([b"a", b"bb", "été".encode()]))
+    (sample,) = load_feeds(path)
+    assert sample.feeds["s"].dtype.kind == "S"  # the premise: np.savez keeps bytes
+    checked = validate_feeds(signature_of(strings()), sample.feeds)
+    assert checked["s"].dtype == object
+    assert checked["s"].tolist() == ["a", "bb", "été"]
+    report = compare(save(strings(), tmp_path / "strings.onnx"), "reference", inputs=path)
+    assert report.passed, report.outputs[0].reason
+    assert report.outputs[0].elements == 3
+
+
+def test_sequence_proto_feeds_a_sequence_input(tmp_path):
+    folder = tmp_path / "data" / "test_data_set_0"
+    folder.mkdir(parents=True)
+    tensors = [np.ones((2, 3), np.float32), np.arange(4, dtype=np.float32).reshape(1, 4)]
+    (folder / "input_0.pb").write_bytes(numpy_helper.from_list(tensors, "xs").SerializeToString())
+    proto = sequence_reader()
+    (sample,) = load_feeds(tmp_path / "data", signature=signature_of(proto))
+    assert isinstance(sample.feeds["xs"], list) and len(sample.feeds["xs"]) == 2
+    np.testing.assert_array_equal(sample.feeds["xs"][1], tensors[1])
+    report = compare(save(proto, tmp_path / "seq.onnx"), "reference", inputs=tmp_path / "data")
+    assert report.passed
+    y, n = report.outputs
+    assert y.shape == [1, 4] and n.shape == []
+
+
 @pytest.mark.parametrize("kind", ["npy", "text"])
 def test_npz_suffix_on_something_else_is_a_feed_error(tmp_path, kind):
     path = tmp_path / "data.npz"
@@ -246,6 +324,12 @@ def test_valid_feeds_pass_through():
             ["'z'", "has batch=3 on axis 0", "input 'x' has batch=2"],
             id="symbolic-dim",
         ),
+        pytest.param(
+            ADD2,
+            {"x": f32(0, 4), "z": f32(0, 4)},
+            ["'x'", "is empty ([0, 4])"],
+            id="empty",
+        ),
     ],
 )
 def test_feeds_that_do_not_fit_are_refused_with_a_message(signature, feeds, expected):
@@ -275,6 +359,13 @@ def test_unicode_arrays_become_object_arrays_for_string_inputs():
     checked = validate_feeds(signature_of(proto), {"s": np.array(["a", "bb"])})
     assert checked["s"].dtype == object
     assert checked["s"].tolist() == ["a", "bb"]
+
+
+def test_array_for_a_sequence_input_is_refused_pointing_at_sequence_proto():
+    with pytest.raises(FeedError, match=r"is seq\(tensor\(float\)\)") as info:
+        validate_feeds(signature_of(sequence_reader()), {"xs": f32(2, 3)}, where="in.npz")
+    assert "'xs' in in.npz" in info.value.message
+    assert "SequenceProto" in (info.value.hint or "")
 
 
 # --- synthetic_samples ----------------------------------------------------------------------------
@@ -355,6 +446,14 @@ def test_unknown_dim_or_range_name_is_a_config_error():
     with pytest.raises(ConfigError, match="--range names 'X'") as info:
         synthetic_samples(MLP, ranges={"X": ValueRange(0, 1)})
     assert "inputs: x" in info.value.message
+
+
+def test_input_without_a_rank_gets_no_synthetic_feeds():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    rankless = signature_of(model(nodes, [value("x", shape=None)], [value("y", shape=None)]))
+    with pytest.raises(FeedError, match="'x' declares no rank") as info:
+        synthetic_samples(rankless)
+    assert "--inputs" in (info.value.hint or "")
 
 
 def test_too_many_shapes_are_refused():
