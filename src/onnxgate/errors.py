@@ -11,6 +11,14 @@ from __future__ import annotations
 from enum import IntEnum
 
 
+def first_line(error: BaseException, limit: int = 500, *, with_type: bool = False) -> str:
+    """A foreign exception's text on one line, cut at ``limit`` characters, for messages."""
+    text = " ".join(str(error).split())
+    if with_type or not text:
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class ExitCode(IntEnum):
     """Stable exit codes of every onnxgate command."""
 

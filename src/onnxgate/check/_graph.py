@@ -9,6 +9,7 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto
 
 from onnxgate.check._report import Finding, finding
+from onnxgate.errors import first_line
 from onnxgate.model import (
     LoadedModel,
     dependency_order,
@@ -24,14 +25,6 @@ def node_label(node: NodeProto, index: int) -> str:
         return node.name
     first = next((out for out in node.output if out), None)
     return f"{node.op_type}->{first}" if first else f"{node.op_type}#{index}"
-
-
-def first_line(err: BaseException, limit: int = 400) -> str:
-    """An exception's text on one line, cut at ``limit`` characters."""
-    text = " ".join(str(err).split())
-    if not text:
-        return type(err).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def checker_findings(loaded: LoadedModel) -> list[Finding]:

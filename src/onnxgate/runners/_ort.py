@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
 from onnxgate.compat.providers import canonical, install_hint, provided_by, resolve
-from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed
+from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, TensorSpec
 from onnxgate.runners._base import Inference
 
@@ -138,12 +138,6 @@ def check_available(providers: list[str]) -> None:
                 f"{provided_by(provider)}.",
                 hint=install_hint(provider),
             )
-
-
-def first_line(error: BaseException, limit: int = 500) -> str:
-    """The informative part of an ONNX Runtime exception message."""
-    text = str(error).strip().replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def create_session(

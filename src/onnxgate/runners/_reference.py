@@ -6,14 +6,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Self
 
-from onnxgate.errors import RunFailed
+from onnxgate.errors import RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Inference
-
-
-def _first_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}".strip().replace("\n", " ")
-    return text if len(text) <= 500 else text[:497] + "..."
 
 
 class ReferenceRunner:
@@ -40,7 +35,7 @@ class ReferenceRunner:
             self._evaluator = ReferenceEvaluator(model.proto)
         except Exception as err:  # the evaluator raises whatever its operator classes raise
             raise RunFailed(
-                f"the ONNX reference evaluator cannot run {model.path}: {_first_line(err)}",
+                f"the ONNX reference evaluator cannot run {model.path}: {first_line(err, with_type=True)}",
                 hint="It implements only the standard domains (ai.onnx, ai.onnx.ml) and "
                 "model-local functions; compare against another runner.",
             ) from err
@@ -61,7 +56,7 @@ class ReferenceRunner:
             return self._evaluator.run(None, dict(feeds), intermediate=intermediate)
         except Exception as err:  # the evaluator raises whatever its operator classes raise
             raise RunFailed(
-                f"the ONNX reference evaluator failed on {self.model.path}: {_first_line(err)}"
+                f"the ONNX reference evaluator failed on {self.model.path}: {first_line(err, with_type=True)}"
             ) from err
 
     def infer(self, feeds: Mapping[str, Any]) -> Inference:
