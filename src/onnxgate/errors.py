@@ -118,6 +118,12 @@ class RunFailed(GateError):
     code = "run-failed"
 
 
+class SessionFailed(RunFailed):
+    """The runtime refused to create a session for the model (it does not load)."""
+
+    code = "session-failed"
+
+
 class CheckFailed(GateError):
     """A check ran and found error-severity problems (raised only by callers that want raising)."""
 

@@ -10,6 +10,7 @@ from onnxgate import __version__
 from onnxgate.cli._common import configure_logging
 from onnxgate.cli.check_cmd import check_command
 from onnxgate.cli.compare_cmd import compare_command
+from onnxgate.cli.contract_cmd import contract_app, verify_command
 from onnxgate.cli.inspect_cmd import inspect_command
 from onnxgate.cli.placement_cmd import placement_command
 from onnxgate.cli.runtimes_cmd import runtimes_command
@@ -57,6 +58,8 @@ app.command("inspect")(inspect_command)
 app.command("check")(check_command)
 app.command("compare")(compare_command)
 app.command("placement")(placement_command)
+app.command("verify")(verify_command)
+app.add_typer(contract_app, name="contract")
 app.command("runtimes")(runtimes_command)
 
 

@@ -7,6 +7,7 @@ data, never as code: ``.npz`` with ``allow_pickle=False``, ``.pb`` as TensorProt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import zipfile
@@ -358,3 +359,14 @@ def load_feeds(path: str | Path, *, signature: Signature | None = None) -> list[
         f"{path}: unknown kind of input data ({suffix or 'no suffix'}).",
         hint="Use .npz, .json, an input_*.pb file, or a test_data_set_* folder.",
     )
+
+
+def feeds_digest(feeds: Mapping[str, Any]) -> str:
+    """A key for a set of feeds: the same arrays give the same key."""
+    h = hashlib.sha256()
+    for name in sorted(feeds):
+        value = np.ascontiguousarray(feeds[name])
+        h.update(name.encode())
+        h.update(str(value.dtype).encode() + str(value.shape).encode())
+        h.update(value.tobytes() if value.dtype != object else json.dumps(value.tolist()).encode())
+    return h.hexdigest()

@@ -15,7 +15,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.compat.providers import CPU, canonical, install_hint, names, provided_by, resolve
+from onnxgate.compat.providers import (
+    CPU,
+    OPT_LEVEL_NUMBERS,
+    canonical,
+    install_hint,
+    names,
+    provided_by,
+    resolve,
+)
 from onnxgate.compat.runtime import RuntimeSpec, ensure_env, runtime_profile
 from onnxgate.data import ValueRange, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, RuntimeEnvError
@@ -34,7 +42,6 @@ ASSIGNMENT_SINCE = (1, 24)
 LAYOUT_SINCE = (1, 23)
 """First release with ``ORT_ENABLE_LAYOUT`` (1.22.1 does not have it, 1.23.2 does)."""
 
-_LEVELS = {"disable": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -208,8 +215,10 @@ def placement(
         ProviderUnavailable: a requested provider is not in the runtime's build (exit 3).
         RunFailed: the runtime cannot create a session for the model or run it.
     """
-    if opt_level not in _LEVELS:
-        raise ConfigError(f"optimisation level {opt_level!r} is not one of {', '.join(_LEVELS)}.")
+    if opt_level not in OPT_LEVEL_NUMBERS:
+        raise ConfigError(
+            f"optimisation level {opt_level!r} is not one of {', '.join(OPT_LEVEL_NUMBERS)}."
+        )
     spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
     chosen = _resolve_method(method, spec)
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
@@ -230,7 +239,7 @@ def placement(
         "model": str(loaded.path),
         "providers": requested,
         "method": chosen,
-        "level": _LEVELS[opt_level],
+        "level": OPT_LEVEL_NUMBERS[opt_level],
         "config": dict(config or {}),
         "provider_options": {p: dict(o) for p, o in (provider_options or {}).items()},
     }

@@ -15,7 +15,13 @@ import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
 from onnxgate.compat.providers import canonical, install_hint, provided_by, resolve
-from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, first_line
+from onnxgate.errors import (
+    ConfigError,
+    ProviderUnavailable,
+    RunFailed,
+    SessionFailed,
+    first_line,
+)
 from onnxgate.model import LoadedModel, Signature, TensorSpec
 from onnxgate.runners._base import Inference
 
@@ -160,7 +166,7 @@ def create_session(
             proto.SerializeToString(), so, providers=providers, provider_options=provider_options
         )
     except Exception as err:  # ORT raises its own exception types, not a shared base
-        raise RunFailed(
+        raise SessionFailed(
             f"ONNX Runtime {ort.__version__} cannot create a session for {what} on "
             f"{', '.join(providers)}: {first_line(err)}",
             hint="Run `onnxgate check` on the model for the reason and a fix.",

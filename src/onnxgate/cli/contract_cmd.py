@@ -1,0 +1,190 @@
+"""``onnxgate contract init MODEL`` and ``onnxgate verify MODEL``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from onnxgate.cli._common import (
+    FORMAT_HELP,
+    Format,
+    emit_json,
+    finish,
+    handles_errors,
+    out,
+    progress_line,
+)
+from onnxgate.cli._options import DimOpt, InputsOpt, ProvidersOpt, RangeOpt, SeedOpt
+from onnxgate.compare import CompareConfig, parse_metric, parse_tolerance
+from onnxgate.contract import Cell, VerifyReport, contract_paths, init_contract, verify
+from onnxgate.data import parse_dims, parse_ranges
+from onnxgate.runners import SPEC_HELP
+
+contract_app = typer.Typer(
+    name="contract",
+    help="The deployment contract written beside a model: `<model>.contract.json` and "
+    "`<model>.golden.npz`.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+
+@contract_app.command("init")
+@handles_errors
+def init_command(
+    model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
+    reference: Annotated[
+        str,
+        typer.Option("--reference", help=f"Where the golden outputs come from: {SPEC_HELP}"),
+    ] = "reference",
+    inputs: InputsOpt = None,
+    dim: DimOpt = None,
+    value_range: RangeOpt = None,
+    seed: SeedOpt = 0,
+    atol: Annotated[
+        float | None,
+        typer.Option(
+            "--atol", help="Absolute tolerance of every float output.", show_default=False
+        ),
+    ] = None,
+    rtol: Annotated[
+        float | None,
+        typer.Option(
+            "--rtol", help="Relative tolerance of every float output.", show_default=False
+        ),
+    ] = None,
+    tol: Annotated[
+        list[str] | None,
+        typer.Option("--tol", help="OUTPUT:ATOL,RTOL (repeatable).", show_default=False),
+    ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric", help="[OUTPUT:]METRIC OP VALUE, as in `compare`.", show_default=False
+        ),
+    ] = None,
+    trust_pickle: Annotated[
+        bool, typer.Option("--trust-pickle", help="Allow a sklearn: reference to be unpickled.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing contract.")] = False,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+) -> None:
+    """Write the contract of a model exported elsewhere.
+
+    Records the sha256 of the model and its external-data files, the signature with the dims the
+    golden samples were made at, the requirements (IR, opsets, custom domains, the oldest ONNX
+    Runtime release that admits them) and golden samples: inputs (synthetic with every symbolic
+    dimension at 1 and at 7 unless --inputs or --dim say otherwise) with the outputs of
+    `--reference` (the ONNX reference evaluator by default, which shares no code with ONNX
+    Runtime), and the tolerance each output will be verified with.
+    """
+    config = CompareConfig(
+        atol=atol,
+        rtol=rtol,
+        tolerances=dict(parse_tolerance(t) for t in tol or ()),
+        metrics=dict(parse_metric(m) for m in metric or ()),
+    )
+    with progress_line(fmt == Format.text) as progress:
+        contract = init_contract(
+            model,
+            reference=reference,
+            inputs=inputs,
+            dims=parse_dims(dim),
+            ranges=parse_ranges(value_range),
+            seed=seed,
+            config=config,
+            trust_pickle=trust_pickle,
+            force=force,
+            progress=progress,
+        )
+    if fmt == Format.json:
+        emit_json(contract.model_dump(mode="json"))
+        return
+    contract_path, golden_path = contract_paths(Path(model))
+    golden = contract.golden
+    out.print(f"wrote {escape(str(contract_path))} and {escape(str(golden_path))}")
+    if golden:
+        shapes = ", ".join(escape(s.label) for s in golden.samples)
+        out.print(
+            f"  {len(golden.samples)} golden sample(s) from {escape(golden.produced_by)}: {shapes}"
+        )
+        for rule in golden.rules:
+            how = rule.metric or f"allclose(atol={rule.atol:g}, rtol={rule.rtol:g})"
+            out.print(f"  {escape(rule.output)}: {escape(how)}")
+        if golden.skipped_outputs:
+            out.print(f"  not kept (not tensors): {escape(', '.join(golden.skipped_outputs))}")
+    r = contract.requirements
+    out.print(
+        f"  requires IR {r.ir_version}, opsets {r.opsets}; oldest ONNX Runtime: {r.min_runtime or 'unknown'}"
+    )
+
+
+def _cell(cell: Cell) -> str:
+    if cell.passed is None:
+        return "[dim]-[/]"
+    return "[green]ok[/]" if cell.passed else "[bold red]FAIL[/]"
+
+
+def render(report: VerifyReport) -> None:
+    """Print the verification matrix."""
+    out.print(f"[bold]{escape(report.model)}[/] against {escape(report.contract)}")
+    out.print(
+        f"  identity (sha256): {_cell(report.identity)} {escape(report.identity.reason or '')}"
+    )
+    for result in report.results:
+        out.print(
+            f"  {escape(result.runtime)}: loads {_cell(result.loads)}  placement "
+            f"{_cell(result.placement)}  parity {_cell(result.parity)}"
+        )
+        for name, cell in (
+            ("loads", result.loads),
+            ("placement", result.placement),
+            ("parity", result.parity),
+        ):
+            if cell.passed is False or (cell.reason and cell.passed):
+                out.print(f"      {name}: [dim]{escape(cell.reason or '')}[/]")
+    verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
+    out.print(f"{verdict}  on {', '.join(report.providers)}")
+
+
+@handles_errors
+def verify_command(
+    model: Annotated[
+        Path,
+        typer.Argument(help="The .onnx model (its contract lies beside it).", show_default=False),
+    ],
+    runtime: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runtime",
+            "-r",
+            help="Runtimes to verify on, comma-separated or repeated: 'installed' (default) or "
+            "releases such as onnxruntime==1.16.3, each run in an isolated environment.",
+            show_default=False,
+        ),
+    ] = None,
+    providers: ProvidersOpt = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+) -> None:
+    """Does the contract hold on this host, or on named ONNX Runtime releases?
+
+    Before anything runs, the model's and its side files' sha256 must match the contract. Then,
+    per runtime: the model loads; every compute node is on the first requested provider
+    (CPU by default); every golden sample is within its output's rule. Several runtimes give a
+    matrix with the reason for each failing cell.
+
+    Exit codes: 0 every cell passed; 1 a cell failed or the model changed; 2 no contract, or a
+    damaged one; 3 a provider or runtime cannot be had.
+    """
+    with progress_line(fmt == Format.text) as progress:
+        report = verify(
+            model, runtimes=runtime or ["installed"], providers=providers, progress=progress
+        )
+    if fmt == Format.json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        render(report)
+    finish(report.passed)

@@ -1,0 +1,61 @@
+"""The deployment contract: identity, signature, requirements, provenance and golden samples."""
+
+from onnxgate.contract._golden import (
+    GoldenRunner,
+    config_from_rules,
+    load_contract,
+    read_golden,
+    write_contract,
+)
+from onnxgate.contract._schema import (
+    CONTRACT_FORMAT,
+    Contract,
+    FileDigest,
+    Golden,
+    GoldenSample,
+    Identity,
+    OutputRule,
+    Provenance,
+    Requirements,
+    SignatureContract,
+    contract_paths,
+    identity,
+    sha256_file,
+)
+from onnxgate.contract._verify import (
+    GOLDEN_SIZES,
+    Cell,
+    RuntimeResult,
+    VerifyReport,
+    golden_samples,
+    init_contract,
+    verify,
+)
+
+__all__ = [
+    "CONTRACT_FORMAT",
+    "GOLDEN_SIZES",
+    "Cell",
+    "Contract",
+    "FileDigest",
+    "Golden",
+    "GoldenRunner",
+    "GoldenSample",
+    "Identity",
+    "OutputRule",
+    "Provenance",
+    "Requirements",
+    "RuntimeResult",
+    "SignatureContract",
+    "VerifyReport",
+    "config_from_rules",
+    "contract_paths",
+    "golden_samples",
+    "identity",
+    "init_contract",
+    "load_contract",
+    "read_golden",
+    "sha256_file",
+    "verify",
+    "write_contract",
+]

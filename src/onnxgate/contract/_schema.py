@@ -1,0 +1,173 @@
+"""The deployment contract: what was proved about a model, written next to it.
+
+``model.onnx`` gets ``model.contract.json`` (this schema) and ``model.golden.npz`` (inputs and
+expected outputs of the golden samples). The contract names every file by its sha256, so a model
+swapped after the fact, or a side file of external data that changed, fails ``verify`` before
+anything runs. The schema is versioned (``format``) and strict: an unknown field is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from onnxgate.model import LoadedModel, TensorSpec
+
+CONTRACT_FORMAT = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FileDigest(_Strict):
+    """A file the model needs, relative to the model's folder, with its size and sha256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+class Identity(_Strict):
+    """Which bytes the contract is about."""
+
+    model: FileDigest
+    external_data: list[FileDigest] = []
+
+
+class DimBound(_Strict):
+    """Sizes a symbolic dimension was proved at (and may be declared to take)."""
+
+    min: int | None = None
+    max: int | None = None
+
+
+class ValueBound(_Strict):
+    """Values an input may take, e.g. token ids below the vocabulary size."""
+
+    low: float
+    high: float
+    why: str = ""
+
+
+class SignatureContract(_Strict):
+    """Inputs and outputs with dtypes and dims, and what is known of their ranges."""
+
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    dims: dict[str, DimBound] = {}
+    values: dict[str, ValueBound] = {}
+
+
+class Requirements(_Strict):
+    """What a runtime needs to load the model."""
+
+    ir_version: int
+    opsets: dict[str, int]
+    custom_domains: list[str] = []
+    min_runtime: str | None = None
+    """The oldest ONNX Runtime release whose limits admit the model, e.g. ``1.16``."""
+
+
+class Provenance(_Strict):
+    """Where the model came from."""
+
+    framework: str | None = None
+    """``torch 2.13.0``, ``scikit-learn 1.9.1``; None for a model exported elsewhere."""
+    exporter: str | None = None
+    options: dict[str, Any] = {}
+    onnxgate: str
+    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+
+class OutputRule(_Strict):
+    """How one output is judged against its golden values."""
+
+    output: str
+    atol: float
+    rtol: float
+    metric: str | None = None
+    """A rule on one figure (``cosine>=0.999``) instead of the element rule."""
+
+
+class GoldenSample(_Strict):
+    """One golden sample: its label, the dims it was made at, and its arrays' keys in the npz."""
+
+    key: str
+    label: str
+    dims: dict[str, int] = {}
+    inputs: list[str]
+    outputs: list[str]
+
+
+class Golden(_Strict):
+    """The golden file and how its expected outputs were produced."""
+
+    file: str
+    sha256: str
+    produced_by: str
+    """The runner whose outputs are the expected ones (``reference``, ``torch:...``)."""
+    samples: list[GoldenSample]
+    rules: list[OutputRule]
+    skipped_outputs: list[str] = []
+    """Outputs not kept (sequences and maps cannot be stored without pickle)."""
+
+
+class Contract(_Strict):
+    """The deployment contract of one model."""
+
+    format: int = CONTRACT_FORMAT
+    model: str
+    """The model's file name; the contract lives in the same folder."""
+    identity: Identity
+    signature: SignatureContract
+    requirements: Requirements
+    provenance: Provenance
+    golden: Golden | None = None
+    performance: dict[str, Any] = {}
+    """Tuned settings and measured latency per hardware fingerprint (filled by later steps)."""
+    lineage: dict[str, Any] | None = None
+    """The parent model and the step that made this one (quantised from, optimised from)."""
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """The sha256 of a file, read in chunks (side files may be several GB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def digest(path: Path, base: Path) -> FileDigest:
+    """A FileDigest of ``path`` relative to ``base``."""
+    return FileDigest(
+        path=path.relative_to(base).as_posix(), size=path.stat().st_size, sha256=sha256_file(path)
+    )
+
+
+def identity(loaded: LoadedModel) -> Identity:
+    """The model file and every external-data file it reads, by sha256."""
+    base = loaded.path.parent
+    sides = sorted({ref.path for ref in loaded.external_data})
+    return Identity(model=digest(loaded.path, base), external_data=[digest(p, base) for p in sides])
+
+
+def contract_paths(model: Path) -> tuple[Path, Path]:
+    """``model.contract.json`` and ``model.golden.npz`` beside ``model.onnx``."""
+    stem = model.name.removesuffix(".onnx")
+    return model.with_name(f"{stem}.contract.json"), model.with_name(f"{stem}.golden.npz")
+
+
+def dim_bounds(specs: list[TensorSpec], sizes: list[dict[str, int]]) -> dict[str, DimBound]:
+    """For each symbolic dim, the smallest and largest size it was proved at."""
+    names = {d for spec in specs for d in spec.symbolic_dims}
+    bounds = {}
+    for name in sorted(names):
+        seen = [s[name] for s in sizes if name in s]
+        bounds[name] = DimBound(min=min(seen), max=max(seen)) if seen else DimBound()
+    return bounds

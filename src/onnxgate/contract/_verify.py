@@ -1,0 +1,284 @@
+"""``verify``: does the contract hold here, or on named ONNX Runtime releases?
+
+For each runtime, three cells: the model loads, every node is placed where required, and every
+golden sample is within its rule. Before any of it, the model's and side files' sha256 must be
+the contract's: a contract proves things about bytes, not about a file name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate.compare import CompareConfig, compare_runners
+from onnxgate.compat.providers import CPU, names
+from onnxgate.compat.runtime import RuntimeSpec
+from onnxgate.contract._golden import (
+    GoldenRunner,
+    config_from_rules,
+    load_contract,
+    read_golden,
+    write_contract,
+)
+from onnxgate.contract._schema import Contract, Provenance, identity
+from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
+from onnxgate.errors import ConfigError, RunFailed, SessionFailed
+from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.placement import placement
+from onnxgate.runners import make_runner
+from onnxgate.runners._isolated import IsolatedOrtRunner
+
+log = logging.getLogger(__name__)
+
+GOLDEN_SIZES = (1, 7)
+"""Sizes every symbolic dimension takes in the default golden samples: the edge, and a prime."""
+
+
+class Cell(BaseModel):
+    """One check on one runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool | None
+    """None when the check could not run (the model did not load)."""
+    reason: str | None = None
+
+
+class RuntimeResult(BaseModel):
+    """The three checks on one runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runtime: str
+    loads: Cell
+    placement: Cell
+    parity: Cell
+
+    @property
+    def passed(self) -> bool:
+        """All three cells passed."""
+        return bool(self.loads.passed and self.placement.passed and self.parity.passed)
+
+
+class VerifyReport(BaseModel):
+    """The answer of ``onnxgate verify``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    model: str
+    contract: str
+    identity: Cell
+    providers: list[str]
+    results: list[RuntimeResult]
+
+
+def golden_samples(
+    loaded: LoadedModel,
+    *,
+    inputs: str | Path | None = None,
+    dims: Mapping[str, int | Sequence[int]] | None = None,
+    ranges: Mapping[str, ValueRange] | None = None,
+    seed: int = 0,
+) -> list[Sample]:
+    """Samples for a contract: given data, or synthetic ones with every dim at 1 and at 7."""
+    signature = Signature.from_graph(loaded.proto.graph)
+    if inputs is not None:
+        return load_feeds(inputs, signature=signature)
+    if dims:
+        return synthetic_samples(signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed)
+    symbolic = {d for spec in signature.inputs for d in spec.symbolic_dims}
+    if not symbolic:
+        return synthetic_samples(signature, model=loaded.proto, ranges=ranges, seed=seed)
+    samples = []
+    for size in GOLDEN_SIZES:
+        samples += synthetic_samples(
+            signature,
+            model=loaded.proto,
+            dims=dict.fromkeys(symbolic, size),
+            ranges=ranges,
+            seed=seed,
+            default_dim=size,
+        )
+    return samples
+
+
+def init_contract(
+    model: str | Path,
+    *,
+    reference: str = "reference",
+    inputs: str | Path | None = None,
+    dims: Mapping[str, int | Sequence[int]] | None = None,
+    ranges: Mapping[str, ValueRange] | None = None,
+    seed: int = 0,
+    config: CompareConfig | None = None,
+    trust_pickle: bool = False,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Contract:
+    """Create the contract of a model exported elsewhere; the library side of ``contract init``.
+
+    Golden outputs come from ``reference`` (the ONNX reference evaluator by default, which shares
+    no code with ONNX Runtime; or any runner spec such as ``torch:pkg.mod:factory``).
+    """
+    loaded = load_model(model)
+    samples = golden_samples(loaded, inputs=inputs, dims=dims, ranges=ranges, seed=seed)
+    runner = make_runner(reference, loaded, trust_pickle=trust_pickle)
+    return write_contract(
+        loaded,
+        runner,
+        samples,
+        config=config,
+        force=force,
+        progress=progress,
+        provenance=Provenance(onnxgate=_version(), exporter=None),
+    )
+
+
+def _version() -> str:
+    from onnxgate import __version__
+
+    return __version__
+
+
+def _identity_cell(loaded: LoadedModel, contract: Contract) -> Cell:
+    now = identity(loaded)
+    problems = []
+    if now.model.sha256 != contract.identity.model.sha256:
+        problems.append(f"{loaded.path.name} differs from the contract's (sha256)")
+    want = {f.path: f.sha256 for f in contract.identity.external_data}
+    have = {f.path: f.sha256 for f in now.external_data}
+    for path in sorted(set(want) | set(have)):
+        if want.get(path) != have.get(path):
+            state = (
+                "missing"
+                if path not in have
+                else "not in the contract"
+                if path not in want
+                else "changed"
+            )
+            problems.append(f"external data {path} is {state}")
+    return Cell(passed=not problems, reason="; ".join(problems) or None)
+
+
+def _one_runtime(
+    loaded: LoadedModel,
+    spec: RuntimeSpec,
+    samples: list[Sample],
+    expected: list,
+    contract: Contract,
+    providers: list[str],
+    progress: Callable[[str], None] | None,
+) -> RuntimeResult:
+    label = str(spec)
+    if spec.installed:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            label = f"onnxruntime=={version('onnxruntime')} (installed)"
+        except PackageNotFoundError:
+            label = "installed"
+    signature = Signature.from_graph(loaded.proto.graph)
+    if spec.installed:
+        from onnxgate.runners import OrtOptions, OrtRunner  # imports ONNX Runtime
+
+        candidate = OrtRunner(loaded, OrtOptions(providers=tuple(providers)))
+    else:
+        candidate = IsolatedOrtRunner(loaded, spec, samples, providers=providers, progress=progress)
+    golden = GoldenRunner(
+        expected, contract.golden.produced_by if contract.golden else "", signature
+    )
+    config = config_from_rules(contract.golden.rules if contract.golden else [])
+    not_run = Cell(passed=None, reason="not run: the model does not load")
+    try:
+        report = compare_runners(candidate, golden, samples, signature=signature, config=config)
+    except SessionFailed as err:
+        return RuntimeResult(
+            runtime=label,
+            loads=Cell(passed=False, reason=err.message),
+            placement=not_run,
+            parity=not_run,
+        )
+    except RunFailed as err:
+        return RuntimeResult(
+            runtime=label,
+            loads=Cell(passed=True),
+            placement=_placement_cell(loaded, spec, providers),
+            parity=Cell(passed=False, reason=err.message),
+        )
+    if report.passed:
+        worst = max(report.outputs, key=lambda o: o.max_abs or 0.0, default=None)
+        figures = (
+            f"{len(samples)} sample(s); worst max_abs {worst.max_abs:.3g} ({worst.name})"
+            if worst and worst.max_abs is not None
+            else f"{len(samples)} sample(s)"
+        )
+        parity = Cell(passed=True, reason=figures)
+    else:
+        failing = [o for o in report.outputs if not o.passed]
+        parity = Cell(passed=False, reason="; ".join(f"{o.name}: {o.reason}" for o in failing))
+    return RuntimeResult(
+        runtime=label,
+        loads=Cell(passed=True),
+        placement=_placement_cell(loaded, spec, providers),
+        parity=parity,
+    )
+
+
+def _placement_cell(loaded: LoadedModel, spec: RuntimeSpec, providers: list[str]) -> Cell:
+    required = providers[0] if providers else CPU
+    try:
+        audit = placement(loaded, providers or None, require=required, runtime=spec)
+    except RunFailed as err:
+        return Cell(passed=False, reason=err.message)
+    if audit.passed:
+        return Cell(
+            passed=True, reason=f"{len(audit.nodes)} node(s) on {required} ({audit.method})"
+        )
+    return Cell(
+        passed=False,
+        reason=f"{len(audit.violations)} compute node(s) not on {required}: "
+        + ", ".join(f"{n.node} ({n.op_type}) on {n.provider}" for n in audit.violations[:5]),
+    )
+
+
+def verify(
+    model: str | Path,
+    *,
+    runtimes: Iterable[str] = ("installed",),
+    providers: Iterable[str] | str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> VerifyReport:
+    """Check a model against its contract on each runtime; the library side of ``verify``.
+
+    Raises:
+        ModelLoadError: the model, its contract or its golden file is missing or damaged.
+        ProviderUnavailable: a requested provider is not in a runtime's build.
+    """
+    loaded = load_model(model)
+    contract = load_contract(loaded.path)
+    if contract.golden is None:
+        raise ConfigError(f"{loaded.path}: the contract has no golden samples to verify.")
+    expected = read_golden(contract, loaded.path)
+    samples = [sample for sample, _ in expected]
+    wanted = names(providers)
+    specs = [RuntimeSpec.parse(r) for r in names(list(runtimes))] or [RuntimeSpec.parse(None)]
+    results = []
+    for spec in specs:
+        if progress:
+            progress(f"verifying on {spec}")
+        results.append(_one_runtime(loaded, spec, samples, expected, contract, wanted, progress))
+    ident = _identity_cell(loaded, contract)
+    return VerifyReport(
+        passed=bool(ident.passed) and all(r.passed for r in results),
+        model=str(loaded.path),
+        contract=str(
+            loaded.path.with_name(loaded.path.name.removesuffix(".onnx") + ".contract.json")
+        ),
+        identity=ident,
+        providers=wanted or [CPU],
+        results=results,
+    )
