@@ -15,6 +15,13 @@ def cache_dir() -> Path:
     return Path(override) if override else Path(platformdirs.user_cache_dir("onnxgate"))
 
 
+def public_mode(path: str | os.PathLike[str]) -> None:
+    """Give a file made by mkstemp (mode 0600) the mode a plain open() would have (0666 - umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` so that ``path`` holds either its old content or all of the new one.
 
@@ -29,6 +36,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        public_mode(tmp)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

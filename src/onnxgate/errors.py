@@ -124,6 +124,20 @@ class SessionFailed(RunFailed):
     code = "session-failed"
 
 
+class ExportError(GateError):
+    """An exporter failed, or produced a model that breaks what was asked (a fixed dynamic axis)."""
+
+    exit_code = ExitCode.FAILED
+    code = "export-failed"
+
+
+class ParityError(GateError):
+    """An exported model disagrees with its source at some shape."""
+
+    exit_code = ExitCode.FAILED
+    code = "parity"
+
+
 class CheckFailed(GateError):
     """A check ran and found error-severity problems (raised only by callers that want raising)."""
 

@@ -11,6 +11,7 @@ from onnxgate.cli._common import configure_logging
 from onnxgate.cli.check_cmd import check_command
 from onnxgate.cli.compare_cmd import compare_command
 from onnxgate.cli.contract_cmd import contract_app, verify_command
+from onnxgate.cli.export_cmd import export_app
 from onnxgate.cli.inspect_cmd import inspect_command
 from onnxgate.cli.placement_cmd import placement_command
 from onnxgate.cli.runtimes_cmd import runtimes_command
@@ -60,6 +61,7 @@ app.command("compare")(compare_command)
 app.command("placement")(placement_command)
 app.command("verify")(verify_command)
 app.add_typer(contract_app, name="contract")
+app.add_typer(export_app, name="export")
 app.command("runtimes")(runtimes_command)
 
 

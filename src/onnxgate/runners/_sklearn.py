@@ -62,8 +62,21 @@ class SklearnRunner:
         self.name = f"sklearn:{self.path.name}"
         self._estimator: Any = None
 
+    @classmethod
+    def from_estimator(cls, estimator: Any, signature: Signature, *, name: str) -> SklearnRunner:
+        """A runner for an estimator already in memory (export runs the one it converted)."""
+        runner = cls(name, signature, trust_pickle=True)
+        runner._given = estimator
+        runner.name = f"sklearn:{name}"
+        return runner
+
     def __enter__(self) -> Self:
-        self._estimator = load_estimator(self.path, trust_pickle=self.trust_pickle)
+        given = getattr(self, "_given", None)
+        self._estimator = (
+            given
+            if given is not None
+            else load_estimator(self.path, trust_pickle=self.trust_pickle)
+        )
         if len(self.signature.inputs) != 1:
             raise ConfigError(
                 f"{self.name}: the ONNX model has {len(self.signature.inputs)} inputs; comparing "

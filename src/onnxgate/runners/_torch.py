@@ -92,11 +92,17 @@ class TorchRunner:
             module are flattened (tuples, lists, dicts) and named in that order.
     """
 
-    def __init__(self, entry: str, signature: Signature) -> None:
+    def __init__(self, entry: str, signature: Signature, *, module: Any = None) -> None:
         self.entry = entry
         self.signature = signature
         self.name = f"torch:{entry}"
+        self._given = module
         self._module: Any = None
+
+    @classmethod
+    def from_module(cls, module: Any, signature: Signature, *, name: str) -> TorchRunner:
+        """A runner for a module already built (export runs the module it exported)."""
+        return cls(name, signature, module=module)
 
     def __enter__(self) -> Self:
         try:
@@ -106,6 +112,9 @@ class TorchRunner:
                 "running a PyTorch module needs the 'torch' extra: pip install 'onnxgate[torch]'."
             ) from err
         self._torch = torch
+        if self._given is not None:
+            self._module = self._given
+            return self
         factory = load_entry(self.entry)
         try:
             built = factory()

@@ -1,0 +1,250 @@
+"""``onnxgate export torch ENTRY`` and ``onnxgate export sklearn MODEL.joblib``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_line
+from onnxgate.compare import CompareConfig, CompareReport, parse_metric, parse_tolerance
+from onnxgate.contract import Contract, contract_paths
+
+export_app = typer.Typer(
+    name="export",
+    help="Export a PyTorch module or a scikit-learn estimator to ONNX, prove it, write its contract.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+TolOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tol", help="Tolerance of one output, OUTPUT:ATOL,RTOL (repeatable).", show_default=False
+    ),
+]
+MetricOpt = Annotated[
+    list[str] | None,
+    typer.Option("--metric", help="[OUTPUT:]METRIC OP VALUE, as in `compare`.", show_default=False),
+]
+AtolOpt = Annotated[
+    float | None,
+    typer.Option("--atol", help="Absolute tolerance of float outputs.", show_default=False),
+]
+RtolOpt = Annotated[
+    float | None,
+    typer.Option("--rtol", help="Relative tolerance of float outputs.", show_default=False),
+]
+RuntimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        "-r",
+        help="Target ONNX Runtime release (onnxruntime==1.16.3): export at the highest opset and "
+        "IR it loads (measured, see `onnxgate runtimes`).",
+        show_default=False,
+    ),
+]
+
+
+def _compare_config(
+    atol: float | None, rtol: float | None, tol: list[str] | None, metric: list[str] | None
+) -> CompareConfig:
+    return CompareConfig(
+        atol=atol,
+        rtol=rtol,
+        tolerances=dict(parse_tolerance(t) for t in tol or ()),
+        metrics=dict(parse_metric(m) for m in metric or ()),
+    )
+
+
+def _render(
+    path: Path, opset: int, parity: CompareReport, contract: Contract | None, notices: list[str]
+) -> None:
+    out.print(f"[bold]{escape(str(path))}[/]: opset {opset}")
+    for notice in notices:
+        out.print(f"  [yellow]notice:[/] {escape(notice)}")
+    shapes = ", ".join(escape(s.label) for s in parity.samples)
+    out.print(
+        f"  parity with {escape(parity.reference)} on {len(parity.samples)} sample(s): {shapes}"
+    )
+    for o in parity.outputs:
+        out.print(
+            f"    [green]ok[/] {escape(o.name)}: max_abs {o.max_abs:.3g}, mismatches "
+            f"{o.mismatches}/{o.elements} ({escape(o.criterion)})"
+            if o.max_abs is not None
+            else f"    [green]ok[/] {escape(o.name)}"
+        )
+    if contract is not None:
+        contract_path, golden_path = contract_paths(path)
+        out.print(f"  wrote {escape(str(contract_path))} and {escape(golden_path.name)}")
+    out.print("[bold green]PASS[/]  exported and proved")
+
+
+@export_app.command("torch")
+@handles_errors
+def torch_command(
+    entry: Annotated[
+        str,
+        typer.Argument(
+            help="package.module:factory returning the module in eval mode, or (module, example_inputs).",
+            show_default=False,
+        ),
+    ],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write.")],
+    example_inputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--example-inputs",
+            help="An .npz of example inputs, named as forward's parameters, in order.",
+            show_default=False,
+        ),
+    ] = None,
+    dynamic: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dynamic",
+            help="A dynamic axis, INPUT:AXIS=LABEL (repeatable): --dynamic input_ids:0=batch "
+            "--dynamic input_ids:1=seq. Axes with one label share a size.",
+            show_default=False,
+        ),
+    ] = None,
+    output_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--output-name", help="Names of the outputs, in order (repeatable).", show_default=False
+        ),
+    ] = None,
+    opset: Annotated[
+        int | None, typer.Option("--opset", help="ai.onnx opset to export at.", show_default=False)
+    ] = None,
+    runtime: RuntimeOpt = None,
+    exporter: Annotated[
+        str,
+        typer.Option(
+            "--exporter",
+            help="dynamo (torch.export based, the default), torchscript (tracing), or auto (dynamo, "
+            "then TorchScript with a printed notice).",
+        ),
+    ] = "dynamo",
+    atol: AtolOpt = None,
+    rtol: RtolOpt = None,
+    tol: TolOpt = None,
+    metric: MetricOpt = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the parity inputs.")] = 0,
+    no_contract: Annotated[
+        bool, typer.Option("--no-contract", help="Do not write the contract.")
+    ] = False,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+) -> None:
+    """Export a PyTorch module, then prove the ONNX model against it at shapes it was not traced at.
+
+    After export, every `--dynamic` axis must still be symbolic (an example of size 1 on such an
+    axis is repeated to 2 first, because torch.export makes size-1 axes static), and the model
+    must match the module at every dynamic axis = 1, 7 and a larger size, with seeded inputs that
+    follow the example's values. A miss is exit 1 and nothing is written; a failing exporter is
+    diagnosed (the operator or construct, the module path when known, what to do), with the full
+    trace under -v. On success `<out>.contract.json` and `<out>.golden.npz` are written beside it.
+    """
+    from onnxgate.export import TorchExportConfig, export_torch, parse_dynamic
+
+    config = TorchExportConfig(
+        entry=entry,
+        out=out_path,
+        example_inputs=example_inputs,
+        dynamic=parse_dynamic(dynamic),
+        output_names=tuple(output_name or ()),
+        opset=opset,
+        runtime=runtime,
+        exporter=exporter,
+        compare=_compare_config(atol, rtol, tol, metric),
+        seed=seed,
+        contract=not no_contract,
+    )
+    with progress_line(fmt == Format.text) as progress:
+        result = export_torch(config, progress=progress)
+    if fmt == Format.json:
+        emit_json(
+            {
+                "passed": True,
+                "path": str(result.path),
+                "exporter": result.exporter,
+                "opset": result.opset,
+                "ir_version": result.ir_version,
+                "notices": result.notices,
+                "parity": result.parity.model_dump(mode="json"),
+                "contract": str(contract_paths(result.path)[0]) if result.contract else None,
+            }
+        )
+        return
+    _render(result.path, result.opset, result.parity, result.contract, result.notices)
+
+
+@export_app.command("sklearn")
+@handles_errors
+def sklearn_command(
+    estimator: Annotated[
+        Path,
+        typer.Argument(
+            help="A joblib or pickle file holding the fitted estimator or pipeline.",
+            show_default=False,
+        ),
+    ],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write.")],
+    data: Annotated[
+        Path, typer.Option("--data", help="Rows to prove parity on: X.npy, or an .npz holding X.")
+    ],
+    trust_pickle: Annotated[
+        bool, typer.Option("--trust-pickle", help="Required: unpickling runs code from the file.")
+    ] = False,
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="float32 (default) or float64 inputs.")
+    ] = "float32",
+    opset: Annotated[
+        int | None, typer.Option("--opset", help="ai.onnx opset to export at.", show_default=False)
+    ] = None,
+    runtime: RuntimeOpt = None,
+    atol: AtolOpt = None,
+    rtol: RtolOpt = None,
+    tol: TolOpt = None,
+    metric: MetricOpt = None,
+    no_contract: Annotated[
+        bool, typer.Option("--no-contract", help="Do not write the contract.")
+    ] = False,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+) -> None:
+    """Export a scikit-learn estimator or pipeline with skl2onnx and prove it on your data.
+
+    ZipMap is off (probabilities are a [rows, classes] tensor); inputs are float32 unless
+    --dtype float64. Parity on every row of --data: labels equal, probabilities within tolerance.
+    A miss is exit 1 and nothing is written.
+    """
+    from onnxgate.export import SklearnExportConfig, export_sklearn
+
+    config = SklearnExportConfig(
+        out=out_path,
+        data=data,
+        dtype=dtype,
+        opset=opset,
+        runtime=runtime,
+        compare=_compare_config(atol, rtol, tol, metric),
+        contract=not no_contract,
+    )
+    with progress_line(fmt == Format.text) as progress:
+        result = export_sklearn(estimator, config, trust_pickle=trust_pickle, progress=progress)
+    if fmt == Format.json:
+        emit_json(
+            {
+                "passed": True,
+                "path": str(result.path),
+                "opset": result.opset,
+                "dtype": result.dtype,
+                "notices": result.notices,
+                "parity": result.parity.model_dump(mode="json"),
+                "contract": str(contract_paths(result.path)[0]) if result.contract else None,
+            }
+        )
+        return
+    _render(result.path, result.opset, result.parity, result.contract, result.notices)

@@ -1,0 +1,242 @@
+"""Export a scikit-learn estimator with skl2onnx, proved on the user's data.
+
+Choices made here, and stated in the result: ZipMap is off, so probabilities are a [rows, classes]
+tensor rather than a list of dicts; inputs are float32 unless float64 is asked for (ONNX Runtime's
+ML operators compute in float32, and a float64 model loads only where every operator has a double
+kernel); the opset is the highest that both skl2onnx and the target runtime support. Parity is
+checked on the data given: labels must be equal, probabilities within tolerance.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxgate import __version__
+from onnxgate._fs import public_mode
+from onnxgate.compare import CompareConfig, CompareReport, compare_runners
+from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
+from onnxgate.contract import Contract, Provenance, write_contract
+from onnxgate.data import Sample
+from onnxgate.errors import ConfigError, ExportError, ExtraMissing, FeedError, ParityError
+from onnxgate.model import Signature, load_model
+from onnxgate.runners import SklearnRunner, load_estimator
+
+
+@dataclass(frozen=True)
+class SklearnExportConfig:
+    """What ``export sklearn`` was asked to do."""
+
+    out: Path
+    data: Path
+    """Rows to prove parity on: an .npy matrix, or an .npz with one array (or ``X``)."""
+    dtype: str = "float32"
+    opset: int | None = None
+    runtime: str | None = None
+    compare: CompareConfig = field(default_factory=CompareConfig)
+    """Tolerances and metrics of the parity check, recorded in the contract."""
+    golden_rows: int = 64
+    """Rows of the data kept as golden samples in the contract."""
+    contract: bool = True
+
+
+@dataclass
+class SklearnExportResult:
+    """The exported model, the choices made and the parity proved."""
+
+    path: Path
+    opset: int
+    dtype: str
+    parity: CompareReport
+    contract: Contract | None
+    notices: list[str] = field(default_factory=list)
+
+
+def read_matrix(path: Path) -> np.ndarray:
+    """A 2-D feature matrix from .npy or .npz.
+
+    Raises:
+        FeedError: the file is missing, unreadable, or not one 2-D numeric matrix.
+    """
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise FeedError(f"{path}: cannot be read as .npy/.npz ({err}).") from err
+    if isinstance(loaded, np.ndarray):
+        matrix = loaded
+    else:
+        with loaded as archive:
+            names = archive.files
+            key = "X" if "X" in names else names[0] if len(names) == 1 else None
+            if key is None:
+                raise FeedError(f"{path}: holds {names}; name the feature matrix X.")
+            matrix = archive[key]
+    if matrix.ndim != 2 or matrix.dtype.kind not in "fiub":
+        raise FeedError(
+            f"{path}: expected a 2-D numeric matrix; got {matrix.dtype} {list(matrix.shape)}."
+        )
+    if len(matrix) == 0:
+        raise FeedError(f"{path}: has no rows.")
+    return matrix
+
+
+def _skl2onnx() -> Any:
+    try:
+        import skl2onnx
+    except ImportError as err:
+        raise ExtraMissing(
+            "exporting scikit-learn models needs the 'sklearn' extra: pip install 'onnxgate[sklearn]'."
+        ) from err
+    return skl2onnx
+
+
+def _name_batch(proto: Any) -> None:
+    """Call the unnamed first dimension of inputs and outputs ``batch``, as a contract reads it."""
+    for value in [*proto.graph.input, *proto.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].dim_param and not dims[0].HasField("dim_value"):
+            dims[0].dim_param = "batch"
+
+
+def _dedupe_opsets(proto: Any) -> None:
+    """skl2onnx may import a domain twice; keep the highest version once."""
+    best: dict[str, int] = {}
+    for entry in proto.opset_import:
+        best[entry.domain] = max(best.get(entry.domain, 0), entry.version)
+    del proto.opset_import[:]
+    for domain, version in best.items():
+        entry = proto.opset_import.add()
+        entry.domain, entry.version = domain, version
+
+
+def export_sklearn(
+    estimator: Any,
+    config: SklearnExportConfig,
+    *,
+    trust_pickle: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> SklearnExportResult:
+    """Convert an estimator (an object, or a joblib/pickle path) and prove it on ``config.data``.
+
+    Raises:
+        ConfigError: a pickle without ``trust_pickle``, or a bad option.
+        ExportError: skl2onnx cannot convert the estimator.
+        ParityError: labels differ or probabilities are outside tolerance.
+    """
+    skl2onnx = _skl2onnx()
+    import onnx
+    import sklearn
+
+    say = progress or (lambda message: None)
+    if isinstance(estimator, str | os.PathLike):
+        estimator = load_estimator(estimator, trust_pickle=trust_pickle)
+    if config.dtype not in ("float32", "float64"):
+        raise ConfigError(f"--dtype {config.dtype!r} is not float32 or float64.")
+    notices = [
+        f"inputs are {config.dtype}"
+        + (
+            " (skl2onnx's default; ONNX Runtime's ML operators compute in float32)"
+            if config.dtype == "float32"
+            else " (double precision; some ML operators have no double kernel)"
+        ),
+        "ZipMap is off: probabilities are a [rows, classes] tensor",
+    ]
+    x = read_matrix(config.data).astype(config.dtype)
+    opset = config.opset or skl2onnx.__max_supported_opset__
+    ml = None
+    if config.runtime:
+        profile = runtime_profile(RuntimeSpec.parse(config.runtime))
+        opset = min(opset, profile.max_opsets.get("ai.onnx", opset))
+        ml = profile.max_opsets.get("ai.onnx.ml")
+        notices.append(f"{profile.label} loads ai.onnx {opset}, ai.onnx.ml {ml}: exported at those")
+    opset = min(opset, skl2onnx.__max_supported_opset__)
+    target = {"": opset} | ({"ai.onnx.ml": ml} if ml else {})
+    say(f"converting {type(estimator).__name__} with skl2onnx at opset {opset}")
+    try:
+        proto = skl2onnx.to_onnx(estimator, x[:1], options={"zipmap": False}, target_opset=target)
+    except Exception as err:  # skl2onnx raises many unrelated types
+        raise ExportError(
+            f"skl2onnx cannot convert {type(estimator).__name__}: {type(err).__name__}: {err}",
+            hint="Check skl2onnx's list of supported estimators; a custom step needs a registered "
+            "converter (skl2onnx.update_registered_converter).",
+        ) from err
+    _dedupe_opsets(proto)
+    _name_batch(proto)
+    if config.runtime:
+        profile = runtime_profile(RuntimeSpec.parse(config.runtime))
+        proto.ir_version = min(proto.ir_version, profile.max_ir)
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{config.out.name}.", suffix=".onnx", dir=config.out.parent
+    )
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        onnx.save_model(proto, str(tmp))
+        loaded = load_model(tmp)
+        signature = Signature.from_graph(loaded.proto.graph)
+        name = signature.inputs[0].name
+        say(f"checking parity on {len(x)} rows")
+        reference = SklearnRunner.from_estimator(
+            estimator, signature, name=type(estimator).__name__
+        )
+        from onnxgate.runners import OrtRunner
+
+        cfg = config.compare
+        report = compare_runners(
+            OrtRunner(loaded),
+            reference,
+            [Sample(config.data.name, {name: x})],
+            signature=signature,
+            config=cfg,
+        )
+        if not report.passed:
+            detail = "; ".join(f"{o.name}: {o.reason}" for o in report.outputs if not o.passed)
+            raise ParityError(
+                f"the exported model disagrees with {type(estimator).__name__} on {config.data}: "
+                f"{detail}. The model was not written to {config.out}.",
+                hint="ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
+                "value computed in float64 by scikit-learn (a scaler before a forest) can fall on "
+                "the other side of a split and flip a tree. Labels may still agree; if they are "
+                "what matters, judge probabilities by a looser rule (--tol probabilities:0.05,0).",
+            )
+        public_mode(tmp)
+        os.replace(tmp, config.out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    final = load_model(config.out)
+    contract = None
+    if config.contract:
+        rows = x[: config.golden_rows]
+        contract = write_contract(
+            final,
+            SklearnRunner.from_estimator(estimator, signature, name=type(estimator).__name__),
+            [Sample(f"{config.data.name}[:{len(rows)}]", {name: rows}, {"batch": len(rows)})],
+            provenance=Provenance(
+                framework=f"scikit-learn {sklearn.__version__}",
+                exporter=f"skl2onnx {skl2onnx.__version__}",
+                options={
+                    "opset": opset,
+                    "dtype": config.dtype,
+                    "zipmap": False,
+                    "runtime": config.runtime,
+                },
+                onnxgate=__version__,
+            ),
+            config=config.compare,
+            force=True,
+        )
+    return SklearnExportResult(
+        path=config.out,
+        opset=opset,
+        dtype=config.dtype,
+        parity=report,
+        contract=contract,
+        notices=notices,
+    )

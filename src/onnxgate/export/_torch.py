@@ -1,0 +1,486 @@
+"""Export a PyTorch module to ONNX, then prove the export at shapes it was not traced at.
+
+The exporter is torch.onnx's dynamo exporter by default (the TorchScript exporter on request, or
+after a printed notice with ``exporter="auto"``). Three traps are closed on purpose:
+
+- an example of size 1 on an axis declared dynamic lets torch.export specialise that axis to 1, so
+  such axes are repeated to size 2 in the example before export (with a notice);
+- every requested dynamic axis must still be symbolic in the exported signature, or the export
+  fails;
+- parity with the module is checked at three sizes of every dynamic axis (1, 7 and a larger one)
+  with seeded inputs, and a miss is a ``ParityError``: the file is not left where it was asked
+  for. Values the exporter froze (a NumPy call in ``forward``) show up here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+import tempfile
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxgate import __version__
+from onnxgate._fs import public_mode
+from onnxgate.compare import CompareConfig, CompareReport, compare_runners
+from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
+from onnxgate.contract import Contract, Provenance, write_contract
+from onnxgate.data import Sample
+from onnxgate.errors import ConfigError, ExportError, ExtraMissing, ParityError
+from onnxgate.model import Signature, load_model
+from onnxgate.runners import TorchRunner, load_entry
+
+log = logging.getLogger(__name__)
+
+PARITY_SIZES = (1, 7)
+"""Sizes of every dynamic axis in the parity check, besides a larger one (see ``_larger``)."""
+
+DYNAMO_MIN_OPSET = 18
+"""The dynamo exporter writes opset 18 and later."""
+
+
+@dataclass(frozen=True)
+class TorchExportConfig:
+    """What ``export torch`` was asked to do."""
+
+    entry: str
+    """``package.module:factory``; the factory returns the module, or (module, example inputs)."""
+    out: Path
+    example_inputs: Path | None = None
+    """An .npz of example inputs (names are the input names, in forward's order)."""
+    dynamic: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    """Input name → {axis: label}, e.g. {"input_ids": {0: "batch", 1: "seq"}}."""
+    output_names: Sequence[str] = ()
+    opset: int | None = None
+    runtime: str | None = None
+    """Target ONNX Runtime release: the opset and IR are the highest it loads."""
+    exporter: str = "dynamo"
+    """dynamo, torchscript, or auto (dynamo, then TorchScript after a printed notice)."""
+    compare: CompareConfig = field(default_factory=CompareConfig)
+    """Tolerances and metrics of the parity check, recorded in the contract."""
+    seed: int = 0
+    contract: bool = True
+
+
+@dataclass
+class TorchExportResult:
+    """The exported model, how it was made and what was proved."""
+
+    path: Path
+    exporter: str
+    opset: int
+    ir_version: int
+    parity: CompareReport
+    contract: Contract | None
+    notices: list[str]
+
+
+def parse_dynamic(items: Sequence[str] | None) -> dict[str, dict[int, str]]:
+    """``["input_ids:0=batch", "input_ids:1=seq"]`` → ``{"input_ids": {0: "batch", 1: "seq"}}``.
+
+    Raises:
+        ConfigError: an item is not ``input:axis=label``.
+    """
+    dynamic: dict[str, dict[int, str]] = {}
+    for item in items or ():
+        found = re.fullmatch(r"\s*([^:]+):(\d+)=(\w+)\s*", item)
+        if not found:
+            raise ConfigError(
+                f"--dynamic {item!r} is not INPUT:AXIS=LABEL.",
+                hint="For example --dynamic input_ids:0=batch --dynamic input_ids:1=seq.",
+            )
+        dynamic.setdefault(found[1], {})[int(found[2])] = found[3]
+    return dynamic
+
+
+def _torch() -> Any:
+    try:
+        import torch  # noqa: TID251  (the PyTorch exporter)
+    except ImportError as err:
+        raise ExtraMissing(
+            "exporting from PyTorch needs the 'torch' extra: pip install 'onnxgate[torch]'."
+        ) from err
+    return torch
+
+
+def _build(entry: str) -> tuple[Any, Any]:
+    built = load_entry(entry)
+    try:
+        made = built()
+    except Exception as err:  # a user's factory may raise anything
+        raise ConfigError(
+            f"{entry} raised {type(err).__name__} while building the module: {err}"
+        ) from err
+    module, example = (made[0], made[1]) if isinstance(made, tuple) else (made, None)
+    if getattr(module, "training", False):
+        log.warning("%s returned a module in training mode; calling .eval()", entry)
+        module.eval()
+    return module, example
+
+
+def _input_names(module: Any, count: int) -> list[str]:
+    forward = getattr(module, "forward", module)
+    params = [
+        p.name
+        for p in inspect.signature(forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) >= count:
+        return params[:count]
+    return [f"input_{i}" for i in range(count)]
+
+
+def _examples(config: TorchExportConfig, module: Any, example: Any) -> dict[str, np.ndarray]:
+    if config.example_inputs is not None:
+        with np.load(config.example_inputs, allow_pickle=False) as archive:
+            return {k: archive[k] for k in archive.files}
+    if example is None:
+        raise ConfigError(
+            f"{config.entry} returned no example inputs and --example-inputs was not given.",
+            hint="Return (module, example_inputs) from the factory, or pass --example-inputs x.npz.",
+        )
+    torch = _torch()
+
+    def as_np(v: Any) -> np.ndarray:
+        return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+
+    if isinstance(example, Mapping):
+        return {k: as_np(v) for k, v in example.items()}
+    values = list(example) if isinstance(example, tuple | list) else [example]
+    return dict(zip(_input_names(module, len(values)), (as_np(v) for v in values), strict=True))
+
+
+def _widen_size_one(
+    examples: dict[str, np.ndarray], dynamic: Mapping[str, Mapping[int, str]], notices: list[str]
+) -> dict[str, np.ndarray]:
+    """Repeat dynamic axes of size 1 to size 2, so that torch.export cannot specialise them."""
+    widened = dict(examples)
+    repeated = []
+    for name, axes in dynamic.items():
+        for axis in axes:
+            if widened[name].shape[axis] == 1:
+                widened[name] = np.repeat(widened[name], 2, axis=axis)
+                repeated.append(f"{name}:{axis} ({axes[axis]})")
+    if repeated:
+        notices.append(
+            f"size 1 in the example on dynamic axes {', '.join(repeated)}: repeated to 2 for "
+            "export, because torch.export makes an axis of size 1 static"
+        )
+    return widened
+
+
+def _opset_for(config: TorchExportConfig, notices: list[str]) -> tuple[int | None, int | None]:
+    """(opset, max IR) from --opset or the target runtime's measured limits."""
+    if config.runtime is None:
+        return config.opset, None
+    profile = runtime_profile(RuntimeSpec.parse(config.runtime))
+    top = profile.max_opsets.get("ai.onnx")
+    opset = min(config.opset, top) if config.opset and top else config.opset or top
+    notices.append(
+        f"{profile.label} loads up to IR {profile.max_ir} and ai.onnx opset {top}: exporting at "
+        f"opset {opset}"
+    )
+    return opset, profile.max_ir
+
+
+_ATEN = re.compile(r"aten[.:]{1,2}([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)?")
+_MODULE_PATH = re.compile(r"L\['self'\]((?:\.\w+)+)")
+
+
+def diagnose(error: BaseException, exporter: str) -> ExportError:
+    """An ExportError that names what failed and what to do, from an exporter exception."""
+    text = f"{type(error).__name__}: {error}"
+    ops = sorted(
+        {
+            m.group(0).split(".")[0] if "::" in m.group(0) else m.group(0).rsplit(".", 1)[0]
+            for m in _ATEN.finditer(text)
+        }
+        - {"aten.sym_size", "aten::sym_size"}
+    )
+    where = _MODULE_PATH.search(text)
+    at = f" in module self{where.group(1)}" if where else ""
+    if (
+        re.search(
+            r"no (onnx )?(function|decomposition|symbolic)|not supported|unsupported|cannot be translated|No ONNX function",
+            text,
+            re.I,
+        )
+        and ops
+    ):
+        return ExportError(
+            f"the {exporter} exporter cannot translate {', '.join(ops)}{at}.",
+            hint="Rewrite that part of forward() with supported operations, register a custom "
+            "translation (torch.onnx's custom_translation_table), or try the other exporter "
+            "(--exporter torchscript / dynamo). -v shows the exporter's full trace.",
+        )
+    if re.search(r"data.dependent|GuardOnDataDependent|Could not guard|control flow", text, re.I):
+        return ExportError(
+            f"the {exporter} exporter cannot trace data-dependent control flow{at} "
+            f"({_first(text)}).",
+            hint="Replace Python `if` on tensor values with torch.where or torch.cond, or export "
+            "with --exporter torchscript (which bakes in the branch taken by the example).",
+        )
+    if re.search(r"Constraint|specializ|specialis", text, re.I):
+        return ExportError(
+            f"a dimension declared dynamic was made static by the code{at} ({_first(text)}).",
+            hint="Find the line that uses the size as a Python int (e.g. x.shape[1] in NumPy or a "
+            "Python range), or drop --dynamic for that axis.",
+        )
+    return ExportError(
+        f"the {exporter} exporter failed{at}: {_first(text)}",
+        hint="Run with -v for the exporter's full trace; --exporter torchscript may work where "
+        "dynamo does not.",
+    )
+
+
+def _first(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _export_once(
+    torch: Any,
+    module: Any,
+    examples: dict[str, np.ndarray],
+    config: TorchExportConfig,
+    exporter: str,
+    opset: int | None,
+    target: Path,
+) -> None:
+    args = tuple(torch.from_numpy(np.ascontiguousarray(v)) for v in examples.values())
+    names = list(examples)
+    outputs = list(config.output_names) or None
+    if exporter == "dynamo":
+        dims: dict[str, Any] = {}
+        shapes = []
+        for name in names:
+            axes = config.dynamic.get(name, {})
+            shapes.append(
+                {
+                    axis: dims.setdefault(label, torch.export.Dim(label))
+                    for axis, label in axes.items()
+                }
+                or None
+            )
+        torch.onnx.export(
+            module,
+            args,
+            str(target),
+            input_names=names,
+            output_names=outputs,
+            dynamic_shapes=tuple(shapes),
+            opset_version=max(opset or DYNAMO_MIN_OPSET, DYNAMO_MIN_OPSET),
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+    else:
+        torch.onnx.export(
+            module,
+            args,
+            str(target),
+            input_names=names,
+            output_names=outputs,
+            dynamic_axes={n: dict(a) for n, a in config.dynamic.items()},
+            opset_version=opset or 17,
+            dynamo=False,
+        )
+
+
+def _larger(example: int) -> int:
+    return max(16, 2 * example + 3)
+
+
+def parity_samples(
+    examples: Mapping[str, np.ndarray],
+    dynamic: Mapping[str, Mapping[int, str]],
+    *,
+    seed: int = 0,
+) -> list[Sample]:
+    """Seeded inputs at every dynamic axis size in 1, 7 and a larger one, shaped like the example.
+
+    Values follow the example's: integers stay within its [min, max] (token ids, masks), floats are
+    drawn from its mean and spread.
+    """
+    labels: dict[str, int] = {}
+    for name, axes in dynamic.items():
+        for axis, label in axes.items():
+            labels[label] = max(labels.get(label, 0), examples[name].shape[axis])
+    sizes = [*PARITY_SIZES, max((_larger(v) for v in labels.values()), default=16)]
+    if not labels:
+        sizes = [0]
+    samples = []
+    for size in sizes:
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for name, example in examples.items():
+            shape = list(example.shape)
+            for axis in dynamic.get(name, {}):
+                shape[axis] = size
+            feeds[name] = _like(example, tuple(shape), rng)
+        label = ",".join(f"{k}={size}" for k in labels) if labels else "example shape"
+        samples.append(Sample(label, feeds, dict.fromkeys(labels, size)))
+    return samples
+
+
+def _like(example: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    if example.dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if example.dtype.kind in "iu":
+        low, high = int(example.min()), int(example.max())
+        return rng.integers(low, high + 1, size=shape).astype(example.dtype)
+    mean, spread = float(example.mean()), float(example.std()) or 1.0
+    return rng.normal(mean, spread, size=shape).astype(example.dtype)
+
+
+def _check_dynamic(path: Path, dynamic: Mapping[str, Mapping[int, str]]) -> None:
+    signature = Signature.from_graph(load_model(path).proto.graph)
+    specs = {s.name: s for s in signature.inputs}
+    for name, axes in dynamic.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise ExportError(
+                f"--dynamic names input {name!r}, which the exported model does not have ({', '.join(specs)})."
+            )
+        for axis, label in axes.items():
+            dim = spec.shape[axis] if spec.shape and axis < len(spec.shape) else None
+            if not isinstance(dim, str):
+                raise ExportError(
+                    f"input {name!r} axis {axis} ({label}) was asked to be dynamic but the exported "
+                    f"model fixes it to {dim}.",
+                    hint="The module uses that size as a constant; see the exporter's notices (-v).",
+                )
+
+
+def export_torch(
+    config: TorchExportConfig, *, progress: Callable[[str], None] | None = None
+) -> TorchExportResult:
+    """Export, check dynamic axes, prove parity at three shapes, and write the contract.
+
+    Raises:
+        ExportError: the exporter failed (diagnosed) or fixed a dynamic axis.
+        ParityError: the ONNX model disagrees with the module at some shape.
+        ExtraMissing: torch is not installed.
+    """
+    torch = _torch()
+    say = progress or (lambda message: log.info("%s", message))
+    notices: list[str] = []
+    module, example = _build(config.entry)
+    examples = _examples(config, module, example)
+    unknown = sorted(set(config.dynamic) - set(examples))
+    if unknown:
+        raise ConfigError(f"--dynamic names {unknown[0]!r}; the inputs are {', '.join(examples)}.")
+    exported_examples = _widen_size_one(examples, config.dynamic, notices)
+    opset, max_ir = _opset_for(config, notices)
+    order = ["dynamo", "torchscript"] if config.exporter == "auto" else [config.exporter]
+    if config.exporter not in ("dynamo", "torchscript", "auto"):
+        raise ConfigError(f"--exporter {config.exporter!r} is not dynamo, torchscript or auto.")
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{config.out.name}.", suffix=".onnx", dir=config.out.parent
+    )
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        used = None
+        for exporter in order:
+            say(f"exporting {config.entry} with the {exporter} exporter")
+            try:
+                _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
+            except Exception as err:  # the exporters raise many unrelated types
+                log.debug("exporter trace:\n%s", traceback.format_exc())
+                diagnosis = diagnose(err, exporter)
+                if exporter != order[-1]:
+                    notices.append(f"{diagnosis.message} Falling back to the TorchScript exporter.")
+                    log.warning("%s Falling back to the TorchScript exporter.", diagnosis.message)
+                    continue
+                raise diagnosis from err
+            used = exporter
+            break
+        loaded = load_model(tmp, load_weights=True)
+        proto = loaded.proto
+        if max_ir is not None and proto.ir_version > max_ir:
+            notices.append(
+                f"IR stamped down from {proto.ir_version} to {max_ir} for {config.runtime}"
+            )
+            proto.ir_version = max_ir
+            import onnx
+
+            onnx.save_model(proto, str(tmp))
+        _check_dynamic(tmp, config.dynamic)
+        say("checking parity with the module at three shapes")
+        loaded = load_model(tmp)
+        signature = Signature.from_graph(loaded.proto.graph)
+        samples = parity_samples(examples, config.dynamic, seed=config.seed)
+        reference = TorchRunner.from_module(module, signature, name=config.entry)
+        from onnxgate.runners import OrtRunner
+
+        report = compare_runners(
+            OrtRunner(loaded),
+            reference,
+            samples,
+            signature=signature,
+            config=config.compare,
+        )
+        if not report.passed:
+            failing = [o for o in report.outputs if not o.passed]
+            detail = "; ".join(
+                f"{o.name} at {o.worst_sample}: max_abs {o.max_abs}, {o.mismatches}/{o.elements} "
+                f"mismatches ({o.reason})"
+                for o in failing
+            )
+            raise ParityError(
+                f"the exported model disagrees with {config.entry}: {detail}. The model was not "
+                f"written to {config.out}.",
+                hint="A value computed in Python (NumPy, .item(), a shape used as an int) was "
+                "frozen at the example's shape; compute it with torch operations instead.",
+            )
+        public_mode(tmp)
+        os.replace(tmp, config.out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    final = load_model(config.out)
+    contract = None
+    if config.contract:
+        say("writing the contract and golden samples")
+        contract = write_contract(
+            final,
+            TorchRunner.from_module(
+                module, Signature.from_graph(final.proto.graph), name=config.entry
+            ),
+            samples,
+            provenance=Provenance(
+                framework=f"torch {torch.__version__}",
+                exporter=f"torch.onnx ({used})",
+                options={
+                    "opset": final.proto.opset_import[0].version
+                    if final.proto.opset_import
+                    else None,
+                    "dynamic": {
+                        k: {str(axis): label for axis, label in v.items()}
+                        for k, v in config.dynamic.items()
+                    },
+                    "runtime": config.runtime,
+                },
+                onnxgate=__version__,
+            ),
+            config=config.compare,
+            force=True,
+        )
+    opsets = {o.domain or "ai.onnx": o.version for o in final.proto.opset_import}
+    return TorchExportResult(
+        path=config.out,
+        exporter=used or "",
+        opset=opsets.get("ai.onnx", 0),
+        ir_version=final.proto.ir_version,
+        parity=report,
+        contract=contract,
+        notices=notices,
+    )
