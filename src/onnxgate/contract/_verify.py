@@ -25,7 +25,7 @@ from onnxgate.contract._golden import (
 )
 from onnxgate.contract._schema import Contract, Provenance, identity
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
-from onnxgate.errors import ConfigError, RunFailed, SessionFailed
+from onnxgate.errors import ConfigError, GateError, RunFailed, SessionFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.placement import placement
 from onnxgate.runners import make_runner
@@ -196,9 +196,11 @@ def _one_runtime(
     try:
         report = compare_runners(candidate, golden, samples, signature=signature, config=config)
     except SessionFailed as err:
+        why = _why_not_loaded(loaded, spec)
+        reason = f"{why}; {err.message}" if why else err.message
         return RuntimeResult(
             runtime=label,
-            loads=Cell(passed=False, reason=err.message),
+            loads=Cell(passed=False, reason=reason),
             placement=not_run,
             parity=not_run,
         )
@@ -226,6 +228,19 @@ def _one_runtime(
         placement=_placement_cell(loaded, spec, providers),
         parity=parity,
     )
+
+
+def _why_not_loaded(loaded: LoadedModel, spec: RuntimeSpec) -> str | None:
+    """The static findings that explain a refused session, from ``check`` against that release."""
+    from onnxgate.check import check_model
+    from onnxgate.compat.runtime import runtime_profile
+
+    try:
+        report = check_model(loaded, runtime=runtime_profile(spec))
+    except GateError:
+        return None
+    blocking = [f for f in report.findings if f.blocks_load]
+    return "; ".join(f"{f.code}: {f.message}" for f in blocking) or None
 
 
 def _placement_cell(loaded: LoadedModel, spec: RuntimeSpec, providers: list[str]) -> Cell:

@@ -14,13 +14,16 @@ after a printed notice with ``exporter="auto"``). Three traps are closed on purp
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import logging
 import os
 import re
 import tempfile
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,8 +244,28 @@ def diagnose(error: BaseException, exporter: str) -> ExportError:
 
 
 def _first(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
+    line = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Keep the exporters' own log lines and warnings off the terminal unless -vv."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in ("torch", "onnxscript", "torch.onnx")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _export_once(
@@ -354,8 +377,10 @@ def _check_dynamic(path: Path, dynamic: Mapping[str, Mapping[int, str]]) -> None
             if not isinstance(dim, str):
                 raise ExportError(
                     f"input {name!r} axis {axis} ({label}) was asked to be dynamic but the exported "
-                    f"model fixes it to {dim}.",
-                    hint="The module uses that size as a constant; see the exporter's notices (-v).",
+                    f"model fixes it to {dim}: forward() uses that size as a Python number (a NumPy "
+                    "call, int(), a Python range), so the exporter specialised it.",
+                    hint="Compute with torch operations on the tensor instead (x.shape[1] stays "
+                    "symbolic inside torch ops); -v shows the exporter's guard messages.",
                 )
 
 
@@ -393,7 +418,8 @@ def export_torch(
         for exporter in order:
             say(f"exporting {config.entry} with the {exporter} exporter")
             try:
-                _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
+                with _quiet_exporter():
+                    _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
             except Exception as err:  # the exporters raise many unrelated types
                 log.debug("exporter trace:\n%s", traceback.format_exc())
                 diagnosis = diagnose(err, exporter)
