@@ -15,13 +15,18 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# torch first, from its pinned CPU wheel, so nothing later pulls a CUDA build to satisfy "torch".
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+# The demo exports all-MiniLM-L6-v2 from PyTorch: torch from its pinned CPU wheel first.
+$(VENV)/.installed-demo: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e '.[test,torch,sklearn]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,examples]'
 	touch $@
 
-demo: $(VENV)/.installed
+# torch first, from its pinned CPU wheel, so nothing later pulls a CUDA build to satisfy "torch".
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-demo
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,sklearn,examples]'
+	touch $@
+
+demo: $(VENV)/.installed-demo
 	PATH="$(abspath $(BIN)):$$PATH" bash scripts/demo.sh
 
 test: $(VENV)/.installed-test

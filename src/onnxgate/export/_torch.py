@@ -193,48 +193,76 @@ def _opset_for(config: TorchExportConfig, notices: list[str]) -> tuple[int | Non
     return opset, profile.max_ir
 
 
-_ATEN = re.compile(r"aten[.:]{1,2}([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)?")
-_MODULE_PATH = re.compile(r"L\['self'\]((?:\.\w+)+)")
+_NO_FUNCTION = re.compile(
+    r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>"
+)
+_TARGET = re.compile(r"call_function\[target=torch\.ops\.((?:aten|prims)\.\w+)(?:\.\w+)?\]")
+_TORCHSCRIPT_OP = re.compile(
+    r"Exporting the operator '(\w+::\w+)' to ONNX opset version \d+ is not supported"
+)
+_USER_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s+(.+)')
 
 
-def diagnose(error: BaseException, exporter: str) -> ExportError:
-    """An ExportError that names what failed and what to do, from an exporter exception."""
-    text = f"{type(error).__name__}: {error}"
-    ops = sorted(
-        {
-            m.group(0).split(".")[0] if "::" in m.group(0) else m.group(0).rsplit(".", 1)[0]
-            for m in _ATEN.finditer(text)
-        }
-        - {"aten.sym_size", "aten::sym_size"}
-    )
-    where = _MODULE_PATH.search(text)
-    at = f" in module self{where.group(1)}" if where else ""
-    if (
-        re.search(
-            r"no (onnx )?(function|decomposition|symbolic)|not supported|unsupported|cannot be translated|No ONNX function",
-            text,
-            re.I,
-        )
-        and ops
-    ):
+def failing_ops(text: str) -> list[str]:
+    """Operators an exporter could not translate, named as the exporter names them."""
+    found = [m[0] for m in _NO_FUNCTION.findall(text)] + _TORCHSCRIPT_OP.findall(text)
+    if not found:
+        found = _TARGET.findall(text)
+    return list(dict.fromkeys(found))
+
+
+def locate(module: Any, args: tuple[Any, ...], ops: Sequence[str]) -> str | None:
+    """Where in the module the first failing op is called: module path and source line.
+
+    Best effort, through torch.export's node metadata; None when it cannot be known.
+    """
+    torch = _torch()
+    try:
+        with _quiet_exporter():
+            program = torch.export.export(module, args, strict=False)
+    except Exception:  # if the module cannot even be captured, there is no node to point at
+        return None
+    wanted = {op.replace("::", ".") for op in ops}
+    for node in program.graph.nodes:
+        target = str(node.target).rsplit(".", 1)[0] if node.op == "call_function" else ""
+        if target not in wanted:
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        path = list(stack.values())[-1][0] if stack else ""
+        trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+        line = trace[-1].strip() if trace else ""
+        where = f"module self.{path}" if path else "forward()"
+        return f"{where}" + (f", at `{line}`" if line else "")
+    return None
+
+
+def diagnose(
+    error: BaseException, exporter: str, *, module: Any = None, args: tuple[Any, ...] = ()
+) -> ExportError:
+    """An ExportError that names what failed, where when it can be known, and what to do."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(error).__name__}: {error}")
+    cause = error.__cause__
+    while cause is not None:  # the operator is often named only in a chained exception
+        text += f"\n{type(cause).__name__}: {cause}"
+        cause = cause.__cause__
+    ops = failing_ops(text)
+    if ops:
+        where = locate(module, args, ops) if module is not None else None
         return ExportError(
-            f"the {exporter} exporter cannot translate {', '.join(ops)}{at}.",
+            f"the {exporter} exporter cannot translate {', '.join(ops)}"
+            + (f" (in {where})" if where else "")
+            + ".",
             hint="Rewrite that part of forward() with supported operations, register a custom "
-            "translation (torch.onnx's custom_translation_table), or try the other exporter "
-            "(--exporter torchscript / dynamo). -v shows the exporter's full trace.",
+            "translation (torch.onnx.export's custom_translation_table), or try the other "
+            "exporter (--exporter torchscript or dynamo). -v shows the exporter's full trace.",
         )
-    if re.search(r"data.dependent|GuardOnDataDependent|Could not guard|control flow", text, re.I):
+    user = _USER_LINE.search(text)
+    at = f" (in {user[3]}(), {user[1]}:{user[2]}: `{user[4].strip()}`)" if user else ""
+    if re.search(r"GuardOnDataDependent|data.dependent|Could not guard", text):
         return ExportError(
-            f"the {exporter} exporter cannot trace data-dependent control flow{at} "
-            f"({_first(text)}).",
-            hint="Replace Python `if` on tensor values with torch.where or torch.cond, or export "
-            "with --exporter torchscript (which bakes in the branch taken by the example).",
-        )
-    if re.search(r"Constraint|specializ|specialis", text, re.I):
-        return ExportError(
-            f"a dimension declared dynamic was made static by the code{at} ({_first(text)}).",
-            hint="Find the line that uses the size as a Python int (e.g. x.shape[1] in NumPy or a "
-            "Python range), or drop --dynamic for that axis.",
+            f"the {exporter} exporter cannot trace control flow that depends on tensor values{at}.",
+            hint="Replace a Python `if` on tensor values with torch.where or torch.cond, or export "
+            "with --exporter torchscript (which bakes in the branch the example takes).",
         )
     return ExportError(
         f"the {exporter} exporter failed{at}: {_first(text)}",
@@ -254,14 +282,26 @@ def _quiet_exporter() -> Iterator[None]:
     if log.isEnabledFor(logging.DEBUG):
         yield
         return
-    loggers = [logging.getLogger(name) for name in ("torch", "onnxscript", "torch.onnx")]
+    names = (
+        "torch",
+        "torch.onnx",
+        "torch.export",
+        "torch._dynamo",
+        "torch.fx",
+        "onnxscript",
+        "onnx_ir",
+    )
+    loggers = [logging.getLogger(name) for name in names]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with contextlib.redirect_stdout(io.StringIO()):
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
                 yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
@@ -299,7 +339,7 @@ def _export_once(
             input_names=names,
             output_names=outputs,
             dynamic_shapes=tuple(shapes),
-            opset_version=max(opset or DYNAMO_MIN_OPSET, DYNAMO_MIN_OPSET),
+            opset_version=opset,
             dynamo=True,
             external_data=False,
             verbose=False,
@@ -404,6 +444,12 @@ def export_torch(
         raise ConfigError(f"--dynamic names {unknown[0]!r}; the inputs are {', '.join(examples)}.")
     exported_examples = _widen_size_one(examples, config.dynamic, notices)
     opset, max_ir = _opset_for(config, notices)
+    if opset is not None and opset < DYNAMO_MIN_OPSET and config.exporter != "torchscript":
+        raise ConfigError(
+            f"opset {opset} is below what the dynamo exporter writes ({DYNAMO_MIN_OPSET} and "
+            "later; it would silently write 18).",
+            hint="Export with --exporter torchscript for opsets before 18.",
+        )
     order = ["dynamo", "torchscript"] if config.exporter == "auto" else [config.exporter]
     if config.exporter not in ("dynamo", "torchscript", "auto"):
         raise ConfigError(f"--exporter {config.exporter!r} is not dynamo, torchscript or auto.")
@@ -422,7 +468,15 @@ def export_torch(
                     _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
             except Exception as err:  # the exporters raise many unrelated types
                 log.debug("exporter trace:\n%s", traceback.format_exc())
-                diagnosis = diagnose(err, exporter)
+                diagnosis = diagnose(
+                    err,
+                    exporter,
+                    module=module,
+                    args=tuple(
+                        torch.from_numpy(np.ascontiguousarray(v))
+                        for v in exported_examples.values()
+                    ),
+                )
                 if exporter != order[-1]:
                     notices.append(f"{diagnosis.message} Falling back to the TorchScript exporter.")
                     log.warning("%s Falling back to the TorchScript exporter.", diagnosis.message)
