@@ -10,8 +10,10 @@ EXPECTED = {
     "Sample", "load_feeds", "synthetic_samples", "validate_feeds",
     "CompareConfig", "CompareReport", "Inference", "OrtOptions", "Runner", "compare", "make_runner",
     "PlacementReport", "placement",
+    "Contract", "SklearnExportConfig", "TorchExportConfig", "VerifyReport", "export_sklearn",
+    "export_torch", "init_contract", "load_contract", "verify",
     "CheckFailed", "CompatibilityError", "ConfigError", "EnvironmentProblem", "ExitCode", "ExtraMissing",
-    "FeedError", "ProviderUnavailable", "RunFailed",
+    "FeedError", "ProviderUnavailable", "RunFailed", "ExportError", "ParityError", "SessionFailed",
     "GateError", "ModelLoadError", "RuntimeEnvError", "UnsafeModelError", "__version__",
 }  # fmt: skip
 

@@ -3,12 +3,12 @@
 Every command of the CLI is a function here first.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
+from onnxgate._version import __version__
 from onnxgate.check import CheckReport, Finding, Severity, check_model
 from onnxgate.compare import CompareConfig, CompareReport, compare
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile, try_load
 from onnxgate.compat.versions import MinRuntime, RuntimeLimits, known_limits, min_runtime
+from onnxgate.contract import Contract, VerifyReport, init_contract, load_contract, verify
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import (
     CheckFailed,
@@ -16,24 +16,28 @@ from onnxgate.errors import (
     ConfigError,
     EnvironmentProblem,
     ExitCode,
+    ExportError,
     ExtraMissing,
     FeedError,
     GateError,
     ModelLoadError,
+    ParityError,
     ProviderUnavailable,
     RunFailed,
     RuntimeEnvError,
+    SessionFailed,
     UnsafeModelError,
+)
+from onnxgate.export import (
+    SklearnExportConfig,
+    TorchExportConfig,
+    export_sklearn,
+    export_torch,
 )
 from onnxgate.inspection import ModelInfo, describe, inspect_model
 from onnxgate.model import LoadedModel, Signature, TensorSpec, load_model
 from onnxgate.placement import PlacementReport, placement
 from onnxgate.runners import Inference, Runner, make_runner
-
-try:
-    __version__ = version("onnxgate")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = [
     # loading and describing models
@@ -62,6 +66,16 @@ __all__ = [
     "Runner",
     "compare",
     "make_runner",
+    # export and the deployment contract
+    "Contract",
+    "SklearnExportConfig",
+    "TorchExportConfig",
+    "VerifyReport",
+    "export_sklearn",
+    "export_torch",
+    "init_contract",
+    "load_contract",
+    "verify",
     # provider placement
     "PlacementReport",
     "placement",
@@ -80,12 +94,15 @@ __all__ = [
     "ConfigError",
     "EnvironmentProblem",
     "ExitCode",
+    "ExportError",
     "ExtraMissing",
     "FeedError",
     "GateError",
     "ModelLoadError",
+    "ParityError",
     "ProviderUnavailable",
     "RunFailed",
+    "SessionFailed",
     "RuntimeEnvError",
     "UnsafeModelError",
     "__version__",

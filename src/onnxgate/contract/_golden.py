@@ -12,8 +12,8 @@ from typing import Any, Self
 
 import numpy as np
 
-from onnxgate import __version__
 from onnxgate._fs import atomic_write_bytes, atomic_write_text
+from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig
 from onnxgate.compare._compare import declared_dtype
 from onnxgate.contract._schema import (

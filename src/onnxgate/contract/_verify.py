@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, compare_runners
 from onnxgate.compat.providers import CPU, names
 from onnxgate.compat.runtime import RuntimeSpec
@@ -134,14 +135,8 @@ def init_contract(
         config=config,
         force=force,
         progress=progress,
-        provenance=Provenance(onnxgate=_version(), exporter=None),
+        provenance=Provenance(onnxgate=__version__, exporter=None),
     )
-
-
-def _version() -> str:
-    from onnxgate import __version__
-
-    return __version__
 
 
 def _identity_cell(loaded: LoadedModel, contract: Contract) -> Cell:

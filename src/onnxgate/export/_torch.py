@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from onnxgate import __version__
 from onnxgate._fs import public_mode
+from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import Contract, Provenance, write_contract
