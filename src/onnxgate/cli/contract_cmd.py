@@ -145,7 +145,10 @@ def render(report: VerifyReport) -> None:
             ("parity", result.parity),
         ):
             if cell.passed is False or (cell.reason and cell.passed):
-                out.print(f"      {name}: [dim]{escape(cell.reason or '')}[/]")
+                reason = cell.reason or ""
+                if len(reason) > 320:  # the JSON keeps the runtime's whole message
+                    reason = reason[:319] + "…"
+                out.print(f"      {name}: [dim]{escape(reason)}[/]")
     verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
     out.print(f"{verdict}  on {', '.join(report.providers)}")
 
