@@ -85,7 +85,13 @@ def read_golden(contract: Contract, model: Path) -> list[tuple[Sample, dict[str,
     """
     if contract.golden is None:
         return []
-    path = model.parent / contract.golden.file
+    name = contract.golden.file
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise ModelLoadError(
+            f"{model}: the contract names golden file {name!r}, which is not a plain file name in "
+            "the model's folder; refused."
+        )
+    path = model.parent / name
     if not path.is_file():
         raise ModelLoadError(f"{path}: the golden file the contract names is missing.")
     if sha256_file(path) != contract.golden.sha256:

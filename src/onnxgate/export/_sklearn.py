@@ -148,6 +148,12 @@ def export_sklearn(
         "ZipMap is off: probabilities are a [rows, classes] tensor",
     ]
     x = read_matrix(config.data).astype(config.dtype)
+    expected = getattr(estimator, "n_features_in_", None)
+    if expected is not None and x.shape[1] != expected:
+        raise FeedError(
+            f"{config.data}: has {x.shape[1]} column(s); {type(estimator).__name__} was fitted "
+            f"on {expected} feature(s)."
+        )
     opset = config.opset or skl2onnx.__max_supported_opset__
     ml = None
     if config.runtime:

@@ -20,6 +20,7 @@ import io
 import logging
 import os
 import re
+import sys
 import tempfile
 import traceback
 import warnings
@@ -277,6 +278,24 @@ def _first(text: str, limit: int = 300) -> str:
 
 
 @contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr while an exporter runs.
+
+    The TorchScript exporter's C++ code prints its graph straight to the process's stdout, which
+    must stay one JSON document under --format json.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """Keep the exporters' own log lines and warnings off the terminal unless -vv."""
     if log.isEnabledFor(logging.DEBUG):
@@ -464,7 +483,7 @@ def export_torch(
         for exporter in order:
             say(f"exporting {config.entry} with the {exporter} exporter")
             try:
-                with _quiet_exporter():
+                with _stdout_to_stderr(), _quiet_exporter():
                     _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
             except Exception as err:  # the exporters raise many unrelated types
                 log.debug("exporter trace:\n%s", traceback.format_exc())
