@@ -102,6 +102,20 @@ class Dist(torch.nn.Module):
 
 def dist():
     return Dist().eval(), (torch.rand(3, 4), torch.rand(5, 4))
+
+
+class Sub(torch.nn.Module):
+    def forward(self, a, b):
+        return a - b
+
+
+def sub_dict():
+    # given in the other order than forward's: export must bind by name
+    return Sub().eval(), {"b": torch.rand(2, 3), "a": torch.rand(2, 3) + 1}
+
+
+def not_a_module():
+    return 42
 '''
 
 

@@ -22,6 +22,15 @@ def public_mode(path: str | os.PathLike[str]) -> None:
     os.chmod(path, 0o666 & ~umask)
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Flush a file written by another library to the disk before it is renamed into place."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` so that ``path`` holds either its old content or all of the new one.
 

@@ -89,9 +89,10 @@ def check_digits_export(result, path, pipeline, x):
     assert contract.provenance.framework.startswith("scikit-learn ")
     assert contract.provenance.exporter.startswith("skl2onnx ")
     assert contract.provenance.options["zipmap"] is False
-    (sample,) = contract.golden.samples
-    assert sample.dims == {"batch": 64}
-    ((feeds, _),) = [(s.feeds, o) for s, o in read_golden(contract, path)]
+    # golden samples at several shapes: 1 row, 7 rows, 64 rows
+    assert [s.dims for s in contract.golden.samples] == [{"batch": 1}, {"batch": 7}, {"batch": 64}]
+    sample = contract.golden.samples[-1]
+    feeds = read_golden(contract, path)[-1][0].feeds
     np.testing.assert_array_equal(feeds[sample.inputs[0]], x[:64].astype(np.float32))
     rules = {r.output: (r.atol, r.rtol) for r in contract.golden.rules}
     assert rules["label"] == (0.0, 0.0)
@@ -200,3 +201,14 @@ def test_data_with_another_column_count_is_an_input_error(pipeline, tmp_path, di
     with pytest.raises(FeedError, match="10 column"):
         export_sklearn(pipeline, SklearnExportConfig(out=tmp_path / "m.onnx", data=narrow))
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_regressor_exports_without_zipmap_options(digits, data, tmp_path):
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    ridge = make_pipeline(StandardScaler(), Ridge()).fit(*digits)
+    result = export_sklearn(ridge, SklearnExportConfig(out=tmp_path / "ridge.onnx", data=data))
+    assert result.parity.passed
+    assert verify(tmp_path / "ridge.onnx").passed

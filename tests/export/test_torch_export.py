@@ -364,3 +364,34 @@ def test_minilm_exports_with_dynamic_batch_and_seq(tmp_path, monkeypatch):
     verified = verify(path)
     assert verified.passed, verified.model_dump()
     assert os.path.getsize(path) > 20_000_000  # the weights are in the file
+
+
+@pytest.mark.torch
+def test_dict_examples_are_bound_by_forward_parameter_names(nets, out):
+    result = export(f"{nets}:sub_dict", out / "sub.onnx")
+    assert result.parity.passed
+    inputs = [i.name for i in load_model(out / "sub.onnx").proto.graph.input]
+    assert inputs == ["a", "b"]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("entry", "options", "words"),
+    [
+        ("not_a_module", {}, "not a torch.nn.Module"),
+        ("net", {"dynamic": {"x": {5: "batch"}}}, "has 2 axes"),
+    ],
+)
+def test_bad_factories_and_axes_are_config_errors(nets, out, entry, options, words):
+    with pytest.raises(ConfigError, match=words):
+        export(f"{nets}:{entry}", out / "m.onnx", **options)
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.torch
+def test_a_reexport_without_contract_removes_the_stale_one(nets, out):
+    export(f"{nets}:net", out / "net.onnx", dynamic={"x": {0: "batch"}})
+    assert contract_paths(out / "net.onnx")[0].exists()
+    result = export(f"{nets}:net", out / "net.onnx", contract=False)
+    assert not any(path.exists() for path in contract_paths(out / "net.onnx"))
+    assert any("removed net.contract.json" in n for n in result.notices)

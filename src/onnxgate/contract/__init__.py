@@ -3,6 +3,7 @@
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
+    drop_stale_contract,
     load_contract,
     read_golden,
     write_contract,
@@ -50,6 +51,7 @@ __all__ = [
     "VerifyReport",
     "config_from_rules",
     "contract_paths",
+    "drop_stale_contract",
     "golden_samples",
     "identity",
     "init_contract",

@@ -202,13 +202,19 @@ def write_contract(
                     outputs=list(kept),
                 )
             )
+    if not last_outputs:
+        raise ConfigError(
+            f"{loaded.path}: no output is a tensor ({', '.join(sorted(skipped))}), so there is no "
+            "golden value to keep."
+        )
     data = _npz_bytes(arrays)
-    atomic_write_bytes(golden_path, data)
+    # everything the contract needs is computed before either file is written
     info = describe(loaded)
+    model_identity = identity(loaded)
     min_runtime = info.min_runtime.get("onnxruntime")
     contract = Contract(
         model=loaded.path.name,
-        identity=identity(loaded),
+        identity=model_identity,
         signature=SignatureContract(
             inputs=list(signature.inputs),
             outputs=list(signature.outputs),
@@ -235,8 +241,19 @@ def write_contract(
             skipped_outputs=sorted(skipped),
         ),
     )
+    atomic_write_bytes(golden_path, data)
     atomic_write_text(contract_path, contract.model_dump_json(indent=2) + "\n")
     return contract
+
+
+def drop_stale_contract(model: Path) -> list[str]:
+    """Remove a contract beside a model that was just replaced; notices saying so."""
+    notices = []
+    for path in contract_paths(model):
+        if path.exists():
+            path.unlink()
+            notices.append(f"removed {path.name}: it described the model this export replaced")
+    return notices
 
 
 def load_contract(model: Path) -> Contract:

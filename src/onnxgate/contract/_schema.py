@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from onnxgate.model import LoadedModel, TensorSpec
 
@@ -88,8 +88,8 @@ class OutputRule(_Strict):
     """How one output is judged against its golden values."""
 
     output: str
-    atol: float
-    rtol: float
+    atol: float = Field(ge=0, allow_inf_nan=False)
+    rtol: float = Field(ge=0, allow_inf_nan=False)
     metric: str | None = None
     """A rule on one figure (``cosine>=0.999``) instead of the element rule."""
 
@@ -107,12 +107,13 @@ class GoldenSample(_Strict):
 class Golden(_Strict):
     """The golden file and how its expected outputs were produced."""
 
-    file: str
+    file: str = Field(pattern=r"^[^/\\]+$")
+    """A plain file name in the model's folder (a path elsewhere is refused)."""
     sha256: str
     produced_by: str
     """The runner whose outputs are the expected ones (``reference``, ``torch:...``)."""
-    samples: list[GoldenSample]
-    rules: list[OutputRule]
+    samples: list[GoldenSample] = Field(min_length=1)
+    rules: list[OutputRule] = Field(min_length=1)
     skipped_outputs: list[str] = []
     """Outputs not kept (sequences and maps cannot be stored without pickle)."""
 
@@ -120,7 +121,7 @@ class Golden(_Strict):
 class Contract(_Strict):
     """The deployment contract of one model."""
 
-    format: int = CONTRACT_FORMAT
+    format: StrictInt = CONTRACT_FORMAT
     model: str
     """The model's file name; the contract lives in the same folder."""
     identity: Identity
@@ -144,7 +145,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def digest(path: Path, base: Path) -> FileDigest:
-    """A FileDigest of ``path`` relative to ``base``."""
+    """A FileDigest of ``path`` relative to ``base`` (both resolved first)."""
+    path, base = path.resolve(), base.resolve()
     return FileDigest(
         path=path.relative_to(base).as_posix(), size=path.stat().st_size, sha256=sha256_file(path)
     )
@@ -152,8 +154,8 @@ def digest(path: Path, base: Path) -> FileDigest:
 
 def identity(loaded: LoadedModel) -> Identity:
     """The model file and every external-data file it reads, by sha256."""
-    base = loaded.path.parent
-    sides = sorted({ref.path for ref in loaded.external_data})
+    base = loaded.path.resolve().parent
+    sides = sorted({ref.path.resolve() for ref in loaded.external_data})
     return Identity(model=digest(loaded.path, base), external_data=[digest(p, base) for p in sides])
 
 

@@ -24,9 +24,9 @@ from onnxgate.contract._golden import (
     read_golden,
     write_contract,
 )
-from onnxgate.contract._schema import Contract, Provenance, identity
+from onnxgate.contract._schema import Contract, Provenance, contract_paths, identity, sha256_file
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
-from onnxgate.errors import ConfigError, GateError, RunFailed, SessionFailed
+from onnxgate.errors import ConfigError, GateError, RunFailed, RuntimeEnvError, SessionFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.placement import placement
 from onnxgate.runners import make_runner
@@ -146,6 +146,15 @@ def _identity_cell(loaded: LoadedModel, contract: Contract) -> Cell:
         problems.append(f"{loaded.path.name} differs from the contract's (sha256)")
     want = {f.path: f.sha256 for f in contract.identity.external_data}
     have = {f.path: f.sha256 for f in now.external_data}
+    if contract.golden is not None:
+        golden = loaded.path.parent / contract.golden.file
+        if not golden.is_file():
+            problems.append(f"the golden file {contract.golden.file} is missing")
+        elif sha256_file(golden) != contract.golden.sha256:
+            problems.append(
+                f"the golden file {contract.golden.file} changed since the contract was written "
+                "(re-export, or run contract init again for a model made elsewhere)"
+            )
     for path in sorted(set(want) | set(have)):
         if want.get(path) != have.get(path):
             state = (
@@ -272,22 +281,48 @@ def verify(
     contract = load_contract(loaded.path)
     if contract.golden is None:
         raise ConfigError(f"{loaded.path}: the contract has no golden samples to verify.")
+    wanted = names(providers)
+    specs = [RuntimeSpec.parse(r) for r in names(list(runtimes))]
+    if not specs:
+        raise ConfigError("--runtime names no runtime; use 'installed' or onnxruntime==X.Y.Z.")
+    contract_file = str(contract_paths(loaded.path)[0])
+    # the bytes first: a contract proves things about these files, not about a file name
+    ident = _identity_cell(loaded, contract)
+    if not ident.passed:
+        skipped = Cell(
+            passed=None, reason="not run: the files are not the ones the contract describes"
+        )
+        return VerifyReport(
+            passed=False,
+            model=str(loaded.path),
+            contract=contract_file,
+            identity=ident,
+            providers=wanted or [CPU],
+            results=[
+                RuntimeResult(runtime=str(spec), loads=skipped, placement=skipped, parity=skipped)
+                for spec in specs
+            ],
+        )
     expected = read_golden(contract, loaded.path)
     samples = [sample for sample, _ in expected]
-    wanted = names(providers)
-    specs = [RuntimeSpec.parse(r) for r in names(list(runtimes))] or [RuntimeSpec.parse(None)]
     results = []
     for spec in specs:
         if progress:
             progress(f"verifying on {spec}")
-        results.append(_one_runtime(loaded, spec, samples, expected, contract, wanted, progress))
-    ident = _identity_cell(loaded, contract)
+        try:
+            results.append(
+                _one_runtime(loaded, spec, samples, expected, contract, wanted, progress)
+            )
+        except RuntimeEnvError as err:  # one release that cannot be installed is one failed row
+            cell = Cell(passed=False, reason=err.message)
+            skipped = Cell(passed=None, reason="not run: the runtime is not available")
+            results.append(
+                RuntimeResult(runtime=str(spec), loads=cell, placement=skipped, parity=skipped)
+            )
     return VerifyReport(
-        passed=bool(ident.passed) and all(r.passed for r in results),
+        passed=all(r.passed for r in results),
         model=str(loaded.path),
-        contract=str(
-            loaded.path.with_name(loaded.path.name.removesuffix(".onnx") + ".contract.json")
-        ),
+        contract=contract_file,
         identity=ident,
         providers=wanted or [CPU],
         results=results,

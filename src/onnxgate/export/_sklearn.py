@@ -10,6 +10,7 @@ checked on the data given: labels must be equal, probabilities within tolerance.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from onnxgate._fs import public_mode
+from onnxgate._fs import fsync_file, public_mode
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
-from onnxgate.contract import Contract, Provenance, write_contract
+from onnxgate.contract import Contract, Provenance, drop_stale_contract, write_contract
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, ExportError, ExtraMissing, FeedError, ParityError
 from onnxgate.model import Signature, load_model
@@ -132,6 +133,7 @@ def export_sklearn(
     skl2onnx = _skl2onnx()
     import onnx
     import sklearn
+    from sklearn.base import is_classifier
 
     say = progress or (lambda message: None)
     if isinstance(estimator, str | os.PathLike):
@@ -165,7 +167,8 @@ def export_sklearn(
     target = {"": opset} | ({"ai.onnx.ml": ml} if ml else {})
     say(f"converting {type(estimator).__name__} with skl2onnx at opset {opset}")
     try:
-        proto = skl2onnx.to_onnx(estimator, x[:1], options={"zipmap": False}, target_opset=target)
+        options = {"zipmap": False} if is_classifier(estimator) else None
+        proto = skl2onnx.to_onnx(estimator, x[:1], options=options, target_opset=target)
     except Exception as err:  # skl2onnx raises many unrelated types
         raise ExportError(
             f"skl2onnx cannot convert {type(estimator).__name__}: {type(err).__name__}: {err}",
@@ -207,23 +210,35 @@ def export_sklearn(
             raise ParityError(
                 f"the exported model disagrees with {type(estimator).__name__} on {config.data}: "
                 f"{detail}. The model was not written to {config.out}.",
-                hint="ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
-                "value computed in float64 by scikit-learn (a scaler before a forest) can fall on "
-                "the other side of a split and flip a tree. Labels may still agree; if they are "
-                "what matters, judge probabilities by a looser rule (--tol probabilities:0.05,0).",
+                hint=(
+                    "ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
+                    "value computed in float64 by scikit-learn (a scaler before a forest) can fall "
+                    "on the other side of a split and flip a tree. Labels may still agree; if they "
+                    "are what matters, judge probabilities by a looser rule (--tol "
+                    "probabilities:0.05,0)."
+                    if re.search(r"Tree|Forest|Boost", repr(estimator))
+                    else "Compare in float64 (--dtype float64) to see whether precision explains it."
+                ),
             )
         public_mode(tmp)
+        fsync_file(tmp)
         os.replace(tmp, config.out)
     finally:
         tmp.unlink(missing_ok=True)
     final = load_model(config.out)
     contract = None
+    if not config.contract:
+        notices.extend(drop_stale_contract(config.out))
     if config.contract:
-        rows = x[: config.golden_rows]
+        # several shapes: one row, a prime number of rows, and a larger block
+        golden = [
+            Sample(f"{config.data.name}[:{n}]", {name: x[:n]}, {"batch": n})
+            for n in sorted({min(1, len(x)), min(7, len(x)), min(config.golden_rows, len(x))})
+        ]
         contract = write_contract(
             final,
             SklearnRunner.from_estimator(estimator, signature, name=type(estimator).__name__),
-            [Sample(f"{config.data.name}[:{len(rows)}]", {name: rows}, {"batch": len(rows)})],
+            golden,
             provenance=Provenance(
                 framework=f"scikit-learn {sklearn.__version__}",
                 exporter=f"skl2onnx {skl2onnx.__version__}",

@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from onnxgate._fs import public_mode
+from onnxgate._fs import fsync_file, public_mode
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
-from onnxgate.contract import Contract, Provenance, write_contract
-from onnxgate.data import Sample
+from onnxgate.contract import Contract, Provenance, drop_stale_contract, write_contract
+from onnxgate.data import Sample, load_feeds
 from onnxgate.errors import ConfigError, ExportError, ExtraMissing, ParityError
 from onnxgate.model import Signature, load_model
 from onnxgate.runners import TorchRunner, load_entry
@@ -122,29 +122,46 @@ def _build(entry: str) -> tuple[Any, Any]:
         raise ConfigError(
             f"{entry} raised {type(err).__name__} while building the module: {err}"
         ) from err
+    if isinstance(made, tuple) and len(made) != 2:
+        raise ConfigError(
+            f"{entry} returned a tuple of {len(made)}; expected the module, or (module, example_inputs)."
+        )
     module, example = (made[0], made[1]) if isinstance(made, tuple) else (made, None)
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise ConfigError(f"{entry} returned a {type(module).__name__}, not a torch.nn.Module.")
     if getattr(module, "training", False):
         log.warning("%s returned a module in training mode; calling .eval()", entry)
         module.eval()
     return module, example
 
 
-def _input_names(module: Any, count: int) -> list[str]:
+def _forward_params(module: Any) -> list[str]:
     forward = getattr(module, "forward", module)
-    params = [
+    return [
         p.name
         for p in inspect.signature(forward).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
-    if len(params) >= count:
-        return params[:count]
-    return [f"input_{i}" for i in range(count)]
+
+
+def _in_forward_order(
+    named: dict[str, np.ndarray], module: Any, where: str
+) -> dict[str, np.ndarray]:
+    """Named examples in the order of forward's parameters, which is how they are exported."""
+    params = _forward_params(module)
+    stray = [k for k in named if k not in params]
+    if stray:
+        raise ConfigError(
+            f"{where}: example input {stray[0]!r} is not a parameter of forward({', '.join(params)})."
+        )
+    return {k: named[k] for k in params if k in named}
 
 
 def _examples(config: TorchExportConfig, module: Any, example: Any) -> dict[str, np.ndarray]:
     if config.example_inputs is not None:
-        with np.load(config.example_inputs, allow_pickle=False) as archive:
-            return {k: archive[k] for k in archive.files}
+        sample = load_feeds(config.example_inputs)[0]
+        return _in_forward_order(dict(sample.feeds), module, str(config.example_inputs))
     if example is None:
         raise ConfigError(
             f"{config.entry} returned no example inputs and --example-inputs was not given.",
@@ -156,9 +173,20 @@ def _examples(config: TorchExportConfig, module: Any, example: Any) -> dict[str,
         return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
 
     if isinstance(example, Mapping):
-        return {k: as_np(v) for k, v in example.items()}
+        return _in_forward_order({k: as_np(v) for k, v in example.items()}, module, config.entry)
     values = list(example) if isinstance(example, tuple | list) else [example]
-    return dict(zip(_input_names(module, len(values)), (as_np(v) for v in values), strict=True))
+    if not all(isinstance(v, torch.Tensor | np.ndarray) for v in values):
+        raise ConfigError(
+            f"{config.entry}: example inputs must be tensors or arrays (a tuple, or a dict by "
+            f"parameter name); got {', '.join(type(v).__name__ for v in values)}."
+        )
+    params = _forward_params(module)
+    names = (
+        params[: len(values)]
+        if len(params) >= len(values)
+        else [f"input_{i}" for i in range(len(values))]
+    )
+    return dict(zip(names, (as_np(v) for v in values), strict=True))
 
 
 def _widen_size_one(
@@ -167,6 +195,19 @@ def _widen_size_one(
     """Repeat dynamic axes of size 1 to size 2, so that torch.export cannot specialise them."""
     widened = dict(examples)
     repeated = []
+    sizes: dict[str, tuple[int, str]] = {}
+    for name, axes in dynamic.items():
+        for axis, label in axes.items():
+            rank = widened[name].ndim
+            if not 0 <= axis < rank:
+                raise ConfigError(f"--dynamic {name}:{axis}: input {name!r} has {rank} axes.")
+            size = widened[name].shape[axis]
+            seen = sizes.setdefault(label, (size, name))
+            if seen[0] != size:
+                raise ConfigError(
+                    f"--dynamic label {label!r} is axis {axis} of {name!r} (size {size}) and also an "
+                    f"axis of {seen[1]!r} (size {seen[0]}) in the example; one label, one size."
+                )
     for name, axes in dynamic.items():
         for axis in axes:
             if widened[name].shape[axis] == 1:
@@ -265,8 +306,12 @@ def diagnose(
             hint="Replace a Python `if` on tensor values with torch.where or torch.cond, or export "
             "with --exporter torchscript (which bakes in the branch the example takes).",
         )
+    inner = error
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    detail = f"{type(inner).__name__}: {inner}" if inner is not error else text
     return ExportError(
-        f"the {exporter} exporter failed{at}: {_first(text)}",
+        f"the {exporter} exporter failed{at}: {_first(detail)}",
         hint="Run with -v for the exporter's full trace; --exporter torchscript may work where "
         "dynamo does not.",
     )
@@ -443,6 +488,20 @@ def _check_dynamic(path: Path, dynamic: Mapping[str, Mapping[int, str]]) -> None
                 )
 
 
+def _check_runnable_here(proto: Any) -> None:
+    """Parity runs the export on the installed ONNX Runtime, so it must admit the opset and IR."""
+    profile = runtime_profile(RuntimeSpec.parse(None))
+    opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
+    top = profile.max_opsets.get("ai.onnx")
+    if top is not None and opsets.get("ai.onnx", 0) > top or proto.ir_version > profile.max_ir:
+        raise ExportError(
+            f"the export has IR {proto.ir_version} and ai.onnx opset {opsets.get('ai.onnx')}; the "
+            f"installed {profile.label} loads up to IR {profile.max_ir} and opset {top}, so parity "
+            "cannot be checked here.",
+            hint=f"Export with --opset {top} or lower, or install a newer onnxruntime.",
+        )
+
+
 def export_torch(
     config: TorchExportConfig, *, progress: Callable[[str], None] | None = None
 ) -> TorchExportResult:
@@ -463,6 +522,14 @@ def export_torch(
         raise ConfigError(f"--dynamic names {unknown[0]!r}; the inputs are {', '.join(examples)}.")
     exported_examples = _widen_size_one(examples, config.dynamic, notices)
     opset, max_ir = _opset_for(config, notices)
+    here = runtime_profile(RuntimeSpec.parse(None))
+    top_here = here.max_opsets.get("ai.onnx")
+    if opset is not None and top_here is not None and opset > top_here:
+        raise ConfigError(
+            f"opset {opset} is above what the installed {here.label} loads ({top_here}); parity "
+            "is checked on it, so the export could not be proved.",
+            hint=f"Use --opset {top_here} or lower, or install a newer onnxruntime.",
+        )
     if opset is not None and opset < DYNAMO_MIN_OPSET and config.exporter != "torchscript":
         raise ConfigError(
             f"opset {opset} is below what the dynamo exporter writes ({DYNAMO_MIN_OPSET} and "
@@ -472,6 +539,8 @@ def export_torch(
     order = ["dynamo", "torchscript"] if config.exporter == "auto" else [config.exporter]
     if config.exporter not in ("dynamo", "torchscript", "auto"):
         raise ConfigError(f"--exporter {config.exporter!r} is not dynamo, torchscript or auto.")
+    if config.out.is_dir():
+        raise ConfigError(f"--out {config.out} is a folder; name the .onnx file to write.")
     config.out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(
         prefix=f".{config.out.name}.", suffix=".onnx", dir=config.out.parent
@@ -486,7 +555,7 @@ def export_torch(
                 with _stdout_to_stderr(), _quiet_exporter():
                     _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
             except Exception as err:  # the exporters raise many unrelated types
-                log.debug("exporter trace:\n%s", traceback.format_exc())
+                log.info("exporter trace:\n%s", traceback.format_exc())
                 diagnosis = diagnose(
                     err,
                     exporter,
@@ -502,6 +571,11 @@ def export_torch(
                     continue
                 raise diagnosis from err
             used = exporter
+            if exporter == "torchscript":
+                notices.append(
+                    "the TorchScript exporter traces one path through Python control flow: parity "
+                    "covers the branches the parity inputs take, not others"
+                )
             break
         loaded = load_model(tmp, load_weights=True)
         proto = loaded.proto
@@ -514,6 +588,15 @@ def export_torch(
 
             onnx.save_model(proto, str(tmp))
         _check_dynamic(tmp, config.dynamic)
+        written = load_model(tmp).proto
+        got = next((o.version for o in written.opset_import if o.domain in ("", "ai.onnx")), None)
+        if opset is not None and got != opset:
+            raise ExportError(
+                f"asked for opset {opset}, the {used} exporter wrote opset {got}.",
+                hint="The dynamo exporter writes opsets 18 and later and may fall back to 18 "
+                "without an error; pick an opset it supports, or --exporter torchscript.",
+            )
+        _check_runnable_here(written)
         say("checking parity with the module at three shapes")
         loaded = load_model(tmp)
         signature = Signature.from_graph(loaded.proto.graph)
@@ -542,11 +625,14 @@ def export_torch(
                 "frozen at the example's shape; compute it with torch operations instead.",
             )
         public_mode(tmp)
+        fsync_file(tmp)
         os.replace(tmp, config.out)
     finally:
         tmp.unlink(missing_ok=True)
     final = load_model(config.out)
     contract = None
+    if not config.contract:
+        notices.extend(drop_stale_contract(config.out))
     if config.contract:
         say("writing the contract and golden samples")
         contract = write_contract(
