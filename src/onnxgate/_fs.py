@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import platformdirs
@@ -29,6 +31,27 @@ def fsync_file(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def staged_file(target: Path) -> Iterator[Path]:
+    """A temporary file beside ``target`` that replaces it only if the block succeeds.
+
+    For files a library writes by path (an exporter, ``onnx.save_model``): when the block ends
+    without an exception the file gets the usual mode, is fsynced and renamed over ``target``;
+    otherwise it is removed, and ``target`` is untouched.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        public_mode(tmp)
+        fsync_file(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

@@ -10,6 +10,7 @@ import typer
 from onnxgate.errors import ConfigError
 
 if TYPE_CHECKING:
+    from onnxgate.compare import CompareConfig
     from onnxgate.runners import OrtOptions
 
 InputsOpt = Annotated[
@@ -85,6 +86,30 @@ SessionConfigOpt = Annotated[
 ]
 
 
+TolOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tol", help="Tolerance of one output, OUTPUT:ATOL,RTOL (repeatable).", show_default=False
+    ),
+]
+MetricOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metric",
+        help="Judge an output by one figure: [OUTPUT:]METRIC OP VALUE, e.g. sentence_embedding:cosine>=0.999 (see `compare --help`).",
+        show_default=False,
+    ),
+]
+AtolOpt = Annotated[
+    float | None,
+    typer.Option("--atol", help="Absolute tolerance of float outputs.", show_default=False),
+]
+RtolOpt = Annotated[
+    float | None,
+    typer.Option("--rtol", help="Relative tolerance of float outputs.", show_default=False),
+]
+
+
 def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
     """``["a=1", "b=2"]`` → ``{"a": "1", "b": "2"}``.
 
@@ -133,4 +158,18 @@ def ort_options(
         intra_op_threads=threads,
         config=parse_pairs(session_config, "--session-config"),
         optimized_model_path=optimized_model,
+    )
+
+
+def compare_config(
+    atol: float | None, rtol: float | None, tol: list[str] | None, metric: list[str] | None
+) -> CompareConfig:
+    """The CompareConfig the shared tolerance options describe."""
+    from onnxgate.compare import CompareConfig, parse_metric, parse_tolerance
+
+    return CompareConfig(
+        atol=atol,
+        rtol=rtol,
+        tolerances=dict(parse_tolerance(t) for t in tol or ()),
+        metrics=dict(parse_metric(m) for m in metric or ()),
     )

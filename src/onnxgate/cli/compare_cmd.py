@@ -18,18 +18,22 @@ from onnxgate.cli._common import (
     progress_line,
 )
 from onnxgate.cli._options import (
+    AtolOpt,
     DimOpt,
     InputsOpt,
     OptLevelOpt,
     ProviderOptionOpt,
     ProvidersOpt,
     RangeOpt,
+    RtolOpt,
     SeedOpt,
     SessionConfigOpt,
     ThreadsOpt,
+    TolOpt,
+    compare_config,
     ort_options,
 )
-from onnxgate.compare import CompareConfig, CompareReport, compare, parse_metric, parse_tolerance
+from onnxgate.compare import CompareReport, compare
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.runners import SPEC_HELP
 
@@ -128,26 +132,9 @@ def compare_command(
     dim: DimOpt = None,
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
-    atol: Annotated[
-        float | None,
-        typer.Option(
-            "--atol", help="Absolute tolerance for every float output.", show_default=False
-        ),
-    ] = None,
-    rtol: Annotated[
-        float | None,
-        typer.Option(
-            "--rtol", help="Relative tolerance for every float output.", show_default=False
-        ),
-    ] = None,
-    tol: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tol",
-            help="Tolerance of one output: OUTPUT:ATOL,RTOL (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
+    atol: AtolOpt = None,
+    rtol: RtolOpt = None,
+    tol: TolOpt = None,
     metric: Annotated[
         list[str] | None,
         typer.Option(
@@ -211,12 +198,7 @@ def compare_command(
     Exit codes: 0 every output agrees; 1 an output does not, or a runner failed on the model;
     2 bad options or inputs that do not fit the model; 3 a provider or extra is missing.
     """
-    config = CompareConfig(
-        atol=atol,
-        rtol=rtol,
-        tolerances=dict(parse_tolerance(t) for t in tol or ()),
-        metrics=dict(parse_metric(m) for m in metric or ()),
-    )
+    config = compare_config(atol, rtol, tol, metric)
     options = ort_options(
         providers, opt_level, threads, session_config, save_optimized, provider_option
     )

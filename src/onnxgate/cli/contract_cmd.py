@@ -17,8 +17,18 @@ from onnxgate.cli._common import (
     out,
     progress_line,
 )
-from onnxgate.cli._options import DimOpt, InputsOpt, ProvidersOpt, RangeOpt, SeedOpt
-from onnxgate.compare import CompareConfig, parse_metric, parse_tolerance
+from onnxgate.cli._options import (
+    AtolOpt,
+    DimOpt,
+    InputsOpt,
+    MetricOpt,
+    ProvidersOpt,
+    RangeOpt,
+    RtolOpt,
+    SeedOpt,
+    TolOpt,
+    compare_config,
+)
 from onnxgate.contract import Cell, VerifyReport, contract_paths, init_contract, verify
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.runners import SPEC_HELP
@@ -44,28 +54,10 @@ def init_command(
     dim: DimOpt = None,
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
-    atol: Annotated[
-        float | None,
-        typer.Option(
-            "--atol", help="Absolute tolerance of every float output.", show_default=False
-        ),
-    ] = None,
-    rtol: Annotated[
-        float | None,
-        typer.Option(
-            "--rtol", help="Relative tolerance of every float output.", show_default=False
-        ),
-    ] = None,
-    tol: Annotated[
-        list[str] | None,
-        typer.Option("--tol", help="OUTPUT:ATOL,RTOL (repeatable).", show_default=False),
-    ] = None,
-    metric: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--metric", help="[OUTPUT:]METRIC OP VALUE, as in `compare`.", show_default=False
-        ),
-    ] = None,
+    atol: AtolOpt = None,
+    rtol: RtolOpt = None,
+    tol: TolOpt = None,
+    metric: MetricOpt = None,
     trust_pickle: Annotated[
         bool, typer.Option("--trust-pickle", help="Allow a sklearn: reference to be unpickled.")
     ] = False,
@@ -81,12 +73,7 @@ def init_command(
     `--reference` (the ONNX reference evaluator by default, which shares no code with ONNX
     Runtime), and the tolerance each output will be verified with.
     """
-    config = CompareConfig(
-        atol=atol,
-        rtol=rtol,
-        tolerances=dict(parse_tolerance(t) for t in tol or ()),
-        metrics=dict(parse_metric(m) for m in metric or ()),
-    )
+    config = compare_config(atol, rtol, tol, metric)
     with progress_line(fmt == Format.text) as progress:
         contract = init_contract(
             model,

@@ -9,7 +9,8 @@ import typer
 from rich.markup import escape
 
 from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_line
-from onnxgate.compare import CompareConfig, CompareReport, parse_metric, parse_tolerance
+from onnxgate.cli._options import AtolOpt, MetricOpt, RtolOpt, TolOpt, compare_config
+from onnxgate.compare import CompareReport
 from onnxgate.contract import Contract, contract_paths
 
 export_app = typer.Typer(
@@ -19,24 +20,6 @@ export_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-TolOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--tol", help="Tolerance of one output, OUTPUT:ATOL,RTOL (repeatable).", show_default=False
-    ),
-]
-MetricOpt = Annotated[
-    list[str] | None,
-    typer.Option("--metric", help="[OUTPUT:]METRIC OP VALUE, as in `compare`.", show_default=False),
-]
-AtolOpt = Annotated[
-    float | None,
-    typer.Option("--atol", help="Absolute tolerance of float outputs.", show_default=False),
-]
-RtolOpt = Annotated[
-    float | None,
-    typer.Option("--rtol", help="Relative tolerance of float outputs.", show_default=False),
-]
 RuntimeOpt = Annotated[
     str | None,
     typer.Option(
@@ -47,17 +30,6 @@ RuntimeOpt = Annotated[
         show_default=False,
     ),
 ]
-
-
-def _compare_config(
-    atol: float | None, rtol: float | None, tol: list[str] | None, metric: list[str] | None
-) -> CompareConfig:
-    return CompareConfig(
-        atol=atol,
-        rtol=rtol,
-        tolerances=dict(parse_tolerance(t) for t in tol or ()),
-        metrics=dict(parse_metric(m) for m in metric or ()),
-    )
 
 
 def _render(
@@ -159,7 +131,7 @@ def torch_command(
         opset=opset,
         runtime=runtime,
         exporter=exporter,
-        compare=_compare_config(atol, rtol, tol, metric),
+        compare=compare_config(atol, rtol, tol, metric),
         seed=seed,
         contract=not no_contract,
     )
@@ -229,7 +201,7 @@ def sklearn_command(
         dtype=dtype,
         opset=opset,
         runtime=runtime,
-        compare=_compare_config(atol, rtol, tol, metric),
+        compare=compare_config(atol, rtol, tol, metric),
         contract=not no_contract,
     )
     with progress_line(fmt == Format.text) as progress:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxgate._fs import fsync_file, public_mode
+from onnxgate._fs import staged_file
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
@@ -180,13 +179,7 @@ def export_sklearn(
     if config.runtime:
         profile = runtime_profile(RuntimeSpec.parse(config.runtime))
         proto.ir_version = min(proto.ir_version, profile.max_ir)
-    config.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(
-        prefix=f".{config.out.name}.", suffix=".onnx", dir=config.out.parent
-    )
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with staged_file(config.out) as tmp:
         onnx.save_model(proto, str(tmp))
         loaded = load_model(tmp)
         signature = Signature.from_graph(loaded.proto.graph)
@@ -220,11 +213,6 @@ def export_sklearn(
                     else "Compare in float64 (--dtype float64) to see whether precision explains it."
                 ),
             )
-        public_mode(tmp)
-        fsync_file(tmp)
-        os.replace(tmp, config.out)
-    finally:
-        tmp.unlink(missing_ok=True)
     final = load_model(config.out)
     contract = None
     if not config.contract:

@@ -21,7 +21,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxgate._fs import fsync_file, public_mode
+from onnxgate._fs import staged_file
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
@@ -541,13 +540,7 @@ def export_torch(
         raise ConfigError(f"--exporter {config.exporter!r} is not dynamo, torchscript or auto.")
     if config.out.is_dir():
         raise ConfigError(f"--out {config.out} is a folder; name the .onnx file to write.")
-    config.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(
-        prefix=f".{config.out.name}.", suffix=".onnx", dir=config.out.parent
-    )
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with staged_file(config.out) as tmp:
         used = None
         for exporter in order:
             say(f"exporting {config.entry} with the {exporter} exporter")
@@ -624,11 +617,6 @@ def export_torch(
                 hint="A value computed in Python (NumPy, .item(), a shape used as an int) was "
                 "frozen at the example's shape; compute it with torch operations instead.",
             )
-        public_mode(tmp)
-        fsync_file(tmp)
-        os.replace(tmp, config.out)
-    finally:
-        tmp.unlink(missing_ok=True)
     final = load_model(config.out)
     contract = None
     if not config.contract:
