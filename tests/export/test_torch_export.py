@@ -21,7 +21,7 @@ from onnxgate.export import (
     parity_samples,
     parse_dynamic,
 )
-from onnxgate.export._torch import failing_ops
+from onnxgate.export._diagnose import failing_ops
 from onnxgate.model import Signature, load_model
 
 runner = CliRunner()

@@ -1,5 +1,6 @@
 """Exporters: PyTorch (torch.onnx) and scikit-learn (skl2onnx), each proved by parity checks."""
 
+from onnxgate.export._diagnose import diagnose, failing_ops
 from onnxgate.export._sklearn import (
     SklearnExportConfig,
     SklearnExportResult,
@@ -10,7 +11,6 @@ from onnxgate.export._torch import (
     PARITY_SIZES,
     TorchExportConfig,
     TorchExportResult,
-    diagnose,
     export_torch,
     parity_samples,
     parse_dynamic,
@@ -25,6 +25,7 @@ __all__ = [
     "TorchExportConfig",
     "TorchExportResult",
     "diagnose",
+    "failing_ops",
     "export_torch",
     "parity_samples",
     "parse_dynamic",

@@ -14,16 +14,11 @@ after a printed notice with ``exporter="auto"``). Three traps are closed on purp
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import io
 import logging
-import os
 import re
-import sys
 import traceback
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +31,13 @@ from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import Contract, Provenance, drop_stale_contract, write_contract
 from onnxgate.data import Sample, load_feeds
-from onnxgate.errors import ConfigError, ExportError, ExtraMissing, ParityError
+from onnxgate.errors import ConfigError, ExportError, ParityError
+from onnxgate.export._diagnose import (
+    diagnose,
+    quiet_exporter,
+    stdout_to_stderr,
+    torch_module,
+)
 from onnxgate.model import Signature, load_model
 from onnxgate.runners import TorchRunner, load_entry
 
@@ -103,16 +104,6 @@ def parse_dynamic(items: Sequence[str] | None) -> dict[str, dict[int, str]]:
     return dynamic
 
 
-def _torch() -> Any:
-    try:
-        import torch  # noqa: TID251  (the PyTorch exporter)
-    except ImportError as err:
-        raise ExtraMissing(
-            "exporting from PyTorch needs the 'torch' extra: pip install 'onnxgate[torch]'."
-        ) from err
-    return torch
-
-
 def _build(entry: str) -> tuple[Any, Any]:
     built = load_entry(entry)
     try:
@@ -126,7 +117,7 @@ def _build(entry: str) -> tuple[Any, Any]:
             f"{entry} returned a tuple of {len(made)}; expected the module, or (module, example_inputs)."
         )
     module, example = (made[0], made[1]) if isinstance(made, tuple) else (made, None)
-    torch = _torch()
+    torch = torch_module()
     if not isinstance(module, torch.nn.Module):
         raise ConfigError(f"{entry} returned a {type(module).__name__}, not a torch.nn.Module.")
     if getattr(module, "training", False):
@@ -166,7 +157,7 @@ def _examples(config: TorchExportConfig, module: Any, example: Any) -> dict[str,
             f"{config.entry} returned no example inputs and --example-inputs was not given.",
             hint="Return (module, example_inputs) from the factory, or pass --example-inputs x.npz.",
         )
-    torch = _torch()
+    torch = torch_module()
 
     def as_np(v: Any) -> np.ndarray:
         return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
@@ -232,143 +223,6 @@ def _opset_for(config: TorchExportConfig, notices: list[str]) -> tuple[int | Non
         f"opset {opset}"
     )
     return opset, profile.max_ir
-
-
-_NO_FUNCTION = re.compile(
-    r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>"
-)
-_TARGET = re.compile(r"call_function\[target=torch\.ops\.((?:aten|prims)\.\w+)(?:\.\w+)?\]")
-_TORCHSCRIPT_OP = re.compile(
-    r"Exporting the operator '(\w+::\w+)' to ONNX opset version \d+ is not supported"
-)
-_USER_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s+(.+)')
-
-
-def failing_ops(text: str) -> list[str]:
-    """Operators an exporter could not translate, named as the exporter names them."""
-    found = [m[0] for m in _NO_FUNCTION.findall(text)] + _TORCHSCRIPT_OP.findall(text)
-    if not found:
-        found = _TARGET.findall(text)
-    return list(dict.fromkeys(found))
-
-
-def locate(module: Any, args: tuple[Any, ...], ops: Sequence[str]) -> str | None:
-    """Where in the module the first failing op is called: module path and source line.
-
-    Best effort, through torch.export's node metadata; None when it cannot be known.
-    """
-    torch = _torch()
-    try:
-        with _quiet_exporter():
-            program = torch.export.export(module, args, strict=False)
-    except Exception:  # if the module cannot even be captured, there is no node to point at
-        return None
-    wanted = {op.replace("::", ".") for op in ops}
-    for node in program.graph.nodes:
-        target = str(node.target).rsplit(".", 1)[0] if node.op == "call_function" else ""
-        if target not in wanted:
-            continue
-        stack = node.meta.get("nn_module_stack") or {}
-        path = list(stack.values())[-1][0] if stack else ""
-        trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-        line = trace[-1].strip() if trace else ""
-        where = f"module self.{path}" if path else "forward()"
-        return f"{where}" + (f", at `{line}`" if line else "")
-    return None
-
-
-def diagnose(
-    error: BaseException, exporter: str, *, module: Any = None, args: tuple[Any, ...] = ()
-) -> ExportError:
-    """An ExportError that names what failed, where when it can be known, and what to do."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(error).__name__}: {error}")
-    cause = error.__cause__
-    while cause is not None:  # the operator is often named only in a chained exception
-        text += f"\n{type(cause).__name__}: {cause}"
-        cause = cause.__cause__
-    ops = failing_ops(text)
-    if ops:
-        where = locate(module, args, ops) if module is not None else None
-        return ExportError(
-            f"the {exporter} exporter cannot translate {', '.join(ops)}"
-            + (f" (in {where})" if where else "")
-            + ".",
-            hint="Rewrite that part of forward() with supported operations, register a custom "
-            "translation (torch.onnx.export's custom_translation_table), or try the other "
-            "exporter (--exporter torchscript or dynamo). -v shows the exporter's full trace.",
-        )
-    user = _USER_LINE.search(text)
-    at = f" (in {user[3]}(), {user[1]}:{user[2]}: `{user[4].strip()}`)" if user else ""
-    if re.search(r"GuardOnDataDependent|data.dependent|Could not guard", text):
-        return ExportError(
-            f"the {exporter} exporter cannot trace control flow that depends on tensor values{at}.",
-            hint="Replace a Python `if` on tensor values with torch.where or torch.cond, or export "
-            "with --exporter torchscript (which bakes in the branch the example takes).",
-        )
-    inner = error
-    while inner.__cause__ is not None:
-        inner = inner.__cause__
-    detail = f"{type(inner).__name__}: {inner}" if inner is not error else text
-    return ExportError(
-        f"the {exporter} exporter failed{at}: {_first(detail)}",
-        hint="Run with -v for the exporter's full trace; --exporter torchscript may work where "
-        "dynamo does not.",
-    )
-
-
-def _first(text: str, limit: int = 300) -> str:
-    line = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Point file descriptor 1 at stderr while an exporter runs.
-
-    The TorchScript exporter's C++ code prints its graph straight to the process's stdout, which
-    must stay one JSON document under --format json.
-    """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-@contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """Keep the exporters' own log lines and warnings off the terminal unless -vv."""
-    if log.isEnabledFor(logging.DEBUG):
-        yield
-        return
-    names = (
-        "torch",
-        "torch.onnx",
-        "torch.export",
-        "torch._dynamo",
-        "torch.fx",
-        "onnxscript",
-        "onnx_ir",
-    )
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with (
-                contextlib.redirect_stdout(io.StringIO()),
-                contextlib.redirect_stderr(io.StringIO()),
-            ):
-                yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
 def _export_once(
@@ -511,7 +365,7 @@ def export_torch(
         ParityError: the ONNX model disagrees with the module at some shape.
         ExtraMissing: torch is not installed.
     """
-    torch = _torch()
+    torch = torch_module()
     say = progress or (lambda message: log.info("%s", message))
     notices: list[str] = []
     module, example = _build(config.entry)
@@ -545,7 +399,7 @@ def export_torch(
         for exporter in order:
             say(f"exporting {config.entry} with the {exporter} exporter")
             try:
-                with _stdout_to_stderr(), _quiet_exporter():
+                with stdout_to_stderr(), quiet_exporter():
                     _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
             except Exception as err:  # the exporters raise many unrelated types
                 log.info("exporter trace:\n%s", traceback.format_exc())
