@@ -8,6 +8,7 @@ import typer
 
 from onnxgate import __version__
 from onnxgate.cli._common import configure_logging
+from onnxgate.cli.bench_cmd import bench_command
 from onnxgate.cli.check_cmd import check_command
 from onnxgate.cli.compare_cmd import compare_command
 from onnxgate.cli.contract_cmd import contract_app, verify_command
@@ -60,6 +61,7 @@ app.command("check")(check_command)
 app.command("compare")(compare_command)
 app.command("placement")(placement_command)
 app.command("verify")(verify_command)
+app.command("bench")(bench_command)
 app.add_typer(contract_app, name="contract")
 app.add_typer(export_app, name="export")
 app.command("runtimes")(runtimes_command)
