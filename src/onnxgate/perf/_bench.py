@@ -117,6 +117,7 @@ def bench(
         RunFailed: ONNX Runtime cannot load or run the model.
     """
     from onnxgate.runners import OrtOptions, OrtRunner  # imports ONNX Runtime
+    from onnxgate.runners._ort import runtime_version as runner_version
 
     config = config or BenchConfig()
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
@@ -145,8 +146,10 @@ def bench(
             providers=config.providers, optimization=config.optimization, intra_op_threads=threads
         )
         with OrtRunner(loaded, options) as runner:
-            label = runner.name
             providers = runner.providers()
+            label = (
+                f"onnxruntime {runner_version()} ({config.optimization}; {', '.join(providers)})"
+            )
             for sample in samples:
                 feeds = validate_feeds(signature, sample.feeds, where=sample.label)
                 say(f"{sample.label}, threads={threads or 'auto'}: warming up")

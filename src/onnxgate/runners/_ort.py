@@ -122,6 +122,11 @@ class OrtOptions:
         return so
 
 
+def runtime_version() -> str:
+    """The installed ONNX Runtime's version."""
+    return ort.__version__
+
+
 def _quiet_run() -> ort.RunOptions:
     """Run options that keep ONNX Runtime from logging a failure it also raises."""
     options = ort.RunOptions()
