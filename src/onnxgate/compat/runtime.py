@@ -38,7 +38,7 @@ from onnxgate.compat.versions import (
     proto_domain,
     release_key,
 )
-from onnxgate.errors import ConfigError, RuntimeEnvError
+from onnxgate.errors import ConfigError, GateError, RuntimeEnvError
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,47 @@ def _loaded(loads: dict[str, str | None], prefix: str) -> list[int]:
 # --- running the probe ----------------------------------------------------------------------
 
 
+def run_json_script(
+    python: str | os.PathLike[str],
+    script: Path,
+    folder: Path,
+    request: dict,
+    *,
+    what: str,
+    timeout: float = 900,
+    crash: type[GateError] = RuntimeEnvError,
+    hint: str | None = None,
+) -> dict:
+    """Run ``python script folder/request.json folder/answer.json`` and return the answer.
+
+    The scripts that run inside another runtime's environment (the probe, the placement audit,
+    the isolated runner) all speak this way: a JSON request in, a JSON answer out, files beside
+    them in ``folder``.
+
+    Raises:
+        RuntimeEnvError: the interpreter cannot be started or the script timed out.
+        crash: the script died without an answer (the runtime crashed on the model).
+    """
+    (folder / "request.json").write_text(json.dumps(request))
+    answer = folder / "answer.json"
+    try:
+        done = subprocess.run(
+            [str(python), str(script), str(folder / "request.json"), str(answer)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONNOUSERSITE": "1"},
+        )
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeEnvError(f"{what} under {python} took over {timeout:.0f} s.") from err
+    except OSError as err:
+        raise RuntimeEnvError(f"cannot run {python}: {err.strerror}.") from err
+    if done.returncode != 0 or not answer.exists():
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        raise crash(f"{what} under {python} failed (exit {done.returncode}): {tail}", hint=hint)
+    return json.loads(answer.read_text())
+
+
 def run_probe(
     python: str | os.PathLike[str],
     models: dict[str, bytes] | Iterable[Path],
@@ -227,29 +268,15 @@ def run_probe(
         else:
             labels = {str(p): str(p) for p in models}
         request = {"models": list(labels), "registries": registries, "providers": providers}
-        (tmpdir / "request.json").write_text(json.dumps(request))
-        answer_path = tmpdir / "answer.json"
-        try:
-            done = subprocess.run(
-                [str(python), str(script), str(tmpdir / "request.json"), str(answer_path)],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env={**os.environ, "PYTHONNOUSERSITE": "1"},
-            )
-        except subprocess.TimeoutExpired as err:
-            raise RuntimeEnvError(
-                f"probing the runtime under {python} took over {timeout:.0f} s."
-            ) from err
-        except OSError as err:
-            raise RuntimeEnvError(f"cannot run {python}: {err.strerror}.") from err
-        if done.returncode != 0 or not answer_path.exists():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise RuntimeEnvError(
-                f"the runtime probe under {python} failed (exit {done.returncode}): {' | '.join(tail)}",
-                hint="Run 'onnxgate doctor' or recreate the environment with --refresh.",
-            )
-        answer = json.loads(answer_path.read_text())
+        answer = run_json_script(
+            python,
+            script,
+            tmpdir,
+            request,
+            what="the runtime probe",
+            timeout=timeout,
+            hint="Run 'onnxgate doctor' or recreate the environment with --refresh.",
+        )
     answer["loads"] = {labels[path]: err for path, err in answer["loads"].items()}
     return answer
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,9 +22,9 @@ from onnxgate.compat.providers import (
     provided_by,
     resolve,
 )
-from onnxgate.compat.runtime import RuntimeSpec, ensure_env, runtime_profile
+from onnxgate.compat.runtime import RuntimeSpec, ensure_env, run_json_script, runtime_profile
 from onnxgate.data import ValueRange, load_feeds, synthetic_samples, validate_feeds
-from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, RuntimeEnvError
+from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 
 log = logging.getLogger(__name__)
@@ -102,26 +100,9 @@ def _run_isolated(python: Path, request: dict[str, Any], feeds: Mapping[str, Any
         if feeds is not None:
             np.savez(folder / "feeds.npz", **feeds)
             request = request | {"feeds": str(folder / "feeds.npz")}
-        (folder / "request.json").write_text(json.dumps(request))
-        answer_path = folder / "answer.json"
-        try:
-            done = subprocess.run(
-                [str(python), str(script), str(folder / "request.json"), str(answer_path)],
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise RuntimeEnvError(
-                f"the placement probe under {python} did not finish: {err}"
-            ) from err
-        if done.returncode != 0 or not answer_path.exists():
-            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-            raise RunFailed(
-                f"ONNX Runtime under {python} crashed while placing the model "
-                f"(exit {done.returncode}): {tail}"
-            )
-        return json.loads(answer_path.read_text())
+        return run_json_script(
+            python, script, folder, request, what="the placement audit", crash=RunFailed
+        )
 
 
 def _feeds(

@@ -7,8 +7,6 @@ stored outputs of the sample whose feeds it is given.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,13 +15,12 @@ from typing import Any, Self
 import numpy as np
 
 from onnxgate.compat.providers import OPT_LEVEL_NUMBERS, install_hint, provided_by, resolve
-from onnxgate.compat.runtime import RuntimeSpec, ensure_env, runtime_profile
+from onnxgate.compat.runtime import RuntimeSpec, ensure_env, run_json_script, runtime_profile
 from onnxgate.data import Sample, feeds_digest
 from onnxgate.errors import (
     ConfigError,
     ProviderUnavailable,
     RunFailed,
-    RuntimeEnvError,
     SessionFailed,
 )
 from onnxgate.model import LoadedModel, Signature
@@ -94,23 +91,15 @@ class IsolatedOrtRunner:
                 "keys": keys,
                 "outputs": str(folder / "outputs.npz"),
             }
-            (folder / "request.json").write_text(json.dumps(request))
-            answer_path = folder / "answer.json"
-            try:
-                done = subprocess.run(
-                    [str(python), str(script), str(folder / "request.json"), str(answer_path)],
-                    capture_output=True,
-                    text=True,
-                    timeout=TIMEOUT,
-                )
-            except (OSError, subprocess.TimeoutExpired) as err:
-                raise RuntimeEnvError(f"{self.spec} under {python} did not finish: {err}") from err
-            if done.returncode != 0 or not answer_path.exists():
-                tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-                raise RunFailed(
-                    f"{self.spec} crashed on {self.model.path} (exit {done.returncode}): {tail}"
-                )
-            answer = json.loads(answer_path.read_text())
+            answer = run_json_script(
+                python,
+                script,
+                folder,
+                request,
+                what=f"{self.spec} on {self.model.path}",
+                timeout=TIMEOUT,
+                crash=RunFailed,
+            )
             self.version = answer["version"]
             self._raise_for(answer, providers)
             with np.load(folder / "outputs.npz", allow_pickle=False) as archive:
