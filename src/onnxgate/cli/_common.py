@@ -122,6 +122,35 @@ def progress_line(enabled: bool) -> Iterator[Callable[[str], None]]:
         yield lambda message: status.update(f"{message} ...")
 
 
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Callable[..., None]]:
+    """A bar on stderr for measurements: ``update(message, fraction=None)``.
+
+    It redraws only when told (no refresh thread), so it takes no CPU from what is being timed.
+    Off a terminal or in JSON mode, messages go to the log at INFO.
+    """
+    if not enabled or not err.is_terminal:
+        yield lambda message, fraction=None: logging.getLogger("onnxgate").info("%s", message)
+        return
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    with Progress(
+        BarColumn(bar_width=30),
+        TaskProgressColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        auto_refresh=False,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=1.0)
+
+        def update(message: str, fraction: float | None = None) -> None:
+            bar.update(task, description=escape(message), completed=fraction)
+            bar.refresh()
+
+        yield update
+
+
 def finish(passed: bool) -> None:
     """Exit 0 when passed, 1 when the check or gate failed."""
     raise typer.Exit(int(ExitCode.PASSED if passed else ExitCode.FAILED))

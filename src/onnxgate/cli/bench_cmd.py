@@ -9,8 +9,18 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_line
-from onnxgate.cli._options import DimOpt, OptLevelOpt, ProvidersOpt, RangeOpt, SeedOpt
+from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_bar
+from onnxgate.cli._options import (
+    DimOpt,
+    OptLevelOpt,
+    ProviderOptionOpt,
+    ProvidersOpt,
+    RangeOpt,
+    SeedOpt,
+    SessionConfigOpt,
+    parse_pairs,
+    parse_provider_options,
+)
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.errors import ConfigError
 from onnxgate.perf import BenchReport, bench
@@ -25,24 +35,31 @@ def _ints(items: list[str] | None, option: str) -> list[int]:
 
 
 def render(report: BenchReport) -> None:
-    """Print the figures for people."""
-    out.print(f"[bold]{escape(report.model)}[/] on {escape(report.runtime)}")
+    """Print the figures for people; with --vs, each configuration's two rows and the ratio."""
+    providers = ", ".join(report.providers)
+    out.print(f"[bold]{escape(report.model)}[/] on {escape(report.runtime)} ({escape(providers)})")
+    if report.vs is not None:
+        out.print(f"against [bold]{escape(report.vs.name)}[/] on {escape(report.vs.runtime)}")
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in (
-        "shape",
-        "threads",
-        "runs",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "mean ms",
-        "samples/s",
-        "cv",
-    ):
-        table.add_column(column, justify="left" if column == "shape" else "right", no_wrap=True)
-    for r in report.results:
+    columns = ["shape", "threads", "runs", "p50 ms", "p90 ms", "p99 ms", "mean ms", "samples/s"]
+    columns.append("cv")
+    if report.vs is not None:
+        columns[0:0] = ["side"]
+        columns.append("ratio")
+    for column in columns:
+        table.add_column(
+            column, justify="left" if column in ("shape", "side") else "right", no_wrap=True
+        )
+    rows = [(r, "model") for r in report.results]
+    if report.vs is not None:
+        rows = [
+            row
+            for ours, theirs in zip(report.results, report.vs.results, strict=True)
+            for row in ((ours, "model"), (theirs, "vs"))
+        ]
+    for index, (r, side) in enumerate(rows):
         shape = ",".join(f"{k}={v}" for k, v in r.dims.items()) or "fixed"
-        table.add_row(
+        cells = [
             escape(shape),
             str(r.threads or "auto"),
             str(r.runs),
@@ -52,8 +69,17 @@ def render(report: BenchReport) -> None:
             f"{r.mean_ms:.3f}",
             f"{r.throughput:.1f}",
             ("[yellow]" if r.noisy else "") + f"{r.cv:.1%}" + ("[/]" if r.noisy else ""),
-        )
+        ]
+        if report.vs is not None:
+            ratio = report.ratio[index // 2].ratio
+            cells = [side, *cells, f"{ratio:.2f}x" if side == "vs" else ""]
+        table.add_row(*cells)
     out.print(table)
+    if report.vs is not None:
+        out.print(
+            "[dim]ratio: the contender's p50 over the model's (above 1: the model is faster). "
+            f"{escape(report.method)}.[/]"
+        )
     for warning in report.warnings:
         out.print(f"[yellow]warning:[/] {escape(warning)}")
 
@@ -95,16 +121,51 @@ def bench_command(
     ] = 2.0,
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
+    vs: Annotated[
+        str | None,
+        typer.Option(
+            "--vs",
+            help="A contender on the same inputs: torch:package.module:factory (a PyTorch "
+            "module, run under inference_mode with the same thread count) or OTHER.onnx (same "
+            "session options). Both sides run in worker processes of their own, interleaved.",
+            show_default=False,
+        ),
+    ] = None,
     providers: ProvidersOpt = None,
+    provider_option: ProviderOptionOpt = None,
     opt_level: OptLevelOpt = "all",
+    inter_op_threads: Annotated[
+        int,
+        typer.Option("--inter-op-threads", help="Threads across operators (with --parallel)."),
+    ] = 0,
+    parallel: Annotated[
+        bool, typer.Option("--parallel", help="Run independent branches in parallel.")
+    ] = False,
+    no_arena: Annotated[
+        bool, typer.Option("--no-arena", help="Turn off ONNX Runtime's CPU memory arena.")
+    ] = False,
+    session_config: SessionConfigOpt = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds a --vs worker may take for one answer."),
+    ] = 600.0,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """How fast is the model on ONNX Runtime here, per batch size, shape and thread count?
 
-    Each configuration gets its own session, --warmup uncounted runs, then timed runs; reported
-    are p50/p90/p99, mean and min latency, throughput (samples/s at the mean) and the
-    coefficient of variation, with a warning when it is above 10% (too noisy to compare).
-    Comparing against PyTorch or another model in separate processes is not built yet.
+    Each configuration gets its own session, --warmup uncounted runs, then timed runs until
+    --runs or --budget seconds; reported are p50/p90/p99, mean and min latency, throughput
+    (samples/s at the mean) and the coefficient of variation, with a warning when it is above
+    10% (the machine is too noisy to compare that figure).
+
+    With --vs, the model and the contender each run in a worker process of their own (two
+    runtimes in one process distort each other: their thread pools spin), interleaved in slices
+    of about 0.2 s whose order flips every round, and each configuration gets a ratio: the
+    contender's p50 over the model's, above 1 when the model is faster. Inputs another ONNX
+    model lacks are left out and inputs it adds are generated; both are noted.
+
+    Examples: `onnxgate bench model.onnx --batch 1,8,32 --dim seq=128 --threads 1,2`;
+    `onnxgate bench model.onnx --batch 1 --dim seq=128 --vs torch:mypkg.models:build`.
     """
     config = BenchConfig(
         batches=_ints(batch, "--batch"),
@@ -116,9 +177,16 @@ def bench_command(
         ranges=parse_ranges(value_range),
         seed=seed,
         providers=tuple(providers or ()),
+        provider_options=parse_provider_options(provider_option),
         optimization=opt_level,
+        inter_op_threads=inter_op_threads,
+        parallel=parallel,
+        cpu_mem_arena=not no_arena,
+        session_config=parse_pairs(session_config, "--session-config"),
+        vs=vs,
+        timeout_s=timeout,
     )
-    with progress_line(fmt == Format.text) as progress:
+    with progress_bar(fmt == Format.text) as progress:
         report = bench(model, config, progress=progress)
     if fmt == Format.json:
         emit_json(report.model_dump(mode="json"))

@@ -4,6 +4,10 @@ Each configuration (batch size, dims, thread count) gets its own session, a warm
 counted, then runs until a count or a time budget is reached. Figures are percentiles of the
 per-run latency (``perf_counter_ns`` around ``session.run``), not an average of a loop, and the
 coefficient of variation says whether the machine was quiet enough to trust them.
+
+Alone, the model runs in this process. Against a contender (``vs``: a PyTorch module or another
+ONNX model) both run in worker processes of their own, in interleaved slices (``_contest.py``), so
+neither thread pool distorts the other and drift hits both alike.
 """
 
 from __future__ import annotations
@@ -14,13 +18,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.data import ValueRange, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, ValueRange, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.perf._contest import Contender, Contest
+
+if TYPE_CHECKING:
+    from onnxgate.runners import OrtOptions
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +56,17 @@ class BenchConfig:
     ranges: Mapping[str, ValueRange] = field(default_factory=dict)
     seed: int = 0
     providers: tuple[str, ...] = ()
+    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     optimization: str = "all"
+    inter_op_threads: int = 0
+    parallel: bool = False
+    cpu_mem_arena: bool = True
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    """ONNX Runtime session config entries, e.g. ``session.intra_op.allow_spinning`` → ``0``."""
+    vs: str | None = None
+    """A contender: ``torch:package.module:factory`` or another ``.onnx`` file."""
+    timeout_s: float = 600.0
+    """Longest wait for one answer of a contender's worker process."""
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.min_runs < 1 or (self.runs is not None and self.runs < 1):
@@ -56,6 +75,23 @@ class BenchConfig:
             raise ConfigError("--budget must be a positive number of seconds.")
         if any(b < 1 for b in self.batches):
             raise ConfigError("--batch sizes must be 1 or more.")
+        if self.timeout_s <= 0:
+            raise ConfigError("--timeout must be a positive number of seconds.")
+
+    def ort_options(self, threads: int) -> OrtOptions:
+        """The session options of one thread count."""
+        from onnxgate.runners import OrtOptions
+
+        return OrtOptions(
+            providers=self.providers,
+            provider_options=self.provider_options,
+            optimization=self.optimization,
+            intra_op_threads=threads,
+            inter_op_threads=self.inter_op_threads,
+            parallel=self.parallel,
+            cpu_mem_arena=self.cpu_mem_arena,
+            config=self.session_config,
+        )
 
 
 class BenchResult(BaseModel):
@@ -79,6 +115,28 @@ class BenchResult(BaseModel):
     noisy: bool
 
 
+class Contestant(BaseModel):
+    """The contender's side of ``bench --vs``: what ran and its figures per configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    runtime: str
+    results: list[BenchResult]
+
+
+class Ratio(BaseModel):
+    """One configuration of ``bench --vs``: the contender's median latency over the model's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch: int | None
+    dims: dict[str, int]
+    threads: int
+    ratio: float
+    """Above 1: the model is that many times faster than the contender."""
+
+
 class BenchReport(BaseModel):
     """The answer of ``onnxgate bench``."""
 
@@ -88,7 +146,13 @@ class BenchReport(BaseModel):
     runtime: str
     providers: list[str]
     optimization: str
+    session: dict[str, Any] = {}
+    """Every session setting used, as ``OrtOptions.settings()`` (threads: the first count)."""
+    method: str = ""
+    """How the figures were taken: in process, or interleaved in worker processes."""
     results: list[BenchResult]
+    vs: Contestant | None = None
+    ratio: list[Ratio] = []
     warnings: list[str] = []
 
 
@@ -108,90 +172,245 @@ def bench(
     model: str | Path | LoadedModel,
     config: BenchConfig | None = None,
     *,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[..., None] | None = None,
 ) -> BenchReport:
     """Measure every configuration; the library function behind ``onnxgate bench``.
+
+    ``progress`` is called with a message and, as the keyword ``fraction``, the share done.
 
     Raises:
         ConfigError: ``--batch`` on a model without a symbolic batch dimension, or bad options.
         RunFailed: ONNX Runtime cannot load or run the model.
     """
-    from onnxgate.runners import OrtOptions, OrtRunner  # imports ONNX Runtime
-    from onnxgate.runners._ort import runtime_version as runner_version
-
     config = config or BenchConfig()
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     signature = Signature.from_graph(loaded.proto.graph)
     dims = {k: list(v) for k, v in config.dims.items()}
+    batch_name = batch_dim(signature)
     if config.batches:
-        name = batch_dim(signature)
-        if name is None:
+        if batch_name is None:
             raise ConfigError(
                 f"{loaded.path}: the first input has no symbolic batch dimension, so --batch "
                 "cannot change it.",
                 hint="Use --dim NAME=SIZE for the model's symbolic dimensions (see `inspect`).",
             )
-        dims[name] = list(config.batches)
-    batch_name = batch_dim(signature)
-    say = progress or (lambda message: log.info("%s", message))
+        dims[batch_name] = list(config.batches)
     samples = synthetic_samples(
         signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
     )
+    for sample in samples:
+        validate_feeds(signature, sample.feeds, where=sample.label)
+    options = [config.ort_options(threads) for threads in config.threads]
+    total = len(options) * len(samples)
+    done = [0]
+
+    def say(message: str, *, step: bool = False) -> None:
+        done[0] += step
+        if progress is not None:
+            progress(message, fraction=min(done[0], total) / total)
+        else:
+            log.info("%s", message)
+
+    if config.vs is None:
+        return _bench_here(loaded, config, options, samples, batch_name, say)
+    return _bench_vs(loaded, config, options, samples, batch_name, say)
+
+
+def _result(
+    latencies: Sequence[float], sample: Sample, threads: int, batch_name: str | None
+) -> BenchResult:
+    mean = statistics.fmean(latencies)
+    cv = statistics.pstdev(latencies) / mean if mean > 0 else 0.0
+    batch = sample.dims.get(batch_name) if batch_name else None
+    return BenchResult(
+        batch=batch,
+        dims=dict(sample.dims),
+        threads=threads,
+        runs=len(latencies),
+        p50_ms=_percentile(latencies, 50),
+        p90_ms=_percentile(latencies, 90),
+        p99_ms=_percentile(latencies, 99),
+        mean_ms=mean,
+        min_ms=min(latencies),
+        throughput=(batch or 1) * 1000.0 / mean if mean > 0 else 0.0,
+        cv=cv,
+        noisy=cv > NOISY_CV,
+    )
+
+
+def _noise(result: BenchResult, label: str, who: str = "") -> str | None:
+    if not result.noisy:
+        return None
+    return (
+        f"{who}{label}, threads={result.threads or 'auto'}: latencies vary by {result.cv:.0%} "
+        "(CV); the machine is too noisy to compare this figure"
+    )
+
+
+def _bench_here(
+    loaded: LoadedModel,
+    config: BenchConfig,
+    options: Sequence[OrtOptions],
+    samples: Sequence[Sample],
+    batch_name: str | None,
+    say: Callable[..., None],
+) -> BenchReport:
+    """Every configuration in this process, one session per thread count."""
+    from onnxgate.runners import OrtRunner  # imports ONNX Runtime
+    from onnxgate.runners._ort import runtime_version
+
     results: list[BenchResult] = []
     warnings: list[str] = []
-    label = ""
     providers: list[str] = []
-    for threads in config.threads:
-        options = OrtOptions(
-            providers=config.providers, optimization=config.optimization, intra_op_threads=threads
-        )
-        with OrtRunner(loaded, options) as runner:
+    for option in options:
+        threads = option.intra_op_threads
+        with OrtRunner(loaded, option) as runner:
             providers = runner.providers()
-            label = (
-                f"onnxruntime {runner_version()} ({config.optimization}; {', '.join(providers)})"
-            )
             for sample in samples:
-                feeds = validate_feeds(signature, sample.feeds, where=sample.label)
                 say(f"{sample.label}, threads={threads or 'auto'}: warming up")
                 for _ in range(config.warmup):
-                    runner.infer(feeds)
+                    runner.infer(sample.feeds)
+                say(f"{sample.label}, threads={threads or 'auto'}: timing")
                 latencies: list[float] = []
                 deadline = time.perf_counter() + config.budget_s
                 while True:
-                    latencies.append(runner.infer(feeds).latency_ns / 1e6)
+                    latencies.append(runner.infer(sample.feeds).latency_ns / 1e6)
                     if config.runs is not None:
                         if len(latencies) >= config.runs:
                             break
                     elif len(latencies) >= config.min_runs and time.perf_counter() >= deadline:
                         break
-                mean = statistics.fmean(latencies)
-                cv = statistics.pstdev(latencies) / mean if mean > 0 else 0.0
-                batch = sample.dims.get(batch_name) if batch_name else None
-                result = BenchResult(
-                    batch=batch,
-                    dims=dict(sample.dims),
-                    threads=threads,
-                    runs=len(latencies),
-                    p50_ms=_percentile(latencies, 50),
-                    p90_ms=_percentile(latencies, 90),
-                    p99_ms=_percentile(latencies, 99),
-                    mean_ms=mean,
-                    min_ms=min(latencies),
-                    throughput=(batch or 1) * 1000.0 / mean if mean > 0 else 0.0,
-                    cv=cv,
-                    noisy=cv > NOISY_CV,
-                )
+                result = _result(latencies, sample, threads, batch_name)
+                say(f"{sample.label}, threads={threads or 'auto'}: done", step=True)
                 results.append(result)
-                if result.noisy:
-                    warnings.append(
-                        f"{sample.label}, threads={threads or 'auto'}: latencies vary by "
-                        f"{cv:.0%} (CV); the machine is too noisy to compare this figure"
-                    )
+                if note := _noise(result, sample.label):
+                    warnings.append(note)
     return BenchReport(
         model=str(loaded.path),
-        runtime=label,
+        runtime=f"onnxruntime {runtime_version()}",
         providers=providers,
         optimization=config.optimization,
+        session=options[0].settings(),
+        method="in this process: per configuration one session, uncounted warm-up, timed runs",
         results=results,
         warnings=warnings,
+    )
+
+
+def _other_feeds(
+    other: LoadedModel, sample: Sample, config: BenchConfig, notes: list[str]
+) -> dict[str, np.ndarray]:
+    """The sample adapted to another ONNX model: shared inputs as they are, others synthetic."""
+    theirs = Signature.from_graph(other.proto.graph)
+    wanted = {spec.name for spec in theirs.inputs}
+    feeds = {k: v for k, v in sample.feeds.items() if k in wanted}
+    dropped = sorted(set(sample.feeds) - wanted)
+    missing = sorted(wanted - set(feeds))
+    if missing:
+        known = {d for spec in theirs.inputs for d in spec.symbolic_dims}
+        made = synthetic_samples(
+            theirs,
+            model=other.proto,
+            dims={k: v for k, v in sample.dims.items() if k in known},
+            ranges={k: v for k, v in config.ranges.items() if k in wanted},
+            seed=config.seed,
+        )[0]
+        feeds.update({k: made.feeds[k] for k in missing})
+    for name in dropped:
+        note = f"{other.path.name} has no input {name!r}: it runs without it"
+        if note not in notes:
+            notes.append(note)
+    for name in missing:
+        note = f"{other.path.name} takes {name!r}, which the model does not: synthetic values"
+        if note not in notes:
+            notes.append(note)
+    return dict(validate_feeds(theirs, feeds, where=f"{other.path.name}, {sample.label}"))
+
+
+def _bench_vs(
+    loaded: LoadedModel,
+    config: BenchConfig,
+    options: Sequence[OrtOptions],
+    samples: Sequence[Sample],
+    batch_name: str | None,
+    say: Callable[..., None],
+) -> BenchReport:
+    """The model and a contender in worker processes of their own, timed interleaved."""
+    assert config.vs is not None
+    other: LoadedModel | None = None
+    if config.vs.startswith("torch:"):
+        name = config.vs
+    else:
+        other = load_model(Path(config.vs))
+        name = str(other.path)
+
+    def sides(option: OrtOptions) -> list[Contender]:
+        ours = Contender(str(loaded.path), onnx=loaded.path, settings=option.settings())
+        if other is None:
+            theirs = Contender(
+                name,
+                torch=config.vs.removeprefix("torch:"),
+                signature=loaded.path,
+                threads=option.intra_op_threads,
+            )
+        else:
+            theirs = Contender(name, onnx=other.path, settings=option.settings())
+        return [ours, theirs]
+
+    results: list[BenchResult] = []
+    theirs_results: list[BenchResult] = []
+    ratios: list[Ratio] = []
+    warnings: list[str] = []
+    notes: list[str] = []
+    with Contest(sides(options[0]), timeout_s=config.timeout_s) as contest:
+        for index, option in enumerate(options):
+            threads = option.intra_op_threads
+            loaded_sides = contest.loaded if index == 0 else contest.load(sides(option))
+            for sample in samples:
+                other_feeds = (
+                    dict(sample.feeds)
+                    if other is None
+                    else _other_feeds(other, sample, config, notes)
+                )
+                label = f"{sample.label}, threads={threads or 'auto'}"
+                ours_ms, theirs_ms = contest.race(
+                    [sample.feeds, other_feeds],
+                    warmup=config.warmup,
+                    budget_s=config.budget_s,
+                    runs=config.runs,
+                    min_runs=config.min_runs,
+                    progress=lambda message, label=label: say(f"{label}: {message}"),
+                )
+                say(f"{label}: done", step=True)
+                mine = _result(ours_ms, sample, threads, batch_name)
+                yours = _result(theirs_ms, sample, threads, batch_name)
+                results.append(mine)
+                theirs_results.append(yours)
+                ratios.append(
+                    Ratio(
+                        batch=mine.batch,
+                        dims=mine.dims,
+                        threads=threads,
+                        ratio=yours.p50_ms / mine.p50_ms if mine.p50_ms > 0 else 0.0,
+                    )
+                )
+                for result, who in ((mine, ""), (yours, f"{name}: ")):
+                    if note := _noise(result, sample.label, who):
+                        warnings.append(note)
+    ours_loaded, theirs_loaded = loaded_sides
+    return BenchReport(
+        model=str(loaded.path),
+        runtime=str(ours_loaded["runtime"]),
+        providers=list(ours_loaded.get("providers", [])),
+        optimization=config.optimization,
+        session=options[0].settings(),
+        method=(
+            "each side in a worker process of its own; per configuration an uncounted warm-up, "
+            "then slices of about 0.2 s in turn, the order flipping every round (A B, B A, ...), "
+            "with a 50 ms pause between slices"
+        ),
+        results=results,
+        vs=Contestant(name=name, runtime=str(theirs_loaded["runtime"]), results=theirs_results),
+        ratio=ratios,
+        warnings=notes + warnings,
     )

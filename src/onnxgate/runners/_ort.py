@@ -58,6 +58,10 @@ class OrtOptions:
     """Execute independent branches in parallel instead of sequentially."""
     config: Mapping[str, str] = field(default_factory=dict)
     """Session config entries (``session.intra_op.allow_spinning`` → ``0``)."""
+    cpu_mem_arena: bool = True
+    """ONNX Runtime's CPU memory arena (pre-allocated, grown in chunks)."""
+    mem_pattern: bool = True
+    """Memory pattern planning: allocations of the first run reused by later runs."""
     optimized_model_path: Path | None = None
     """Where to save the model as ONNX Runtime optimised it."""
 
@@ -100,6 +104,73 @@ class OrtOptions:
             parts.append(f"threads={self.intra_op_threads}")
         return "; ".join(parts)
 
+    def describe(self) -> str:
+        """Every setting that differs from ONNX Runtime's defaults, for tables (``defaults``)."""
+        default = OrtOptions()
+        parts = []
+        for key, value in self.settings().items():
+            if value != default.settings()[key]:
+                parts.append(f"{key}={value}")
+        return ", ".join(parts) or "defaults"
+
+    def settings(self) -> dict[str, Any]:
+        """The options as plain JSON values, for contracts and worker processes.
+
+        ``optimized_model_path`` is left out: it is where one run saves a file, not a setting.
+        """
+        return {
+            "providers": list(self.providers),
+            "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
+            "optimization": self.optimization,
+            "intra_op_threads": self.intra_op_threads,
+            "inter_op_threads": self.inter_op_threads,
+            "parallel": self.parallel,
+            "cpu_mem_arena": self.cpu_mem_arena,
+            "mem_pattern": self.mem_pattern,
+            "config": dict(self.config),
+        }
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> OrtOptions:
+        """Options from what ``settings()`` wrote; unknown keys and wrong types are refused.
+
+        Raises:
+            ConfigError: a key is unknown or a value has the wrong type.
+        """
+        kinds: dict[str, type | tuple[type, ...]] = {
+            "providers": list,
+            "provider_options": dict,
+            "optimization": str,
+            "intra_op_threads": int,
+            "inter_op_threads": int,
+            "parallel": bool,
+            "cpu_mem_arena": bool,
+            "mem_pattern": bool,
+            "config": dict,
+        }
+        unknown = sorted(set(settings) - set(kinds))
+        if unknown:
+            raise ConfigError(f"unknown session settings: {', '.join(unknown)}.")
+        values: dict[str, Any] = {}
+        for key, value in settings.items():
+            kind = kinds[key]
+            wrong_bool = kind is int and isinstance(value, bool)
+            if not isinstance(value, kind) or wrong_bool:
+                raise ConfigError(
+                    f"session setting {key!r} is {value!r}; expected {getattr(kind, '__name__', kind)}."
+                )
+            values[key] = value
+        if "providers" in values:
+            values["providers"] = tuple(str(p) for p in values["providers"])
+        if "config" in values:
+            values["config"] = {str(k): str(v) for k, v in values["config"].items()}
+        if "provider_options" in values:
+            values["provider_options"] = {
+                str(p): {str(k): str(v) for k, v in dict(o).items()}
+                for p, o in values["provider_options"].items()
+            }
+        return cls(**values)
+
     def resolved_providers(self) -> list[str]:
         """Full provider names, CPU appended."""
         return resolve(self.providers, ort.get_all_providers())
@@ -112,6 +183,8 @@ class OrtOptions:
         so.inter_op_num_threads = self.inter_op_threads
         if self.parallel:
             so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        so.enable_cpu_mem_arena = self.cpu_mem_arena
+        so.enable_mem_pattern = self.mem_pattern
         if self.optimized_model_path is not None:
             so.optimized_model_filepath = str(self.optimized_model_path)
         so.log_severity_level = (
@@ -152,9 +225,17 @@ def check_available(providers: list[str]) -> None:
 
 
 def create_session(
-    proto: onnx.ModelProto, folder: Path, options: OrtOptions, *, what: str
+    proto: onnx.ModelProto,
+    folder: Path,
+    options: OrtOptions,
+    *,
+    what: str,
+    profile_prefix: Path | None = None,
 ) -> ort.InferenceSession:
     """A session for a model held in memory whose external data lives in ``folder``.
+
+    With ``profile_prefix``, the session profiles every run into a Chrome trace named
+    ``<prefix>_<date>.json``, written by ``end_profiling()``.
 
     Raises:
         ProviderUnavailable: a requested provider is not in this build.
@@ -164,6 +245,9 @@ def create_session(
     check_available(providers)
     so = options.session_options()
     so.add_session_config_entry(_EXTERNAL_FOLDER, str(folder))
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = str(profile_prefix)
     by_name = {canonical(k, providers): dict(v) for k, v in options.provider_options.items()}
     provider_options = [by_name.get(p, {}) for p in providers]
     try:
@@ -195,20 +279,32 @@ class OrtRunner:
             model's folder).
         options: providers, optimisation level, threads, config entries.
         name: label for reports; the default names the options.
+        profile_prefix: profile every run into a Chrome trace (see ``create_session``);
+            ``end_profiling()`` writes it and returns its path.
     """
 
     def __init__(
-        self, model: LoadedModel, options: OrtOptions | None = None, *, name: str | None = None
+        self,
+        model: LoadedModel,
+        options: OrtOptions | None = None,
+        *,
+        name: str | None = None,
+        profile_prefix: Path | None = None,
     ) -> None:
         self.model = model
         self.options = options or OrtOptions()
+        self.profile_prefix = profile_prefix
         self.name = name or f"onnxruntime[{self.options.label()}]"
         self._session: ort.InferenceSession | None = None
         self._outputs: list[str] = []
 
     def __enter__(self) -> Self:
         self._session = create_session(
-            self.model.proto, self.model.path.parent, self.options, what=str(self.model.path)
+            self.model.proto,
+            self.model.path.parent,
+            self.options,
+            what=str(self.model.path),
+            profile_prefix=self.profile_prefix,
         )
         self._outputs = [o.name for o in self._session.get_outputs()]
         return self
@@ -226,6 +322,16 @@ class OrtRunner:
     def providers(self) -> list[str]:
         """The providers the session actually uses (ONNX Runtime silently appends CPU)."""
         return list(self.session.get_providers())
+
+    def end_profiling(self) -> Path:
+        """Stop profiling and write the trace of every run so far; its path.
+
+        Raises:
+            RuntimeError: the runner was built without ``profile_prefix`` (a programming error).
+        """
+        if self.profile_prefix is None:
+            raise RuntimeError(f"{self.name} was created without profile_prefix")
+        return Path(self.session.end_profiling())
 
     def input_specs(self) -> Signature:
         """Inputs and outputs as the session reports them."""

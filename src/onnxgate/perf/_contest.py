@@ -1,0 +1,290 @@
+"""Contenders timed against each other, each in its own process, runs interleaved.
+
+Why this shape: two runtimes in one process distort each other (their thread pools spin and steal
+cores), and two runtimes timed one after the other see different machines (a neighbour wakes up,
+the CPU clocks down). So each contender gets a worker process (``_worker.py``) and the parent hands
+out short slices of runs in turn, the order flipping every round (A B, B A, A B ...), with a pause
+between slices so the last contender's spinning threads go quiet before the next one starts.
+Whatever drifts during the contest drifts for both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Self
+
+import numpy as np
+
+from onnxgate import errors
+from onnxgate.errors import ConfigError, GateError, RunFailed
+
+log = logging.getLogger(__name__)
+
+SLICE_S = 0.2
+"""Seconds of runs one contender gets before the other one's turn."""
+PAUSE_S = 0.05
+"""Quiet time between slices, for the previous contender's thread pool to stop spinning."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One side of a contest: an ONNX model with session settings, or a PyTorch module."""
+
+    label: str
+    onnx: Path | None = None
+    """An ONNX model run by ONNX Runtime with ``settings``."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """``OrtOptions.settings()`` for an ONNX contender."""
+    torch: str | None = None
+    """A PyTorch module, ``package.module:factory``."""
+    signature: Path | None = None
+    """For a torch contender: the ONNX model whose input order and output names it follows."""
+    threads: int = 0
+    """For a torch contender: ``torch.set_num_threads`` (0 keeps PyTorch's default)."""
+
+    def __post_init__(self) -> None:
+        if (self.onnx is None) == (self.torch is None):
+            raise ConfigError(f"contender {self.label!r} needs an ONNX model or a torch module.")
+        if self.torch is not None and self.signature is None:
+            raise ConfigError(f"torch contender {self.label!r} needs the ONNX model's signature.")
+
+    def load_request(self) -> dict[str, Any]:
+        """What the worker is asked to load."""
+        if self.onnx is not None:
+            return {"op": "load", "onnx": str(self.onnx), "settings": dict(self.settings)}
+        return {
+            "op": "load",
+            "torch": self.torch,
+            "signature": str(self.signature),
+            "threads": self.threads,
+        }
+
+
+def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """An uncompressed .npz of ``arrays`` under their own names.
+
+    ``np.savez(path, **arrays)`` fails for an input named ``file`` or ``allow_pickle``; writing
+    the members directly takes any name.
+    """
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+
+
+def _error(answer: Mapping[str, Any], label: str) -> GateError:
+    """The worker's error as the same GateError class, or RunFailed."""
+    kind = getattr(errors, str(answer.get("error")), None)
+    if not (isinstance(kind, type) and issubclass(kind, GateError)):
+        kind = RunFailed
+    return kind(f"{label}: {answer.get('message')}", hint=answer.get("hint"))
+
+
+class _Process:
+    """One worker process and the thread that reads its answers."""
+
+    def __init__(self, label: str, timeout_s: float) -> None:
+        self.label = label
+        self.timeout_s = timeout_s
+        self.log: IO[bytes] = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "onnxgate.perf._worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            encoding="utf-8",
+            env=env,
+        )
+        self.answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.answers.put(line)
+        self.answers.put(None)
+
+    def _stderr_tail(self, lines: int = 8) -> str:
+        self.log.seek(0)
+        text = self.log.read().decode("utf-8", "replace").strip().splitlines()
+        return " | ".join(text[-lines:])
+
+    def ask(self, request: Mapping[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        """Send a request and wait for its answer.
+
+        Raises:
+            RunFailed: the worker died or did not answer in time.
+            GateError: the worker answered with an error (its class is kept).
+        """
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the reader sees the end of the stream and reports how the worker died
+        try:
+            line = self.answers.get(timeout=timeout_s or self.timeout_s)
+        except queue.Empty:
+            self.kill()
+            raise RunFailed(
+                f"{self.label}: the worker did not answer {request.get('op')!r} within "
+                f"{timeout_s or self.timeout_s:.0f} s and was stopped.",
+                hint="A run that slow needs a longer --timeout, or a smaller shape.",
+            ) from None
+        if line is None:
+            code = self.proc.wait()
+            tail = self._stderr_tail()
+            raise RunFailed(
+                f"{self.label}: the worker process died (exit code {code}) during "
+                f"{request.get('op')!r}" + (f"; its last words: {tail}" if tail else "."),
+                hint="A crash inside the runtime or the module; run it alone to see the trace.",
+            )
+        answer = json.loads(line)
+        if "error" in answer:
+            raise _error(answer, self.label)
+        return answer["ok"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write('{"op": "quit"}\n')
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self.log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Contest:
+    """Contenders in worker processes of their own, timed in interleaved slices.
+
+    Use as a context manager; ``load()`` runs when entering, and again for new settings (a thread
+    sweep). Each worker is asked nothing else while another one runs.
+
+    Args:
+        contenders: the sides, in report order.
+        timeout_s: longest wait for one answer (a load, or one slice of runs) before the worker is
+            stopped and the contest fails.
+    """
+
+    def __init__(self, contenders: Sequence[Contender], *, timeout_s: float = 600.0) -> None:
+        if not contenders:
+            raise ConfigError("a contest needs at least one contender.")
+        self.contenders = list(contenders)
+        self.timeout_s = timeout_s
+        self.loaded: list[dict[str, Any]] = []
+        self.schedule: list[int] = []
+        """The contender of every timed slice of the last race, in the order they ran."""
+        self._procs: list[_Process] = []
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> Self:
+        self._tmp = tempfile.TemporaryDirectory(prefix="onnxgate-contest-")
+        try:
+            self._procs = [_Process(c.label, self.timeout_s) for c in self.contenders]
+            self.load(self.contenders)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._procs:
+            proc.close()
+        self._procs = []
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def load(self, contenders: Sequence[Contender]) -> list[dict[str, Any]]:
+        """(Re)load every side, e.g. with other thread settings; returns what each loaded."""
+        if len(contenders) != len(self._procs):
+            raise ConfigError("a contest cannot change its number of contenders.")
+        self.contenders = list(contenders)
+        self.loaded = [
+            p.ask(c.load_request()) for p, c in zip(self._procs, contenders, strict=True)
+        ]
+        return self.loaded
+
+    def race(
+        self,
+        feeds: Sequence[Mapping[str, np.ndarray]],
+        *,
+        warmup: int = 10,
+        budget_s: float = 2.0,
+        runs: int | None = None,
+        min_runs: int = 10,
+        slice_s: float = SLICE_S,
+        progress: Callable[[str], None] | None = None,
+    ) -> list[list[float]]:
+        """Interleaved timed runs on ``feeds[i]`` for contender ``i``; latencies in ms per side.
+
+        Each side runs ``warmup`` uncounted runs, then slices of about ``slice_s`` seconds in
+        turn until every side has ``runs`` runs, or (without ``runs``) ``budget_s`` seconds of
+        runs and at least ``min_runs``.
+        """
+        if self._tmp is None:
+            raise RuntimeError("Contest.race() outside its `with` block")
+        if len(feeds) != len(self._procs):
+            raise ConfigError("race() needs one set of feeds per contender.")
+        for i, (proc, arrays) in enumerate(zip(self._procs, feeds, strict=True)):
+            path = Path(self._tmp.name) / f"feeds-{i}.npz"
+            save_arrays(path, arrays)
+            proc.ask({"op": "feeds", "path": str(path)})
+        say = progress or (lambda message: None)
+        if warmup:
+            for proc in self._procs:
+                say(f"{proc.label}: warming up")
+                proc.ask({"op": "run", "count": warmup})
+        self.schedule = []
+        latencies: list[list[float]] = [[] for _ in self._procs]
+        spent = [0.0] * len(self._procs)
+        order = list(range(len(self._procs)))
+        turn = 0
+
+        def wanted(i: int) -> int:
+            if runs is not None:
+                return runs - len(latencies[i])
+            if spent[i] >= budget_s:
+                return min_runs - len(latencies[i])
+            return 1 << 30
+
+        while any(wanted(i) > 0 for i in order):
+            for i in order if turn % 2 == 0 else reversed(order):
+                need = wanted(i)
+                if need <= 0:
+                    continue
+                seconds = slice_s if runs is not None else min(slice_s, budget_s - spent[i])
+                answer = self._procs[i].ask(
+                    {"op": "run", "count": need, "seconds": max(seconds, 1e-3)}
+                )
+                self.schedule.append(i)
+                ns = answer["ns"]
+                latencies[i].extend(v / 1e6 for v in ns)
+                spent[i] += sum(ns) / 1e9
+                time.sleep(PAUSE_S)
+            turn += 1
+            done = ", ".join(f"{p.label} {len(latencies[i])}" for i, p in enumerate(self._procs))
+            say(f"timed runs: {done}")
+        return latencies
