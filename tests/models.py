@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -65,3 +66,20 @@ def save(proto: onnx.ModelProto, path: Path) -> Path:
     """Write the model and return its path."""
     onnx.save_model(proto, path)
     return path
+
+
+@functools.cache
+def _installed_limits():
+    from onnxgate.compat.runtime import runtime_profile
+
+    return runtime_profile().limits()
+
+
+def newer_opset() -> int:
+    """One ``ai.onnx`` opset past what the installed runtime loads (each release raises it)."""
+    return _installed_limits().max_opsets["ai.onnx"] + 1
+
+
+def newer_ir() -> int:
+    """One IR version past what the installed runtime loads."""
+    return _installed_limits().max_ir + 1
