@@ -12,9 +12,11 @@ from onnxgate.cli.bench_cmd import bench_command
 from onnxgate.cli.check_cmd import check_command
 from onnxgate.cli.compare_cmd import compare_command
 from onnxgate.cli.contract_cmd import contract_app, verify_command
+from onnxgate.cli.doctor_cmd import doctor_command
 from onnxgate.cli.export_cmd import export_app
 from onnxgate.cli.inspect_cmd import inspect_command
 from onnxgate.cli.placement_cmd import placement_command
+from onnxgate.cli.profile_cmd import profile_command
 from onnxgate.cli.runtimes_cmd import runtimes_command
 
 app = typer.Typer(
@@ -62,9 +64,11 @@ app.command("compare")(compare_command)
 app.command("placement")(placement_command)
 app.command("verify")(verify_command)
 app.command("bench")(bench_command)
+app.command("profile")(profile_command)
 app.add_typer(contract_app, name="contract")
 app.add_typer(export_app, name="export")
 app.command("runtimes")(runtimes_command)
+app.command("doctor")(doctor_command)
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
 """Ask ONNX Runtime which provider each node of a model was assigned to.
 
-This module needs only the standard library, NumPy and ONNX Runtime, and never imports onnxgate,
-so the same code runs in-process for the installed runtime and as a script inside an isolated
-environment holding an older release (``python _assign.py request.json answer.json``).
+This module needs only the standard library, NumPy and ONNX Runtime, and of onnxgate only its
+stdlib-only sibling ``_trace.py`` (the trace parser ``onnxgate profile`` shares), so the same code
+runs in-process for the installed runtime and as a script inside an isolated environment holding
+an older release (``python _assign.py request.json answer.json``, which finds ``_trace.py`` in its
+own folder).
 
 Two methods, the first preferred:
 
@@ -32,10 +34,14 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort  # noqa: TID251  (runs inside the audited runtime)
 
+if __package__:
+    from onnxgate.placement import _trace
+else:  # run as a script inside an isolated environment: _trace.py sits in this same folder
+    import _trace  # type: ignore[no-redef]
+
 RECORD_KEY = "session.record_ep_graph_assignment_info"
 LAYOUT = 3
 """The level number of ``ORT_ENABLE_LAYOUT``."""
-_SUFFIX = "_kernel_time"
 
 
 def can_record() -> bool:
@@ -71,19 +77,13 @@ def by_profiling(session: Any, feeds: dict[str, Any]) -> list[list[str]]:
     session.run(None, feeds)
     trace = session.end_profiling()
     try:
-        with open(trace, encoding="utf-8") as file:
-            events = json.load(file)
+        events = _trace.load(trace)
     finally:
         os.unlink(trace)
     seen: dict[str, list[str]] = {}
-    for event in events:
-        args = event.get("args") or {}
-        if event.get("cat") != "Node" or "provider" not in args:
-            continue
-        name = str(event.get("name", ""))
-        name = name[: -len(_SUFFIX)] if name.endswith(_SUFFIX) else name
+    for call in _trace.node_events(events):
         # the profile has no domain; "" means it is not known
-        seen.setdefault(name, [name, args.get("op_name", ""), "", args["provider"]])
+        seen.setdefault(call.node, [call.node, call.op_type, "", call.provider])
     return list(seen.values())
 
 

@@ -248,6 +248,8 @@ def create_session(
     if profile_prefix is not None:
         so.enable_profiling = True
         so.profile_file_prefix = str(profile_prefix)
+        # a session that fails to load logs "Could not write a profile"; the failure is raised
+        so.log_severity_level = 4
     by_name = {canonical(k, providers): dict(v) for k, v in options.provider_options.items()}
     provider_options = [by_name.get(p, {}) for p in providers]
     try:

@@ -1,0 +1,118 @@
+"""Runs in a child Python for ``onnxgate doctor``: asks ONNX Runtime about itself, probes providers.
+
+Reads a JSON request from the file named by argv[1] and writes a JSON answer to argv[2]. A
+provider whose libraries crash the process takes only this child down, never doctor. It imports
+nothing of onnxgate, so that it sees exactly the ONNX Runtime the caller's Python sees: the
+caller's ``sys.path`` comes in the request (the child is started with PYTHONNOUSERSITE=1, which
+would otherwise hide an onnxruntime installed with ``pip install --user``).
+
+The probe: a one-node Add model (written by the caller) in a session on one provider, with
+``session.disable_cpu_ep_fallback=1`` so that a provider which cannot take the node, or which
+failed to initialise (ONNX Runtime then logs a warning and carries on with CPU), fails instead of
+silently running on CPU. ONNX Runtime's own log lines (the cause, such as "libcudnn.so.9: cannot
+open shared object file") go to file descriptor 2 from C++, so they are captured there.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+CPU = "CPUExecutionProvider"
+LOG_LINES = 12
+
+
+def _first_line(err):
+    text = " ".join(str(err).split())
+    return text[:600] if text else type(err).__name__
+
+
+def _captured(action):
+    """Run ``action`` with file descriptor 2 redirected; return its result and what was written."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            result = action()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        sink.seek(0)
+        text = sink.read().decode("utf-8", "replace")
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    return result, lines[-LOG_LINES:]
+
+
+def _probe(ort, np, model, provider):
+    options = ort.SessionOptions()
+    if provider != CPU:
+        # CPU must not be disabled when it is the provider asked for (ONNX Runtime refuses that)
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+
+    def run():
+        answer = {"provider": provider, "session_providers": [], "correct": False, "error": None}
+        try:
+            session = ort.InferenceSession(model, options, providers=[provider])
+            answer["session_providers"] = list(session.get_providers())
+            a = np.arange(6, dtype=np.float32).reshape(2, 3)
+            b = np.full((2, 3), 0.5, dtype=np.float32)
+            out = session.run(None, {"a": a, "b": b})[0]
+            answer["correct"] = bool(np.array_equal(out, a + b))
+        except Exception as err:  # every exception type is an answer here
+            answer["error"] = _first_line(err)
+        return answer
+
+    answer, log = _captured(run)
+    answer["log"] = log
+    return answer
+
+
+def _info(ort):
+    try:
+        from onnxruntime.capi import build_and_package_info as built  # noqa: TID251
+    except ImportError:  # older releases do not write it
+        built = None
+    get_build_info = getattr(ort, "get_build_info", None)
+    return {
+        "version": ort.__version__,
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "module_path": os.path.dirname(os.path.abspath(ort.__file__)),
+        "package_name": getattr(built, "package_name", None),
+        "cuda_version": getattr(built, "cuda_version", None) or None,
+        "build_info": get_build_info() if get_build_info else None,
+        "device": ort.get_device(),
+        "available_providers": list(ort.get_available_providers()),
+        "all_providers": list(ort.get_all_providers()),
+    }
+
+
+def main():
+    with open(sys.argv[1]) as handle:
+        request = json.load(handle)
+    # the caller's path first, so this child imports the onnxruntime the caller would
+    sys.path[:] = list(dict.fromkeys(request.get("sys_path", []) + sys.path))
+    (answer, import_log) = _captured(_import)
+    if isinstance(answer, str):
+        answer = {"error": answer, "log": import_log}
+    else:
+        ort, np = answer
+        answer = {"info": _info(ort), "import_log": import_log} if request.get("info") else {}
+        answer["probes"] = [_probe(ort, np, request["model"], p) for p in request["providers"]]
+    with open(sys.argv[2], "w") as handle:
+        json.dump(answer, handle)
+
+
+def _import():
+    try:
+        import numpy as np
+        import onnxruntime as ort  # noqa: TID251 (this script runs in a child process)
+    except Exception as err:
+        return _first_line(err)
+    return ort, np
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,456 @@
+"""Where the time goes inside one ONNX Runtime run: ONNX Runtime's own profiler, summarised.
+
+The session profiles every run into a Chrome trace (``enable_profiling``). Warm-up runs are
+profiled too, because profiling cannot be switched on mid-session; each run is marked by a
+``model_run`` event spanning it, so only the kernel calls inside the last ``runs`` windows are
+counted. The trace is read by the same parser as the placement audit's profiling method
+(``placement/_trace.py``).
+
+Node names and op types are those of the graph as ONNX Runtime optimised it at the requested
+level (``Times212/MatMulAddFusion`` is a Gemm that fusion made; NCHWc rewrites appear under
+``..._nchwc`` names), because that is the graph that ran. Times are kernel times; the rest of a
+run (``run_ms - node_ms``) is ONNX Runtime's own work between kernels.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate.compat.providers import CPU
+from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.errors import ConfigError, FeedError, RunFailed
+from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.perf._bench import batch_dim
+from onnxgate.placement import MEMCPY, _trace
+
+if TYPE_CHECKING:
+    from onnxgate.runners import OrtOptions
+
+log = logging.getLogger(__name__)
+
+SPREAD = 2.0
+"""A counted run slower in kernels than this many times the median run earns a note."""
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """What to profile, and on which session."""
+
+    dims: Mapping[str, int] = field(default_factory=dict)
+    """Sizes of symbolic dimensions for synthetic feeds (one size each: one shape is profiled)."""
+    batch: int | None = None
+    """Size of the batch dimension (the first input's axis 0, when symbolic)."""
+    ranges: Mapping[str, ValueRange] = field(default_factory=dict)
+    seed: int = 0
+    inputs: Path | None = None
+    """Input data (``.npz``, JSON, ``.pb`` folders) instead of synthetic feeds; the first sample."""
+    providers: tuple[str, ...] = ()
+    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    optimization: str = "all"
+    threads: int = 0
+    """Intra-op threads; 0 lets ONNX Runtime choose."""
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    warmup: int = 5
+    """Runs profiled but not counted (the first run allocates and tunes)."""
+    runs: int = 10
+    """Runs counted; figures are per run, averaged over them."""
+    top: int = 10
+    """How many of the slowest nodes to list; 0 lists every node."""
+    trace: Path | None = None
+    """Keep ONNX Runtime's Chrome trace (all runs, warm-up included) here; otherwise deleted."""
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise ConfigError(f"--warmup {self.warmup} must be 0 or more.")
+        if self.runs < 1:
+            raise ConfigError(f"--runs {self.runs} must be 1 or more.")
+        if self.top < 0:
+            raise ConfigError(f"--top {self.top} must be 0 (every node) or more.")
+        if self.batch is not None and self.batch < 1:
+            raise ConfigError(f"--batch {self.batch} must be 1 or more.")
+        if self.inputs is not None and (self.dims or self.batch is not None or self.ranges):
+            raise ConfigError(
+                f"--dim, --batch and --range shape synthetic feeds; --inputs {self.inputs} "
+                "gives the data itself.",
+                hint="Drop --inputs to profile synthetic feeds, or drop the other options.",
+            )
+        if self.trace is not None:
+            if self.trace.is_dir():
+                raise ConfigError(
+                    f"--trace {self.trace} is a folder; it takes a file path.",
+                    hint=f"Use e.g. --trace {self.trace / 'profile.json'}.",
+                )
+            if not self.trace.parent.is_dir():
+                raise ConfigError(
+                    f"--trace {self.trace}: the folder {self.trace.parent} does not exist."
+                )
+
+    def ort_options(self) -> OrtOptions:
+        """The session options (validated: level, threads, provider options)."""
+        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+        return OrtOptions(
+            providers=self.providers,
+            provider_options=self.provider_options,
+            optimization=self.optimization,
+            intra_op_threads=self.threads,
+            config=self.session_config,
+        )
+
+
+class TensorShape(BaseModel):
+    """A tensor a kernel read or wrote, as the trace records it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: str
+    """Element type as ONNX Runtime names it (``float``, ``int64``); empty for a missing input."""
+    shape: list[int]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]" if self.dtype else "-"
+
+
+class TimeShare(BaseModel):
+    """Time of one group of nodes (an op type, a provider) per run, and its share."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    nodes: int
+    """Distinct nodes in the group that ran."""
+    calls: int
+    """Kernel calls over all profiled runs (nodes x runs, more inside loops)."""
+    ms: float
+    """Kernel time per run, milliseconds."""
+    share: float
+    """Fraction of all kernel time."""
+
+
+class NodeTime(BaseModel):
+    """One node of the optimised graph: its time per run and the shapes it saw."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str
+    op_type: str
+    provider: str
+    calls: int
+    ms: float
+    share: float
+    inputs: list[TensorShape]
+    """What the kernel read; a constant weight the kernel pre-packed (MatMul, Gemm, Conv on some
+    providers) is no longer an input and is not listed."""
+    outputs: list[TensorShape]
+
+
+class MemcpyNode(NodeTime):
+    """A copy ONNX Runtime inserted between providers, and the providers it bridges."""
+
+    source: str
+    """Provider whose memory the tensor leaves (CPU for ``MemcpyFromHost``)."""
+    target: str
+    """Provider whose memory it enters (CPU for ``MemcpyToHost``)."""
+
+
+class ProfileReport(BaseModel):
+    """The answer of ``onnxgate profile``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    runtime: str
+    providers: list[str]
+    """What the session reports using."""
+    optimization: str
+    feeds: str
+    """Where the profiled inputs came from."""
+    shapes: dict[str, list[int]] = {}
+    """Shape of each input fed."""
+    warmup: int
+    runs: int
+    """Profiled runs the figures cover."""
+    run_ms: float
+    """Mean duration of a profiled ``run()``, as ONNX Runtime timed it (profiling overhead in)."""
+    node_ms: float
+    """Kernel time per run, the sum the shares are fractions of."""
+    node_count: int
+    """Distinct nodes that ran."""
+    op_types: list[TimeShare]
+    by_provider: list[TimeShare]
+    nodes: list[NodeTime]
+    """The slowest nodes, slowest first (``top`` of them; every node when ``top`` is 0)."""
+    memcpy: list[MemcpyNode] = []
+    trace: str | None = None
+    """ONNX Runtime's Chrome trace, when kept (open it in chrome://tracing or Perfetto)."""
+    notes: list[str] = []
+
+
+def bridge(op_type: str, provider: str) -> tuple[str, str]:
+    """``(source, target)`` of a Memcpy node assigned to ``provider``.
+
+    ONNX Runtime assigns both copies to the device provider that needs them: ``MemcpyFromHost``
+    brings a tensor from host (CPU) memory into that provider's memory, ``MemcpyToHost`` takes
+    one back to the host.
+    """
+    if op_type == "MemcpyToHost":
+        return provider, CPU
+    return CPU, provider
+
+
+def _shapes(types: Iterable[_trace.TensorType]) -> list[TensorShape]:
+    return [TensorShape(dtype=t.dtype, shape=list(t.shape)) for t in types]
+
+
+def _shares(
+    calls: list[_trace.NodeEvent], key: Callable[[_trace.NodeEvent], str], runs: int, total: int
+) -> list[TimeShare]:
+    groups: dict[str, list[_trace.NodeEvent]] = {}
+    for call in calls:
+        groups.setdefault(key(call), []).append(call)
+    rows = []
+    for name, members in groups.items():
+        dur = sum(c.dur for c in members)
+        rows.append(
+            TimeShare(
+                name=name,
+                nodes=len({c.node for c in members}),
+                calls=len(members),
+                ms=dur / runs / 1000,
+                share=dur / total if total else 0.0,
+            )
+        )
+    return sorted(rows, key=lambda r: (-r.ms, r.name))
+
+
+def _windows(
+    events: list[dict[str, Any]], warmup: int, runs: int, notes: list[str]
+) -> list[tuple[int, int]]:
+    """The ``model_run`` windows of the profiled runs: the last ``runs`` of them."""
+    windows = _trace.run_windows(events)
+    made = warmup + runs
+    if len(windows) >= made:
+        return windows[-runs:]
+    # ONNX Runtime stops recording at a fixed number of events: the last runs are the lost ones
+    kept = windows[warmup:]
+    if not kept:
+        raise RunFailed(
+            f"ONNX Runtime's trace marks {len(windows)} run(s) (model_run events) of the "
+            f"{made} made, none after the {warmup} warm-up run(s); nothing can be counted.",
+            hint="Lower --warmup or --runs, or profile a smaller input.",
+        )
+    notes.append(
+        f"the trace holds {len(windows)} of the {made} runs made (ONNX Runtime stops recording "
+        f"after its event limit); figures cover the {len(kept)} after warm-up"
+    )
+    return kept
+
+
+def _spread(calls: list[_trace.NodeEvent], windows: list[tuple[int, int]]) -> list[str]:
+    """A note when one counted run took far longer than the median run (whole, or in kernels)."""
+    kernels = [0] * len(windows)
+    for call in calls:
+        index = _trace.window_of(call.ts, windows)
+        if index is not None:
+            kernels[index] += call.dur
+    whole = [end - start for start, end in windows]
+    notes = []
+    for what, per_run in (("in all", whole), ("in kernels", kernels)):
+        median = statistics.median(per_run) if len(per_run) > 1 else 0
+        slowest = max(per_run, default=0)
+        if median > 0 and slowest > SPREAD * median:
+            notes.append(
+                f"one counted run took {slowest / 1000:.3f} ms {what}, the median run "
+                f"{median / 1000:.3f} ms: the machine was busy, and the means above carry it; "
+                "profile again or raise --runs"
+            )
+    return notes
+
+
+def report_from_trace(
+    events: list[dict[str, Any]],
+    *,
+    warmup: int,
+    runs: int,
+    top: int = 10,
+    model: str = "",
+    runtime: str = "",
+    providers: Iterable[str] = (),
+    optimization: str = "",
+    feeds: str = "",
+    shapes: Mapping[str, list[int]] | None = None,
+    trace: str | None = None,
+    notes: Iterable[str] = (),
+) -> ProfileReport:
+    """Summarise the events of a trace: the last ``runs`` runs count, earlier ones are warm-up.
+
+    Raises:
+        RunFailed: the trace marks no run after the warm-up.
+    """
+    notes = list(notes)
+    kept = _windows(events, warmup, runs, notes)
+    counted = len(kept)
+    calls = _trace.within(_trace.node_events(events), kept)
+    total = sum(c.dur for c in calls)
+    per_node: dict[tuple[str, str, str], list[_trace.NodeEvent]] = {}
+    for call in calls:
+        per_node.setdefault((call.node, call.op_type, call.provider), []).append(call)
+    rows: list[NodeTime] = []
+    memcpy: list[MemcpyNode] = []
+    for (node, op_type, provider), members in per_node.items():
+        dur = sum(c.dur for c in members)
+        last = members[-1]
+        fields: dict[str, Any] = {
+            "node": node,
+            "op_type": op_type,
+            "provider": provider,
+            "calls": len(members),
+            "ms": dur / counted / 1000,
+            "share": dur / total if total else 0.0,
+            "inputs": _shapes(last.inputs),
+            "outputs": _shapes(last.outputs),
+        }
+        rows.append(NodeTime(**fields))
+        if op_type in MEMCPY:
+            source, target = bridge(op_type, provider)
+            memcpy.append(MemcpyNode(**fields, source=source, target=target))
+    rows.sort(key=lambda r: (-r.ms, r.node))
+    memcpy.sort(key=lambda r: (-r.ms, r.node))
+    if not calls:
+        notes.append("no kernel call was recorded inside the profiled runs")
+    notes.extend(_spread(calls, kept))
+    return ProfileReport(
+        model=model,
+        runtime=runtime,
+        providers=list(providers),
+        optimization=optimization,
+        feeds=feeds,
+        shapes=dict(shapes or {}),
+        warmup=warmup,
+        runs=counted,
+        run_ms=statistics.fmean(end - start for start, end in kept) / 1000,
+        node_ms=total / counted / 1000,
+        node_count=len(per_node),
+        op_types=_shares(calls, lambda c: c.op_type, counted, total),
+        by_provider=_shares(calls, lambda c: c.provider, counted, total),
+        nodes=rows[:top] if top else rows,
+        memcpy=memcpy,
+        trace=trace,
+        notes=notes,
+    )
+
+
+def _sample(
+    loaded: LoadedModel, signature: Signature, config: ProfileConfig, notes: list[str]
+) -> Sample:
+    if config.inputs is not None:
+        samples = load_feeds(config.inputs, signature=signature)
+        if not samples:
+            raise FeedError(f"--inputs {config.inputs} holds no sample.")
+        if len(samples) > 1:
+            notes.append(
+                f"{config.inputs} holds {len(samples)} samples; the first "
+                f"({samples[0].label}) was profiled"
+            )
+        return samples[0]
+    dims: dict[str, int] = dict(config.dims)
+    if config.batch is not None:
+        name = batch_dim(signature)
+        if name is None:
+            raise ConfigError(
+                f"{loaded.path}: the first input has no symbolic batch dimension, so --batch "
+                "cannot change it.",
+                hint="Use --dim NAME=SIZE for the model's symbolic dimensions (see `inspect`).",
+            )
+        dims[name] = config.batch
+    return synthetic_samples(
+        signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
+    )[0]
+
+
+def _read_trace(path: Path, what: Path) -> list[dict[str, Any]]:
+    try:
+        return _trace.load(str(path))
+    except (OSError, ValueError) as err:
+        raise RunFailed(
+            f"ONNX Runtime's profile of {what} at {path} cannot be read: {err}."
+        ) from err
+
+
+def _keep(path: Path, destination: Path) -> str:
+    try:
+        shutil.move(path, destination)
+    except OSError as err:
+        raise ConfigError(
+            f"cannot write the trace to --trace {destination}: {err.strerror or err}.",
+            hint="Choose a writable file path for --trace.",
+        ) from err
+    return str(destination)
+
+
+def profile(
+    model: str | Path | LoadedModel,
+    config: ProfileConfig | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> ProfileReport:
+    """Profile the model on ONNX Runtime; the library function behind ``onnxgate profile``.
+
+    Args:
+        model: the ONNX model.
+        config: feeds, session settings, run counts, how many nodes to list, where to keep the
+            trace.
+        progress: called with a short message before slow steps.
+
+    Raises:
+        ConfigError: bad options (``--batch`` on a model without a batch dimension, an unknown
+            level, threads out of range, an unwritable ``--trace``).
+        FeedError: ``--inputs`` does not fit the model.
+        ProviderUnavailable: a requested provider is not in this ONNX Runtime build (exit 3).
+        RunFailed: ONNX Runtime cannot create a session for the model or run it.
+    """
+    from onnxgate.runners._ort import OrtRunner, runtime_version  # imports ONNX Runtime
+
+    config = config or ProfileConfig()
+    options = config.ort_options()
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    signature = Signature.from_graph(loaded.proto.graph)
+    notes: list[str] = []
+    sample = _sample(loaded, signature, config, notes)
+    feeds = validate_feeds(signature, sample.feeds, where=sample.label)
+    say = progress or (lambda message: log.info("%s", message))
+    with tempfile.TemporaryDirectory(prefix="onnxgate-profile-") as tmp:
+        with OrtRunner(loaded, options, profile_prefix=Path(tmp) / "ort") as runner:
+            providers = runner.providers()
+            say(
+                f"profiling {loaded.path.name} on {', '.join(providers)}: {config.warmup} "
+                f"warm-up and {config.runs} counted run(s)"
+            )
+            for _ in range(config.warmup + config.runs):
+                runner.infer(feeds)
+            path = runner.end_profiling()
+        events = _read_trace(path, loaded.path)
+        kept = _keep(path, config.trace) if config.trace is not None else None
+    return report_from_trace(
+        events,
+        warmup=config.warmup,
+        runs=config.runs,
+        top=config.top,
+        model=str(loaded.path),
+        runtime=f"onnxruntime {runtime_version()}",
+        providers=providers,
+        optimization=config.optimization,
+        feeds=sample.label,
+        shapes=sample.shapes(),
+        trace=kept,
+        notes=notes,
+    )
