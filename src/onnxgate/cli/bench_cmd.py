@@ -131,6 +131,22 @@ def bench_command(
             show_default=False,
         ),
     ] = None,
+    tuned: Annotated[
+        bool,
+        typer.Option(
+            "--tuned",
+            help="Run with the settings and graph `onnxgate tune` recorded in the contract for "
+            "this machine; refused when the model, the tuned graph or the machine changed.",
+        ),
+    ] = False,
+    objective: Annotated[
+        str | None,
+        typer.Option(
+            "--objective",
+            help="With --tuned: latency or throughput, when both were tuned.",
+            show_default=False,
+        ),
+    ] = None,
     providers: ProvidersOpt = None,
     provider_option: ProviderOptionOpt = None,
     opt_level: OptLevelOpt = "all",
@@ -184,6 +200,8 @@ def bench_command(
         cpu_mem_arena=not no_arena,
         session_config=parse_pairs(session_config, "--session-config"),
         vs=vs,
+        tuned=tuned,
+        objective=objective,
         timeout_s=timeout,
     )
     with progress_bar(fmt == Format.text) as progress:

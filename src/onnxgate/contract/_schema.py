@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
@@ -118,6 +118,69 @@ class Golden(_Strict):
     """Outputs not kept (sequences and maps cannot be stored without pickle)."""
 
 
+class Machine(_Strict):
+    """The machine tuned settings belong to (see ``onnxgate.perf._machine.fingerprint``)."""
+
+    id: str
+    """A short hash of the other fields: the key settings are filed and looked up under."""
+    cpu: str
+    cores: int
+    """CPUs the tuning process could use (affinity and cgroup quota)."""
+    runtime: str
+    """The ONNX Runtime version."""
+    providers: list[str]
+
+
+class Timing(_Strict):
+    """One side of the final contest: its settings and the spread of its latencies."""
+
+    label: str
+    settings: dict[str, Any]
+    """``OrtOptions.settings()``."""
+    graph: str
+    """Which graph ran: ``as given``, or the name of an optimised graph."""
+    runs: int
+    p50_ms: float
+    p90_ms: float
+    mean_ms: float
+    cv: float
+    throughput: float
+    """Samples per second at the mean latency."""
+
+
+class TunedSettings(_Strict):
+    """What ``tune`` found for one machine, objective and shape."""
+
+    machine: Machine
+    objective: Literal["latency", "throughput"]
+    shape: dict[str, int]
+    """The size of every symbolic dimension the settings were tuned at."""
+    source_sha256: str
+    """The model the settings are for (the contract's own model at tuning time)."""
+    settings: dict[str, Any]
+    """The settings to use: the winner's when it replaced the defaults, else the defaults."""
+    graph: str
+    optimized_model: FileDigest | None = None
+    """An optimised graph beside the model, when the recorded settings run one."""
+    replaced_defaults: bool
+    defaults: Timing
+    best: Timing
+    """The best candidate of the search, as measured against the defaults."""
+    ratio: float
+    """Improvement of the best candidate over the defaults (above 1 is better)."""
+    interval: tuple[float, float]
+    """90% bootstrap interval of ``ratio``."""
+    min_gain: float
+    onnxgate: str
+    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+
+class Performance(_Strict):
+    """Tuned settings, one record per machine fingerprint, objective and shape."""
+
+    tuned: list[TunedSettings] = []
+
+
 class Contract(_Strict):
     """The deployment contract of one model."""
 
@@ -129,8 +192,8 @@ class Contract(_Strict):
     requirements: Requirements
     provenance: Provenance
     golden: Golden | None = None
-    performance: dict[str, Any] = {}
-    """Tuned settings and measured latency per hardware fingerprint (filled by later steps)."""
+    performance: Performance = Field(default_factory=Performance)
+    """Tuned settings and measured latency per machine fingerprint (written by ``tune``)."""
     lineage: dict[str, Any] | None = None
     """The parent model and the step that made this one (quantised from, optimised from)."""
 

@@ -65,6 +65,10 @@ class BenchConfig:
     """ONNX Runtime session config entries, e.g. ``session.intra_op.allow_spinning`` → ``0``."""
     vs: str | None = None
     """A contender: ``torch:package.module:factory`` or another ``.onnx`` file."""
+    tuned: bool = False
+    """Run with what ``tune`` recorded in the contract for this machine (settings and graph)."""
+    objective: str | None = None
+    """With ``tuned``: which tuning to use when the contract holds several."""
     timeout_s: float = 600.0
     """Longest wait for one answer of a contender's worker process."""
 
@@ -77,6 +81,8 @@ class BenchConfig:
             raise ConfigError("--batch sizes must be 1 or more.")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be a positive number of seconds.")
+        if self.tuned and list(self.threads) != [0]:
+            raise ConfigError("--tuned runs the tuned thread count; leave out --threads.")
 
     def ort_options(self, threads: int) -> OrtOptions:
         """The session options of one thread count."""
@@ -201,6 +207,9 @@ def bench(
     for sample in samples:
         validate_feeds(signature, sample.feeds, where=sample.label)
     options = [config.ort_options(threads) for threads in config.threads]
+    notes: list[str] = []
+    if config.tuned:
+        loaded, options = _tuned(loaded, config, samples, notes)
     total = len(options) * len(samples)
     done = [0]
 
@@ -212,8 +221,25 @@ def bench(
             log.info("%s", message)
 
     if config.vs is None:
-        return _bench_here(loaded, config, options, samples, batch_name, say)
-    return _bench_vs(loaded, config, options, samples, batch_name, say)
+        report = _bench_here(loaded, config, options, samples, batch_name, say)
+    else:
+        report = _bench_vs(loaded, config, options, samples, batch_name, say)
+    return report.model_copy(update={"warnings": notes + report.warnings})
+
+
+def _tuned(
+    loaded: LoadedModel, config: BenchConfig, samples: Sequence[Sample], notes: list[str]
+) -> tuple[LoadedModel, list[OrtOptions]]:
+    """The graph and settings ``tune`` recorded for this machine (one shape: tuned at it)."""
+    from onnxgate.perf._tuned import tuned_for
+    from onnxgate.runners import OrtOptions
+
+    dims = samples[0].dims if len(samples) == 1 else None
+    settings, path = tuned_for(loaded.path, objective=config.objective, dims=dims)
+    options = OrtOptions.from_settings(settings)
+    notes.append(f"tuned settings from the contract: {options.describe()}; graph {path.name}")
+    graph = loaded if path == loaded.path else load_model(path)
+    return graph, [options]
 
 
 def _result(

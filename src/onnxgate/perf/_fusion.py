@@ -1,0 +1,248 @@
+"""Graph candidates for ``tune``: the model as given, and ONNX Runtime's offline transformer fusions.
+
+ONNX Runtime fuses some patterns when it creates a session (the optimisation level), but its
+transformer optimizer (``onnxruntime.transformers.optimizer``) knows more of them for BERT-like
+encoders: Attention, SkipLayerNormalization, BiasGelu, and, on request, the tanh approximation
+of GELU (``FastGelu``, which Optimum's O3 level ships). Those rewrite the arithmetic, so every
+graph made here is only a *candidate*: ``tune`` compares it with the model as given before its
+speed counts.
+
+The optimizer cannot always find the number of heads and the width itself (exports that compute
+the attention reshape at run time leave it guessing), so both are read from the graph here and
+passed in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxgate.errors import first_line
+from onnxgate.model import LoadedModel
+
+log = logging.getLogger(__name__)
+
+AS_GIVEN = "as given"
+"""The label of the model as given among the graph candidates."""
+
+
+@dataclass(frozen=True)
+class GraphCandidate:
+    """A graph ``tune`` may run instead of the model as given."""
+
+    label: str
+    """``as given``, ``bert-fusion``, ``bert-fusion+gelu-approx``."""
+    proto: onnx.ModelProto | None
+    """The rewritten model; None for the model as given (run from its own file)."""
+    note: str = ""
+    """How the graph was made, for the report."""
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """What the transformer optimizer needs to know about a BERT-like encoder."""
+
+    heads: int
+    hidden: int
+
+
+def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Initializers and Constant node outputs with a tensor value, as arrays."""
+    found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                    found[node.output[0]] = numpy_helper.to_array(attr.t)
+    return found
+
+
+def _shape_tail(name: str, constants: dict[str, np.ndarray], producers: dict) -> list[int] | None:
+    """The last two entries of a 4-entry reshape target, constant or a Concat of pieces."""
+    if name in constants:
+        values = constants[name].reshape(-1).tolist()
+        return [int(v) for v in values[-2:]] if len(values) == 4 else None
+    node = producers.get(name)
+    if node is None or node.op_type != "Concat" or len(node.input) < 2:
+        return None
+    pieces = []
+    for part in node.input:
+        if part in constants:
+            pieces.extend(int(v) for v in constants[part].reshape(-1).tolist())
+        else:
+            pieces.append(None)  # a piece computed at run time (batch, sequence)
+    if len(pieces) != 4 or pieces[2] is None or pieces[3] is None:
+        return None
+    return [pieces[2], pieces[3]]
+
+
+def encoder_shape(model: onnx.ModelProto) -> EncoderShape | None:
+    """Heads and width of a BERT-like encoder, or None when the graph does not look like one.
+
+    BERT-like means LayerNormalization (or a Skip/Embed variant), Softmax and many MatMuls. The
+    width is the LayerNormalization scale's length; the heads come from an Attention node's
+    ``num_heads``, else from the Reshape to ``[.., .., H, W/H]`` that feeds the attention
+    Transpose (either of H and W/H may be -1 and is then derived from the width).
+    """
+    graph = model.graph
+    ops = Counter(node.op_type for node in graph.node)
+    norms = sum(ops[o] for o in ("LayerNormalization", "SkipLayerNormalization"))
+    if norms < 2 or ops["MatMul"] + ops["Attention"] * 4 < 4:
+        return None
+    if not ops["Softmax"] and not ops["Attention"]:
+        return None
+    constants = _constants(graph)
+    hidden = None
+    for node in graph.node:
+        if node.op_type in ("LayerNormalization", "SkipLayerNormalization"):
+            scale = node.input[1] if node.op_type == "LayerNormalization" else node.input[2]
+            if scale in constants and constants[scale].ndim == 1:
+                hidden = int(constants[scale].shape[0])
+                break
+    if hidden is None:
+        return None
+    for node in graph.node:
+        if node.op_type == "Attention":
+            for attr in node.attribute:
+                if attr.name == "num_heads" and attr.i > 0:
+                    return EncoderShape(heads=int(attr.i), hidden=hidden)
+    producers = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    votes: Counter[int] = Counter()
+    for node in graph.node:
+        if node.op_type != "Reshape" or len(node.input) < 2:
+            continue
+        if not any(c.op_type == "Transpose" for c in consumers.get(node.output[0], [])):
+            continue
+        tail = _shape_tail(node.input[1], constants, producers)
+        if tail is None:
+            continue
+        heads, size = tail
+        if heads <= 0 and size > 0 and hidden % size == 0:
+            heads = hidden // size
+        if heads > 0 and hidden % heads == 0 and (size <= 0 or heads * size == hidden):
+            votes[heads] += 1
+    if not votes:
+        return None
+    return EncoderShape(heads=votes.most_common(1)[0][0], hidden=hidden)
+
+
+@contextlib.contextmanager
+def quiet_tools() -> Iterator[None]:
+    """Keep ONNX Runtime's Python tools off stdout and the terminal (unless -vv).
+
+    The transformer optimizer prints through ``print``, its loggers and warnings; stdout must
+    stay one JSON document under ``--format json``, so file descriptor 1 points at stderr too.
+    """
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    # the optimizer's modules log under bare names (``fusion_skiplayernorm``), so no logger
+    # prefix catches them: logging below ERROR is switched off while it runs
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
+                yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        logging.disable(disabled)
+
+
+def _fused(
+    loaded: LoadedModel, shape: EncoderShape, *, opt_level: int, gelu_approximation: bool
+) -> onnx.ModelProto:
+    # the ONNX Runtime's own tools, imported only when a graph is to be rewritten
+    from onnxruntime.transformers.fusion_options import FusionOptions  # noqa: TID251  (ORT tools)
+    from onnxruntime.transformers.optimizer import optimize_model  # noqa: TID251  (ORT tools)
+
+    options = FusionOptions("bert")
+    options.enable_gelu_approximation = gelu_approximation
+    with quiet_tools():
+        # by path: given a proto, the optimizer saves it with external data first, and ONNX
+        # Runtime's constant folding then cannot read it
+        optimized = optimize_model(
+            str(loaded.path),
+            model_type="bert",
+            num_heads=shape.heads,
+            hidden_size=shape.hidden,
+            optimization_options=options,
+            opt_level=opt_level,
+            only_onnxruntime=False,
+        )
+    return optimized.model
+
+
+def graph_candidates(
+    loaded: LoadedModel, *, notes: list[str] | None = None
+) -> list[GraphCandidate]:
+    """The model as given, and for a BERT-like encoder its transformer-fused variants.
+
+    Variants are the optimizer's Python fusions alone (``opt_level=0``), after ONNX Runtime's
+    basic level (``opt_level=1``, kept only when it fuses differently), and the first with the
+    GELU approximation. A variant the optimizer cannot make becomes a note, not an error.
+    """
+    notes = notes if notes is not None else []
+    found = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
+    if loaded.external_data:
+        notes.append(
+            "the model keeps weights in external data; transformer fusions are not tried "
+            "(session settings are)"
+        )
+        return found
+    shape = encoder_shape(loaded.proto)
+    if shape is None:
+        return found
+    log.info("BERT-like encoder: %s heads, width %s", shape.heads, shape.hidden)
+    what = f"{shape.heads} heads, width {shape.hidden}"
+    variants = (
+        ("bert-fusion", 0, False, f"ONNX Runtime transformer fusions ({what})"),
+        ("bert-fusion-basic", 1, False, f"ONNX Runtime basic level, then its fusions ({what})"),
+        (
+            "bert-fusion+gelu-approx",
+            0,
+            True,
+            f"transformer fusions with the tanh approximation of GELU ({what})",
+        ),
+    )
+    seen: list[Counter[str]] = [Counter(n.op_type for n in loaded.proto.graph.node)]
+    for label, level, approx, note in variants:
+        try:
+            proto = _fused(loaded, shape, opt_level=level, gelu_approximation=approx)
+        except Exception as err:  # the optimizer raises anything; a missing variant is a note
+            notes.append(f"{label}: the transformer optimizer failed: {first_line(err)}")
+            continue
+        ops = Counter(n.op_type for n in proto.graph.node)
+        if ops in seen:
+            notes.append(f"{label}: fuses nothing beyond an earlier graph; not tried")
+            continue
+        seen.append(ops)
+        fused = sorted(set(ops) - set(seen[0]))
+        found.append(
+            GraphCandidate(label, proto, note + (f"; adds {', '.join(fused)}" if fused else ""))
+        )
+    return found

@@ -1,0 +1,81 @@
+"""Which machine a measurement belongs to: tuned settings are only valid where they were tuned.
+
+A thread count that wins on a 2-core VM loses on a 32-core server, and a new ONNX Runtime release
+may change which kernels run. So tuned settings are filed under a fingerprint of the CPU model,
+the CPUs this process may use (affinity and cgroup quota, not the host's count), the ONNX Runtime
+version and the execution providers, and are refused elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+from onnxgate.contract._schema import Machine
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: the affinity mask, capped by a cgroup v2/v1 CPU quota."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        count = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    if quota is not None:
+        count = min(count, quota)
+    return max(1, count)
+
+
+def _cgroup_quota() -> int | None:
+    """``ceil(quota / period)`` from cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_*``; None when unlimited."""
+    try:
+        text = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if len(text) == 2 and text[0] != "max":
+            return max(1, math.ceil(int(text[0]) / int(text[1])))
+        return None
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return max(1, math.ceil(quota / period)) if quota > 0 and period > 0 else None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what the platform module knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def fingerprint(providers: Sequence[str] | None = None) -> Machine:
+    """This machine as tuned settings are filed: CPU, usable cores, ONNX Runtime, providers.
+
+    Args:
+        providers: the providers the settings are for (resolved names, CPU last); the ones
+            requested by default, i.e. CPU only.
+    """
+    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+    from onnxgate.runners._ort import runtime_version
+
+    resolved = OrtOptions(providers=tuple(providers or ())).resolved_providers()
+    cpu, cores, runtime = cpu_model(), usable_cpus(), runtime_version()
+    text = "\n".join([cpu, str(cores), runtime, *resolved])
+    return Machine(
+        id=hashlib.sha256(text.encode()).hexdigest()[:10],
+        cpu=cpu,
+        cores=cores,
+        runtime=runtime,
+        providers=resolved,
+    )

@@ -1,0 +1,555 @@
+"""``tune``: the fastest session settings (and graph) that still give the model's answers.
+
+Four steps, in this order because each one protects the next:
+
+1. **Parity gate.** Every graph candidate (the model as given, ONNX Runtime's transformer fusions
+   for a BERT-like encoder) at every optimisation level is compared with the model as given
+   under ONNX Runtime's defaults, on the tuning shape and the contract's golden inputs, with the
+   contract's rules per output. A candidate that fails is reported with its worst figures and is
+   never timed: a fast wrong answer is not a result.
+2. **Search.** The passing (graph, level) pairs crossed with the session grid (threads, execution
+   mode, spinning, memory arena and patterns; provider options on a GPU) are searched by
+   successive halving in this process, one session at a time.
+3. **Contest.** The winner and the defaults are timed again, each in its own worker process, runs
+   interleaved (``_contest``). The winner replaces the defaults only when the 90% bootstrap
+   interval of its improvement lies above 1 and the gain is at least ``min_gain``: a 1% "win"
+   on a shared machine is noise.
+4. **Record.** The settings kept (the winner's or the defaults'), both sides' figures and the
+   interval go into the contract, filed under the machine fingerprint, objective and shape; an
+   optimised graph is written beside the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import statistics
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate._version import __version__
+from onnxgate.compare import CompareConfig, compare_runners
+from onnxgate.contract import (
+    Contract,
+    GoldenRunner,
+    Machine,
+    Timing,
+    TunedSettings,
+    config_from_rules,
+    contract_paths,
+    identity,
+    load_contract,
+    read_golden,
+)
+from onnxgate.data import Sample, ValueRange, synthetic_samples, validate_feeds
+from onnxgate.errors import ConfigError, ParityError, RunFailed
+from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.perf._bench import batch_dim
+from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, graph_candidates
+from onnxgate.perf._machine import fingerprint, usable_cpus
+from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
+from onnxgate.perf._tuned import record_tuning
+
+log = logging.getLogger(__name__)
+
+LEVELS = ("all", "extended", "basic")
+"""ONNX Runtime optimisation levels searched by default."""
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """What to tune for, and how much to spend on it."""
+
+    objective: Objective = "latency"
+    """``latency`` (p50 at the batch) or ``throughput`` (samples/s at the batch)."""
+    batch: int | None = None
+    """Size of the batch dimension (the first input's axis 0, when symbolic)."""
+    dims: Mapping[str, int] = field(default_factory=dict)
+    """Sizes of other symbolic dimensions; unnamed ones are 3."""
+    providers: tuple[str, ...] = ()
+    min_gain: float = 0.02
+    """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
+    write: bool = True
+    """Record the result in the contract (which must exist and describe this model)."""
+    fusions: bool = True
+    """Try ONNX Runtime's transformer fusions when the graph is a BERT-like encoder."""
+    levels: Sequence[str] = LEVELS
+    threads: Sequence[int] | None = None
+    """Intra-op thread counts to search instead of 1, 2, 4 ... up to the usable CPUs."""
+    search_warmup: int = 2
+    first_runs: int = 3
+    """Timed runs per candidate in the first round of successive halving."""
+    eta: int = 3
+    """Each round keeps the best third, which then gets three times the runs."""
+    max_runs: int = 60
+    warmup: int = 10
+    """Uncounted runs of each side of the final contest."""
+    budget_s: float = 3.0
+    """Seconds of timed runs per side in the final contest (at least ``min_runs``)."""
+    min_runs: int = 30
+    ranges: Mapping[str, ValueRange] = field(default_factory=dict)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("latency", "throughput"):
+            raise ConfigError(f"--objective {self.objective!r} is not latency or throughput.")
+        if self.batch is not None and self.batch < 1:
+            raise ConfigError("--batch must be 1 or more.")
+        if any(v < 1 for v in self.dims.values()):
+            raise ConfigError("--dim sizes must be 1 or more.")
+        if not 0 <= self.min_gain < 10:
+            raise ConfigError("--min-gain is a fraction (0.02 = 2%) between 0 and 10.")
+        if self.first_runs < 1 or self.eta < 2 or self.max_runs < 1 or self.min_runs < 2:
+            raise ConfigError("runs must be 1 or more (2 or more in the contest), eta 2 or more.")
+        if self.budget_s <= 0 or self.warmup < 0 or self.search_warmup < 0:
+            raise ConfigError("--budget must be positive and warm-ups 0 or more.")
+        if not self.levels:
+            raise ConfigError("at least one optimisation level must be searched.")
+
+
+class OutputVerdict(BaseModel):
+    """One output of a graph candidate against the model as given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output: str
+    passed: bool
+    mismatches: int
+    elements: int
+    max_abs: float | None
+    max_rel: float | None
+    rule: str
+    reason: str | None = None
+
+
+class GraphVerdict(BaseModel):
+    """A graph candidate at one optimisation level: did it pass the parity gate?"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    graph: str
+    level: str
+    passed: bool
+    note: str = ""
+    reason: str | None = None
+    outputs: list[OutputVerdict] = []
+    """The failing outputs, or the worst one when every output passed."""
+
+
+class TuneReport(BaseModel):
+    """The answer of ``onnxgate tune``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    """The tuning finished and its result (winner or defaults) stands."""
+    model: str
+    machine: Machine
+    objective: Objective
+    shape: dict[str, int]
+    parity_rule: str
+    """Where the tolerances came from: the contract's rules, or compare's defaults."""
+    parity_samples: int
+    gate: list[GraphVerdict]
+    candidates: int
+    rounds: list[Round]
+    defaults: Timing
+    best: Timing
+    ratio: float
+    interval: tuple[float, float]
+    min_gain: float
+    replaced_defaults: bool
+    settings: dict[str, Any]
+    """The settings kept: the best candidate's when it replaced the defaults, else the defaults."""
+    graph: str
+    written: list[str] = []
+    notes: list[str] = []
+
+
+Racer = Callable[
+    [Sequence[tuple[str, Path, Mapping[str, Any]]], Mapping[str, np.ndarray]], list[list[float]]
+]
+"""``race([(label, onnx file, settings), ...], feeds)``: latencies in ms per side."""
+
+
+def _contest_race(config: TuneConfig, say: Callable[[str], None]) -> Racer:
+    def race(
+        sides: Sequence[tuple[str, Path, Mapping[str, Any]]], feeds: Mapping[str, np.ndarray]
+    ) -> list[list[float]]:
+        from onnxgate.perf._contest import Contender, Contest
+
+        contenders = [Contender(label, onnx=path, settings=s) for label, path, s in sides]
+        with Contest(contenders) as contest:
+            return contest.race(
+                [feeds] * len(contenders),
+                warmup=config.warmup,
+                budget_s=config.budget_s,
+                min_runs=config.min_runs,
+                progress=say,
+            )
+
+    return race
+
+
+def timing(
+    label: str, settings: Mapping[str, Any], graph: str, latencies: Sequence[float], batch: int
+) -> Timing:
+    """Figures of one side: p50, p90, mean, coefficient of variation, samples/s at the mean."""
+    mean = statistics.fmean(latencies)
+    return Timing(
+        label=label,
+        settings=dict(settings),
+        graph=graph,
+        runs=len(latencies),
+        p50_ms=float(np.percentile(latencies, 50)),
+        p90_ms=float(np.percentile(latencies, 90)),
+        mean_ms=mean,
+        cv=statistics.pstdev(latencies) / mean if mean > 0 else 0.0,
+        throughput=batch * 1000.0 / mean if mean > 0 else 0.0,
+    )
+
+
+def improvement(
+    defaults: Sequence[float],
+    best: Sequence[float],
+    objective: Objective,
+    *,
+    draws: int = 2000,
+    seed: int = 0,
+) -> tuple[float, tuple[float, float]]:
+    """How much better ``best`` is than ``defaults`` (above 1 is better), with a 90% interval.
+
+    Latency compares medians (defaults' p50 / best's p50); throughput compares means (samples/s
+    at the batch, best / defaults). The interval is a percentile bootstrap: both samples are
+    resampled with replacement ``draws`` times.
+    """
+    a, b = np.asarray(defaults, float), np.asarray(best, float)
+    stat = np.median if objective == "latency" else np.mean
+    ratio = float(stat(a) / stat(b))
+    rng = np.random.default_rng(seed)
+    ratios = []
+    step = max(1, 2_000_000 // max(len(a), len(b)))  # bounded memory for long contests
+    for start in range(0, draws, step):
+        n = min(step, draws - start)
+        ra = stat(a[rng.integers(0, len(a), (n, len(a)))], axis=1)
+        rb = stat(b[rng.integers(0, len(b), (n, len(b)))], axis=1)
+        ratios.append(ra / rb)
+    low, high = np.percentile(np.concatenate(ratios), [5, 95])
+    return ratio, (float(low), float(high))
+
+
+def _tuning_sample(
+    loaded: LoadedModel, signature: Signature, config: TuneConfig
+) -> tuple[Sample, dict[str, int], int]:
+    """The sample timed, the size of every symbolic dim in it, and its batch size."""
+    dims: dict[str, int] = dict(config.dims)
+    name = batch_dim(signature)
+    if config.batch is not None:
+        if name is None:
+            raise ConfigError(
+                f"{loaded.path}: the first input has no symbolic batch dimension, so --batch "
+                "cannot change it.",
+                hint="Use --dim NAME=SIZE for the model's symbolic dimensions (see `inspect`).",
+            )
+        dims[name] = config.batch
+    samples = synthetic_samples(
+        signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
+    )
+    sample = samples[0]
+    feeds = validate_feeds(signature, sample.feeds, where=sample.label)
+    shape: dict[str, int] = {}
+    for spec in signature.inputs:
+        value = feeds.get(spec.name)
+        if spec.shape is None or not isinstance(value, np.ndarray):
+            continue
+        for axis, dim in enumerate(spec.shape):
+            if isinstance(dim, str) and dim not in shape and axis < value.ndim:
+                shape[dim] = int(value.shape[axis])
+    batch = shape.get(name, 1) if name else 1
+    label = "tuning shape " + (", ".join(f"{k}={v}" for k, v in shape.items()) or "fixed")
+    return Sample(label, feeds, shape), shape, batch
+
+
+def _contract(loaded: LoadedModel, write: bool) -> Contract | None:
+    """The contract beside the model, refused when it describes other bytes."""
+    path, _ = contract_paths(loaded.path)
+    if not path.is_file():
+        if write:
+            raise ConfigError(
+                f"{loaded.path}: there is no contract to record the tuning in ({path.name}).",
+                hint=f"Create one with `onnxgate contract init {loaded.path}` (its tolerances "
+                "become the parity gate), or pass --no-write to tune without recording.",
+            )
+        return None
+    contract = load_contract(loaded.path)
+    now = identity(loaded)
+    if now.model.sha256 != contract.identity.model.sha256 or {
+        f.path: f.sha256 for f in now.external_data
+    } != {f.path: f.sha256 for f in contract.identity.external_data}:
+        raise ConfigError(
+            f"{path}: describes other bytes than {loaded.path} (sha256 differs), so neither its "
+            "tolerances nor its record can be used.",
+            hint=f"Re-create it with `onnxgate contract init --force {loaded.path}`.",
+        )
+    return contract
+
+
+def _verdict(graph: GraphCandidate, level: str, report: Any) -> GraphVerdict:
+    failing = [o for o in report.outputs if not o.passed]
+    shown = failing or sorted(report.outputs, key=lambda o: -(o.max_abs or 0.0))[:1]
+    return GraphVerdict(
+        graph=graph.label,
+        level=level,
+        passed=report.passed,
+        note=graph.note,
+        reason="; ".join(f"{o.name}: {o.reason}" for o in failing) or None,
+        outputs=[
+            OutputVerdict(
+                output=o.name,
+                passed=o.passed,
+                mismatches=o.mismatches,
+                elements=o.elements,
+                max_abs=o.max_abs,
+                max_rel=o.max_rel,
+                rule=o.criterion,
+                reason=o.reason,
+            )
+            for o in shown
+        ],
+    )
+
+
+def _safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", label)
+
+
+def tune(
+    model: str | Path | LoadedModel,
+    config: TuneConfig | None = None,
+    *,
+    graphs: Sequence[GraphCandidate] | None = None,
+    measure: Callable[[Candidate, int], Sequence[float]] | None = None,
+    race: Racer | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> TuneReport:
+    """Find the fastest settings that pass parity; the library function behind ``onnxgate tune``.
+
+    Args:
+        model: the ONNX model.
+        config: objective, shape, and how much to spend.
+        graphs: graph candidates instead of :func:`graph_candidates` (the model as given must be
+            among them, labelled ``as given`` with no proto).
+        measure: ``measure(candidate, runs)`` → latencies in ms, instead of timing in process.
+        race: the final contest instead of worker processes (``_contest``).
+        progress: called with a short message before each step.
+
+    Raises:
+        ConfigError: bad options, no contract to write to, or a contract of other bytes.
+        ParityError: the model as given does not even agree with itself under the defaults.
+        RunFailed: ONNX Runtime cannot run the model.
+    """
+    from onnxgate.runners import OrtOptions, OrtRunner  # imports ONNX Runtime
+
+    config = config or TuneConfig()
+    say = progress or (lambda message: log.info("%s", message))
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    signature = Signature.from_graph(loaded.proto.graph)
+    contract = _contract(loaded, config.write)
+    sample, shape, batch = _tuning_sample(loaded, signature, config)
+    notes: list[str] = []
+    samples = [sample]
+    compare_config = CompareConfig()
+    rule = "compare's default tolerances per dtype (no contract)"
+    if contract is not None and contract.golden is not None:
+        compare_config = config_from_rules(contract.golden.rules)
+        samples += [
+            Sample(s.label, validate_feeds(signature, s.feeds, where=s.label), s.dims)
+            for s, _ in read_golden(contract, loaded.path)
+        ]
+        rule = f"the contract's rules per output ({contract_paths(loaded.path)[0].name})"
+    defaults = OrtOptions(providers=config.providers)
+    providers = defaults.resolved_providers()
+    machine = fingerprint(providers)
+
+    say("running the model as given under ONNX Runtime's defaults (the parity reference)")
+    expected = []
+    with OrtRunner(loaded, defaults) as runner:
+        for s in samples:
+            expected.append((s, dict(runner.infer(s.feeds).outputs)))
+    golden = GoldenRunner(expected, "onnxruntime defaults, model as given", signature)
+
+    if graphs is None:
+        say("looking for graph rewrites (BERT-like encoder → transformer fusions)")
+        graphs = graph_candidates(loaded, notes=notes) if config.fusions else []
+        if not graphs:
+            graphs = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
+    if not any(g.label == AS_GIVEN and g.proto is None for g in graphs):
+        raise ConfigError(f"the graph candidates must include {AS_GIVEN!r} (the model file).")
+
+    with tempfile.TemporaryDirectory(prefix="onnxgate-tune-") as tmp:
+        files: dict[str, LoadedModel] = {}
+        for g in graphs:
+            if g.proto is None:
+                files[g.label] = loaded
+                continue
+            path = Path(tmp) / f"{_safe(g.label)}.onnx"
+            path.write_bytes(g.proto.SerializeToString())
+            files[g.label] = load_model(path)
+        by_label = {g.label: g for g in graphs}
+
+        gate: list[GraphVerdict] = []
+        levels = list(dict.fromkeys([defaults.optimization, *config.levels]))
+        for g in graphs:
+            for level in levels:
+                say(f"parity gate: {g.label} at level {level}")
+                options = OrtOptions.from_settings(defaults.settings() | {"optimization": level})
+                candidate = OrtRunner(files[g.label], options, name=f"{g.label} @ {level}")
+                try:
+                    report = compare_runners(
+                        candidate, golden, samples, signature=signature, config=compare_config
+                    )
+                except RunFailed as err:
+                    gate.append(
+                        GraphVerdict(
+                            graph=g.label,
+                            level=level,
+                            passed=False,
+                            note=g.note,
+                            reason=err.message,
+                        )
+                    )
+                    continue
+                gate.append(_verdict(g, level, report))
+        passing = [(v.graph, v.level) for v in gate if v.passed]
+        if (AS_GIVEN, defaults.optimization) not in passing:
+            raise ParityError(
+                f"{loaded.path}: the model as given does not reproduce its own outputs under "
+                "ONNX Runtime's defaults (random or non-deterministic operators?), so no "
+                "candidate can be judged against it.",
+                hint="Tune a model whose outputs are deterministic.",
+            )
+
+        grid = [Candidate(AS_GIVEN, defaults.settings())]
+        grid += session_grid(
+            passing, usable=usable_cpus(), providers=providers, threads=config.threads
+        )
+        unique: dict[tuple[str, str], Candidate] = {}
+        for c in grid:  # the defaults stay first, so they win a tie
+            unique.setdefault(c.key, c)
+        grid = list(unique.values())
+
+        def describe(c: Candidate) -> str:
+            return f"{c.graph}; {OrtOptions.from_settings(c.settings).describe()}"
+
+        def in_process(c: Candidate, runs: int) -> list[float]:
+            with OrtRunner(files[c.graph], OrtOptions.from_settings(c.settings)) as runner:
+                for _ in range(config.search_warmup):
+                    runner.infer(sample.feeds)
+                return [runner.infer(sample.feeds).latency_ns / 1e6 for _ in range(runs)]
+
+        timer = measure or in_process
+
+        say(f"searching {len(grid)} candidates by successive halving")
+        best, rounds = successive_halving(
+            grid,
+            timer,
+            objective=config.objective,
+            batch=batch,
+            first_runs=config.first_runs,
+            eta=config.eta,
+            max_runs=config.max_runs,
+            describe=describe,
+            progress=say,
+        )
+        if best.key != grid[0].key and best.settings != defaults.settings() | {
+            "optimization": best.settings["optimization"]
+        }:
+            # threads or provider options can change reduction order: judge the exact settings
+            say(f"parity gate: the winner's exact settings ({describe(best)})")
+            runner = OrtRunner(files[best.graph], OrtOptions.from_settings(best.settings))
+            report = compare_runners(
+                runner, golden, samples, signature=signature, config=compare_config
+            )
+            if not report.passed:
+                verdict = _verdict(by_label[best.graph], best.settings["optimization"], report)
+                notes.append(
+                    f"the search's winner ({describe(best)}) failed parity with its exact "
+                    f"settings ({verdict.reason}); the defaults are kept"
+                )
+                best = grid[0]
+
+        racer = race or _contest_race(config, say)
+        original = loaded.path
+        best_file = files[best.graph].path
+        if best.key == grid[0].key:
+            say("the defaults won the search; timing them in a worker process")
+            (latencies,) = racer([("defaults", original, grid[0].settings)], sample.feeds)
+            best_latencies = latencies
+        else:
+            say("final contest: the defaults against the winner, interleaved, one process each")
+            latencies, best_latencies = racer(
+                [("defaults", original, grid[0].settings), ("tuned", best_file, best.settings)],
+                sample.feeds,
+            )
+    default_timing = timing("defaults", grid[0].settings, AS_GIVEN, latencies, batch)
+    best_timing = timing(describe(best), best.settings, best.graph, best_latencies, batch)
+    if best.key == grid[0].key:
+        ratio, interval = 1.0, (1.0, 1.0)
+    else:
+        ratio, interval = improvement(latencies, best_latencies, config.objective, seed=config.seed)
+    replaced = interval[0] > 1.0 and ratio >= 1.0 + config.min_gain
+    if best.key != grid[0].key and not replaced:
+        notes.append(
+            f"the best candidate measured {ratio:.3f}× the defaults (90% interval "
+            f"{interval[0]:.3f}–{interval[1]:.3f}); it needs an interval above 1 and a gain of "
+            f"at least {config.min_gain:.0%} to replace them, so the defaults are kept"
+        )
+    kept = best if replaced else grid[0]
+    written: list[str] = []
+    if config.write and contract is not None:
+        record = TunedSettings(
+            machine=machine,
+            objective=config.objective,
+            shape=shape,
+            source_sha256=contract.identity.model.sha256,
+            settings=dict(kept.settings),
+            graph=kept.graph,
+            replaced_defaults=replaced,
+            defaults=default_timing,
+            best=best_timing,
+            ratio=ratio,
+            interval=interval,
+            min_gain=config.min_gain,
+            onnxgate=__version__,
+        )
+        proto = by_label[kept.graph].proto
+        _, paths = record_tuning(loaded.path, contract, record, proto)
+        written = [str(p) for p in paths]
+    return TuneReport(
+        passed=True,
+        model=str(loaded.path),
+        machine=machine,
+        objective=config.objective,
+        shape=shape,
+        parity_rule=rule,
+        parity_samples=len(samples),
+        gate=gate,
+        candidates=len(grid),
+        rounds=rounds,
+        defaults=default_timing,
+        best=best_timing,
+        ratio=ratio,
+        interval=interval,
+        min_gain=config.min_gain,
+        replaced_defaults=replaced,
+        settings=dict(kept.settings),
+        graph=kept.graph,
+        written=written,
+        notes=notes,
+    )

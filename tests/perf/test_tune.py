@@ -1,0 +1,374 @@
+"""tune: the parity gate, the search, the acceptance rule and the contract record.
+
+Timing is faked where a test is about decisions (which candidate wins, what is recorded); no
+test asserts a wall-clock figure.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from typer.testing import CliRunner
+
+from models import mlp, save
+from onnxgate.cli import app
+from onnxgate.contract import Contract, contract_paths, init_contract, load_contract
+from onnxgate.errors import ConfigError
+from onnxgate.perf import TuneConfig, tune, tuned_for
+from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, encoder_shape, graph_candidates
+from onnxgate.perf._machine import fingerprint, usable_cpus
+from onnxgate.perf._search import (
+    GPU_OPTIONS,
+    SPINNING,
+    Candidate,
+    session_grid,
+    successive_halving,
+    thread_counts,
+)
+from onnxgate.perf._tune import improvement
+
+FAST = {"levels": ("all", "basic"), "threads": (1,), "min_runs": 2}
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    init_contract(path)
+    return path
+
+
+def shifted(proto: onnx.ModelProto, delta: float) -> onnx.ModelProto:
+    """A copy whose weight W is changed by ``delta``: a deliberately broken rewrite."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for i, tensor in enumerate(copy.graph.initializer):
+        if tensor.name == "W":
+            copy.graph.initializer[i].CopyFrom(
+                numpy_helper.from_array(numpy_helper.to_array(tensor) + delta, "W")
+            )
+    return copy
+
+
+class Timer:
+    """A fake ``measure``: constant latencies per candidate, and a log of what was timed."""
+
+    def __init__(self, fast=lambda c: False):
+        self.fast = fast
+        self.timed: list[Candidate] = []
+
+    def __call__(self, candidate, runs):
+        self.timed.append(candidate)
+        return [1.0 if self.fast(candidate) else 2.0] * runs
+
+
+class Race:
+    """A fake contest: the defaults around 2 ms, the other side around ``best`` ms."""
+
+    def __init__(self, best=1.0):
+        self.best = best
+        self.sides = []
+
+    def __call__(self, sides, feeds):
+        self.sides.append([label for label, _, _ in sides])
+        rng = np.random.default_rng(0)
+        centres = [2.0, self.best][: len(sides)]
+        return [list(c + rng.normal(0, 0.01, 50)) for c in centres]
+
+
+def one_thread_no_spin(c: Candidate) -> bool:
+    return c.settings["intra_op_threads"] == 1 and SPINNING in c.settings["config"]
+
+
+def test_the_parity_gate_rejects_a_broken_candidate_and_never_times_it(model):
+    proto = onnx.load(model)
+    graphs = [
+        GraphCandidate(AS_GIVEN, None),
+        GraphCandidate("broken", shifted(proto, 0.5), "W + 0.5"),
+        GraphCandidate("faithful", shifted(proto, 0.0), "an identical copy"),
+    ]
+    timer = Timer()
+    report = tune(model, TuneConfig(**FAST), graphs=graphs, measure=timer, race=Race(best=2.0))
+    broken = [v for v in report.gate if v.graph == "broken"]
+    assert [v.level for v in broken] == ["all", "basic"]
+    for verdict in broken:
+        assert not verdict.passed
+        (worst,) = verdict.outputs
+        assert worst.output == "y" and not worst.passed
+        assert worst.mismatches > 0 and worst.max_abs > 0.1
+        assert "outside allclose" in verdict.reason
+    assert all(v.passed for v in report.gate if v.graph != "broken")
+    timed = {c.graph for c in timer.timed}
+    assert "broken" not in timed
+    assert timed == {AS_GIVEN, "faithful"}  # the gate let the faithful copy through
+    # golden inputs of the contract were judged too, not only the tuning shape
+    assert report.parity_samples == 1 + len(load_contract(model).golden.samples)
+    assert "contract's rules" in report.parity_rule
+
+
+def test_successive_halving_keeps_the_best_and_rotates_the_order():
+    candidates = [Candidate("g", {"intra_op_threads": n}) for n in range(9)]
+    order: list[list[int]] = []
+
+    def measure(c, runs):
+        order.append(c.settings["intra_op_threads"])
+        # candidate 6 is the fastest; the others grow slower with their number
+        return [
+            0.5 if c.settings["intra_op_threads"] == 6 else 1.0 + c.settings["intra_op_threads"]
+        ] * runs
+
+    best, rounds = successive_halving(
+        candidates, measure, objective="latency", first_runs=2, eta=3, max_runs=10
+    )
+    assert best.settings["intra_op_threads"] == 6
+    assert [(r.candidates, r.runs) for r in rounds] == [(9, 2), (3, 6)]
+    assert rounds[-1].best_score == 0.5
+    first, second = order[:9], order[9:]
+    assert first == list(range(9))
+    # the survivors in score order are 6, 0, 1; round 2 starts one further along
+    assert second == [0, 1, 6]
+
+
+def test_throughput_prefers_the_most_samples_per_second():
+    candidates = [Candidate("g", {"n": n}) for n in range(4)]
+    best, _ = successive_halving(
+        candidates,
+        lambda c, runs: [4.0 - c.settings["n"]] * runs,
+        objective="throughput",
+        batch=8,
+    )
+    assert best.settings["n"] == 3
+
+
+def test_a_clear_winner_is_recorded_in_the_contract_and_read_back(model):
+    timer = Timer(fast=one_thread_no_spin)
+    race = Race(best=1.0)
+    report = tune(model, TuneConfig(batch=4, **FAST), measure=timer, race=race)
+    assert race.sides == [["defaults", "tuned"]]
+    assert report.replaced_defaults
+    assert report.ratio == pytest.approx(2.0, rel=0.05)
+    assert 1.0 < report.interval[0] <= report.ratio <= report.interval[1]
+    assert report.settings["intra_op_threads"] == 1
+    assert report.settings["config"] == {SPINNING: "0"}
+    assert report.shape == {"batch": 4}
+    assert report.defaults.p50_ms > report.best.p50_ms
+
+    contract = load_contract(model)
+    (record,) = contract.performance.tuned
+    assert record.machine == fingerprint()
+    assert record.objective == "latency" and record.shape == {"batch": 4}
+    assert record.settings == report.settings and record.replaced_defaults
+    assert record.optimized_model is None and record.graph == AS_GIVEN
+    assert record.interval == report.interval
+    settings, path = tuned_for(model, objective="latency", dims={"batch": 4})
+    assert settings == report.settings and path == model
+
+    # tuning the same key again replaces the record instead of adding one
+    tune(model, TuneConfig(batch=4, **FAST), measure=timer, race=Race(best=1.0))
+    assert len(load_contract(model).performance.tuned) == 1
+    tune(model, TuneConfig(batch=2, **FAST), measure=timer, race=Race(best=1.0))
+    assert len(load_contract(model).performance.tuned) == 2
+    with pytest.raises(ConfigError, match="2 tuned record"):
+        tuned_for(model)
+
+
+def test_a_winning_graph_is_written_beside_the_model_and_named_in_the_record(model):
+    proto = onnx.load(model)
+    graphs = [GraphCandidate(AS_GIVEN, None), GraphCandidate("rewritten", shifted(proto, 0.0))]
+    timer = Timer(fast=lambda c: c.graph == "rewritten")
+    report = tune(model, TuneConfig(batch=4, **FAST), graphs=graphs, measure=timer, race=Race())
+    assert report.replaced_defaults and report.graph == "rewritten"
+    machine = fingerprint().id
+    tuned = model.with_name(f"mlp.tuned-{machine}-latency-batch4.onnx")
+    assert tuned.is_file() and str(tuned) in report.written
+    (record,) = load_contract(model).performance.tuned
+    assert record.optimized_model.path == tuned.name
+    settings, path = tuned_for(model)
+    assert path == tuned and settings == report.settings
+
+    tuned.write_bytes(tuned.read_bytes() + b"\0")
+    with pytest.raises(ConfigError, match="changed since it was tuned"):
+        tuned_for(model)
+    tuned.unlink()
+    with pytest.raises(ConfigError, match="missing"):
+        tuned_for(model)
+
+
+def test_a_gain_inside_the_noise_keeps_the_defaults(model):
+    timer = Timer(fast=one_thread_no_spin)
+    report = tune(model, TuneConfig(**FAST), measure=timer, race=Race(best=1.99))
+    assert not report.replaced_defaults
+    assert report.interval[0] < 1.02  # 0.5% better: not 2%, so not enough
+    assert report.settings == report.defaults.settings
+    assert any("defaults are kept" in note for note in report.notes)
+    (record,) = load_contract(model).performance.tuned
+    assert not record.replaced_defaults and record.settings["intra_op_threads"] == 0
+    assert record.best.settings["intra_op_threads"] == 1  # what the best candidate was
+
+
+def test_tuned_for_refuses_another_model_another_machine_or_no_record(model, tmp_path):
+    with pytest.raises(ConfigError, match="no tuned settings"):
+        tuned_for(model)
+    tune(model, TuneConfig(**FAST), measure=Timer(), race=Race(best=2.0))
+    contract_file, _ = contract_paths(model)
+    document = json.loads(contract_file.read_text())
+    document["performance"]["tuned"][0]["machine"]["id"] = "0123456789"
+    contract_file.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match="this machine is"):
+        tuned_for(model)
+    model.write_bytes(shifted(onnx.load(model), 1.0).SerializeToString())
+    with pytest.raises(ConfigError, match="changed since its contract"):
+        tuned_for(model)
+
+
+def test_tune_needs_a_contract_of_these_bytes_to_write(tmp_path):
+    path = save(mlp(), tmp_path / "bare.onnx")
+    with pytest.raises(ConfigError, match="contract init"):
+        tune(path, TuneConfig(**FAST), measure=Timer(), race=Race())
+    report = tune(path, TuneConfig(write=False, **FAST), measure=Timer(), race=Race(best=2.0))
+    assert report.written == [] and "default tolerances" in report.parity_rule
+    assert not contract_paths(path)[0].exists()
+    init_contract(path)
+    path.write_bytes(shifted(onnx.load(path), 1.0).SerializeToString())
+    with pytest.raises(ConfigError, match="describes other bytes"):
+        tune(path, TuneConfig(write=False, **FAST), measure=Timer(), race=Race())
+
+
+def test_old_contracts_with_an_empty_performance_section_still_load(model):
+    document = json.loads(contract_paths(model)[0].read_text())
+    document["performance"] = {}
+    assert Contract.model_validate(document).performance.tuned == []
+
+
+def test_the_gpu_grid_searches_provider_options_that_keep_the_arithmetic():
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    grid = session_grid([(AS_GIVEN, "all")], usable=8, providers=providers)
+    cuda = GPU_OPTIONS["CUDAExecutionProvider"]
+    variants = {json.dumps(c.settings["provider_options"], sort_keys=True) for c in grid}
+    assert len(variants) == len(cuda["cudnn_conv_algo_search"]) * len(cuda["arena_extend_strategy"])
+    assert "{}" in variants  # the provider's defaults are one of them
+    for c in grid:
+        assert c.settings["providers"] == ["CUDAExecutionProvider"]
+        assert c.settings["intra_op_threads"] == 0 and not c.settings["parallel"]
+        for key, value in c.settings["provider_options"].get("CUDAExecutionProvider", {}).items():
+            assert key in cuda and value in cuda[key][1:]
+    assert len(grid) == len(variants) * 2 * 2  # × spinning × memory arena
+    trt = session_grid(
+        [(AS_GIVEN, "all")],
+        usable=8,
+        providers=["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+    )
+    levels = {
+        c.settings["provider_options"]
+        .get("TensorrtExecutionProvider", {})
+        .get("trt_builder_optimization_level", "3")
+        for c in trt
+    }
+    assert levels == {"3", "5"}
+    assert len(trt) == 2 * len(variants) * 2 * 2
+
+
+def test_the_cpu_grid_crosses_threads_modes_spinning_and_memory():
+    grid = session_grid([(AS_GIVEN, "all"), ("fused", "basic")], usable=4)
+    assert len(grid) == 2 * 3 * 2 * 2 * 2
+    assert {c.settings["intra_op_threads"] for c in grid} == {1, 2, 4}
+    assert {(c.settings["parallel"], c.settings["inter_op_threads"]) for c in grid} == {
+        (False, 0),
+        (True, 2),
+    }
+    assert all(c.settings["cpu_mem_arena"] == c.settings["mem_pattern"] for c in grid)
+    assert thread_counts(6) == [1, 2, 4, 6] and thread_counts(1) == [1]
+    assert 1 <= usable_cpus()
+
+
+def test_the_bootstrap_interval_separates_a_real_gain_from_noise():
+    rng = np.random.default_rng(1)
+    slow, fast = 2.0 + rng.normal(0, 0.1, 200), 1.5 + rng.normal(0, 0.1, 200)
+    ratio, (low, high) = improvement(slow, fast, "latency")
+    assert low <= ratio <= high and low > 1.2
+    same = 2.0 + rng.normal(0, 0.1, 200)
+    _, (low, high) = improvement(slow, same, "throughput")
+    assert low < 1.0 < high
+
+
+def test_cli_help_teaches_and_json_is_one_document(model, monkeypatch):
+    runner = CliRunner()
+    result = runner.invoke(app, ["tune", "--help"])
+    assert result.exit_code == 0
+    for words in ("Parity gate", "successive", "bootstrap", "contract init", "Exit codes"):
+        assert words in result.output
+
+    import onnxgate.cli.tune_cmd as command
+
+    real = command.tune
+    monkeypatch.setattr(
+        command,
+        "tune",
+        lambda m, c, progress: real(m, c, measure=Timer(one_thread_no_spin), race=Race()),
+    )
+    result = runner.invoke(
+        app, ["tune", str(model), "--batch", "2", "--threads", "1", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["replaced_defaults"] and document["shape"] == {"batch": 2}
+    assert document["written"] == [str(contract_paths(model)[0])]
+    result = runner.invoke(app, ["tune", str(model), "--objective", "speed"])
+    assert result.exit_code == 2 and "latency or throughput" in result.output
+
+
+def test_minilm_is_detected_as_a_bert_encoder_with_12_heads_of_width_384(minilm_onnx):
+    from onnxgate.model import load_model
+
+    shape = encoder_shape(load_model(minilm_onnx).proto)
+    assert (shape.heads, shape.hidden) == (12, 384)
+    assert encoder_shape(mlp()) is None
+
+
+@pytest.mark.slow
+def test_minilm_fusions_pass_but_the_gelu_approximation_fails_parity(minilm_onnx):
+    from onnxgate.model import load_model
+
+    loaded = load_model(minilm_onnx)
+    graphs = graph_candidates(loaded)
+    labels = [g.label for g in graphs]
+    assert labels[0] == AS_GIVEN and "bert-fusion" in labels and "bert-fusion+gelu-approx" in labels
+    timer = Timer()
+    report = tune(
+        loaded,
+        TuneConfig(batch=1, dims={"seq": 128}, write=False, levels=("all",), threads=(1,)),
+        graphs=graphs,
+        measure=timer,
+        race=Race(best=2.0),
+    )
+    verdicts = {v.graph: v for v in report.gate}
+    assert verdicts[AS_GIVEN].passed and verdicts["bert-fusion"].passed
+    gelu = verdicts["bert-fusion+gelu-approx"]
+    assert not gelu.passed
+    worst = next(o for o in gelu.outputs if o.output == "last_hidden_state")
+    assert worst.elements == 1 * 128 * 384
+    assert worst.mismatches > worst.elements // 2 and worst.max_abs > 1e-3
+    assert "bert-fusion+gelu-approx" not in {c.graph for c in timer.timed}
+
+
+def test_bench_tuned_runs_the_recorded_graph_and_settings(model):
+    from onnxgate.perf import BenchConfig, bench
+
+    proto = onnx.load(model)
+    graphs = [GraphCandidate(AS_GIVEN, None), GraphCandidate("rewritten", shifted(proto, 0.0))]
+    timer = Timer(fast=lambda c: c.graph == "rewritten" and one_thread_no_spin(c))
+    report = tune(model, TuneConfig(batch=4, **FAST), graphs=graphs, measure=timer, race=Race())
+    assert report.replaced_defaults
+
+    measured = bench(model, BenchConfig(batches=[4], runs=3, warmup=0, tuned=True))
+    assert measured.session == report.settings
+    assert measured.session["intra_op_threads"] == 1
+    assert any("tuned settings from the contract" in w and ".tuned-" in w for w in measured.warnings)
+    # another shape was not tuned: refused, not silently run with the defaults
+    with pytest.raises(ConfigError, match="0 tuned record"):
+        bench(model, BenchConfig(batches=[2], runs=3, warmup=0, tuned=True))
+    with pytest.raises(ConfigError, match="leave out --threads"):
+        BenchConfig(batches=[4], threads=[2], tuned=True)
