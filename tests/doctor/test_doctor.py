@@ -158,7 +158,7 @@ def _cgroup_fixture(tmp_path: Path, mountinfo: str, cgroup: str, files: dict[str
 
 
 def test_cgroup_v2_quota(tmp_path):
-    from onnxgate.doctor._facts import _cgroup_quota
+    from onnxgate._cgroup import cgroup_quota
 
     proc = _cgroup_fixture(
         tmp_path,
@@ -166,12 +166,12 @@ def test_cgroup_v2_quota(tmp_path):
         "0::/kubepods/pod1\n",
         {"cg/kubepods/pod1/cpu.max": "150000 100000\n"},
     )
-    quota, source = _cgroup_quota(proc)
+    quota, source = cgroup_quota(proc)
     assert quota == 1.5 and source.endswith("kubepods/pod1/cpu.max")
 
 
 def test_cgroup_v1_quota_in_a_container_and_unlimited(tmp_path):
-    from onnxgate.doctor._facts import _cgroup_quota
+    from onnxgate._cgroup import cgroup_quota
 
     # the container sees its own group as the mount's root, so the path is not under the mount
     proc = _cgroup_fixture(
@@ -180,9 +180,9 @@ def test_cgroup_v1_quota_in_a_container_and_unlimited(tmp_path):
         "4:cpu,cpuacct:/docker/abc\n",
         {"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"},
     )
-    assert _cgroup_quota(proc)[0] == 1.0
+    assert cgroup_quota(proc)[0] == 1.0
     (tmp_path / "cpu/cpu.cfs_quota_us").write_text("-1\n")
-    assert _cgroup_quota(proc)[0] is None
+    assert cgroup_quota(proc)[0] is None
 
 
 # --- made-up machines -----------------------------------------------------------------------

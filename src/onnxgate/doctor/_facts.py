@@ -25,6 +25,7 @@ from typing import Literal
 from onnx import TensorProto, helper
 from pydantic import BaseModel, ConfigDict, Field
 
+from onnxgate._cgroup import cgroup_quota
 from onnxgate.compat.runtime import run_json_script
 from onnxgate.errors import GateError, first_line
 
@@ -405,59 +406,6 @@ def driver_version() -> str | None:
 # --- processors -----------------------------------------------------------------------------
 
 
-def _cgroup_quota(proc: Path = Path("/proc/self")) -> tuple[float | None, str | None]:
-    """The CPU quota of this process's cgroup, v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us``).
-
-    The controllers' mount points come from ``mountinfo``, not a fixed /sys/fs/cgroup layout, so
-    v1, v2 and hybrid hosts (v1 ``cpu`` beside a v2 ``unified`` mount) are all read right.
-    """
-    try:
-        groups = (proc / "cgroup").read_text().splitlines()
-        mounts = (proc / "mountinfo").read_text().splitlines()
-    except OSError:
-        return None, None
-    paths: dict[str, str] = {}  # controller ("" for v2) -> the cgroup's path
-    for line in groups:
-        _, controllers, path = line.split(":", 2)
-        for controller in controllers.split(",") if controllers else [""]:
-            paths[controller] = path
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields, fstype = left.split(), right.split()
-        if len(fields) < 5 or not fstype:
-            continue
-        root, point = fields[3], fields[4]
-        if fstype[0] == "cgroup2" and "" in paths:
-            quota = _read_quota(point, root, paths[""], v2=True)
-        elif fstype[0] == "cgroup" and "cpu" in fstype[-1].split(",") and "cpu" in paths:
-            quota = _read_quota(point, root, paths["cpu"], v2=False)
-        else:
-            continue
-        if quota[1] is not None:
-            return quota
-    return None, None
-
-
-def _read_quota(point: str, root: str, path: str, *, v2: bool) -> tuple[float | None, str | None]:
-    relative = os.path.relpath(path, root) if path.startswith(root) else path.lstrip("/")
-    # inside a container the cgroup's path may not exist under the mount: its root is the group
-    for folder in (Path(point) / relative, Path(point)):
-        try:
-            if v2:
-                file = folder / "cpu.max"
-                quota, period = file.read_text().split()[:2]
-                if quota == "max":
-                    return None, str(file)
-                return int(quota) / int(period), str(file)
-            file = folder / "cpu.cfs_quota_us"
-            quota_us = int(file.read_text())
-            period_us = int((folder / "cpu.cfs_period_us").read_text())
-            return (None if quota_us < 0 else quota_us / period_us), str(file)
-        except (OSError, ValueError):
-            continue
-    return None, None
-
-
 def _cpuinfo() -> tuple[str | None, set[str] | None]:
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -478,7 +426,7 @@ def cpu_facts() -> CpuFacts:
     """CPU count, affinity, cgroup quota and instruction-set features."""
     model, flags = _cpuinfo()
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    quota, source = _cgroup_quota()
+    quota, source = cgroup_quota()
     return CpuFacts(
         machine=platform.machine(),
         model_name=model,

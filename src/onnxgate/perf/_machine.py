@@ -9,42 +9,14 @@ version and the execution providers, and are refused elsewhere.
 from __future__ import annotations
 
 import hashlib
-import math
-import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
 
+from onnxgate._cgroup import usable_cpus
 from onnxgate.contract._schema import Machine
 
-
-def usable_cpus() -> int:
-    """CPUs this process may run on: the affinity mask, capped by a cgroup v2/v1 CPU quota."""
-    try:
-        count = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        count = os.cpu_count() or 1
-    quota = _cgroup_quota()
-    if quota is not None:
-        count = min(count, quota)
-    return max(1, count)
-
-
-def _cgroup_quota() -> int | None:
-    """``ceil(quota / period)`` from cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_*``; None when unlimited."""
-    try:
-        text = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if len(text) == 2 and text[0] != "max":
-            return max(1, math.ceil(int(text[0]) / int(text[1])))
-        return None
-    except (OSError, ValueError):
-        pass
-    try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-    except (OSError, ValueError):
-        return None
-    return max(1, math.ceil(quota / period)) if quota > 0 and period > 0 else None
+__all__ = ["cpu_model", "fingerprint", "usable_cpus"]
 
 
 def cpu_model() -> str:
