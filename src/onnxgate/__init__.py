@@ -10,6 +10,7 @@ from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
 from onnxgate.compat.versions import MinRuntime, RuntimeLimits, known_limits, min_runtime
 from onnxgate.contract import Contract, VerifyReport, init_contract, load_contract, verify
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.doctor import DoctorReport, doctor
 from onnxgate.errors import (
     CheckFailed,
     CompatibilityError,
@@ -36,6 +37,18 @@ from onnxgate.export import (
 )
 from onnxgate.inspection import ModelInfo, describe, inspect_model
 from onnxgate.model import LoadedModel, Signature, TensorSpec, load_model
+from onnxgate.perf import (
+    BenchConfig,
+    BenchReport,
+    ProfileConfig,
+    ProfileReport,
+    TuneConfig,
+    TuneReport,
+    bench,
+    profile,
+    tune,
+    tuned_for,
+)
 from onnxgate.placement import PlacementReport, placement
 from onnxgate.runners import Inference, Runner, make_runner
 
@@ -79,6 +92,20 @@ __all__ = [
     # provider placement
     "PlacementReport",
     "placement",
+    # performance
+    "BenchConfig",
+    "BenchReport",
+    "ProfileConfig",
+    "ProfileReport",
+    "TuneConfig",
+    "TuneReport",
+    "bench",
+    "profile",
+    "tune",
+    "tuned_for",
+    # is this machine ready
+    "DoctorReport",
+    "doctor",
     # runtime knowledge
     "MinRuntime",
     "RuntimeLimits",
