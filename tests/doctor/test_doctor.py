@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import onnxgate.doctor as doctor_pkg
 from onnxgate.check import Severity
 from onnxgate.cli import app
 from onnxgate.doctor import DoctorReport, Facts, diagnose, doctor, gpu_needs
@@ -439,7 +438,7 @@ def test_the_table_ends_honestly():
 @pytest.fixture
 def facts_of(monkeypatch):
     def use(facts: Facts) -> None:
-        monkeypatch.setattr(doctor_pkg, "gather_facts", lambda **_: facts)
+        monkeypatch.setattr(sys.modules["onnxgate.doctor"], "gather_facts", lambda **_: facts)
 
     return use
 

@@ -273,3 +273,40 @@ def test_help_teaches_warmup_and_memcpy():
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())
     assert "MemcpyFromHost" in text and "warm" in text.lower()
+
+
+def test_an_if_node_counts_only_its_own_time_beside_its_body(tmp_path):
+    from onnx import TensorProto, helper
+
+    from models import model as make
+    from models import value
+
+    w = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "W")
+    then = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["h"], name="body_mm"),
+            helper.make_node("Relu", ["h"], ["t"], name="body_relu"),
+        ],
+        "then",
+        [],
+        [value("t", shape=(64, 64))],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"], name="else_id")],
+        "else",
+        [],
+        [value("e", shape=(64, 64))],
+    )
+    node = helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)
+    inputs = [value("c", TensorProto.BOOL, shape=()), value("x", shape=(64, 64))]
+    path = save(
+        make([node], inputs, [value("y", shape=(64, 64))], initializers=[w]), tmp_path / "if.onnx"
+    )
+    data = tmp_path / "in.npz"
+    np.savez(data, c=np.array(True), x=np.ones((64, 64), np.float32))
+    report = profile(path, ProfileConfig(inputs=data, optimization="disable", warmup=1, runs=3))
+    ops = {row.name for row in report.op_types}
+    assert {"If", "MatMul", "Relu"} <= ops
+    assert report.node_ms <= report.run_ms
+    assert sum(row.share for row in report.op_types) == pytest.approx(1.0)
+    assert any("own time only" in note for note in report.notes)

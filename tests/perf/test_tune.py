@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from models import mlp, save
 from onnxgate.cli import app
 from onnxgate.contract import Contract, contract_paths, init_contract, load_contract
-from onnxgate.errors import ConfigError
+from onnxgate.errors import ConfigError, ParityError
 from onnxgate.perf import TuneConfig, tune, tuned_for
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, encoder_shape, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
@@ -366,9 +366,46 @@ def test_bench_tuned_runs_the_recorded_graph_and_settings(model):
     measured = bench(model, BenchConfig(batches=[4], runs=3, warmup=0, tuned=True))
     assert measured.session == report.settings
     assert measured.session["intra_op_threads"] == 1
-    assert any("tuned settings from the contract" in w and ".tuned-" in w for w in measured.warnings)
+    assert any(
+        "tuned settings from the contract" in w and ".tuned-" in w for w in measured.warnings
+    )
     # another shape was not tuned: refused, not silently run with the defaults
     with pytest.raises(ConfigError, match="0 tuned record"):
         bench(model, BenchConfig(batches=[2], runs=3, warmup=0, tuned=True))
     with pytest.raises(ConfigError, match="leave out --threads"):
         BenchConfig(batches=[4], threads=[2], tuned=True)
+
+
+def test_golden_samples_are_judged_against_their_stored_outputs(model):
+    from onnxgate.contract._schema import sha256_file
+
+    contract = load_contract(model)
+    contract_path, golden_path = contract_paths(model)
+    with np.load(golden_path) as data:
+        arrays = {k: data[k] for k in data.files}
+    keys = [f"{s.key}/out/{name}" for s in contract.golden.samples for name in s.outputs]
+    for key in keys:
+        arrays[key] = arrays[key] + 1.0  # far outside the contract's tolerance
+    np.savez(golden_path, **arrays)
+    golden = contract.golden.model_copy(update={"sha256": sha256_file(golden_path)})
+    contract_path.write_text(contract.model_copy(update={"golden": golden}).model_dump_json())
+    # the model agrees with itself under the defaults; only the stored outputs can fail it
+    with pytest.raises(ParityError, match="fails the parity gate itself"):
+        tune(model, TuneConfig(batch=4, **FAST), measure=Timer(), race=Race())
+
+
+def test_a_record_written_by_another_tune_meanwhile_is_kept(model):
+    contract_path, _ = contract_paths(model)
+    before = contract_path.read_text()
+    tune(model, TuneConfig(batch=2, **FAST), measure=Timer(), race=Race())
+    with_other = contract_path.read_text()
+    contract_path.write_text(before)
+
+    class Meanwhile(Race):
+        def __call__(self, sides, feeds):
+            contract_path.write_text(with_other)  # another tune finished during this one
+            return super().__call__(sides, feeds)
+
+    tune(model, TuneConfig(batch=4, **FAST), measure=Timer(), race=Meanwhile())
+    shapes = sorted(r.shape["batch"] for r in load_contract(model).performance.tuned)
+    assert shapes == [2, 4]

@@ -123,30 +123,31 @@ def progress_line(enabled: bool) -> Iterator[Callable[[str], None]]:
 
 
 @contextmanager
-def progress_bar(enabled: bool) -> Iterator[Callable[..., None]]:
-    """A bar on stderr for measurements: ``update(message, fraction=None)``.
+def progress_bar(enabled: bool, *, bar: bool = True) -> Iterator[Callable[..., None]]:
+    """A line on stderr for measurements: ``update(message, fraction=None)``.
 
-    It redraws only when told (no refresh thread), so it takes no CPU from what is being timed.
-    Off a terminal or in JSON mode, messages go to the log at INFO.
+    It redraws only when told (no refresh thread, unlike ``progress_line``'s spinner), so it takes
+    no CPU from what is being timed. ``bar=False`` shows the message alone, for work whose length
+    is unknown. Off a terminal or in JSON mode, messages go to the log at INFO.
     """
     if not enabled or not err.is_terminal:
         yield lambda message, fraction=None: logging.getLogger("onnxgate").info("%s", message)
         return
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
+    columns = [BarColumn(bar_width=30), TaskProgressColumn()] if bar else []
     with Progress(
-        BarColumn(bar_width=30),
-        TaskProgressColumn(),
+        *columns,
         TextColumn("{task.description}"),
         console=err,
         auto_refresh=False,
         transient=True,
-    ) as bar:
-        task = bar.add_task("starting", total=1.0)
+    ) as display:
+        task = display.add_task("starting", total=1.0)
 
         def update(message: str, fraction: float | None = None) -> None:
-            bar.update(task, description=escape(message), completed=fraction)
-            bar.refresh()
+            display.update(task, description=escape(message), completed=fraction)
+            display.refresh()
 
         yield update
 

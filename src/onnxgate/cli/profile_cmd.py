@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_line
+from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_bar
 from onnxgate.cli._options import (
     DimOpt,
     InputsOpt,
@@ -202,7 +202,7 @@ def profile_command(
         top=top,
         trace=trace,
     )
-    with progress_line(fmt == Format.text) as progress:
+    with progress_bar(fmt == Format.text, bar=False) as progress:
         report = profile(model, config, progress=progress)
     if fmt == Format.json:
         emit_json(report.model_dump(mode="json"))

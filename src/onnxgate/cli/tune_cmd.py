@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_line
+from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_bar
 from onnxgate.cli._options import ProvidersOpt, RangeOpt, SeedOpt
 from onnxgate.contract import Timing
 from onnxgate.data import parse_ranges
@@ -126,8 +126,9 @@ def tune_command(
         bool,
         typer.Option(
             "--write/--no-write",
-            help="Record the result in the contract (which must exist); --no-write tunes without "
-            "a contract, against compare's default tolerances.",
+            help="Record the result in the contract (which must exist). --no-write records "
+            "nothing: a contract, if there is one, still sets the gate's samples and rules; "
+            "without one the gate uses compare's default tolerances.",
         ),
     ] = True,
     fusions: Annotated[
@@ -195,7 +196,7 @@ def tune_command(
         ranges=parse_ranges(value_range),
         seed=seed,
     )
-    with progress_line(fmt == Format.text) as progress:
+    with progress_bar(fmt == Format.text, bar=False) as progress:
         report = tune(model, config, progress=progress)
     if fmt == Format.json:
         emit_json(report.model_dump(mode="json"))

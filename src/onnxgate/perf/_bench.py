@@ -234,7 +234,9 @@ def _tuned(
     from onnxgate.perf._tuned import tuned_for
     from onnxgate.runners import OrtOptions
 
-    dims = samples[0].dims if len(samples) == 1 else None
+    # The shape asked for picks the record; with none asked, a single record needs no picking.
+    asked = bool(config.batches or config.dims)
+    dims = samples[0].dims if asked and len(samples) == 1 else None
     settings, path = tuned_for(loaded.path, objective=config.objective, dims=dims)
     options = OrtOptions.from_settings(settings)
     notes.append(f"tuned settings from the contract: {options.describe()}; graph {path.name}")
@@ -315,7 +317,7 @@ def _bench_here(
         model=str(loaded.path),
         runtime=f"onnxruntime {runtime_version()}",
         providers=providers,
-        optimization=config.optimization,
+        optimization=options[0].optimization,
         session=options[0].settings(),
         method="in this process: per configuration one session, uncounted warm-up, timed runs",
         results=results,
@@ -428,7 +430,7 @@ def _bench_vs(
         model=str(loaded.path),
         runtime=str(ours_loaded["runtime"]),
         providers=list(ours_loaded.get("providers", [])),
-        optimization=config.optimization,
+        optimization=options[0].optimization,
         session=options[0].settings(),
         method=(
             "each side in a worker process of its own; per configuration an uncounted warm-up, "

@@ -101,6 +101,9 @@ class _Process:
         self.log: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # The worker imports onnxgate (and a torch factory's module) as this process does, even
+        # when this process found them through a sys.path edited at run time.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "onnxgate.perf._worker"],
             stdin=subprocess.PIPE,
@@ -202,7 +205,8 @@ class Contest:
     def __enter__(self) -> Self:
         self._tmp = tempfile.TemporaryDirectory(prefix="onnxgate-contest-")
         try:
-            self._procs = [_Process(c.label, self.timeout_s) for c in self.contenders]
+            for contender in self.contenders:  # one at a time, so __exit__ closes every one
+                self._procs.append(_Process(contender.label, self.timeout_s))
             self.load(self.contenders)
         except BaseException:
             self.__exit__()
@@ -277,7 +281,7 @@ class Contest:
                     continue
                 seconds = slice_s if runs is not None else min(slice_s, budget_s - spent[i])
                 answer = self._procs[i].ask(
-                    {"op": "run", "count": need, "seconds": max(seconds, 1e-3)}
+                    {"op": "run", "count": need, "seconds": max(seconds, 1e-9)}
                 )
                 self.schedule.append(i)
                 ns = answer["ns"]

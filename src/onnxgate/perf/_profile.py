@@ -14,6 +14,7 @@ run (``run_ms - node_ms``) is ONNX Runtime's own work between kernels.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import statistics
@@ -276,6 +277,42 @@ def _spread(calls: list[_trace.NodeEvent], windows: list[tuple[int, int]]) -> li
     return notes
 
 
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def _self_time(calls: list[_trace.NodeEvent], notes: list[str]) -> list[_trace.NodeEvent]:
+    """Calls with a control-flow node's time reduced to its own, so nothing counts twice.
+
+    ONNX Runtime records the nodes of an If/Loop/Scan body as calls of their own *and* the
+    parent's call spanning them; summing both would put more than 100% of a run in kernels.
+    A call that lies inside a control-flow call's span is its body's; only control-flow parents
+    are considered, since unrelated calls overlap in time under parallel execution.
+    """
+    if not any(c.op_type in CONTROL_FLOW for c in calls):
+        return calls
+    order = sorted(range(len(calls)), key=lambda i: (calls[i].ts, -calls[i].dur))
+    inner = [0] * len(calls)
+    open_parents: list[int] = []
+    for i in order:
+        call = calls[i]
+        while open_parents and calls[open_parents[-1]].ts + calls[open_parents[-1]].dur < call.ts:
+            open_parents.pop()
+        if (
+            open_parents
+            and call.ts + call.dur <= calls[open_parents[-1]].ts + calls[open_parents[-1]].dur
+        ):
+            inner[open_parents[-1]] += call.dur
+        if call.op_type in CONTROL_FLOW:
+            open_parents.append(i)
+    notes.append(
+        "If/Loop/Scan rows show their own time only; the nodes of their bodies are listed apart"
+    )
+    return [
+        dataclasses.replace(c, dur=max(0, c.dur - inner[i])) if inner[i] else c
+        for i, c in enumerate(calls)
+    ]
+
+
 def report_from_trace(
     events: list[dict[str, Any]],
     *,
@@ -299,7 +336,7 @@ def report_from_trace(
     notes = list(notes)
     kept = _windows(events, warmup, runs, notes)
     counted = len(kept)
-    calls = _trace.within(_trace.node_events(events), kept)
+    calls = _self_time(_trace.within(_trace.node_events(events), kept), notes)
     total = sum(c.dur for c in calls)
     per_node: dict[tuple[str, str, str], list[_trace.NodeEvent]] = {}
     for call in calls:

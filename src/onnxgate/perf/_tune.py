@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, compare_runners
+from onnxgate.compat.providers import CPU
 from onnxgate.contract import (
     Contract,
     GoldenRunner,
@@ -363,26 +364,33 @@ def tune(
     contract = _contract(loaded, config.write)
     sample, shape, batch = _tuning_sample(loaded, signature, config)
     notes: list[str] = []
-    samples = [sample]
     compare_config = CompareConfig()
     rule = "compare's default tolerances per dtype (no contract)"
+    stored: list[tuple[Sample, dict[str, Any]]] = []
     if contract is not None and contract.golden is not None:
         compare_config = config_from_rules(contract.golden.rules)
-        samples += [
-            Sample(s.label, validate_feeds(signature, s.feeds, where=s.label), s.dims)
-            for s, _ in read_golden(contract, loaded.path)
+        stored = [
+            (Sample(s.label, validate_feeds(signature, s.feeds, where=s.label), s.dims), outputs)
+            for s, outputs in read_golden(contract, loaded.path)
         ]
         rule = f"the contract's rules per output ({contract_paths(loaded.path)[0].name})"
-    defaults = OrtOptions(providers=config.providers)
+    samples = [sample, *(s for s, _ in stored)]
+    # Resolved as the grid resolves them, so the defaults and their twin in the grid are one.
+    resolved = OrtOptions(providers=config.providers).resolved_providers()
+    defaults = OrtOptions(providers=tuple(p for p in resolved if p != CPU))
     providers = defaults.resolved_providers()
     machine = fingerprint(providers)
 
+    # The tuning shape has no stored outputs: the model as given under the defaults is its
+    # reference. The golden samples are judged against their stored outputs, as `verify` judges
+    # them, so a candidate that passes here cannot fail the contract by stacking its error on
+    # the defaults' own.
     say("running the model as given under ONNX Runtime's defaults (the parity reference)")
-    expected = []
     with OrtRunner(loaded, defaults) as runner:
-        for s in samples:
-            expected.append((s, dict(runner.infer(s.feeds).outputs)))
-    golden = GoldenRunner(expected, "onnxruntime defaults, model as given", signature)
+        expected = [(sample, dict(runner.infer(sample.feeds).outputs)), *stored]
+    golden = GoldenRunner(
+        expected, "onnxruntime defaults (tuning shape) and the contract's golden outputs", signature
+    )
 
     if graphs is None:
         say("looking for graph rewrites (BERT-like encoder → transformer fusions)")
@@ -429,10 +437,11 @@ def tune(
         passing = [(v.graph, v.level) for v in gate if v.passed]
         if (AS_GIVEN, defaults.optimization) not in passing:
             raise ParityError(
-                f"{loaded.path}: the model as given does not reproduce its own outputs under "
-                "ONNX Runtime's defaults (random or non-deterministic operators?), so no "
-                "candidate can be judged against it.",
-                hint="Tune a model whose outputs are deterministic.",
+                f"{loaded.path}: the model as given under ONNX Runtime's defaults fails the "
+                "parity gate itself: it misses the contract's golden outputs, or does not "
+                "reproduce its own outputs (random or non-deterministic operators?), so no "
+                "candidate can be judged.",
+                hint=f"Run `onnxgate verify {loaded.path}` to see which output fails.",
             )
 
         grid = [Candidate(AS_GIVEN, defaults.settings())]

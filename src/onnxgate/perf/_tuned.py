@@ -50,22 +50,33 @@ def record_tuning(
     Returns:
         The contract as written, and the files written.
     """
+    # Re-read: tuning takes minutes, and the contract may have gained a record (another tune)
+    # meanwhile. Merge into what is on disk now, unless it describes other bytes or rules.
+    current = load_contract(model)
+    if current.identity != contract.identity or current.golden != contract.golden:
+        raise ConfigError(
+            f"{contract_paths(model)[0]}: the contract changed while tuning ran (new model "
+            "bytes or golden samples), so this result was judged against rules it no longer "
+            "holds; nothing was recorded.",
+            hint=f"Run `onnxgate tune {model}` again.",
+        )
     written = []
     if graph is not None:
         path = tuned_path(model, record.machine.id, record.objective, record.shape)
         atomic_write_bytes(path, graph.SerializeToString())
         record = record.model_copy(update={"optimized_model": digest(path, model.parent)})
         written.append(path)
-    kept = [r for r in contract.performance.tuned if not _same_key(r, record)]
+    kept = [r for r in current.performance.tuned if not _same_key(r, record)]
     named = {r.optimized_model.path for r in [*kept, record] if r.optimized_model}
-    for old in contract.performance.tuned:
-        if _same_key(old, record) and old.optimized_model and old.optimized_model.path not in named:
-            (model.parent / old.optimized_model.path).unlink(missing_ok=True)
-    performance = contract.performance.model_copy(update={"tuned": [*kept, record]})
-    updated = contract.model_copy(update={"performance": performance})
+    performance = current.performance.model_copy(update={"tuned": [*kept, record]})
+    updated = current.model_copy(update={"performance": performance})
     path, _ = contract_paths(model)
     atomic_write_text(path, updated.model_dump_json(indent=2) + "\n")
     written.append(path)
+    # only once the contract no longer names it: a file the replaced record alone named
+    for old in current.performance.tuned:
+        if _same_key(old, record) and old.optimized_model and old.optimized_model.path not in named:
+            (model.parent / old.optimized_model.path).unlink(missing_ok=True)
     return updated, written
 
 

@@ -37,6 +37,8 @@ class _Worker:
     def __init__(self) -> None:
         self.runner: Any = None
         self.feeds: dict[str, np.ndarray] = {}
+        self.torch_threads: int | None = None
+        """PyTorch's own default, read before the first change (the setting is per process)."""
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
         from onnxgate.model import Signature, load_model
@@ -57,9 +59,9 @@ class _Worker:
             runner = TorchRunner(request["torch"], signature)
             self.runner = runner.__enter__()
             torch = runner._torch
-            threads = int(request.get("threads") or 0)
-            if threads:
-                torch.set_num_threads(threads)
+            if self.torch_threads is None:
+                self.torch_threads = torch.get_num_threads()
+            torch.set_num_threads(int(request.get("threads") or 0) or self.torch_threads)
             return {"runtime": f"torch {torch.__version__}", "threads": torch.get_num_threads()}
         raise ConfigError("a worker was asked to load neither an ONNX model nor a torch module.")
 
