@@ -13,6 +13,7 @@ EXPECTED = {
     "BenchConfig", "BenchReport", "ProfileConfig", "ProfileReport", "TuneConfig", "TuneReport",
     "bench", "profile", "tune", "tuned_for",
     "DoctorReport", "doctor",
+    "QuantizeConfig", "QuantizeReport", "quantize",
     "Contract", "SklearnExportConfig", "TorchExportConfig", "VerifyReport", "export_sklearn",
     "export_torch", "init_contract", "load_contract", "verify",
     "CheckFailed", "CompatibilityError", "ConfigError", "EnvironmentProblem", "ExitCode", "ExtraMissing",

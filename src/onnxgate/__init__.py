@@ -50,6 +50,7 @@ from onnxgate.perf import (
     tuned_for,
 )
 from onnxgate.placement import PlacementReport, placement
+from onnxgate.quantize import QuantizeConfig, QuantizeReport, quantize
 from onnxgate.runners import Inference, Runner, make_runner
 
 __all__ = [
@@ -103,6 +104,10 @@ __all__ = [
     "profile",
     "tune",
     "tuned_for",
+    # quantisation
+    "QuantizeConfig",
+    "QuantizeReport",
+    "quantize",
     # is this machine ready
     "DoctorReport",
     "doctor",

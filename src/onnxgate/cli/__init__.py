@@ -17,6 +17,7 @@ from onnxgate.cli.export_cmd import export_app
 from onnxgate.cli.inspect_cmd import inspect_command
 from onnxgate.cli.placement_cmd import placement_command
 from onnxgate.cli.profile_cmd import profile_command
+from onnxgate.cli.quantize_cmd import quantize_command
 from onnxgate.cli.runtimes_cmd import runtimes_command
 from onnxgate.cli.tune_cmd import tune_command
 
@@ -65,8 +66,9 @@ app.command("compare")(compare_command)
 app.command("placement")(placement_command)
 app.command("verify")(verify_command)
 app.command("bench")(bench_command)
-app.command("profile")(profile_command)
+app.command("quantize")(quantize_command)
 app.command("tune")(tune_command)
+app.command("profile")(profile_command)
 app.add_typer(contract_app, name="contract")
 app.add_typer(export_app, name="export")
 app.command("runtimes")(runtimes_command)

@@ -29,8 +29,13 @@ def model_dir() -> Path:
     return get_model_path()
 
 
-def factory():
+def factory(attention: str = "eager"):
     """The BERT encoder plus sentence-transformers' mean pooling and L2 normalisation.
+
+    Args:
+        attention: transformers' attention implementation: ``eager`` (the plain MatMul/Softmax
+            graph real BERT exports have) or ``sdpa`` (PyTorch's fused kernel, what PyTorch
+            serving uses by default; see ``served``).
 
     Returns:
         An eval-mode ``torch.nn.Module`` whose ``forward(input_ids, attention_mask,
@@ -42,9 +47,9 @@ def factory():
     import torch  # noqa: TID251  (an example module for PyTorch export)
     from transformers import AutoModel
 
-    # Eager attention: SDPA exports too, but decomposes into extra Reshape/Slice/Concat at
-    # opset 18; eager gives the plain MatMul/Softmax graph that real BERT exports have.
-    bert = AutoModel.from_pretrained(model_dir(), attn_implementation="eager")
+    # Eager attention for export: SDPA exports too, but decomposes into extra Reshape/Slice/Concat
+    # at opset 18; eager gives the plain MatMul/Softmax graph that real BERT exports have.
+    bert = AutoModel.from_pretrained(model_dir(), attn_implementation=attention)
 
     class MiniLM(torch.nn.Module):
         def __init__(self) -> None:
@@ -61,6 +66,15 @@ def factory():
             return hidden, torch.nn.functional.normalize(pooled, p=2.0, dim=1)
 
     return MiniLM().eval()
+
+
+def served():
+    """The same module with PyTorch's fused attention (SDPA), as PyTorch users serve it.
+
+    The fair baseline for ``bench --vs torch:onnxgate.examples.minilm:served``: timing the eager
+    attention that export prefers would flatter ONNX Runtime.
+    """
+    return factory("sdpa")
 
 
 def example_inputs(batch: int = 2, seq: int = 16, seed: int = 0):
@@ -90,3 +104,67 @@ def build():
     """
     ids, mask, types = example_inputs(batch=1, seq=16)
     return factory(), {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def tokenize(sentences, *, seq: int = 128):
+    """Feeds for ``sentences`` from the tokenizer shipped with the weights (offline).
+
+    Args:
+        sentences: the texts, one row each.
+        seq: tokens per row; shorter texts are padded (mask 0), longer ones truncated.
+
+    Returns:
+        ``{"input_ids", "attention_mask", "token_type_ids"}``, int64 ``[len(sentences), seq]``.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir())
+    encoded = tokenizer(
+        list(sentences), padding="max_length", truncation=True, max_length=seq, return_tensors="np"
+    )
+    return {name: np.asarray(encoded[name], dtype=np.int64) for name in INPUTS}
+
+
+def _batches(sentences, batch: int, seq: int):
+    for start in range(0, len(sentences), batch):
+        yield tokenize(sentences[start : start + batch], seq=seq)
+
+
+def calibration_feeds(batch: int = 8, seq: int = 128):
+    """Feeds of the calibration sentences (``onnxgate.examples.sentences.CALIBRATION``).
+
+    An entry point for ``onnxgate quantize --calibration onnxgate.examples.minilm:calibration_feeds``.
+    """
+    from onnxgate.examples.sentences import CALIBRATION
+
+    yield from _batches(CALIBRATION, batch, seq)
+
+
+def eval_feeds(batch: int = 32, seq: int = 128):
+    """Feeds of the held-apart sentences (``EVALUATION``): one batch of 32 × 128 by default.
+
+    An entry point for ``onnxgate quantize --eval onnxgate.examples.minilm:eval_feeds``.
+    """
+    from onnxgate.examples.sentences import EVALUATION
+
+    yield from _batches(EVALUATION, batch, seq)
+
+
+def write_sentence_feeds(folder, *, seq: int = 128):
+    """Write ``calibration.npz`` and ``eval.npz`` (all sentences of each half) into ``folder``.
+
+    Returns:
+        The two paths.
+    """
+    import numpy as np
+
+    from onnxgate.examples.sentences import CALIBRATION, EVALUATION
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / "calibration.npz", folder / "eval.npz"
+    for path, sentences in zip(paths, (CALIBRATION, EVALUATION), strict=True):
+        np.savez(path, **tokenize(sentences, seq=seq))
+    return paths

@@ -1,0 +1,330 @@
+"""``onnxgate quantize MODEL --out OUT.onnx``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from onnxgate.cli._common import (
+    FORMAT_HELP,
+    Format,
+    emit_json,
+    finish,
+    handles_errors,
+    out,
+    progress_line,
+)
+from onnxgate.errors import ConfigError
+from onnxgate.quantize import PRESET_HELP, QuantizeConfig, QuantizeReport, quantize
+
+_DATA = (
+    "an .npz (one sample), a folder of .npz files or test_data_set_* folders, a JSON file, or "
+    "package.module:function returning an iterable of feeds ({input name: array})"
+)
+
+
+def _mb(size: int | None) -> str:
+    return "-" if size is None else f"{size / 1e6:.1f} MB"
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5f}"
+
+
+def render(report: QuantizeReport) -> None:
+    """Print the report for people."""
+    s = report.settings
+    out.print(
+        f"[bold]{escape(report.model)}[/]: {s.mode} int8 ({s.format}, preset {s.preset}, "
+        f"activations {s.activation_type}, weights {s.weight_type}"
+        f"{' per-channel' if s.per_channel else ''}{', 7-bit' if s.reduce_range else ''}, "
+        f"op types {','.join(s.op_types)})"
+    )
+    for notice in report.notices:
+        out.print(f"  [yellow]notice:[/] {escape(notice)}")
+    if report.calibration:
+        c = report.calibration
+        out.print(
+            f"  calibration: {escape(c.source)} ({c.samples} sample(s), {c.rows} row(s)), "
+            f"method {s.calibration_method}"
+        )
+    e = report.evaluation
+    out.print(
+        f"  evaluation: {escape(e.source)} ({e.samples} sample(s), {e.rows} row(s)); overlap "
+        f"with calibration: {report.overlap_rows} row(s)"
+    )
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("float nodes", "output", "rule", "value", "float", "drop", "verdict"):
+        table.add_column(column, justify="left" if column in ("output", "rule") else "right")
+    for attempt in report.attempts:
+        for index, f in enumerate(attempt.figures):
+            table.add_row(
+                str(len(attempt.excluded)) if index == 0 else "",
+                escape(f.output),
+                escape(f.rule),
+                _figure(f.value),
+                _figure(f.reference),
+                _figure(f.drop),
+                "[green]ok[/]" if f.passed else "[red]miss[/]",
+            )
+    out.print(table)
+    if report.ranking:
+        worst = ", ".join(f"{escape(r.node)} {r.score:.2g}" for r in report.ranking[:5])
+        out.print(f"  worst nodes alone in int8 (1 - cosine): {worst}")
+    if report.excluded:
+        out.print(
+            f"  kept in float ({len(report.excluded)}): "
+            + ", ".join(f"{escape(n.node)} ({n.op_type})" for n in report.excluded)
+        )
+    if report.float_ops:
+        out.print(
+            "  quantisable ops left in float: "
+            + ", ".join(f"{op} {n}" for op, n in report.float_ops.items())
+        )
+    out.print(
+        f"  size: {_mb(report.size_before)} -> {_mb(report.size_after)}; "
+        f"{report.quantized_nodes} integer/conversion node(s)"
+    )
+    for row in report.latency:
+        shape = ",".join(f"{k}={v}" for k, v in row.dims.items())
+        price = f" (all int8: {row.all_int8_ms:.2f} ms)" if row.all_int8_ms is not None else ""
+        out.print(
+            f"  latency {escape(shape)}: {row.float_ms:.2f} ms -> {row.quantized_ms:.2f} ms "
+            f"(x{row.speedup:.2f}){price}{' [yellow]noisy[/]' if row.noisy else ''}"
+        )
+    for warning in report.warnings:
+        out.print(f"[yellow]warning:[/] {escape(warning)}")
+    if report.passed:
+        written = f"wrote {escape(report.out or '')}"
+        if report.contract:
+            written += f" and {escape(Path(report.contract).name)}"
+        out.print(
+            f"[bold green]PASS[/]  within the budget (max drop {report.max_drop:g}); {written}"
+        )
+    else:
+        out.print(
+            f"[bold red]FAIL[/]  {escape(report.reason or 'the budget was missed')}; nothing written"
+        )
+
+
+def _split(items: list[str] | None) -> tuple[str, ...]:
+    return tuple(v.strip() for item in items or () for v in item.split(",") if v.strip())
+
+
+def _ints(items: list[str] | None) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in _split(items))
+    except ValueError as err:
+        raise ConfigError("--bench-batch takes integers, comma-separated or repeated.") from err
+
+
+@handles_errors
+def quantize_command(
+    model: Annotated[Path, typer.Argument(help="The float .onnx model.", show_default=False)],
+    out_path: Annotated[
+        Path, typer.Option("--out", "-o", help="The .onnx file to write (only if the gate passes).")
+    ],
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="dynamic (weights int8, activations quantised at run time; no calibration) or "
+            "static (activation ranges from --calibration).",
+        ),
+    ] = "dynamic",
+    quant_format: Annotated[
+        str | None,
+        typer.Option(
+            "--quant-format",
+            help="Static only: qdq (default; QuantizeLinear/DequantizeLinear pairs that ONNX "
+            "Runtime fuses into int8 kernels) or qoperator (QLinear* operators).",
+            show_default=False,
+        ),
+    ] = None,
+    preset: Annotated[str, typer.Option("--preset", help=PRESET_HELP)] = "auto",
+    per_channel: Annotated[
+        bool | None,
+        typer.Option(
+            "--per-channel/--per-tensor",
+            help="One scale per output channel of each weight (the presets' choice), or one per "
+            "tensor.",
+            show_default=False,
+        ),
+    ] = None,
+    reduce_range: Annotated[
+        bool | None,
+        typer.Option("--reduce-range/--full-range", help="7-bit weights.", show_default=False),
+    ] = None,
+    activation_type: Annotated[
+        str | None,
+        typer.Option("--activation-type", help="uint8 or int8 (static).", show_default=False),
+    ] = None,
+    weight_type: Annotated[
+        str | None, typer.Option("--weight-type", help="int8 or uint8.", show_default=False)
+    ] = None,
+    op_types: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--op-types",
+            help="Op types to quantise, comma-separated (default Conv,ConvTranspose,Gemm,MatMul; "
+            "add Gather to quantise embedding tables).",
+            show_default=False,
+        ),
+    ] = None,
+    calibration: Annotated[
+        str | None,
+        typer.Option("--calibration", help=f"Calibration data: {_DATA}.", show_default=False),
+    ] = None,
+    method: Annotated[
+        str,
+        typer.Option("--calibration-method", help="Static ranges: minmax, entropy or percentile."),
+    ] = "minmax",
+    eval_data: Annotated[
+        str | None,
+        typer.Option(
+            "--eval",
+            help=f"Held-apart evaluation data, not the calibration data: {_DATA}. Without it the "
+            "gate runs on synthetic inputs, with a warning.",
+            show_default=False,
+        ),
+    ] = None,
+    labels: Annotated[
+        Path | None,
+        typer.Option(
+            "--labels",
+            help="True class of each evaluation row (.npy, .npz, .json or whitespace-separated "
+            ".txt): the gate then compares label accuracy with the float model's.",
+            show_default=False,
+        ),
+    ] = None,
+    max_drop: Annotated[
+        float,
+        typer.Option(
+            "--max-drop",
+            help="The budget: 1 - cosine to the float model (embeddings, any float output), 1 - "
+            "top-1 agreement (class scores), or accuracy lost with --labels (0.01 = 1 point).",
+        ),
+    ] = 0.01,
+    gate_metric: Annotated[
+        str,
+        typer.Option(
+            "--gate-metric",
+            help="auto (accuracy with --labels on class scores; top1 for [rows, classes] outputs "
+            "from a Softmax or named logits/probabilities; cosine otherwise), cosine, top1 or "
+            "accuracy.",
+        ),
+    ] = "auto",
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            help="A compare rule replacing the budget for an output: [OUTPUT:]METRIC OP VALUE, "
+            "e.g. logits:max_abs<=0.5 (see `compare --help`).",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--output",
+            help="Outputs the gate judges (default: every float output).",
+            show_default=False,
+        ),
+    ] = None,
+    search: Annotated[
+        bool,
+        typer.Option(
+            "--search/--no-search",
+            help="When the budget is missed, rank nodes by their error alone in int8 and keep the "
+            "worst in float until it is met.",
+        ),
+    ] = True,
+    max_excluded: Annotated[
+        int | None,
+        typer.Option(
+            "--max-excluded",
+            help="The most nodes the search may keep in float.",
+            show_default=False,
+        ),
+    ] = None,
+    no_bench: Annotated[
+        bool, typer.Option("--no-bench", help="Do not time float vs quantised.")
+    ] = False,
+    bench_budget: Annotated[
+        float, typer.Option("--bench-budget", help="Seconds of timed runs per model and shape.")
+    ] = 0.5,
+    bench_batch: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bench-batch",
+            help="Batch sizes to time (default: the parent contract's batch bounds, else 1 and "
+            "the evaluation batch; other dims at the evaluation data's sizes).",
+            show_default=False,
+        ),
+    ] = None,
+    no_contract: Annotated[
+        bool, typer.Option("--no-contract", help="Do not write the contract.")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic evaluation feeds.")] = 0,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+) -> None:
+    """Quantise a float model to int8 inside an accuracy budget on real data, or say why not.
+
+    ONNX Runtime pre-processes the model (`quant_pre_process`; when symbolic shape inference fails,
+    as on dynamo-exported transformers, again with `skip_symbolic_shape`; value_info entries
+    naming weights are dropped), quantises it, and the gate compares it with the float model on
+    `--eval` data. When the budget is missed, each candidate node is quantised alone and ranked
+    by the error it causes; the worst are kept in float until the budget is met. The report shows
+    every attempt, the nodes kept in float, size and latency before and after; the written model
+    gets a contract naming its parent and the gate it passed.
+
+    Examples: `onnxgate quantize model.onnx -o model.int8.onnx --eval eval.npz` ·
+    `onnxgate quantize model.onnx -o q.onnx --mode static --calibration calib/ --eval eval.npz
+    --labels eval_labels.npy`
+
+    Exit codes: 0 the gate passed and the model was written; 1 the budget was missed (nothing
+    written); 2 bad options or data, a model that is quantised already or has nothing to
+    quantise (nothing written); 3 a missing extra or runtime.
+    """
+    try:
+        config = QuantizeConfig(
+            out=out_path,
+            mode=mode,  # type: ignore[arg-type]
+            format=quant_format,  # type: ignore[arg-type]
+            preset=preset,  # type: ignore[arg-type]
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            activation_type=activation_type,  # type: ignore[arg-type]
+            weight_type=weight_type,  # type: ignore[arg-type]
+            op_types=_split(op_types),
+            calibration=calibration,
+            calibration_method=method,  # type: ignore[arg-type]
+            eval=eval_data,
+            labels=labels,
+            max_drop=max_drop,
+            gate_metric=gate_metric,  # type: ignore[arg-type]
+            metrics=tuple(metric or ()),
+            outputs=_split(output),
+            search=search,
+            max_excluded=max_excluded,
+            bench=not no_bench,
+            bench_budget_s=bench_budget,
+            bench_batches=_ints(bench_batch),
+            contract=not no_contract,
+            seed=seed,
+        )
+    except ValueError as err:  # pydantic's ValidationError: a value outside its choices
+        first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err)}
+        where = ".".join(str(p) for p in first["loc"]) or "option"
+        raise ConfigError(f"{where}: {first['msg']}.") from err
+    with progress_line(fmt == Format.text) as progress:
+        report = quantize(model, config, progress=progress)
+    if fmt == Format.json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        render(report)
+    finish(report.passed)

@@ -1,0 +1,191 @@
+"""Calibration and evaluation feeds: files, folders, or a Python function that yields them.
+
+Both sets are checked against the model's signature before anything is quantised, so a wrong
+input name or dtype is an input error (exit 2) and not an ONNX Runtime failure halfway through.
+The two sets are compared row by row: accuracy measured on rows the quantiser calibrated on
+flatters the result, and the report says how many there were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxgate.data import Sample, load_feeds, validate_feeds
+from onnxgate.errors import ConfigError, FeedError
+from onnxgate.model import Signature
+
+log = logging.getLogger(__name__)
+
+_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def is_entry_point(text: str) -> bool:
+    """``package.module:function`` (and not a path that exists)."""
+    return bool(_ENTRY.match(text)) and not Path(text).exists()
+
+
+def _from_entry(entry: str, option: str) -> list[Sample]:
+    from onnxgate.runners import load_entry
+
+    function = load_entry(entry)
+    try:
+        produced = function()
+        items = list(produced) if isinstance(produced, Iterable) else None
+    except Exception as err:  # the user's function may raise anything
+        raise FeedError(
+            f"{option} {entry}: the function raised {type(err).__name__}: {err}"
+        ) from err
+    if items is None or isinstance(produced, Mapping):
+        raise FeedError(
+            f"{option} {entry}: returned {type(produced).__name__}; expected an iterable of feeds "
+            "({input name: array}) or of onnxgate Samples."
+        )
+    samples = []
+    for index, item in enumerate(items):
+        if isinstance(item, Sample):
+            samples.append(item)
+        elif isinstance(item, Mapping):
+            feeds = {str(k): np.asarray(v) for k, v in item.items()}
+            samples.append(Sample(f"{entry}[{index}]", feeds))
+        else:
+            raise FeedError(
+                f"{option} {entry}: item {index} is a {type(item).__name__}; expected a mapping "
+                "of input name to array."
+            )
+    return samples
+
+
+def load_samples(source: str, signature: Signature, *, option: str) -> list[Sample]:
+    """Samples from a file, a folder or an entry point, each checked against the signature.
+
+    Raises:
+        FeedError: unreadable data, no samples, or a sample that does not fit the model.
+        ConfigError: an entry point that cannot be imported.
+    """
+    if is_entry_point(source):
+        samples = _from_entry(source, option)
+    else:
+        samples = load_feeds(source, signature=signature)
+    if not samples:
+        raise FeedError(f"{option} {source}: holds no sample.")
+    return [
+        Sample(s.label, validate_feeds(signature, s.feeds, where=f"{option} {s.label}"), s.dims)
+        for s in samples
+    ]
+
+
+def rows(sample: Sample) -> int:
+    """Rows in a sample: the shared size of every array's axis 0, else 1."""
+    sizes = {np.shape(v)[0] for v in sample.feeds.values() if np.ndim(v) > 0}
+    return sizes.pop() if len(sizes) == 1 else 1
+
+
+def row_digests(samples: Sequence[Sample]) -> list[str]:
+    """A digest per row (the same row of every input); a whole sample is one row if axes differ."""
+    digests = []
+    for sample in samples:
+        sizes = {np.shape(v)[0] for v in sample.feeds.values() if np.ndim(v) > 0}
+        shared = len(sizes) == 1 and all(np.ndim(v) > 0 for v in sample.feeds.values())
+        names = sorted(sample.feeds)
+        for index in range(sizes.pop() if shared else 1):
+            h = hashlib.sha256()
+            for name in names:
+                value = np.asarray(sample.feeds[name])
+                part = value[index] if shared else value
+                h.update(name.encode() + str(part.dtype).encode() + str(part.shape).encode())
+                h.update(
+                    np.ascontiguousarray(part).tobytes()
+                    if part.dtype != object
+                    else repr(part.tolist()).encode()
+                )
+            digests.append(h.hexdigest())
+    return digests
+
+
+def overlap(calibration: Sequence[Sample], evaluation: Sequence[Sample]) -> int:
+    """How many evaluation rows also appear in the calibration data."""
+    seen = set(row_digests(calibration))
+    return sum(d in seen for d in row_digests(evaluation))
+
+
+def load_labels(path: Path, expected: int) -> np.ndarray:
+    """True labels, one per evaluation row, as a 1-D integer array.
+
+    Raises:
+        FeedError: unreadable, not integers, or not one per row.
+    """
+    if not path.is_file():
+        raise FeedError(f"--labels {path}: no such file.")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            values = np.load(path, allow_pickle=False)
+        elif suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                if len(archive.files) != 1:
+                    raise FeedError(
+                        f"--labels {path}: holds {len(archive.files)} arrays; keep only the labels."
+                    )
+                values = archive[archive.files[0]]
+        elif suffix == ".json":
+            values = np.asarray(json.loads(path.read_text(encoding="utf-8")))
+        else:
+            values = np.asarray([int(t) for t in path.read_text(encoding="utf-8").split()])
+    except FeedError:
+        raise
+    except (OSError, ValueError, json.JSONDecodeError) as err:
+        raise FeedError(f"--labels {path}: cannot be read as labels ({err}).") from err
+    values = np.asarray(values).reshape(-1)
+    if values.dtype.kind not in "iu":
+        raise FeedError(f"--labels {path}: holds {values.dtype} values; labels are class indices.")
+    if values.size != expected:
+        raise FeedError(
+            f"--labels {path}: has {values.size} label(s) for {expected} evaluation row(s).",
+            hint="Give one label per row of --eval, in the order of its samples.",
+        )
+    return values.astype(np.int64)
+
+
+def sample_dims(signature: Signature, sample: Sample) -> dict[str, int]:
+    """The size each symbolic dimension takes in a sample."""
+    dims: dict[str, int] = {}
+    for spec in signature.inputs:
+        value = sample.feeds.get(spec.name)
+        if spec.shape is None or not isinstance(value, np.ndarray):
+            continue
+        for dim, size in zip(spec.shape, value.shape, strict=False):
+            if isinstance(dim, str) and dim:
+                dims.setdefault(dim, int(size))
+    return dims
+
+
+def check_distinct(calibration: str | None, evaluation: str | None) -> None:
+    """Refuse the same source for both sets: the evaluation would judge what was tuned on it."""
+    if calibration is None or evaluation is None:
+        return
+    same = calibration == evaluation
+    if not same and not is_entry_point(calibration) and not is_entry_point(evaluation):
+        try:
+            same = Path(calibration).resolve() == Path(evaluation).resolve()
+        except OSError:
+            same = False
+    if same:
+        raise ConfigError(
+            f"--calibration and --eval are the same data ({evaluation}): accuracy must be "
+            "measured on data the quantiser did not see.",
+            hint="Split your data into a calibration part and a held-apart evaluation part.",
+        )
+
+
+def describe_source(source: str | None, samples: Sequence[Any]) -> str:
+    """``eval.npz (1 sample, 32 rows)``: how a data set is named in reports."""
+    n_rows = sum(rows(s) for s in samples)
+    return f"{source} ({len(samples)} sample(s), {n_rows} row(s))"

@@ -1,0 +1,341 @@
+"""The calls into ``onnxruntime.quantization``: pre-processing with its fallbacks, and quantising.
+
+ONNX Runtime does the quantisation; this module makes it survive real exports and keeps it quiet.
+``quant_pre_process`` runs symbolic shape inference, which fails on dynamo-exported transformers
+("Incomplete symbolic shape inference"), so it is retried with ``skip_symbolic_shape=True``; its
+graph optimisation logs an error and carries on when it fails, which is caught and reported;
+``value_info`` entries that name weights go stale once those weights become int8, so they are
+dropped. Each fallback applied becomes a notice in the report. The quantisers print and log
+freely (some through the root logger): stdout is pointed at stderr and their logging is captured
+while they run, so ``--format json`` stays one document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import onnx
+
+from onnxgate.data import Sample
+from onnxgate.errors import ConfigError, ExtraMissing, GateError, RunFailed, first_line
+from onnxgate.quantize._config import Settings
+
+log = logging.getLogger(__name__)
+
+QUANTIZED_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearConv",
+        "QLinearMatMul",
+        "QGemm",
+        "QAttention",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+        "MatMulNBits",
+        "QLinearAdd",
+        "QLinearMul",
+        "DynamicQuantizeLSTM",
+    }
+)
+"""Ops that only a quantised model holds."""
+
+_WEIGHTED = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
+"""Input index of the weight of ops that dynamic quantisation needs a constant weight for."""
+
+
+def _ort_quantization():
+    try:
+        from onnxruntime import quantization  # noqa: TID251  (the quantiser is ONNX Runtime's)
+    except ImportError as err:  # a broken or minimal ONNX Runtime build
+        raise ExtraMissing(
+            f"onnxruntime.quantization cannot be imported ({first_line(err)}).",
+            hint="Install the full CPU wheel: pip install onnxruntime.",
+        ) from err
+    return quantization
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[_Capture]:
+    """Keep ONNX Runtime's quantisation tools off stdout and capture their log records.
+
+    Under -vv nothing is hidden (records still captured). Restores everything afterwards.
+    """
+    capture = _Capture()
+    ort_logger = logging.getLogger("onnxruntime")
+    root = logging.getLogger()
+    verbose = log.isEnabledFor(logging.DEBUG)
+    saved = (ort_logger.level, ort_logger.propagate, root.level)
+    ort_logger.addHandler(capture)
+    ort_logger.setLevel(logging.WARNING)
+    if not verbose:
+        ort_logger.propagate = False
+        root.setLevel(logging.CRITICAL)  # some of the tools call logging.warning() directly
+    sys.stdout.flush()
+    saved_fd = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+            if not verbose:
+                warnings.simplefilter("ignore")
+            yield capture
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        ort_logger.removeHandler(capture)
+        ort_logger.setLevel(saved[0])
+        ort_logger.propagate = saved[1]
+        root.setLevel(saved[2])
+
+
+def refuse_unquantisable(proto: onnx.ModelProto, settings: Settings, where: str) -> None:
+    """Refuse a model that is quantised already, or that holds nothing to quantise.
+
+    Raises:
+        ConfigError: naming the quantised ops found, or the op types present.
+    """
+    ops = [n.op_type for n in proto.graph.node]
+    found = sorted({op for op in ops if op in QUANTIZED_OPS})
+    if found:
+        raise ConfigError(
+            f"{where}: is quantised already (it holds {', '.join(found)}); quantising it again "
+            "would stack the error of a second rounding on the first.",
+            hint="Quantise the float model it was made from.",
+        )
+    if not candidates(proto, settings):
+        present = sorted(set(ops))
+        raise ConfigError(
+            f"{where}: has nothing to quantise: no {'/'.join(settings.op_types)} node"
+            + (" with a constant weight" if settings.mode == "dynamic" else "")
+            + f" (its ops: {', '.join(present[:12])}{'...' if len(present) > 12 else ''}).",
+            hint="int8 pays on MatMul, Gemm and Conv; name other op types with --op-types.",
+        )
+
+
+def candidates(proto: onnx.ModelProto, settings: Settings) -> list[onnx.NodeProto]:
+    """Nodes ONNX Runtime would quantise.
+
+    Those of the chosen op types; when quantising dynamically, only those with a constant weight
+    (activations times activations are not quantised then).
+    """
+    constants = {i.name for i in proto.graph.initializer}
+    constants |= {o for n in proto.graph.node if n.op_type == "Constant" for o in n.output}
+    found = []
+    for node in proto.graph.node:
+        if node.op_type not in settings.op_types:
+            continue
+        index = _WEIGHTED.get(node.op_type)
+        if (
+            settings.mode == "dynamic"
+            and index is not None
+            and (len(node.input) <= index or node.input[index] not in constants)
+        ):
+            continue
+        found.append(node)
+    return found
+
+
+def name_nodes(proto: onnx.ModelProto) -> None:
+    """Give unnamed nodes a name (in place): exclusion lists need names."""
+    taken = {n.name for n in proto.graph.node if n.name}
+    for index, node in enumerate(proto.graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
+
+
+def drop_weight_value_info(proto: onnx.ModelProto) -> int:
+    """Remove value_info entries that name initializers (in place); how many were removed."""
+    weights = {i.name for i in proto.graph.initializer}
+    kept = [v for v in proto.graph.value_info if v.name not in weights]
+    dropped = len(proto.graph.value_info) - len(kept)
+    if dropped:
+        del proto.graph.value_info[:]
+        proto.graph.value_info.extend(kept)
+    return dropped
+
+
+@contextlib.contextmanager
+def _scratch_cwd() -> Iterator[None]:
+    """Run in a temporary working folder, removed afterwards.
+
+    ONNX Runtime's symbolic shape inference saves models over 2 GB as
+    ``sym_shape_infer_temp.onnx`` plus a data file in the *current* folder and may leave them
+    there when it fails; that must not litter the user's folder.
+    """
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="onnxgate-preprocess-") as scratch:
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(here)
+
+
+def preprocess(source: Path, target: Path) -> list[str]:
+    """ONNX Runtime's ``quant_pre_process`` from ``source`` to ``target``, with fallbacks.
+
+    Returns:
+        Notices, one per fallback applied.
+    """
+    q = _ort_quantization()
+    notices: list[str] = []
+    attempts = [
+        ({}, None),
+        (
+            {"skip_symbolic_shape": True},
+            "symbolic shape inference failed ({why}); pre-processed again with "
+            "skip_symbolic_shape=True (ONNX shape inference only)",
+        ),
+        (
+            {"skip_symbolic_shape": True, "skip_optimization": True},
+            "pre-processing failed again ({why}); retried without ONNX Runtime's graph "
+            "optimisation",
+        ),
+    ]
+    done = False
+    why = ""
+    for options, notice in attempts:
+        if notice:
+            notices.append(notice.format(why=why))
+        try:
+            with quiet() as capture, _scratch_cwd():
+                q.quant_pre_process(str(source.resolve()), str(target.resolve()), **options)
+        except Exception as err:  # the pre-processor raises bare Exceptions and assertions
+            why = first_line(err, 200, with_type=True)
+            log.info("quant_pre_process%s failed: %s", options, why)
+            continue
+        failed = [r for r in capture.records if "Optimization Failed" in r.getMessage()]
+        if failed and not options.get("skip_optimization"):
+            notices.append(
+                "ONNX Runtime's graph optimisation failed during pre-processing and was skipped "
+                "by it; the model was quantised without it"
+            )
+        done = True
+        break
+    if not done:
+        notices.append(f"pre-processing failed ({why}); quantising the model as it was given")
+        target.write_bytes(source.read_bytes())
+    model = onnx.load(str(target))
+    name_nodes(model)
+    dropped = drop_weight_value_info(model)
+    if dropped:
+        notices.append(
+            f"dropped {dropped} value_info entr{'y' if dropped == 1 else 'ies'} naming weights: "
+            "they go stale once the weights are int8 and break quantize_dynamic"
+        )
+    onnx.save(model, str(target))
+    return notices
+
+
+_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+
+
+def _reader(q, samples: Sequence[Sample]):
+    class Reader(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            self._items = iter([dict(s.feeds) for s in samples])
+
+        def get_next(self):
+            return next(self._items, None)
+
+        def rewind(self) -> None:
+            self._items = iter([dict(s.feeds) for s in samples])
+
+    return Reader()
+
+
+def quantise(
+    source: Path,
+    target: Path,
+    settings: Settings,
+    *,
+    exclude: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+    calibration: Sequence[Sample] = (),
+    cache: Path | None = None,
+) -> None:
+    """Quantise ``source`` into ``target`` with ONNX Runtime.
+
+    Args:
+        source: the pre-processed float model.
+        target: where the quantised model is written.
+        settings: resolved settings.
+        exclude: node names kept in float.
+        only: quantise only these nodes (for ranking one node at a time).
+        calibration: samples for static ranges.
+        cache: static only: a calibration cache, written on the first call and read afterwards,
+            so ranges are measured once however often the search re-quantises.
+
+    Raises:
+        RunFailed: ONNX Runtime's quantiser failed.
+    """
+    q = _ort_quantization()
+    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
+    common = {
+        "op_types_to_quantize": list(settings.op_types),
+        "per_channel": settings.per_channel,
+        "reduce_range": settings.reduce_range,
+        "weight_type": types[settings.weight_type],
+        "nodes_to_exclude": list(exclude),
+        "nodes_to_quantize": list(only) if only is not None else None,
+    }
+    try:
+        with quiet():
+            if settings.mode == "dynamic":
+                q.quantize_dynamic(
+                    str(source), str(target), extra_options={"MatMulConstBOnly": True}, **common
+                )
+            else:
+                method = getattr(
+                    q.CalibrationMethod, _METHODS[settings.calibration_method or "minmax"]
+                )
+                cached = cache is not None and cache.is_file()
+                q.quantize_static(
+                    str(source),
+                    str(target),
+                    None if cached else _reader(q, calibration),
+                    quant_format=q.QuantFormat.QDQ
+                    if settings.format == "qdq"
+                    else q.QuantFormat.QOperator,
+                    activation_type=types[settings.activation_type],
+                    calibrate_method=method,
+                    calibration_cache_path=str(cache) if cache is not None else None,
+                    **common,
+                )
+    except GateError:
+        raise
+    except Exception as err:  # the quantisers raise many unrelated types
+        raise RunFailed(
+            f"ONNX Runtime's quantiser failed on {source.name}: {first_line(err, with_type=True)}",
+            hint="Run with -vv for its log; --op-types or --mode dynamic may avoid the op it "
+            "cannot handle.",
+        ) from err
+
+
+def quantised_nodes(proto: onnx.ModelProto) -> int:
+    """Nodes of a quantised model that compute in integers or convert to them."""
+    return sum(n.op_type in QUANTIZED_OPS for n in proto.graph.node)
