@@ -4,6 +4,7 @@
 # same model re-stamped at opset 20, as a newer exporter would write it: the older release refuses it.
 # Then: ONNX Runtime's optimised graph against the ONNX reference evaluator, and where each node runs
 # when a provider that claims nothing is asked for (the silent CPU fallback, caught by --require).
+# It starts with `doctor` (is this machine ready) and ends with MiniLM timed against PyTorch.
 set -uo pipefail
 MODEL=$(python -c 'import onnx, pathlib; print(pathlib.Path(onnx.__file__).parent / "backend/test/data/light/light_resnet50.onnx")')
 OLD=${ONNXGATE_DEMO_RUNTIME:-onnxruntime==1.16.3}
@@ -21,6 +22,7 @@ step() {
   if [ "$code" -ne "$expected" ]; then echo "demo: expected exit $expected" >&2; failures=$((failures + 1)); fi
 }
 
+step 0 onnxgate doctor
 step 0 onnxgate inspect "$MODEL"
 step 0 onnxgate check "$MODEL"
 step 0 onnxgate check "$MODEL" --runtime "$OLD"
@@ -50,4 +52,7 @@ step 0 onnxgate export torch onnxgate.examples.minilm:build -o "$WORK/all-MiniLM
   --output-name last_hidden_state --output-name sentence_embedding
 step 0 onnxgate verify "$WORK/all-MiniLM-L6-v2.onnx"
 step 0 onnxgate compare "$WORK/all-MiniLM-L6-v2.onnx" --against torch:onnxgate.examples.minilm:factory --dim batch=3 --dim seq=17
+# How fast against PyTorch as it is served (SDPA attention), each in its own process, interleaved.
+step 0 onnxgate bench "$WORK/all-MiniLM-L6-v2.onnx" --batch 1 --dim seq=128 --budget 3 \
+  --vs torch:onnxgate.examples.minilm:served
 [ "$failures" -eq 0 ]

@@ -39,7 +39,21 @@ def test_version():
     assert result.exit_code == 0 and result.stdout.strip() == f"onnxgate {__version__}"
 
 
-@pytest.mark.parametrize("command", [[], ["inspect"], ["check"], ["runtimes"]])
+def _commands() -> list[list[str]]:
+    """Every leaf command of the app, groups included (export torch, contract init, ...)."""
+    import typer.main
+
+    def walk(group, prefix):
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                yield from walk(command, [*prefix, name])
+            else:
+                yield [*prefix, name]
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+@pytest.mark.parametrize("command", [[], *_commands()], ids=" ".join)
 def test_help_on_every_command(command):
     result = run(*command, "--help")
     assert result.exit_code == 0

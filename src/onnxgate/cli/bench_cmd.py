@@ -182,6 +182,10 @@ def bench_command(
 
     Examples: `onnxgate bench model.onnx --batch 1,8,32 --dim seq=128 --threads 1,2`;
     `onnxgate bench model.onnx --batch 1 --dim seq=128 --vs torch:mypkg.models:build`.
+
+    Exit codes: 0 measured (noisy figures are warnings, not failures); 1 a session could not be
+    created or a run failed, on either side; 2 bad options or inputs, or --tuned settings that do
+    not apply; 3 a requested provider or extra is missing.
     """
     config = BenchConfig(
         batches=_ints(batch, "--batch"),

@@ -72,6 +72,9 @@ def init_command(
     dimension at 1 and at 7 unless --inputs or --dim say otherwise) with the outputs of
     `--reference` (the ONNX reference evaluator by default, which shares no code with ONNX
     Runtime), and the tolerance each output will be verified with.
+
+    Exit codes: 0 written; 1 the reference failed on the model; 2 bad options, a malformed model
+    or an existing contract without --force; 3 a missing extra.
     """
     config = compare_config(atol, rtol, tol, metric)
     with progress_line(fmt == Format.text) as progress:

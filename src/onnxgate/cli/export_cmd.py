@@ -119,6 +119,9 @@ def torch_command(
     follow the example's values. A miss is exit 1 and nothing is written; a failing exporter is
     diagnosed (the operator or construct, the module path when known, what to do), with the full
     trace under -v. On success `<out>.contract.json` and `<out>.golden.npz` are written beside it.
+
+    Exit codes: 0 exported and proved; 1 the exporter failed, a dynamic axis came out fixed, or
+    parity missed (nothing written); 2 bad options or entry point; 3 the torch extra is missing.
     """
     from onnxgate.export import TorchExportConfig, export_torch, parse_dynamic
 
@@ -191,7 +194,10 @@ def sklearn_command(
 
     ZipMap is off (probabilities are a [rows, classes] tensor); inputs are float32 unless
     --dtype float64. Parity on every row of --data: labels equal, probabilities within tolerance.
-    A miss is exit 1 and nothing is written.
+
+    Exit codes: 0 exported and proved; 1 the converter failed or parity missed (nothing
+    written); 2 bad options or data, or a pickle without --trust-pickle; 3 the sklearn extra is
+    missing.
     """
     from onnxgate.export import SklearnExportConfig, export_sklearn
 
