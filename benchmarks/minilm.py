@@ -132,6 +132,7 @@ def main() -> int:
         "--work", type=Path, default=Path.home() / ".cache" / "onnxgate-bench" / "minilm"
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=["tune", "optimum", "int8"])
+    parser.add_argument("--name", default="minilm", help="results/NAME.json and .md")
     args = parser.parse_args()
     started = time.perf_counter()
     work = args.work.expanduser().resolve()
@@ -221,7 +222,7 @@ def main() -> int:
         "seconds": elapsed,
         "budget_s": args.budget,
     }
-    write("minilm", document, "\n".join(lines))
+    write(args.name, document, "\n".join(lines))
     return 0
 
 

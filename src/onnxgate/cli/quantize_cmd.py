@@ -19,7 +19,13 @@ from onnxgate.cli._common import (
     progress_line,
 )
 from onnxgate.errors import ConfigError
-from onnxgate.quantize import PRESET_HELP, QuantizeConfig, QuantizeReport, quantize
+from onnxgate.quantize import (
+    OPTION_NAMES,
+    PRESET_HELP,
+    QuantizeConfig,
+    QuantizeReport,
+    quantize,
+)
 
 _DATA = (
     "an .npz (one sample), a folder of .npz files or test_data_set_* folders, a JSON file, or "
@@ -58,23 +64,38 @@ def render(report: QuantizeReport) -> None:
         f"with calibration: {report.overlap_rows} row(s)"
     )
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("float nodes", "output", "rule", "value", "float", "drop", "verdict"):
+    figures = [f for a in report.attempts for f in a.figures]
+    with_float = any(f.reference is not None for f in figures)
+    columns = ["float nodes", "output", "rule", "value", "float", "drop", "worst row", "verdict"]
+    if not with_float:
+        columns.remove("float")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("output", "rule") else "right")
     for attempt in report.attempts:
         for index, f in enumerate(attempt.figures):
-            table.add_row(
+            worst = "-" if f.worst is None else f"{f.worst:.4f} #{f.worst_row}"
+            cells = [
                 str(len(attempt.excluded)) if index == 0 else "",
                 escape(f.output),
                 escape(f.rule),
                 _figure(f.value),
-                _figure(f.reference),
+                *([_figure(f.reference)] if with_float else []),
                 _figure(f.drop),
+                worst,
                 "[green]ok[/]" if f.passed else "[red]miss[/]",
-            )
+            ]
+            table.add_row(*cells)
     out.print(table)
+    out.print(
+        "  cosine: the mean over all evaluation rows of each row's cosine to the float model "
+        "(the budget), and the worst row; top1: the share of all rows whose argmax agrees"
+    )
     if report.ranking:
         worst = ", ".join(f"{escape(r.node)} {r.score:.2g}" for r in report.ranking[:5])
-        out.print(f"  worst nodes alone in int8 (1 - cosine): {worst}")
+        out.print(
+            f"  worst nodes alone in int8 (1 - mean row cosine, ranked on the "
+            f"{report.ranked_on} data): {worst}"
+        )
     if report.excluded:
         out.print(
             f"  kept in float ({len(report.excluded)}): "
@@ -170,8 +191,9 @@ def quantize_command(
         list[str] | None,
         typer.Option(
             "--op-types",
-            help="Op types to quantise, comma-separated (default Conv,ConvTranspose,Gemm,MatMul; "
-            "add Gather to quantise embedding tables).",
+            help="Op types to quantise, comma-separated (default Conv,ConvTranspose,Gemm,MatMul, "
+            "less those the mode cannot quantise: dynamic has no Gemm or ConvTranspose, "
+            "qoperator no ConvTranspose; add Gather to quantise embedding tables).",
             show_default=False,
         ),
     ] = None,
@@ -205,8 +227,10 @@ def quantize_command(
         float,
         typer.Option(
             "--max-drop",
-            help="The budget: 1 - cosine to the float model (embeddings, any float output), 1 - "
-            "top-1 agreement (class scores), or accuracy lost with --labels (0.01 = 1 point).",
+            help="The budget: 1 - the mean row cosine to the float model (embeddings, any float "
+            "output; each output reshaped to [rows, -1], the worst row reported beside it), 1 - "
+            "top-1 agreement over all rows (class scores), or accuracy lost with --labels (0.01 = "
+            "1 point). Figures are taken over all evaluation rows, however they are batched.",
         ),
     ] = 0.01,
     gate_metric: Annotated[
@@ -240,14 +264,17 @@ def quantize_command(
         typer.Option(
             "--search/--no-search",
             help="When the budget is missed, rank nodes by their error alone in int8 and keep the "
-            "worst in float until it is met.",
+            "worst in float until it is met. Nodes are ranked on the calibration data in static "
+            "mode; in dynamic mode the nodes kept in float are chosen on the evaluation data, "
+            "which then flatters the result a little.",
         ),
     ] = True,
     max_excluded: Annotated[
         int | None,
         typer.Option(
             "--max-excluded",
-            help="The most nodes the search may keep in float.",
+            help="The most nodes the search may keep in float (0 or more; default all but "
+            "one; 0 = no node may stay in float, like --no-search).",
             show_default=False,
         ),
     ] = None,
@@ -278,9 +305,13 @@ def quantize_command(
     as on dynamo-exported transformers, again with `skip_symbolic_shape`; value_info entries
     naming weights are dropped), quantises it, and the gate compares it with the float model on
     `--eval` data. When the budget is missed, each candidate node is quantised alone and ranked
-    by the error it causes; the worst are kept in float until the budget is met. The report shows
-    every attempt, the nodes kept in float, size and latency before and after; the written model
-    gets a contract naming its parent and the gate it passed.
+    by the error it causes (on the calibration data in static mode; on the evaluation data in
+    dynamic mode, so nodes kept in float are then chosen on the evaluation data); the worst are
+    kept in float until the budget is met. The gate takes its figures per row over all evaluation
+    rows: the mean row cosine (worst row reported), top-1 agreement, or label accuracy. The report
+    shows every attempt, the nodes kept in float, size and latency before and after; the written
+    model gets a contract naming its parent and the gate it passed, whose golden samples keep the
+    gated outputs with the gate's rules as `verify` measures them.
 
     Examples: `onnxgate quantize model.onnx -o model.int8.onnx --eval eval.npz` ·
     `onnxgate quantize model.onnx -o q.onnx --mode static --calibration calib/ --eval eval.npz
@@ -319,8 +350,11 @@ def quantize_command(
         )
     except ValueError as err:  # pydantic's ValidationError: a value outside its choices
         first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err)}
-        where = ".".join(str(p) for p in first["loc"]) or "option"
-        raise ConfigError(f"{where}: {first['msg']}.") from err
+        field = str(first["loc"][0]) if first["loc"] else ""
+        where = OPTION_NAMES.get(field, field or "option")
+        message = str(first["msg"]).removeprefix("Value error, ")
+        text = message if message.startswith(where) else f"{where}: {message}"
+        raise ConfigError(f"{text}.") from err
     with progress_line(fmt == Format.text) as progress:
         report = quantize(model, config, progress=progress)
     if fmt == Format.json:

@@ -6,7 +6,7 @@ import hashlib
 import io
 import logging
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -153,11 +153,25 @@ def write_contract(
     config: CompareConfig | None = None,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
+    outputs: Collection[str] | None = None,
+    lineage: dict[str, Any] | None = None,
 ) -> Contract:
     """Run ``reference`` on the samples and write ``<model>.contract.json`` and ``.golden.npz``.
 
     Both files are written atomically, the golden file first, so a contract never names a golden
     file that is not complete.
+
+    Args:
+        loaded: the model the contract is about.
+        reference: the runner whose outputs are the golden ones.
+        samples: the golden samples' feeds.
+        provenance: where the model came from.
+        config: tolerances and metrics, recorded per output as its rule.
+        force: replace an existing contract.
+        progress: called with a short message before each step.
+        outputs: keep only these outputs (None = every tensor output); the others are recorded
+            as skipped.
+        lineage: the parent model and the step that made this one.
 
     Raises:
         ConfigError: a contract exists already and ``force`` is not set.
@@ -184,7 +198,9 @@ def write_contract(
             key = f"s{index}"
             kept = {}
             for name, value in result.outputs.items():
-                if isinstance(value, np.ndarray) and value.dtype != object:
+                if outputs is not None and name not in outputs:
+                    skipped.add(name)
+                elif isinstance(value, np.ndarray) and value.dtype != object:
                     kept[name] = value
                 else:
                     skipped.add(name)
@@ -232,6 +248,7 @@ def write_contract(
             min_runtime=min_runtime,
         ),
         provenance=provenance or Provenance(onnxgate=__version__),
+        lineage=lineage,
         golden=Golden(
             file=golden_path.name,
             sha256=hashlib.sha256(data).hexdigest(),

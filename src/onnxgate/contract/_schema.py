@@ -115,7 +115,8 @@ class Golden(_Strict):
     samples: list[GoldenSample] = Field(min_length=1)
     rules: list[OutputRule] = Field(min_length=1)
     skipped_outputs: list[str] = []
-    """Outputs not kept (sequences and maps cannot be stored without pickle)."""
+    """Outputs not kept: sequences and maps (they cannot be stored without pickle), and outputs
+    the step that wrote the contract did not judge (``quantize`` keeps the gated ones)."""
 
 
 class Machine(_Strict):

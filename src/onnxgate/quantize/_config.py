@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import platform
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +29,42 @@ CalibrationMethod = Literal["minmax", "entropy", "percentile"]
 GateMetric = Literal["auto", "cosine", "top1", "accuracy"]
 
 DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-"""Where int8 pays: the ops that hold the weights and do the multiply-adds."""
+"""Where int8 pays: the ops that hold the weights and do the multiply-adds.
+
+Not every mode quantises each of them (dynamic has no Gemm or ConvTranspose, QOperator no
+ConvTranspose): ``resolve`` keeps those the chosen mode can quantise.
+"""
+
+Quantisable = Callable[[str, str], Collection[str]]
+"""(mode, format) -> the op types ONNX Runtime's quantiser handles in that mode."""
+
+OPTION_NAMES = {
+    "out": "--out",
+    "mode": "--mode",
+    "format": "--quant-format",
+    "preset": "--preset",
+    "per_channel": "--per-channel",
+    "reduce_range": "--reduce-range",
+    "activation_type": "--activation-type",
+    "weight_type": "--weight-type",
+    "op_types": "--op-types",
+    "calibration": "--calibration",
+    "calibration_method": "--calibration-method",
+    "eval": "--eval",
+    "labels": "--labels",
+    "max_drop": "--max-drop",
+    "gate_metric": "--gate-metric",
+    "metrics": "--metric",
+    "outputs": "--output",
+    "search": "--search",
+    "max_excluded": "--max-excluded",
+    "bench": "--no-bench",
+    "bench_budget_s": "--bench-budget",
+    "bench_batches": "--bench-batch",
+    "contract": "--no-contract",
+    "seed": "--seed",
+}
+"""The command-line option of each ``QuantizeConfig`` field, for error messages."""
 
 
 class Preset(BaseModel):
@@ -120,7 +156,8 @@ class QuantizeConfig(BaseModel):
     out: Path
     mode: Mode = "dynamic"
     format: QuantFormat | None = None
-    """Static only: QDQ (the default, what ONNX Runtime's CPU kernels fuse) or QOperator."""
+    """``--quant-format``, static only: QDQ (the default, what ONNX Runtime's CPU kernels fuse)
+    or QOperator."""
     preset: PresetName = "auto"
     per_channel: bool | None = None
     reduce_range: bool | None = None
@@ -145,6 +182,7 @@ class QuantizeConfig(BaseModel):
     search: bool = True
     """When the budget is missed, keep the worst nodes in float until it is met."""
     max_excluded: int | None = None
+    """The most nodes the search may keep in float (None = all but one); 0 = no search."""
     bench: bool = True
     bench_budget_s: float = 0.5
     bench_batches: tuple[int, ...] = ()
@@ -156,6 +194,15 @@ class QuantizeConfig(BaseModel):
     def _drop(cls, value: float) -> float:
         if not (math.isfinite(value) and 0 <= value < 1):
             raise ValueError("--max-drop must be a number in [0, 1), e.g. 0.01 for one point")
+        return value
+
+    @field_validator("max_excluded")
+    @classmethod
+    def _excluded(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError(
+                "--max-excluded must be 0 or more (0 keeps every node in int8: no search)"
+            )
         return value
 
     @field_validator("bench_budget_s")
@@ -182,27 +229,62 @@ class Settings(BaseModel):
     calibration_method: CalibrationMethod | None
 
 
+def where_quantised(op: str, quantisable: Quantisable) -> str:
+    """``Gemm is quantised only statically: use --mode static``, or the like."""
+    places = [
+        (mode, fmt)
+        for mode, fmt in (("dynamic", "qoperator"), ("static", "qdq"), ("static", "qoperator"))
+        if op in quantisable(mode, fmt)
+    ]
+    if not places:
+        return f"{op} is not quantised by ONNX Runtime in any mode"
+    if all(mode == "static" for mode, _ in places):
+        if len(places) == 2:
+            return f"{op} is quantised only statically: use --mode static"
+        return (
+            f"{op} is quantised only statically in the {places[0][1]} format: use --mode static "
+            f"--quant-format {places[0][1]}"
+        )
+    return f"{op} is quantised only {' or '.join(f'{m} ({f})' for m, f in places)}"
+
+
 def resolve(
-    config: QuantizeConfig, features: list[str] | None = None
+    config: QuantizeConfig,
+    features: list[str] | None = None,
+    *,
+    quantisable: Quantisable | None = None,
 ) -> tuple[Settings, list[str]]:
     """Fill every setting the user left open from the preset; notices say what was chosen.
 
+    Args:
+        config: what was asked.
+        features: the CPU's flags (read from this machine when None).
+        quantisable: the op types each mode can quantise (ONNX Runtime's registry); when given,
+            op types the chosen mode cannot quantise are dropped with a notice.
+
     Raises:
-        ConfigError: options that contradict each other.
+        ConfigError: options that contradict each other, or no op type the mode can quantise.
     """
     notices: list[str] = []
     if config.mode == "dynamic":
         if config.format == "qdq":
             raise ConfigError(
-                "--format qdq applies to static quantisation; dynamic quantisation writes integer "
-                "operators (MatMulInteger, ConvInteger) that quantise activations at run time.",
-                hint="Drop --format, or use --mode static --calibration DATA.",
+                "--quant-format qdq applies to static quantisation; dynamic quantisation writes "
+                "integer operators (MatMulInteger, ConvInteger) that quantise activations at run "
+                "time.",
+                hint="Drop --quant-format, or use --mode static --calibration DATA.",
             )
         if config.activation_type == "int8":
             raise ConfigError(
                 "dynamic quantisation computes activations as uint8 at run time; --activation-type "
                 "int8 needs --mode static."
             )
+    if config.labels is not None and config.eval is None:
+        raise ConfigError(
+            "--labels names the true class of each --eval row, and there is no --eval data: "
+            "synthetic inputs have no true class.",
+            hint="Pass the evaluation data the labels belong to with --eval.",
+        )
     if config.mode == "static" and config.calibration is None:
         raise ConfigError(
             "static quantisation needs --calibration DATA: activation ranges are measured on it.",
@@ -218,10 +300,32 @@ def resolve(
         notices.append(f"preset {preset.name} ({why}): {preset.why}")
     else:
         preset = PRESETS[config.preset]
+    fmt: QuantFormat = config.format or ("qdq" if config.mode == "static" else "qoperator")
     op_types = tuple(dict.fromkeys(config.op_types)) or DEFAULT_OP_TYPES
+    if quantisable is not None:
+        handled = quantisable(config.mode, fmt)
+        dropped = [op for op in op_types if op not in handled]
+        op_types = tuple(op for op in op_types if op in handled)
+        if not op_types:
+            raise ConfigError(
+                f"{config.mode} quantisation{' (' + fmt + ')' if config.mode == 'static' else ''} "
+                f"cannot quantise {', '.join(dropped)}: "
+                + "; ".join(where_quantised(op, quantisable) for op in dropped)
+                + ".",
+                hint=f"Op types {config.mode} quantisation handles: "
+                + ", ".join(sorted(handled))
+                + ".",
+            )
+        if dropped and config.op_types:
+            notices.append(
+                f"{', '.join(dropped)} left out of --op-types: "
+                + "; ".join(where_quantised(op, quantisable) for op in dropped)
+            )
+        elif dropped:
+            log.info("default op types the %s mode cannot quantise: %s", config.mode, dropped)
     settings = Settings(
         mode=config.mode,
-        format=config.format or ("qdq" if config.mode == "static" else "qoperator"),
+        format=fmt,
         preset=preset.name,
         activation_type=config.activation_type
         or ("uint8" if config.mode == "dynamic" else preset.activation_type),

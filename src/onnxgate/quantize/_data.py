@@ -8,17 +8,15 @@ flatters the result, and the report says how many there were.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from onnxgate.data import Sample, load_feeds, validate_feeds
+from onnxgate.data import Sample, feeds_digest, load_feeds, validate_feeds
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature
 
@@ -92,21 +90,15 @@ def row_digests(samples: Sequence[Sample]) -> list[str]:
     """A digest per row (the same row of every input); a whole sample is one row if axes differ."""
     digests = []
     for sample in samples:
-        sizes = {np.shape(v)[0] for v in sample.feeds.values() if np.ndim(v) > 0}
-        shared = len(sizes) == 1 and all(np.ndim(v) > 0 for v in sample.feeds.values())
-        names = sorted(sample.feeds)
-        for index in range(sizes.pop() if shared else 1):
-            h = hashlib.sha256()
-            for name in names:
-                value = np.asarray(sample.feeds[name])
-                part = value[index] if shared else value
-                h.update(name.encode() + str(part.dtype).encode() + str(part.shape).encode())
-                h.update(
-                    np.ascontiguousarray(part).tobytes()
-                    if part.dtype != object
-                    else repr(part.tolist()).encode()
-                )
-            digests.append(h.hexdigest())
+        values = {name: np.asarray(v) for name, v in sample.feeds.items()}
+        sizes = {v.shape[0] for v in values.values() if v.ndim > 0}
+        if len(sizes) == 1 and all(v.ndim > 0 for v in values.values()):
+            digests += [
+                feeds_digest({name: v[index] for name, v in values.items()})
+                for index in range(sizes.pop())
+            ]
+        else:
+            digests.append(feeds_digest(values))
     return digests
 
 
@@ -183,9 +175,3 @@ def check_distinct(calibration: str | None, evaluation: str | None) -> None:
             "measured on data the quantiser did not see.",
             hint="Split your data into a calibration part and a held-apart evaluation part.",
         )
-
-
-def describe_source(source: str | None, samples: Sequence[Any]) -> str:
-    """``eval.npz (1 sample, 32 rows)``: how a data set is named in reports."""
-    n_rows = sum(rows(s) for s in samples)
-    return f"{source} ({len(samples)} sample(s), {n_rows} row(s))"

@@ -1,11 +1,16 @@
 """The accuracy gate: a quantised model against its float parent, on held-apart data.
 
-The float model runs once; its outputs are replayed for every candidate the search tries, and
-each candidate is judged by ``compare_runners`` so that the figures mean what they mean in
-``onnxgate compare`` (cosine over a sample's whole output, the lowest over samples; top-1 as the
-share of rows whose argmax agrees). The metric follows the model: label accuracy when labels are
-given, top-1 agreement for outputs that look like class scores, cosine for everything else
-(embeddings, hidden states), or any ``compare`` rule per output.
+The float model runs once; its outputs are replayed for every candidate the search tries. The
+gate's own figures are taken per row over every evaluation sample, so the verdict does not depend
+on how the data is batched: cosine is computed per row (each output reshaped to [rows, -1]; an
+output of one axis or none is one row per sample) and the budget holds the *mean* row cosine,
+with the worst row reported beside it; top-1 is the share of all rows whose argmax agrees with
+the float model's; accuracy is the share of all rows whose argmax is the true label.
+(``onnxgate compare`` computes cosine over a sample's whole output and keeps the lowest over
+samples: one bad row then weighs by how the rows were batched.) Rules given with ``--metric`` are
+judged by ``compare_runners`` and mean what they mean in ``compare``. The metric follows the
+model: label accuracy when labels are given, top-1 agreement for outputs that look like class
+scores, cosine for everything else (embeddings, hidden states).
 """
 
 from __future__ import annotations
@@ -43,11 +48,22 @@ class Rule:
     metric: str
     criterion: Criterion | None
     """None for label accuracy, which is judged against the labels, not the float model."""
+    explicit: bool = False
+    """Given with ``--metric``: judged by ``compare`` as ``compare`` judges it."""
+
+    @property
+    def builtin(self) -> bool:
+        """Judged by the gate's own per-row figures (cosine or top-1 agreement)."""
+        return not self.explicit and self.metric in ("cosine", "top1")
 
     def text(self, max_drop: float) -> str:
         """The rule as the report shows it."""
         if self.criterion is None:
             return f"accuracy drop<={max_drop:g}"
+        if self.builtin and self.metric == "cosine":
+            return f"mean cosine>={self.criterion.value:g}"
+        if self.builtin:
+            return f"top1>={self.criterion.value:g}"
         return str(self.criterion)
 
 
@@ -97,7 +113,7 @@ def gate_rules(
         spec = outputs[name]
         if name in explicit or None in explicit:
             criterion = explicit.get(name, explicit.get(None))
-            rules.append(Rule(name, criterion.metric, criterion))  # type: ignore[union-attr]
+            rules.append(Rule(name, criterion.metric, criterion, explicit=True))  # type: ignore[union-attr]
             continue
         metric = config.gate_metric
         if metric == "auto":
@@ -156,6 +172,74 @@ def _argmax(value: Any) -> np.ndarray:
     return np.argmax(array.reshape(-1, array.shape[-1]), axis=-1)
 
 
+@dataclass(frozen=True)
+class RowFigures:
+    """The gate's figures of one output over all rows of all samples."""
+
+    rows: int = 0
+    cosine: float | None = None
+    """The mean row cosine: what the budget holds."""
+    worst: float | None = None
+    """The lowest row cosine."""
+    worst_row: int | None = None
+    """Its index, counting rows across samples in order."""
+    top1: float | None = None
+    """The share of all rows whose argmax agrees with the float model's."""
+    nonfinite: int = 0
+    """NaN or infinite values on one side not matched on the other."""
+    problem: str | None = None
+    """Why the output cannot be compared (shape or dtype), when it cannot."""
+
+
+def _rows(array: np.ndarray) -> np.ndarray:
+    """[rows, -1]: axis 0 is the row axis; an output of one axis or none is one row."""
+    return array.reshape(array.shape[0], -1) if array.ndim >= 2 else array.reshape(1, -1)
+
+
+def row_figures(
+    reference: Sequence[Mapping[str, Any]], candidate: Sequence[Mapping[str, Any]], name: str
+) -> RowFigures:
+    """Per-row cosine and top-1 agreement of one output, over every sample.
+
+    The figures are the same however the rows are split into samples.
+    """
+    cosines: list[np.ndarray] = []
+    agree: list[np.ndarray] = []
+    nonfinite = 0
+    for ref_out, cand_out in zip(reference, candidate, strict=True):
+        b, a = np.asarray(ref_out[name]), np.asarray(cand_out.get(name))
+        if a.shape != b.shape:
+            return RowFigures(problem=f"shape {list(a.shape)} vs the float model's {list(b.shape)}")
+        if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc":
+            return RowFigures(problem=f"dtype {a.dtype} vs {b.dtype}: not numbers")
+        if a.size == 0:
+            continue
+        a64, b64 = _rows(a.astype(np.float64)), _rows(b.astype(np.float64))
+        finite = np.isfinite(a64) & np.isfinite(b64)
+        same = (np.isnan(a64) & np.isnan(b64)) | (np.isinf(a64) & (a64 == b64))
+        nonfinite += int((~finite & ~same).sum())
+        fa, fb = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
+        norms = np.linalg.norm(fa, axis=1) * np.linalg.norm(fb, axis=1)
+        both_zero = ~fa.any(axis=1) & ~fb.any(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row = np.where(norms > 0, np.sum(fa * fb, axis=1) / norms, np.where(both_zero, 1, 0))
+        cosines.append(np.clip(row, -1.0, 1.0))
+        if a.ndim >= 1 and a.shape[-1] >= 2:
+            agree.append(_argmax(a) == _argmax(b))
+    if not cosines:
+        return RowFigures(nonfinite=nonfinite)
+    every = np.concatenate(cosines)
+    worst_row = int(np.argmin(every))
+    return RowFigures(
+        rows=int(every.size),
+        cosine=float(np.mean(every)),
+        worst=float(every[worst_row]),
+        worst_row=worst_row,
+        top1=float(np.mean(np.concatenate(agree))) if len(agree) == len(cosines) else None,
+        nonfinite=nonfinite,
+    )
+
+
 class Judge:
     """Runs the float model once, then judges quantised candidates against it."""
 
@@ -184,11 +268,15 @@ class Judge:
             signature,
         )
         self._float_outputs = recorder.outputs
-        self.float_accuracy = {
-            r.output: self._accuracy(recorder.outputs, r.output)
-            for r in self.rules
-            if r.criterion is None
-        }
+        self.float_accuracy = (
+            {
+                r.output: self._accuracy(recorder.outputs, r.output)
+                for r in self.rules
+                if r.criterion is None
+            }
+            if labels is not None
+            else {}
+        )
 
     def _accuracy(self, outputs: Sequence[Mapping[str, Any]], name: str) -> float:
         predicted = np.concatenate([_argmax(o[name]) for o in outputs])
@@ -200,58 +288,113 @@ class Judge:
             )
         return float(np.mean(predicted == self.labels))
 
-    def config(self) -> CompareConfig:
-        """The compare rules of the judged outputs (accuracy is judged by top-1 agreement here)."""
+    def compare_config(self) -> CompareConfig:
+        """The gate's rules in ``compare`` terms (accuracy becomes top-1 agreement)."""
         metrics: dict[str | None, Criterion] = {}
         for rule in self.rules:
             metrics[rule.output] = rule.criterion or Criterion("top1", ">=", 1.0 - self.max_drop)
         return CompareConfig(metrics=metrics)
 
-    def judge(self, candidate: Path) -> tuple[list[GateFigure], float | None]:
-        """The gate's figures for a quantised model, and its worst 1 - cosine over the outputs."""
+    def _run(self, candidate: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The candidate's outputs per sample, and compare's verdicts on ``--metric`` rules."""
         recorder = _Recorder(_ort_runner(candidate))
+        explicit = {r.output: r.criterion for r in self.rules if r.explicit and r.criterion}
+        if not explicit:
+            with recorder:
+                for sample in self.samples:
+                    recorder.infer(sample.feeds)
+            return recorder.outputs, {}
         report = compare_runners(
-            recorder, self.reference, self.samples, signature=self.signature, config=self.config()
+            recorder,
+            self.reference,
+            self.samples,
+            signature=self.signature,
+            config=CompareConfig(metrics=explicit),  # type: ignore[arg-type]
         )
-        by_name = {o.name: o for o in report.outputs}
-        figures: list[GateFigure] = []
-        for rule in self.rules:
-            found = by_name[rule.output]
-            if rule.criterion is None:
-                reference = self.float_accuracy[rule.output]
-                value = self._accuracy(recorder.outputs, rule.output)
-                drop = reference - value
-                passed = drop <= self.max_drop + 1e-12 and found.nonfinite_mismatches == 0
-                figures.append(
-                    GateFigure(
-                        output=rule.output,
-                        metric="accuracy",
-                        rule=rule.text(self.max_drop),
-                        value=value,
-                        reference=reference,
-                        drop=drop,
-                        passed=passed,
-                        reason=None
-                        if passed
-                        else f"accuracy {value:.4f} vs {reference:.4f} in float: "
-                        f"{drop * 100:.2f} points lost",
-                    )
-                )
-                continue
-            value = getattr(found, rule.metric, None)
-            drop = 1.0 - value if value is not None and rule.metric in ("cosine", "top1") else None
-            figures.append(
-                GateFigure(
-                    output=rule.output,
-                    metric=rule.metric,
-                    rule=rule.text(self.max_drop),
-                    value=value,
-                    drop=drop,
-                    passed=found.passed,
-                    reason=found.reason,
-                )
+        return recorder.outputs, {o.name: o for o in report.outputs}
+
+    def _error(self, found: Mapping[str, RowFigures]) -> float | None:
+        known = [1.0 - f.cosine for f in found.values() if f.cosine is not None]
+        return max(known) if known else None
+
+    def error(self, candidate: Path) -> float | None:
+        """1 - the mean row cosine of the worst gated output (the search's measure of error)."""
+        outputs, _ = self._run(candidate)
+        return self._error(
+            {r.output: row_figures(self._float_outputs, outputs, r.output) for r in self.rules}
+        )
+
+    def judge(self, candidate: Path) -> tuple[list[GateFigure], float | None]:
+        """The gate's figures for a quantised model, and its error (see ``error``)."""
+        outputs, compared = self._run(candidate)
+        rows = {r.output: row_figures(self._float_outputs, outputs, r.output) for r in self.rules}
+        figures = [self._figure(rule, rows[rule.output], outputs, compared) for rule in self.rules]
+        return figures, self._error(rows)
+
+    def _figure(
+        self,
+        rule: Rule,
+        found: RowFigures,
+        outputs: Sequence[Mapping[str, Any]],
+        compared: Mapping[str, Any],
+    ) -> GateFigure:
+        text = rule.text(self.max_drop)
+        worst = {"worst": found.worst, "worst_row": found.worst_row, "rows": found.rows or None}
+        trouble = found.problem or (
+            f"{found.nonfinite} NaN or infinite value(s) not in the float model's output"
+            if found.nonfinite
+            else None
+        )
+        if rule.explicit:
+            comparison = compared[rule.output]
+            value = getattr(comparison, rule.metric, None)
+            return GateFigure(
+                output=rule.output,
+                metric=rule.metric,
+                rule=text,
+                value=value,
+                drop=1.0 - value
+                if value is not None and rule.metric in ("cosine", "top1")
+                else None,
+                passed=comparison.passed,
+                reason=comparison.reason,
+                **worst,
             )
-        cosines = [by_name[r.output].cosine for r in self.rules]
-        known = [c for c in cosines if c is not None]
-        worst = 1.0 - min(known) if known else None
-        return figures, worst
+        if rule.criterion is None:
+            reference = self.float_accuracy[rule.output]
+            value = self._accuracy(outputs, rule.output)
+            drop = reference - value
+            passed = drop <= self.max_drop + 1e-12 and trouble is None
+            reason = trouble or (
+                None
+                if passed
+                else f"accuracy {value:.4f} vs {reference:.4f} in float: "
+                f"{drop * 100:.2f} points lost"
+            )
+            return GateFigure(
+                output=rule.output,
+                metric="accuracy",
+                rule=text,
+                value=value,
+                reference=reference,
+                drop=drop,
+                passed=passed,
+                reason=reason,
+                **worst,
+            )
+        value = found.cosine if rule.metric == "cosine" else found.top1
+        passed = trouble is None and rule.criterion.holds(value)
+        what = "mean row cosine" if rule.metric == "cosine" else "top-1 agreement over all rows"
+        reason = trouble or (
+            None if passed else f"{what} = {value} does not meet >= {rule.criterion.value:g}"
+        )
+        return GateFigure(
+            output=rule.output,
+            metric=rule.metric,
+            rule=text,
+            value=value,
+            drop=1.0 - value if value is not None else None,
+            passed=passed,
+            reason=reason,
+            **worst,
+        )

@@ -13,19 +13,20 @@ while they run, so ``--format json`` stays one document.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import onnx
 
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, ExtraMissing, GateError, RunFailed, first_line
-from onnxgate.quantize._config import Settings
+from onnxgate.quantize._config import Settings, where_quantised
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +109,49 @@ def quiet() -> Iterator[_Capture]:
         root.setLevel(saved[2])
 
 
-def refuse_unquantisable(proto: onnx.ModelProto, settings: Settings, where: str) -> None:
+def quantisable(mode: str, fmt: str) -> frozenset[str]:
+    """The op types ONNX Runtime's quantiser handles in a mode, read from its registry.
+
+    Dynamic quantisation uses ``IntegerOpsRegistry`` (no Gemm, no ConvTranspose), static
+    QOperator ``QLinearOpsRegistry`` (no ConvTranspose), static QDQ ``QDQRegistry``; an op type
+    outside the registry is passed through in float, silently.
+    """
+    try:
+        from onnxruntime.quantization import registry  # noqa: TID251  (ONNX Runtime's registry)
+    except ImportError as err:
+        raise ExtraMissing(
+            f"onnxruntime.quantization cannot be imported ({first_line(err)}).",
+            hint="Install the full CPU wheel: pip install onnxruntime.",
+        ) from err
+    if mode == "dynamic":
+        return frozenset(registry.IntegerOpsRegistry)
+    if fmt == "qoperator":
+        return frozenset(registry.QLinearOpsRegistry)
+    return frozenset(registry.QDQRegistry)
+
+
+def unquantisable_present(
+    proto: onnx.ModelProto, settings: Settings, requested: Sequence[str]
+) -> dict[str, int]:
+    """Nodes of the requested op types that the chosen mode cannot quantise, by op type."""
+    dropped = set(requested) - set(settings.op_types)
+    found: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type in dropped:
+            found[node.op_type] = found.get(node.op_type, 0) + 1
+    return found
+
+
+def refuse_unquantisable(
+    proto: onnx.ModelProto, settings: Settings, where: str, *, requested: Sequence[str] = ()
+) -> None:
     """Refuse a model that is quantised already, or that holds nothing to quantise.
+
+    Args:
+        proto: the float model.
+        settings: resolved settings (their op types are those the mode can quantise).
+        where: the model's path, for messages.
+        requested: the op types asked for before those the mode cannot quantise were dropped.
 
     Raises:
         ConfigError: naming the quantised ops found, or the op types present.
@@ -123,6 +165,17 @@ def refuse_unquantisable(proto: onnx.ModelProto, settings: Settings, where: str)
             hint="Quantise the float model it was made from.",
         )
     if not candidates(proto, settings):
+        elsewhere = unquantisable_present(proto, settings, requested)
+        if elsewhere:
+            raise ConfigError(
+                f"{where}: has nothing {settings.mode} quantisation can quantise: its "
+                + ", ".join(f"{n} {op} node(s)" for op, n in elsewhere.items())
+                + " are not quantised in this mode ("
+                + "; ".join(where_quantised(op, quantisable) for op in elsewhere)
+                + ").",
+                hint="Static quantisation needs --calibration DATA (activation ranges are "
+                "measured on it).",
+            )
         present = sorted(set(ops))
         raise ConfigError(
             f"{where}: has nothing to quantise: no {'/'.join(settings.op_types)} node"
@@ -218,12 +271,14 @@ def preprocess(source: Path, target: Path) -> list[str]:
     ]
     done = False
     why = ""
+    # resolved before the scratch folder becomes the working folder, where relative paths break
+    source_path, target_path = str(source.resolve()), str(target.resolve())
     for options, notice in attempts:
         if notice:
             notices.append(notice.format(why=why))
         try:
             with quiet() as capture, _scratch_cwd():
-                q.quant_pre_process(str(source.resolve()), str(target.resolve()), **options)
+                q.quant_pre_process(source_path, target_path, **options)
         except Exception as err:  # the pre-processor raises bare Exceptions and assertions
             why = first_line(err, 200, with_type=True)
             log.info("quant_pre_process%s failed: %s", options, why)
@@ -266,6 +321,103 @@ def _reader(q, samples: Sequence[Sample]):
             self._items = iter([dict(s.feeds) for s in samples])
 
     return Reader()
+
+
+def float_nodes(
+    proto: onnx.ModelProto,
+    settings: Settings,
+    exclude: Collection[str],
+    only: Collection[str] | None,
+) -> set[str]:
+    """Names of the nodes of the quantisable op types that ONNX Runtime is asked to leave in float.
+
+    ``should_quantize_node`` in ``onnxruntime/quantization/base_quantizer.py``: a node of the op
+    types is quantised unless excluded, or unless ``nodes_to_quantize`` is given without it.
+    """
+    return {
+        n.name
+        for n in proto.graph.node
+        if n.op_type in settings.op_types
+        and (n.name in exclude or (only is not None and n.name not in only))
+    }
+
+
+def restore_float_inputs(
+    quantised: onnx.ModelProto, parent: onnx.ModelProto, names: Collection[str]
+) -> int:
+    """Point the inputs of nodes kept in float back at float tensors (in place); how many.
+
+    ONNX Runtime's QDQ quantiser gives a tensor one QuantizeLinear/DequantizeLinear pair and
+    rewires *every* consumer to the DequantizeLinear output (``replace_input_of_all_nodes`` in
+    ``qdq_quantizer.py``), so a node left in float still reads int8-rounded activations, and even
+    int8 weights when a quantised node shares them. ``DedicatedQDQPair`` keeps float consumers
+    apart only when two or more quantised nodes read the tensor, and never for a quantised
+    node's output. So: each input of a node in ``names`` that comes from a DequantizeLinear is
+    replaced by the float tensor its QuantizeLinear reads, or by the parent's float initializer;
+    pairs nobody reads any more are removed.
+    """
+    producers = {o: n for n in quantised.graph.node for o in n.output}
+    parent_nodes = {n.name: n for n in parent.graph.node}
+    parent_weights = {i.name: i for i in parent.graph.initializer}
+    weights = {i.name for i in quantised.graph.initializer}
+    changed = 0
+    for node in quantised.graph.node:
+        if node.name not in names or node.name not in parent_nodes:
+            continue
+        original = parent_nodes[node.name]
+        for index, name in enumerate(node.input):
+            dq = producers.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            q = producers.get(dq.input[0])
+            if q is not None and q.op_type == "QuantizeLinear":
+                node.input[index] = q.input[0]
+            elif index < len(original.input) and original.input[index] in parent_weights:
+                weight = original.input[index]
+                if weight not in weights:
+                    quantised.graph.initializer.append(parent_weights[weight])
+                    weights.add(weight)
+                node.input[index] = weight
+            else:
+                continue
+            changed += 1
+    if changed:
+        _drop_dead_pairs(quantised)
+    return changed
+
+
+def _drop_dead_pairs(proto: onnx.ModelProto) -> None:
+    """Remove QuantizeLinear/DequantizeLinear nodes and initializers that nothing reads."""
+    graph = proto.graph
+    while True:
+        read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        dead = [
+            n
+            for n in graph.node
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+            and not any(o in read for o in n.output)
+        ]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    inputs = {i.name for i in graph.input}
+    kept = [i for i in graph.initializer if i.name in read or i.name in inputs]
+    if len(kept) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+
+
+@functools.lru_cache(maxsize=1)
+def _parent(path: str, mtime_ns: int) -> onnx.ModelProto:
+    """The pre-processed model, read once however often the search quantises it."""
+    return onnx.load(path)
+
+
+def forget_parent() -> None:
+    """Drop the cached pre-processed model (called when ``quantize`` is done)."""
+    _parent.cache_clear()
 
 
 def quantise(
@@ -314,6 +466,7 @@ def quantise(
                     q.CalibrationMethod, _METHODS[settings.calibration_method or "minmax"]
                 )
                 cached = cache is not None and cache.is_file()
+                qdq = settings.format == "qdq"
                 q.quantize_static(
                     str(source),
                     str(target),
@@ -324,6 +477,8 @@ def quantise(
                     activation_type=types[settings.activation_type],
                     calibrate_method=method,
                     calibration_cache_path=str(cache) if cache is not None else None,
+                    # one pair per quantised reader, so float readers keep the float tensor
+                    extra_options={"DedicatedQDQPair": True} if qdq else {},
                     **common,
                 )
     except GateError:
@@ -334,6 +489,13 @@ def quantise(
             hint="Run with -vv for its log; --op-types or --mode dynamic may avoid the op it "
             "cannot handle.",
         ) from err
+    if settings.mode == "static" and settings.format == "qdq":
+        parent = _parent(str(source), source.stat().st_mtime_ns)
+        names = float_nodes(parent, settings, exclude, only)
+        if names:
+            model = onnx.load(str(target))
+            if restore_float_inputs(model, parent, names):
+                onnx.save(model, str(target))
 
 
 def quantised_nodes(proto: onnx.ModelProto) -> int:

@@ -5,7 +5,9 @@ something to quantise, the data fit the model, the two data sets are different),
 an error with nothing written. The model is pre-processed, quantised with every candidate in int8
 and judged on the evaluation data; when it misses the budget the search keeps the worst nodes in
 float. Only a model that meets the budget is written, atomically, with a contract that names its
-parent and the gate it passed.
+parent and the gate it passed: the model first, then the contract, and when the contract cannot
+be written the model is removed again, so a failure leaves neither (and never a contract of an
+older model beside a new one).
 """
 
 from __future__ import annotations
@@ -14,57 +16,79 @@ import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import onnx
 
-from onnxgate._fs import atomic_write_bytes, atomic_write_text
-from onnxgate._version import __version__
-from onnxgate.contract import Provenance, contract_paths, load_contract, write_contract
-from onnxgate.contract._schema import sha256_file
+from onnxgate._fs import atomic_write_bytes
+from onnxgate.contract import contract_paths, drop_stale_contract, load_contract
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.quantize import _data
-from onnxgate.quantize._config import QuantizeConfig, Settings, cpu_features, resolve
+from onnxgate.quantize import _data, _ort
+from onnxgate.quantize._config import (
+    DEFAULT_OP_TYPES,
+    QuantizeConfig,
+    Settings,
+    cpu_features,
+    resolve,
+    where_quantised,
+)
+from onnxgate.quantize._contract import GOLDEN_SAMPLES, contract_rules, write_quantized_contract
 from onnxgate.quantize._gate import Judge, gate_rules
 from onnxgate.quantize._ort import (
     candidates,
     preprocess,
+    quantisable,
     quantise,
     quantised_nodes,
     refuse_unquantisable,
+    unquantisable_present,
 )
 from onnxgate.quantize._report import Attempt, DataInfo, Latency, NodeScore, QuantizeReport
 from onnxgate.quantize._search import naive, search
 
 log = logging.getLogger(__name__)
 
-GOLDEN_SAMPLES = 4
-"""Evaluation samples kept as the quantised model's golden samples."""
-
 
 def _ops(proto: onnx.ModelProto) -> dict[str, int]:
     return dict(Counter(n.op_type for n in proto.graph.node).most_common())
 
 
-def _left_in_float(proto: onnx.ModelProto, settings: Settings) -> dict[str, int]:
-    """Nodes of the quantisable op types that read no dequantised value (they compute in float)."""
+def _float_names(proto: onnx.ModelProto, settings: Settings) -> set[str]:
+    """Names of the nodes of the quantisable op types that compute in float.
+
+    Dynamic and QOperator quantisation replace a quantised node by integer operators
+    (MatMulInteger, QLinearConv...), so a node that keeps its op type computes in float. In QDQ
+    a quantised node keeps its op type and reads DequantizeLinear outputs, and a node kept in
+    float reads float tensors only (``_ort.restore_float_inputs``).
+    """
+    if settings.format != "qdq":
+        return {n.name for n in proto.graph.node if n.op_type in settings.op_types}
     dequantised = {o for n in proto.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
-    left = Counter(
-        n.op_type
+    return {
+        n.name
         for n in proto.graph.node
         if n.op_type in settings.op_types and not any(i in dequantised for i in n.input)
-    )
+    }
+
+
+def _left_in_float(proto: onnx.ModelProto, settings: Settings) -> dict[str, int]:
+    """The nodes of ``_float_names``, counted by op type."""
+    names = _float_names(proto, settings)
+    left = Counter(n.op_type for n in proto.graph.node if n.name in names)
     return dict(left.most_common())
 
 
-def _ort_version() -> str:
-    try:
-        return version("onnxruntime")
-    except PackageNotFoundError:
-        return "unknown"
+def _reads_dequantised(proto: onnx.ModelProto, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that read a DequantizeLinear output."""
+    dequantised = {o for n in proto.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    wanted = set(names)
+    return sorted(
+        n.name
+        for n in proto.graph.node
+        if n.name in wanted and any(i in dequantised for i in n.input)
+    )
 
 
 def _bench_plan(
@@ -157,9 +181,18 @@ def quantize(
         FeedError: calibration or evaluation data that do not fit the model.
         RunFailed: ONNX Runtime failed to quantise or run a model.
     """
+    try:
+        return _quantize(model, config, progress)
+    finally:
+        _ort.forget_parent()
+
+
+def _quantize(
+    model: str | Path, config: QuantizeConfig, progress: Callable[[str], None] | None
+) -> QuantizeReport:
     say = progress or (lambda message: log.info("%s", message))
     features = cpu_features()
-    settings, notices = resolve(config, features)
+    settings, notices = resolve(config, features, quantisable=quantisable)
     loaded = load_model(model, load_weights=True)
     out = Path(config.out)
     if out.is_dir():
@@ -167,7 +200,17 @@ def quantize(
     if out.resolve() == loaded.path.resolve():
         raise ConfigError(f"--out {out} is the model itself; write the quantised model elsewhere.")
     signature = Signature.from_graph(loaded.proto.graph)
-    refuse_unquantisable(loaded.proto, settings, str(loaded.path))
+    requested = tuple(dict.fromkeys(config.op_types)) or DEFAULT_OP_TYPES
+    refuse_unquantisable(loaded.proto, settings, str(loaded.path), requested=requested)
+    elsewhere = unquantisable_present(loaded.proto, settings, requested)
+    if elsewhere:
+        notices.append(
+            "left in float: "
+            + ", ".join(f"{n} {op} node(s)" for op, n in elsewhere.items())
+            + " ("
+            + "; ".join(where_quantised(op, quantisable) for op in elsewhere)
+            + ")"
+        )
     _data.check_distinct(config.calibration, config.eval)
     warnings: list[str] = []
     calibration: list[Sample] = []
@@ -228,11 +271,10 @@ def quantize(
             return target
 
         def keep(path: Path, count: int) -> Path:
-            return path.rename(tmp / f"pass-{count}.onnx")
+            return path.rename(tmp / f"attempt-{count}.onnx")
 
         say(f"quantising {len(nodes)} node(s) to int8")
-        first_path, first = naive(make, judge.judge)
-        all_int8 = first_path.rename(tmp / "all-int8.onnx")
+        all_int8, first = naive(make, judge.judge, keep)
         if quantised_nodes(onnx.load(str(all_int8), load_external_data=False)) == 0:
             raise ConfigError(
                 f"{loaded.path}: ONNX Runtime quantised none of its "
@@ -242,38 +284,83 @@ def quantize(
         attempts: list[Attempt] = [first]
         ranking: list[NodeScore] = []
         best: tuple[Path, list[str]] | None = (all_int8, []) if first.passed else None
+        shown, shown_attempt = all_int8, first
         reason = None
-        if not first.passed and config.search and len(nodes) > 1:
+        ranked_on = None
+        limit = len(nodes) - 1 if config.max_excluded is None else config.max_excluded
+        limit = min(limit, len(nodes) - 1)  # at least one node stays int8
+        if not first.passed and config.search and limit >= 1:
+            error = judge.error
+            ranked_on = "evaluation"
+            if calibration:
+                say(f"running the float model on {len(calibration)} calibration sample(s)")
+                error = Judge(source, signature, calibration, rules, max_drop=config.max_drop).error
+                ranked_on = "calibration"
             found = search(
                 nodes,
                 make,
                 judge.judge,
-                max_excluded=min(config.max_excluded or len(nodes) - 1, len(nodes) - 1),
+                error=error,
+                max_excluded=limit,
                 progress=say,
                 keep=keep,
             )
             attempts += found.attempts
             ranking = found.ranking
             best = found.best
-            if best is None:
-                limit = min(config.max_excluded or len(nodes) - 1, len(nodes) - 1)
+            if best is not None:
+                shown = best[0]
+                shown_attempt = next(
+                    a for a in found.attempts if a.passed and a.excluded == best[1]
+                )
+            else:
+                if found.last is not None:
+                    shown, shown_attempt = found.last
                 reason = (
-                    f"the budget cannot be met: with the {limit} worst of {len(nodes)} node(s) "
-                    "kept in float (at least one must stay int8) it is still missed"
+                    f"the budget cannot be met: with the {found.limit} worst of {len(nodes)} "
+                    "node(s) kept in float"
+                    + (
+                        f" (--max-excluded {config.max_excluded})"
+                        if config.max_excluded is not None and found.limit == config.max_excluded
+                        else " (at least one must stay int8)"
+                    )
+                    + " it is still missed"
+                )
+            if ranked_on == "evaluation":
+                warnings.append(
+                    "nodes kept in float are chosen on the evaluation data (dynamic mode has no "
+                    "calibration data to rank them on): the gate's figures flatter the model "
+                    "a little; check it on other data"
                 )
         elif not first.passed:
-            reason = "the budget was missed with every node in int8" + (
-                " and the search is off (--no-search)" if not config.search else ""
+            why = (
+                " and the search is off (--no-search)"
+                if not config.search
+                else " and --max-excluded 0 allows no node in float"
+                if config.max_excluded == 0
+                else " and the model has a single candidate node (it must stay int8)"
             )
-        # the delivered model, or the last one judged (the search's last attempt, if any)
-        last = tmp / "candidate.onnx"
-        shown = best[0] if best else last if last.exists() else all_int8
-        excluded_names = best[1] if best else attempts[-1].excluded
+            reason = "the budget was missed with every node in int8" + why
+        excluded_names = best[1] if best else shown_attempt.excluded
         scores = {s.node: s for s in ranking}
         excluded = [
             scores.get(n) or NodeScore(node=n, op_type="", score=0.0) for n in excluded_names
         ]
         shown_proto = onnx.load(str(shown), load_external_data=False)
+        float_ops = _left_in_float(shown_proto, settings)
+        missing = sorted(set(excluded_names) - _float_names(shown_proto, settings))
+        if missing:  # the quantiser did not leave them in float: say so, never hide it
+            warnings.append(
+                f"node(s) {', '.join(missing)} were excluded from quantisation but do not "
+                "compute in float in the delivered model"
+            )
+        rounded = _reads_dequantised(shown_proto, excluded_names)
+        if rounded and settings.format == "qoperator":
+            notices.append(
+                f"node(s) kept in float read int8-rounded activations ({', '.join(rounded)}): "
+                "QOperator passes int8 tensors between quantised nodes and dequantises them for "
+                "float readers; --quant-format qdq gives float readers the float tensor"
+            )
         latency: list[Latency] = []
         if config.bench and best is not None:
             batches, dims = _bench_plan(loaded, signature, config, evaluation[0])
@@ -301,16 +388,13 @@ def quantize(
             evaluation=DataInfo(source=eval_source, samples=len(evaluation), rows=eval_rows),
             overlap_rows=overlap_rows,
             max_drop=config.max_drop,
-            gate=(
-                next(a for a in attempts if a.excluded == excluded_names and a.passed).figures
-                if best
-                else attempts[-1].figures
-            ),
+            gate=shown_attempt.figures,
             attempts=attempts,
             ranking=ranking,
+            ranked_on=ranked_on,
             excluded=excluded,
             quantized_nodes=quantised_nodes(shown_proto),
-            float_ops=_left_in_float(shown_proto, settings),
+            float_ops=float_ops,
             size_before=loaded.size_bytes,
             size_after=shown.stat().st_size,
             ops_before=_ops(loaded.proto),
@@ -320,56 +404,23 @@ def quantize(
         )
         if best is None:
             return report
+        contract_config = None
+        if config.contract:
+            say("measuring the contract's rules on its golden samples")
+            contract_config, rule_notices = contract_rules(
+                shown, judge, signature, evaluation[:GOLDEN_SAMPLES], config.max_drop
+            )
+            report = report.model_copy(update={"notices": report.notices + rule_notices})
         say(f"writing {out}")
         atomic_write_bytes(out, shown.read_bytes())
-    if not config.contract:
-        return report
-    return report.model_copy(
-        update={"contract": str(_write_contract(out, loaded, judge, evaluation, report))}
-    )
-
-
-def _write_contract(
-    out: Path, parent: LoadedModel, judge: Judge, evaluation: list[Sample], report: QuantizeReport
-) -> Path:
-    """The quantised model's contract, with its lineage.
-
-    Golden samples are the float parent's outputs, judged by the gate's rules; the lineage names
-    the parent and the gate result.
-    """
-    written = load_model(out)
-    contract = write_contract(
-        written,
-        judge.reference,
-        evaluation[:GOLDEN_SAMPLES],
-        provenance=Provenance(
-            exporter=f"onnxruntime.quantization {_ort_version()}",
-            options=report.settings.model_dump(mode="json"),
-            onnxgate=__version__,
-        ),
-        config=judge.config(),
-        force=True,
-    )
-    parent_contract = contract_paths(parent.path)[0]
-    lineage = {
-        "step": "quantize",
-        "parent": {
-            "model": str(parent.path),
-            "sha256": sha256_file(parent.path),
-            "contract": str(parent_contract) if parent_contract.is_file() else None,
-        },
-        "settings": report.settings.model_dump(mode="json"),
-        "excluded_nodes": [s.node for s in report.excluded],
-        "calibration": report.calibration.model_dump(mode="json") if report.calibration else None,
-        "gate": {
-            "passed": report.passed,
-            "max_drop": report.max_drop,
-            "evaluation": report.evaluation.model_dump(mode="json"),
-            "overlap_rows": report.overlap_rows,
-            "figures": [f.model_dump(mode="json") for f in report.gate],
-        },
-    }
-    path = contract_paths(out)[0]
-    updated = contract.model_copy(update={"lineage": lineage})
-    atomic_write_text(path, updated.model_dump_json(indent=2) + "\n")
-    return path
+    if contract_config is None:
+        dropped = drop_stale_contract(out)
+        return report.model_copy(update={"notices": report.notices + dropped})
+    try:
+        path = write_quantized_contract(out, loaded, judge, evaluation, report, contract_config)
+    except BaseException:
+        # a model without its contract, or beside an older model's, would mislead: neither stays
+        out.unlink(missing_ok=True)
+        drop_stale_contract(out)
+        raise
+    return report.model_copy(update={"contract": str(path)})

@@ -25,6 +25,13 @@ class GateFigure(_Strict):
     drop: float | None = None
     passed: bool
     reason: str | None = None
+    rows: int | None = None
+    """Rows judged, over all evaluation samples."""
+    worst: float | None = None
+    """The lowest row cosine (each output reshaped to [rows, -1]); a cosine budget holds the
+    mean row cosine, ``value``."""
+    worst_row: int | None = None
+    """The index of that row, counting rows across samples in order."""
 
 
 class NodeScore(_Strict):
@@ -33,7 +40,7 @@ class NodeScore(_Strict):
     node: str
     op_type: str
     score: float
-    """1 - the lowest cosine over the gated float outputs, with only this node in int8."""
+    """1 - the mean row cosine of the worst gated output, with only this node in int8."""
 
 
 class Attempt(_Strict):
@@ -42,7 +49,7 @@ class Attempt(_Strict):
     excluded: list[str]
     passed: bool
     worst: float | None
-    """1 - the lowest cosine over the gated outputs (the search's measure of error)."""
+    """1 - the mean row cosine of the worst gated output (the search's measure of error)."""
     figures: list[GateFigure]
 
 
@@ -87,6 +94,8 @@ class QuantizeReport(_Strict):
     """The figures of the delivered model (or of the last attempt when the budget was missed)."""
     attempts: list[Attempt]
     ranking: list[NodeScore] = []
+    ranked_on: str | None = None
+    """The data the ranking ran on: ``calibration`` (static mode) or ``evaluation``."""
     excluded: list[NodeScore] = []
     quantized_nodes: int = 0
     """Nodes of the delivered model that run in, or convert to, integers."""

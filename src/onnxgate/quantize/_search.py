@@ -1,7 +1,10 @@
 """The search for what to keep in float when the fully quantised model misses the budget.
 
 Each node is measured, not guessed: the model is quantised with that node alone in int8 and the
-error of the gated outputs (1 - their lowest cosine to the float model) is its score. Error that
+error of the gated outputs (1 - the mean row cosine of the worst one) is its score. In static mode
+the nodes are ranked on the calibration data, so the evaluation data only decides how many of the
+worst are kept in float; without calibration data (dynamic mode) both are chosen on the
+evaluation data, which the report says. Error that
 one layer injects is amplified or damped by everything after it, which per-tensor noise figures
 (SQNR) do not see; quantising one node at a time measures what the output suffers. The worst nodes
 are then kept in float, one, two, four... at a time until the budget is met, and the smallest
@@ -23,8 +26,10 @@ from onnxgate.quantize._report import Attempt, GateFigure, NodeScore
 log = logging.getLogger(__name__)
 
 Make = Callable[[Sequence[str], Sequence[str] | None], Path]
-"""(exclude, only) -> path of a quantised model."""
+"""(exclude, only) -> path of a quantised model (a scratch path the next call overwrites)."""
 Judge = Callable[[Path], tuple[list[GateFigure], float | None]]
+Error = Callable[[Path], float | None]
+"""A quantised model's error: 1 - the mean row cosine of its worst gated output."""
 
 
 @dataclass
@@ -35,12 +40,16 @@ class Found:
     ranking: list[NodeScore]
     best: tuple[Path, list[str]] | None
     """The delivered model and the nodes it keeps in float; None when the budget cannot be met."""
+    last: tuple[Path, Attempt] | None
+    """The last model judged and its attempt (what a report shows when the budget is missed)."""
+    limit: int
+    """The most nodes the search was allowed to keep in float."""
 
 
 def rank(
     nodes: Sequence[onnx.NodeProto],
     make: Make,
-    judge: Judge,
+    error: Error,
     progress: Callable[[str], None],
 ) -> list[NodeScore]:
     """Every candidate node's error when it alone is quantised, worst first."""
@@ -48,13 +57,17 @@ def rank(
     for index, node in enumerate(nodes, 1):
         progress(f"ranking node {index}/{len(nodes)}: {node.name} ({node.op_type}) alone in int8")
         path = make((), [node.name])
-        _, worst = judge(path)
+        worst = error(path)
         scores.append(NodeScore(node=node.name, op_type=node.op_type, score=max(worst or 0.0, 0.0)))
     return sorted(scores, key=lambda s: s.score, reverse=True)
 
 
 def _attempt(
-    make: Make, judge: Judge, excluded: Sequence[str], attempts: list[Attempt]
+    make: Make,
+    judge: Judge,
+    excluded: Sequence[str],
+    attempts: list[Attempt],
+    keep: Callable[[Path, int], Path],
 ) -> tuple[Path, Attempt]:
     path = make(list(excluded), None)
     figures, worst = judge(path)
@@ -65,7 +78,7 @@ def _attempt(
         figures=figures,
     )
     attempts.append(attempt)
-    return path, attempt
+    return keep(path, len(excluded)), attempt
 
 
 def search(
@@ -73,7 +86,8 @@ def search(
     make: Make,
     judge: Judge,
     *,
-    max_excluded: int | None,
+    error: Error,
+    max_excluded: int,
     progress: Callable[[str], None],
     keep: Callable[[Path, int], Path],
 ) -> Found:
@@ -82,45 +96,52 @@ def search(
     Args:
         nodes: candidates (the nodes the full quantisation put in int8).
         make: quantises with some nodes excluded (or only some included).
-        judge: the gate's figures of a quantised model.
-        max_excluded: the most nodes that may be kept in float.
+        judge: the gate's figures of a quantised model, on the evaluation data.
+        error: the error that ranks nodes (on the calibration data when there is any).
+        max_excluded: the most nodes that may be kept in float (at least 1).
         progress: called before each step.
-        keep: moves a passing model out of the way of later attempts (path, count) -> new path.
+        keep: moves a judged model out of the way of later attempts (path, count) -> new path.
+
+    Raises:
+        ValueError: ``max_excluded`` below 1.
     """
-    ranking = rank(nodes, make, judge, progress)
-    limit = len(ranking) if max_excluded is None else min(max_excluded, len(ranking))
+    if max_excluded < 1:
+        raise ValueError(f"max_excluded is {max_excluded}; the search needs at least 1")
+    ranking = rank(nodes, make, error, progress)
+    limit = min(max_excluded, len(ranking))
     attempts: list[Attempt] = []
     order = [s.node for s in ranking]
     passing: dict[int, Path] = {}
+    last: tuple[Path, Attempt] | None = None
     last_miss = 0
     count = 1
     while count <= limit:
         progress(f"keeping the {count} worst node(s) in float")
-        path, attempt = _attempt(make, judge, order[:count], attempts)
-        if attempt.passed:
-            passing[count] = keep(path, count)
+        last = _attempt(make, judge, order[:count], attempts, keep)
+        if last[1].passed:
+            passing[count] = last[0]
             break
         last_miss = count
         if count == limit:
             break
         count = min(count * 2, limit)
     if not passing:
-        return Found(attempts, ranking, None)
+        return Found(attempts, ranking, None, last, limit)
     low, high = last_miss, min(passing)
     while high - low > 1:
         middle = (low + high) // 2
         progress(f"keeping the {middle} worst node(s) in float")
-        path, attempt = _attempt(make, judge, order[:middle], attempts)
-        if attempt.passed:
-            passing[middle] = keep(path, middle)
+        last = _attempt(make, judge, order[:middle], attempts, keep)
+        if last[1].passed:
+            passing[middle] = last[0]
             high = middle
         else:
             low = middle
     best = min(passing)
-    return Found(attempts, ranking, (passing[best], order[:best]))
+    return Found(attempts, ranking, (passing[best], order[:best]), last, limit)
 
 
-def naive(make: Make, judge: Judge) -> tuple[Path, Attempt]:
+def naive(make: Make, judge: Judge, keep: Callable[[Path, int], Path]) -> tuple[Path, Attempt]:
     """The model with every candidate quantised, judged."""
     attempts: list[Attempt] = []
-    return _attempt(make, judge, (), attempts)
+    return _attempt(make, judge, (), attempts, keep)

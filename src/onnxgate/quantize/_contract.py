@@ -1,0 +1,153 @@
+"""The quantised model's contract: golden samples of the gated outputs, rules ``verify`` can hold.
+
+``verify`` judges with ``compare``'s figures, per golden sample, and cannot see labels; the gate
+judges per row over all evaluation rows, and by labels when given. So the contract keeps the
+outputs the gate judged, each with the gate's rule where the golden samples meet it in
+``compare``'s terms, or with the figure they measure (a notice says so): a quantised model
+verifies against its own contract on the machine that made it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from onnxgate._version import __version__
+from onnxgate.compare import CompareConfig, Criterion, compare_runners
+from onnxgate.contract import Provenance, contract_paths, write_contract
+from onnxgate.contract._schema import sha256_file
+from onnxgate.data import Sample
+from onnxgate.errors import ConfigError
+from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.quantize._gate import Judge
+from onnxgate.quantize._report import QuantizeReport
+
+GOLDEN_SAMPLES = 4
+"""Evaluation samples kept as the quantised model's golden samples."""
+
+
+def _ort_version() -> str:
+    try:
+        return version("onnxruntime")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _floor(value: float, places: int = 6) -> float:
+    return math.floor(value * 10**places) / 10**places
+
+
+def _ceil(value: float, places: int = 6) -> float:
+    return math.ceil(value * 10**places) / 10**places
+
+
+def contract_rules(
+    delivered: Path,
+    judge: Judge,
+    signature: Signature,
+    golden: Sequence[Sample],
+    max_drop: float,
+) -> tuple[CompareConfig, list[str]]:
+    """The gate's rules as ``verify`` will apply them, measured on the golden samples.
+
+    ``verify`` judges with ``compare``'s figures (cosine over each sample's whole output, top-1
+    per sample, the worst over samples), and labels are not kept, so accuracy is recorded as
+    top-1 agreement with the float model. Each gated output keeps its gate rule where the golden
+    samples meet it in those terms; where they do not, the rule records what they measure (a
+    notice says so), so the contract holds for the model that was delivered.
+    """
+    from onnxgate.runners import OrtRunner
+
+    wanted = judge.compare_config()
+    report = compare_runners(
+        OrtRunner(load_model(delivered)),
+        judge.reference,
+        list(golden),
+        signature=signature,
+        config=wanted,
+    )
+    by_name = {o.name: o for o in report.outputs}
+    metrics: dict[str | None, Criterion] = {}
+    notices: list[str] = []
+    for rule in judge.rules:
+        criterion = wanted.metrics[rule.output]
+        found = by_name[rule.output]
+        measured = getattr(found, criterion.metric, None)
+        if measured is None and criterion.metric == "top1":
+            criterion = Criterion("cosine", ">=", 1.0 - max_drop)
+            measured = found.cosine
+        if criterion.holds(measured):
+            metrics[rule.output] = criterion
+            continue
+        if measured is None:
+            raise ConfigError(
+                f"output {rule.output!r}: compare has no {criterion.metric} figure for it, so "
+                "the contract cannot state its rule.",
+                hint="Pass --no-contract, or judge it with --metric.",
+            )
+        upward = criterion.op in (">=", ">")
+        recorded = Criterion(
+            criterion.metric,
+            ">=" if upward else "<=",
+            _floor(measured) if upward else _ceil(measured),
+        )
+        metrics[rule.output] = recorded
+        notices.append(
+            f"contract rule for {rule.output}: {recorded} (compare's {criterion.metric} per "
+            f"golden sample is {measured:.6g}, below the gate's {criterion}; the gate's figure "
+            "is taken per row over all evaluation rows)"
+        )
+    return CompareConfig(metrics=metrics), notices
+
+
+def write_quantized_contract(
+    out: Path,
+    parent: LoadedModel,
+    judge: Judge,
+    evaluation: list[Sample],
+    report: QuantizeReport,
+    config: CompareConfig,
+) -> Path:
+    """The quantised model's contract, with its lineage, written once.
+
+    Golden samples are the float parent's outputs of the gated outputs (the others are recorded
+    as skipped), judged by the gate's rules as ``contract_rules`` measured them; the lineage
+    names the parent and the gate result.
+    """
+    parent_contract = contract_paths(parent.path)[0]
+    lineage = {
+        "step": "quantize",
+        "parent": {
+            "model": str(parent.path),
+            "sha256": sha256_file(parent.path),
+            "contract": str(parent_contract) if parent_contract.is_file() else None,
+        },
+        "settings": report.settings.model_dump(mode="json"),
+        "excluded_nodes": [s.node for s in report.excluded],
+        "calibration": report.calibration.model_dump(mode="json") if report.calibration else None,
+        "gate": {
+            "passed": report.passed,
+            "max_drop": report.max_drop,
+            "evaluation": report.evaluation.model_dump(mode="json"),
+            "overlap_rows": report.overlap_rows,
+            "ranked_on": report.ranked_on,
+            "figures": [f.model_dump(mode="json") for f in report.gate],
+        },
+    }
+    write_contract(
+        load_model(out),
+        judge.reference,
+        evaluation[:GOLDEN_SAMPLES],
+        provenance=Provenance(
+            exporter=f"onnxruntime.quantization {_ort_version()}",
+            options=report.settings.model_dump(mode="json"),
+            onnxgate=__version__,
+        ),
+        config=config,
+        force=True,
+        outputs={r.output for r in judge.rules},
+        lineage=lineage,
+    )
+    return contract_paths(out)[0]
