@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
-import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxgate._stdout import stdout_to_stderr
 from onnxgate.errors import first_line
 from onnxgate.model import LoadedModel
 
@@ -155,11 +154,8 @@ def quiet_tools() -> Iterator[None]:
     # prefix catches them: logging below ERROR is switched off while it runs
     disabled = logging.root.manager.disable
     logging.disable(logging.WARNING)
-    sys.stdout.flush()
-    saved = os.dup(1)
     try:
-        os.dup2(2, 1)
-        with warnings.catch_warnings():
+        with stdout_to_stderr(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with (
                 contextlib.redirect_stdout(io.StringIO()),
@@ -167,9 +163,6 @@ def quiet_tools() -> Iterator[None]:
             ):
                 yield
     finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
         logging.disable(disabled)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import onnx
 
+from onnxgate._stdout import stdout_to_stderr
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, ExtraMissing, GateError, RunFailed, first_line
 from onnxgate.quantize._config import Settings, where_quantised
@@ -91,18 +92,12 @@ def quiet() -> Iterator[_Capture]:
     if not verbose:
         ort_logger.propagate = False
         root.setLevel(logging.CRITICAL)  # some of the tools call logging.warning() directly
-    sys.stdout.flush()
-    saved_fd = os.dup(1)
     try:
-        os.dup2(2, 1)
-        with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+        with stdout_to_stderr(), warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             if not verbose:
                 warnings.simplefilter("ignore")
             yield capture
     finally:
-        sys.stdout.flush()
-        os.dup2(saved_fd, 1)
-        os.close(saved_fd)
         ort_logger.removeHandler(capture)
         ort_logger.setLevel(saved[0])
         ort_logger.propagate = saved[1]

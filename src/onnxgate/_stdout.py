@@ -1,0 +1,28 @@
+"""Keeping stdout clean while foreign code runs.
+
+``--format json`` promises one JSON document on stdout, and ONNX Runtime's Python tools (the
+transformer optimizer, the quantiser) and native libraries print there: through ``print``, their
+loggers, and C++ code writing to file descriptor 1 directly. Redirecting ``sys.stdout`` catches
+only the first; pointing descriptor 1 at stderr for the duration catches all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 points at stderr inside the block, and back afterwards."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
