@@ -195,3 +195,14 @@ def test_a_torch_thread_count_does_not_leak_into_the_next_configuration(model, f
         assert contest.loaded[0]["threads"] == 1
         (loaded,) = contest.load([Contender("t", torch="badfactories:linear", signature=model)])
         assert loaded["threads"] == default
+
+
+def test_bench_vs_text_keeps_every_figure_on_a_narrow_terminal(tmp_path, monkeypatch):
+    model = save(mlp(), tmp_path / "mlp.onnx")
+    monkeypatch.setattr("onnxgate.cli._common.out.width", 60)
+    result = CliRunner().invoke(
+        app, ["bench", str(model), "--batch", "1", "--runs", "3", "--vs", str(model)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    assert "samples/s" in result.stdout and "ratio" in result.stdout

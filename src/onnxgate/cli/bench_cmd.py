@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_bar
@@ -34,6 +35,11 @@ def _ints(items: list[str] | None, option: str) -> list[int]:
         raise ConfigError(f"{option} takes integers, comma-separated or repeated.") from err
 
 
+def _ms(value: float) -> str:
+    """Four significant figures at most, three decimals at most: 0.012, 26.31, 189.5."""
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
 def render(report: BenchReport) -> None:
     """Print the figures for people; with --vs, each configuration's two rows and the ratio."""
     providers = ", ".join(report.providers)
@@ -41,8 +47,8 @@ def render(report: BenchReport) -> None:
     if report.vs is not None:
         out.print(f"against [bold]{escape(report.vs.name)}[/] on {escape(report.vs.runtime)}")
     table = Table(box=None, header_style="bold", pad_edge=False)
-    columns = ["shape", "threads", "runs", "p50 ms", "p90 ms", "p99 ms", "mean ms", "samples/s"]
-    columns.append("cv")
+    # short headers (latencies in ms, said below the table) so --vs fits 80 columns
+    columns = ["shape", "threads", "runs", "p50", "p90", "p99", "mean", "samples/s", "cv"]
     if report.vs is not None:
         columns[0:0] = ["side"]
         columns.append("ratio")
@@ -63,10 +69,10 @@ def render(report: BenchReport) -> None:
             escape(shape),
             str(r.threads or "auto"),
             str(r.runs),
-            f"{r.p50_ms:.3f}",
-            f"{r.p90_ms:.3f}",
-            f"{r.p99_ms:.3f}",
-            f"{r.mean_ms:.3f}",
+            _ms(r.p50_ms),
+            _ms(r.p90_ms),
+            _ms(r.p99_ms),
+            _ms(r.mean_ms),
             f"{r.throughput:.1f}",
             ("[yellow]" if r.noisy else "") + f"{r.cv:.1%}" + ("[/]" if r.noisy else ""),
         ]
@@ -74,7 +80,15 @@ def render(report: BenchReport) -> None:
             ratio = report.ratio[index // 2].ratio
             cells = [side, *cells, f"{ratio:.2f}x" if side == "vs" else ""]
         table.add_row(*cells)
-    out.print(table)
+    # Never cut a figure to fit: a table wider than the terminal wraps instead of losing digits.
+    needed = Measurement.get(out, out.options.update_width(10_000), table).maximum
+    width = out.width
+    out.width = max(width, needed)
+    try:
+        out.print(table)
+    finally:
+        out.width = width
+    out.print("[dim]latencies in ms; samples/s at the mean latency.[/]")
     if report.vs is not None:
         out.print(
             "[dim]ratio: the contender's p50 over the model's (above 1: the model is faster). "
