@@ -156,9 +156,10 @@ def tune_command(
 
     **Parity gate.** Every graph candidate (the model as given; for a BERT-like encoder, ONNX
     Runtime's transformer fusions, with and without the GELU approximation) at every optimisation
-    level is compared with the model as given under ONNX Runtime's defaults, on the tuning shape
-    and the contract's golden inputs, with the contract's tolerances per output. A candidate that
-    fails is reported with its worst figures and never timed. The winner's exact settings are
+    level is compared, with the contract's tolerances per output, against the model as given
+    under ONNX Runtime's defaults on the tuning shape, and against the contract's stored golden
+    outputs on its golden inputs (as `verify` judges them). A candidate that fails is reported
+    with its worst figures and never timed. The winner's exact settings are
     checked again before the contest.
 
     **Search.** The passing graphs × levels, crossed with intra-op threads (1, 2, 4 ... up to the
@@ -177,9 +178,9 @@ def tune_command(
     (CPU, usable cores, ONNX Runtime version, providers), the objective and the shape. A winning
     optimised graph is written beside the model as MODEL.tuned-FINGERPRINT-OBJECTIVE-SHAPE.onnx.
 
-    Exit codes: 0 tuned (also when the defaults are kept); 1 the model as given does not
-    reproduce its own outputs, so nothing can be judged; 2 bad input or no contract; 3 a
-    provider is missing.
+    Exit codes: 0 tuned (also when the defaults are kept); 1 the model as given fails the gate
+    itself (it misses its contract's golden outputs, or does not reproduce its own), so nothing
+    can be judged; 2 bad input or no contract; 3 a provider is missing.
     """
     config = TuneConfig(
         objective=objective,  # type: ignore[arg-type]  (checked by TuneConfig)
