@@ -1,9 +1,10 @@
 """Keeping stdout clean while foreign code runs.
 
-``--format json`` promises one JSON document on stdout, and ONNX Runtime's Python tools (the
-transformer optimizer, the quantiser) and native libraries print there: through ``print``, their
-loggers, and C++ code writing to file descriptor 1 directly. Redirecting ``sys.stdout`` catches
-only the first; pointing descriptor 1 at stderr for the duration catches all of them.
+``--format json`` promises one JSON document on stdout, and foreign code prints there: ONNX
+Runtime's Python tools (the transformer optimizer, the quantiser) through ``print`` and their
+loggers, the TorchScript exporter's C++ code by writing to file descriptor 1 directly.
+Redirecting ``sys.stdout`` catches only the Python side; pointing descriptor 1 at stderr for the
+duration catches both. Used by export, tune's graph rewrites and quantize.
 """
 
 from __future__ import annotations

@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import re
-import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -118,24 +116,6 @@ def diagnose(
 def _first(text: str, limit: int = 300) -> str:
     line = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Point file descriptor 1 at stderr while an exporter runs.
-
-    The TorchScript exporter's C++ code prints its graph straight to the process's stdout, which
-    must stay one JSON document under --format json.
-    """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 @contextlib.contextmanager

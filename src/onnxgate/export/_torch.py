@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from onnxgate._fs import staged_file
+from onnxgate._stdout import stdout_to_stderr
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
@@ -35,7 +36,6 @@ from onnxgate.errors import ConfigError, ExportError, ParityError
 from onnxgate.export._diagnose import (
     diagnose,
     quiet_exporter,
-    stdout_to_stderr,
     torch_module,
 )
 from onnxgate.model import Signature, load_model
