@@ -30,6 +30,8 @@ class ExitCode(IntEnum):
     """Bad usage or bad input: an unknown option, a malformed, unsafe or unreadable model."""
     ENVIRONMENT = 3
     """The environment cannot do what was asked: a missing extra, provider or runtime."""
+    INTERNAL = 4
+    """onnxgate itself failed (a bug): never a verdict about the model."""
 
 
 class GateError(Exception):
@@ -109,6 +111,32 @@ class ProviderUnavailable(EnvironmentProblem):
     """An execution provider was asked for that this ONNX Runtime build does not include."""
 
     code = "provider-unavailable"
+
+
+class ProviderFailed(EnvironmentProblem):
+    """A provider the build includes did not start (bad options, no device).
+
+    ONNX Runtime would have run the model without it; onnxgate refuses instead of running silently
+    on CPU.
+    """
+
+    code = "provider-failed"
+
+
+class ReferenceFailed(EnvironmentProblem):
+    """The ONNX reference evaluator crashed on a model ONNX Runtime may well run: its fault, not the model's."""
+
+    code = "reference-failed"
+
+
+class InternalError(GateError):
+    """onnxgate's own code failed (a crashed timing worker, an unexpected exception in a step).
+
+    Exit 4, so CI never reads a bug in the tool as a verdict on the model.
+    """
+
+    exit_code = ExitCode.INTERNAL
+    code = "internal"
 
 
 class RunFailed(GateError):

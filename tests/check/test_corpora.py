@@ -1,8 +1,8 @@
 """`check` and `inspect` over every real model we can get: no crash, a verdict for each.
 
 The models come from the onnx wheel's backend test data, the 1,884 node test cases that
-`collect_testcases()` builds, and ../shared/corpus. The node cases also measure how often
-`check` predicts correctly whether the installed runtime loads a model.
+`collect_testcases()` builds, and ../shared/corpus. How often `check` predicts correctly whether
+the installed runtime loads each node case is pinned, case by case, in test_prediction.py.
 """
 
 from __future__ import annotations
@@ -94,22 +94,14 @@ def test_corpus_verdicts_match_what_is_known_about_them(installed_profile):
     ).predicted_load
 
 
-def test_every_node_case_gets_a_verdict_and_predictions_hold(tmp_path, installed_profile):
+def test_every_node_case_gets_a_verdict(installed_profile):
+    """No crash on any node case; how often the verdict is right is pinned in test_prediction.py."""
     cases = _node_cases()
     assert len(cases) >= 1800
-    paths = []
-    predicted = {}
-    for index, case in enumerate(cases):
+    for case in cases:
         loaded = LoadedModel(
             path=Path(case.name), proto=case.model, size_bytes=case.model.ByteSize()
         )
         describe(loaded)
         report = check_model(loaded, runtime=installed_profile)
-        path = tmp_path / f"{index:04d}.onnx"
-        onnx.save_model(case.model, path)
-        paths.append(path)
-        predicted[str(path)] = report.predicted_load
-    actual = try_load(None, paths)
-    agree = sum(predicted[p] == (err is None) for p, err in actual.items())
-    # Measured 99.47% with onnxruntime 1.31.1 (benchmarks/check_prediction.py); the issue's bar is 98%.
-    assert agree / len(cases) >= 0.98, f"{agree}/{len(cases)}"
+        assert report.predicted_load == (not any(f.blocks_load for f in report.findings))

@@ -3,16 +3,21 @@ from __future__ import annotations
 import onnx
 import pytest
 
+from onnxgate.compat.runtime import _needs_numpy_1
 from onnxgate.compat.versions import (
     PUBLISHED_ORT_TABLE,
+    RuntimeLimits,
     known_limits,
     min_ir_for_opset,
     min_runtime,
     normalize_domain,
     onnx_releases,
+    parse_release,
     release_key,
     shipped_probed_limits,
 )
+from onnxgate.doctor import gpu_needs
+from onnxgate.errors import CompatibilityError
 
 
 def test_onnx_releases_come_from_the_installed_package():
@@ -75,3 +80,63 @@ def test_min_runtime_when_nothing_admits_the_model():
 def test_domain_names():
     assert normalize_domain("") == normalize_domain("ai.onnx") == "ai.onnx"
     assert normalize_domain("com.microsoft") == "com.microsoft"
+
+
+def test_release_order_follows_pep_440():
+    ordered = [
+        "1.9.0",
+        "1.20.0.dev20240101",
+        "1.20.0rc1",
+        "1.20.0rc2",
+        "1.20.0",
+        "1.20.0.post1",
+        "1.20.1",
+        "1.100.0",
+    ]
+    assert sorted(reversed(ordered), key=release_key) == ordered
+    assert release_key("1.16") == release_key("1.16.0")
+    assert parse_release("1.20.0rc1") < parse_release("1.20.0")
+
+
+@pytest.mark.parametrize("text", ["", "latest", "1.x", "one.two"])
+def test_a_string_that_is_no_version_is_named_in_the_error(text):
+    with pytest.raises(CompatibilityError, match=f"release {text!r} is not a version number"):
+        parse_release(text)
+
+
+def test_gpu_needs_names_a_version_it_cannot_read():
+    with pytest.raises(CompatibilityError, match="ONNX Runtime version 'latest' is not a version"):
+        gpu_needs("latest")
+
+
+def test_known_limits_sort_by_release_and_probes_replace_their_minor():
+    limits = {"ai.onnx": 15, "ai.onnx.ml": 2}
+    rows = [
+        row.release
+        for row in known_limits(
+            (
+                RuntimeLimits("1.10.0", 8, limits, "probed"),
+                RuntimeLimits("1.10.0rc1", 8, limits, "probed"),
+                RuntimeLimits("1.10.0.post1", 8, limits, "probed"),
+            )
+        )
+    ]
+    assert "1.10" not in rows  # the published row gives way to probes of its minor release
+    at = rows.index("1.9")
+    assert rows[at : at + 5] == ["1.9", "1.10.0rc1", "1.10.0", "1.10.0.post1", "1.11"]
+
+
+@pytest.mark.parametrize(
+    ("version", "needs"),
+    [("1.18.99", True), ("1.19.0.dev20240601", False), ("1.19.0rc1", False), ("1.19.0", False)],
+)
+def test_numpy_1_is_needed_before_the_1_19_line(version, needs):
+    assert _needs_numpy_1(version) is needs
+
+
+def test_gpu_needs_of_a_pre_release_are_its_release_lines():
+    # 1.18.0's CUDA 12 build has cuDNN 8, 1.18.1's cuDNN 9: a 1.18.0 release candidate is 1.18.0
+    assert gpu_needs("1.18.0rc1") == gpu_needs("1.18.0") != gpu_needs("1.18.1")
+    assert gpu_needs("1.18.1.post1") == gpu_needs("1.18.1")
+    assert gpu_needs("1.20.0rc1").label == "1.20"
+    assert gpu_needs("1.23.0.dev20250101").extrapolated

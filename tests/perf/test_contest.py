@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import signal
 import textwrap
 
 import numpy as np
@@ -13,9 +15,10 @@ from typer.testing import CliRunner
 from models import mlp, save, value
 from models import model as make
 from onnxgate.cli import app
-from onnxgate.errors import ConfigError, RunFailed
+from onnxgate.errors import ConfigError, ExitCode, InternalError, RunFailed
 from onnxgate.perf import BenchConfig, bench
-from onnxgate.perf._contest import Contender, Contest
+from onnxgate.perf._contest import Contender, Contest, _death, _Process
+from onnxgate.perf._worker import serve
 
 
 @pytest.fixture
@@ -206,3 +209,99 @@ def test_bench_vs_text_keeps_every_figure_on_a_narrow_terminal(tmp_path, monkeyp
     assert result.exit_code == 0, result.output
     assert "…" not in result.stdout
     assert "samples/s" in result.stdout and "ratio" in result.stdout
+
+
+def _corrupt_feeds(monkeypatch):
+    """The parent writes feeds the worker cannot read: onnxgate's bug, not the model's."""
+
+    def not_an_npz(path, arrays):
+        path.write_bytes(b"this is not an .npz archive")
+
+    monkeypatch.setattr("onnxgate.perf._contest.save_arrays", not_an_npz)
+
+
+def test_an_exception_in_the_workers_own_code_is_an_internal_error(model, monkeypatch):
+    _corrupt_feeds(monkeypatch)
+    with Contest([Contender("a", onnx=model)]) as contest:
+        with pytest.raises(InternalError) as caught:
+            contest.race([_feeds()], warmup=0, runs=1)
+    assert not isinstance(caught.value, RunFailed)
+    assert caught.value.exit_code == ExitCode.INTERNAL == 4
+    message = caught.value.message
+    # the exception's type and where in onnxgate it was raised
+    assert "during 'feeds': ValueError: " in message, message
+    assert "onnxgate/perf/_worker.py:" in message and "in set_feeds, inside numpy/" in message
+
+
+def test_bench_vs_exits_4_when_onnxgate_fails_inside_a_worker(model, monkeypatch):
+    _corrupt_feeds(monkeypatch)
+    result = CliRunner().invoke(
+        app, ["bench", str(model), "--batch", "1", "--runs", "2", "--vs", str(model), "-f", "json"]
+    )
+    assert result.exit_code == 4, result.output
+    document = json.loads(result.stdout)
+    assert document["error"] == "internal" and "in set_feeds" in document["message"]
+
+
+def test_serve_answers_internal_error_for_garbled_and_unknown_requests(tmp_path):
+    requests = io.StringIO(
+        "not json\n"
+        '{"op": "teleport"}\n'
+        '{"op": "run", "count": 1}\n'
+        f'{{"op": "feeds", "path": "{tmp_path / "missing.npz"}"}}\n'
+    )
+    answers = io.StringIO()
+    serve(requests, answers)
+    got = [json.loads(line) for line in answers.getvalue().splitlines()]
+    assert [a["error"] for a in got] == ["InternalError"] * 4
+    assert "while reading a request: JSONDecodeError" in got[0]["message"]
+    assert "unknown request 'teleport'" in got[1]["message"]
+    assert "run before anything was loaded" in got[2]["message"]
+    assert "FileNotFoundError" in got[3]["message"] and "in set_feeds" in got[3]["message"]
+
+
+def _kill_before(monkeypatch, op: str):
+    """SIGKILL the worker just before it is sent ``op``: a death during that request."""
+    ask = _Process.ask
+
+    def killing_ask(self, request, timeout_s=None):
+        if request.get("op") == op:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        return ask(self, request, timeout_s)
+
+    monkeypatch.setattr(_Process, "ask", killing_ask)
+
+
+def test_a_worker_killed_by_a_signal_while_running_the_model_is_a_run_failure(model, monkeypatch):
+    _kill_before(monkeypatch, "run")
+    with Contest([Contender("a", onnx=model)]) as contest:
+        with pytest.raises(RunFailed, match=r"killed by SIGKILL during 'run'"):
+            contest.race([_feeds()], warmup=0, runs=1)
+
+
+def test_a_worker_that_dies_while_only_onnxgate_code_runs_is_an_internal_error(model, monkeypatch):
+    _kill_before(monkeypatch, "feeds")
+    with Contest([Contender("a", onnx=model)]) as contest:
+        with pytest.raises(InternalError, match=r"killed by SIGKILL during 'feeds'"):
+            contest.race([_feeds()], warmup=0, runs=1)
+
+
+def test_a_python_traceback_on_the_workers_death_is_an_internal_error():
+    stderr = textwrap.dedent(
+        """\
+        some library chatter
+        Traceback (most recent call last):
+          File "/x/onnxgate/perf/_worker.py", line 170, in main
+            serve(sys.stdin, answers)
+        UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff
+        """
+    )
+    error = _death("a", "run", 1, stderr)
+    assert isinstance(error, InternalError)
+    assert 'File "/x/onnxgate/perf/_worker.py", line 170, in main' in error.message
+    assert error.message.endswith("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff")
+    # the same exit code without a traceback is the module ending the process (sys.exit(1))
+    assert type(_death("a", "run", 1, "bye")) is RunFailed
+    assert type(_death("a", "load", -11, "")) is RunFailed
+    assert "SIGSEGV" in _death("a", "load", -11, "").message

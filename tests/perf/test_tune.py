@@ -320,6 +320,7 @@ def test_cli_help_teaches_and_json_is_one_document(model, monkeypatch):
     assert result.exit_code == 2 and "latency or throughput" in result.output
 
 
+@pytest.mark.torch
 def test_minilm_is_detected_as_a_bert_encoder_with_12_heads_of_width_384(minilm_onnx):
     from onnxgate.model import load_model
 
@@ -329,6 +330,7 @@ def test_minilm_is_detected_as_a_bert_encoder_with_12_heads_of_width_384(minilm_
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_minilm_fusions_pass_but_the_gelu_approximation_fails_parity(minilm_onnx):
     from onnxgate.model import load_model
 

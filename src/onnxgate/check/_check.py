@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 import onnx
 from onnx import ModelProto
 
+from onnxgate.check._functions import value_type_protos
 from onnxgate.check._graph import (
     checker_findings,
     first_line,
@@ -151,7 +152,8 @@ def check_model(
     Raises:
         ModelLoadError: the model cannot be read. UnsafeModelError: it is unsafe to read.
         ConfigError: an unknown provider or finding code. RuntimeEnvError: the target runtime
-            cannot be installed or probed.
+            cannot be installed or probed. InternalError: onnxgate's own code failed (a bug, exit
+            4), never reported as a finding.
     """
     providers, ignore = names(providers), names(ignore)
     if fail_on not in {s.value for s in Severity}:
@@ -183,7 +185,9 @@ def check_model(
         *structure,
         *version_findings(proto, profile),
         *provider_findings(profile, table, chosen),
-        *operator_findings(seen, profile, table, chosen, value_types(inferred)),
+        *operator_findings(
+            seen, profile, table, chosen, value_types(inferred), value_type_protos(inferred)
+        ),
         *shape_findings(proto),
         *file_findings(loaded),
     ]

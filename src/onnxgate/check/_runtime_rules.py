@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import onnx
-from onnx import ModelProto, NodeProto
+from onnx import ModelProto, NodeProto, TypeProto
 
-from onnxgate.check._functions import expand, first_body_opset
+from onnxgate.check._functions import MAX_DEPTH, NoBody, expand
 from onnxgate.check._graph import node_label
 from onnxgate.check._report import RULES, Finding, finding
 from onnxgate.compat.kernels import OPEN_END, KernelTable, NodeSchema, onnx_schema
@@ -163,36 +163,53 @@ def _judge_body(
     schema: NodeSchema,
     opset: int,
     inputs: list[str | None],
+    protos: Mapping[str, TypeProto],
     table: KernelTable,
     profile: RuntimeProfile,
     providers: list[str],
     depth: int,
 ) -> _Verdict:
-    """OP005 when the inlined body has kernels for all its nodes, else OP001 naming the culprit."""
+    """OP005 when the inlined body has kernels for all its nodes, else OP001 naming the culprit.
+
+    OP001 too when onnx's function builder (the runtime's own) rejects the node or builds nothing.
+    """
     key = (schema.domain, node.op_type, schema.since_version, tuple(inputs))
-    first = first_body_opset(schema)
-    if first is not None and first > opset:
+    name = f"{node.op_type}-{schema.since_version}"
+    types_text = ", ".join(t or "?" for t in inputs)
+    body = (
+        expand(schema, node, [protos.get(n) if n else None for n in node.input], opset)
+        if depth < MAX_DEPTH
+        else NoBody(f"it is nested more than {MAX_DEPTH} function bodies deep", refused=False)
+    )
+    if isinstance(body, NoBody):
+        if body.refused:
+            return _Verdict(
+                "OP001",
+                key,
+                f"{name} has no kernel for ({types_text}), and its function body cannot be built "
+                f"for this node: {body.reason}",
+            )
         return _Verdict(
-            "OP001",
-            key,
-            f"{node.op_type}-{schema.since_version} has no kernel for ({', '.join(t or '?' for t in inputs)}), "
-            f"and its function body exists only from opset {first} (the model imports {opset})",
+            "OP005", key[:3], f"{name} runs as its function body (not expanded here: {body.reason})"
         )
-    body = expand(schema, node, inputs, opset) if depth < 3 else None
-    if body is not None:
-        nodes, opsets, types = body
-        for inner in nodes:
-            inner_opset = opsets.get(normalize_domain(inner.domain), opset)
-            for verdict in _judge(inner, inner_opset, types, table, profile, providers, depth + 1):
-                if RULES[verdict.code].blocks_load:
-                    return _Verdict(
-                        "OP001",
-                        key,
-                        f"{node.op_type}-{schema.since_version} has no kernel and its function body "
-                        f"cannot run: {verdict.message}",
-                    )
-    how = "its function body" if body is not None else "its function body (not expanded here)"
-    return _Verdict("OP005", key[:3], f"{node.op_type}-{schema.since_version} runs as {how}")
+    for inner in body.nodes:
+        inner_opset = body.opsets.get(normalize_domain(inner.domain), opset)
+        for verdict in _judge(
+            inner, inner_opset, body.types, table, profile, providers, depth + 1, body.protos
+        ):
+            if RULES[verdict.code].blocks_load:
+                return _Verdict(
+                    "OP001",
+                    key,
+                    f"{name} has no kernel and its function body cannot run: {verdict.message}",
+                )
+    untyped = (
+        f"; onnx's type inference fails inside the body ({body.inference_failure}), so its "
+        "nodes were judged without their types"
+        if body.inference_failure
+        else ""
+    )
+    return _Verdict("OP005", key[:3], f"{name} runs as its function body{untyped}")
 
 
 def _judge(
@@ -203,6 +220,7 @@ def _judge(
     profile: RuntimeProfile,
     providers: list[str],
     depth: int = 0,
+    protos: Mapping[str, TypeProto] | None = None,
 ) -> Iterator[_Verdict]:
     domain = normalize_domain(node.domain)
     schema: NodeSchema | None = (
@@ -259,7 +277,9 @@ def _judge(
         )
     elif not on:
         if schema.has_function:
-            yield _judge_body(node, schema, opset, inputs, table, profile, providers, depth)
+            yield _judge_body(
+                node, schema, opset, inputs, protos or {}, table, profile, providers, depth
+            )
             return
         ranges = table.versions_registered(node.op_type, domain)
         shown = ", ".join(f"{a}-{b if b < OPEN_END else 'latest'}" for a, b in ranges) or "none"
@@ -298,14 +318,25 @@ def operator_findings(
     table: KernelTable | None,
     providers: list[str],
     types: dict[str, str | None],
+    protos: Mapping[str, TypeProto] | None = None,
 ) -> list[Finding]:
-    """OP001 to OP007, one finding per distinct problem, naming the first node and the count."""
+    """OP001 to OP009, one finding per distinct problem, naming the first node and the count.
+
+    Args:
+        model: the model as the runtime sees it.
+        profile: the target runtime.
+        table: its kernels (None when the release does not expose them).
+        providers: the providers a session would use, in order.
+        types: the type string of every value, after inference.
+        protos: the full type (with shape) of every value, for building function bodies.
+    """
     groups: dict[tuple, list[tuple[str, _Verdict]]] = defaultdict(list)
     for index, (node, opsets, in_function) in enumerate(_scoped_nodes(model)):
         opset = opsets.get(normalize_domain(node.domain))
         if opset is None:
             continue  # VER006 reports the missing import; VER008 domains got the runtime default
-        for verdict in _judge(node, opset, {} if in_function else types, table, profile, providers):
+        known, full = ({}, {}) if in_function else (types, protos or {})
+        for verdict in _judge(node, opset, known, table, profile, providers, 0, full):
             groups[(verdict.code, verdict.key)].append((node_label(node, index), verdict))
     found = []
     for (code, _), hits in groups.items():

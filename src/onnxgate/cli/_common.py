@@ -21,7 +21,7 @@ from onnxgate.errors import ExitCode, GateError
 P = ParamSpec("P")
 R = TypeVar("R")
 
-INTERNAL_ERROR = 4
+INTERNAL_ERROR = int(ExitCode.INTERNAL)
 """Exit code of a bug in onnxgate itself (an exception that is not a GateError)."""
 
 INTERRUPTED = 130

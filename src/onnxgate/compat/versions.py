@@ -17,6 +17,9 @@ from functools import cache
 from importlib import resources
 
 from onnx import OperatorSetIdProto, helper
+from packaging.version import InvalidVersion, Version
+
+from onnxgate.errors import CompatibilityError
 
 DEFAULT_DOMAIN = "ai.onnx"
 ML_DOMAIN = "ai.onnx.ml"
@@ -41,13 +44,35 @@ def opset_map(imports: Iterable[OperatorSetIdProto]) -> dict[str, int]:
     return {normalize_domain(o.domain): o.version for o in imports}
 
 
-def release_key(version: str) -> tuple[int, ...]:
-    """Sort key of a dotted release number: ``1.16.3`` -> ``(1, 16, 3)``."""
-    parts = []
-    for piece in version.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+def parse_release(text: str, *, what: str = "release") -> Version:
+    """A release number read by PEP 440's rules (``packaging.version.Version``).
+
+    ``1.20.0rc1`` < ``1.20.0`` < ``1.20.0.post1`` < ``1.20.1``, and ``1.21.0.dev20240101`` comes
+    before ``1.21.0``'s release candidates: the order pip uses. ``1.16`` equals ``1.16.0``.
+
+    Args:
+        text: the version string, such as ``1.16.3``.
+        what: what the string is, for the message (``ONNX Runtime release``).
+
+    Raises:
+        CompatibilityError: ``text`` is not a version number.
+    """
+    try:
+        return Version(text)
+    except (InvalidVersion, TypeError) as err:
+        raise CompatibilityError(
+            f"{what} {text!r} is not a version number.",
+            hint="Use a release number such as 1.16.3 (PEP 440: 1.20.0rc1 and 1.21.0.dev0 work too).",
+        ) from err
+
+
+def release_key(version: str) -> Version:
+    """Sort key of a release number: ``1.16.3`` -> ``Version('1.16.3')`` (see ``parse_release``).
+
+    Raises:
+        CompatibilityError: ``version`` is not a version number.
+    """
+    return parse_release(version)
 
 
 @dataclass(frozen=True)
@@ -155,8 +180,12 @@ def known_limits(extra: tuple[RuntimeLimits, ...] = ()) -> tuple[RuntimeLimits, 
     Probed rows replace the published row of their minor release.
     """
     probed = {row.release: row for row in (*shipped_probed_limits(), *extra)}
-    probed_minors = {".".join(rel.split(".")[:2]) for rel in probed}
-    rows = [row for row in published_limits() if row.release not in probed_minors]
+    probed_minors = {release_key(rel).release[:2] for rel in probed}
+    rows = [
+        row
+        for row in published_limits()
+        if release_key(row.release).release[:2] not in probed_minors
+    ]
     rows.extend(probed.values())
     return tuple(sorted(rows, key=lambda row: release_key(row.release)))
 

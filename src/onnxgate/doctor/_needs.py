@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onnxgate.compat.versions import release_key
+from packaging.version import Version
+
+from onnxgate.compat.versions import parse_release
 
 
 @dataclass(frozen=True)
@@ -89,26 +91,37 @@ NEEDS: tuple[GpuNeeds, ...] = (
 CUDA major 11 and cuDNN major 8, which is what the libraries' file names can tell."""
 
 
-def _key(version: str) -> tuple[int, int, int]:
-    parts = (release_key(version) + (0, 0, 0))[:3]
-    return parts[0], parts[1], parts[2]
+def _line(version: str) -> Version:
+    """The release a version belongs to: ``1.20.0rc1``, ``1.20.0.post1`` -> ``1.20.0``.
+
+    A release candidate or a dev build of 1.20.0 is built like 1.20.0, so it needs what 1.20 needs.
+
+    Raises:
+        CompatibilityError: ``version`` is not a version number.
+    """
+    return Version(parse_release(version, what="ONNX Runtime version").base_version)
 
 
 def _contains(row: GpuNeeds, version: str) -> bool:
-    key = _key(version)
-    last = _key(row.last)
-    # a row's last bound names a minor (1.17) or a patch (1.18.0)
-    upper = last if row.last.count(".") == 2 else (last[0], last[1], 10**6)
-    return _key(row.first) <= key <= upper
+    line = _line(version)
+    last = parse_release(row.last)
+    # a row's last bound names a patch (1.18.0) or a whole minor (1.17: every 1.17.x)
+    if len(last.release) == 3:
+        return parse_release(row.first) <= line <= last
+    return parse_release(row.first) <= line < Version(f"{last.major}.{last.minor + 1}")
 
 
 def gpu_needs(version: str) -> GpuNeeds | None:
-    """What release ``version`` needs, or None for releases older than the table (before 1.9)."""
+    """What release ``version`` needs, or None for releases older than the table (before 1.9).
+
+    Raises:
+        CompatibilityError: ``version`` is not a version number.
+    """
     for row in NEEDS:
         if _contains(row, version):
             return row
     newest = NEEDS[0]
-    if _key(version) > _key(newest.last):
+    if _line(version) > parse_release(newest.last):
         return GpuNeeds(
             newest.first,
             newest.last,

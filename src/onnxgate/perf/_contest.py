@@ -6,6 +6,13 @@ the CPU clocks down). So each contender gets a worker process (``_worker.py``) a
 out short slices of runs in turn, the order flipping every round (A B, B A, A B ...), with a pause
 between slices so the last contender's spinning threads go quiet before the next one starts.
 Whatever drifts during the contest drifts for both.
+
+A contender that fails is reported by what failed. An error the worker answers keeps its class
+(``SessionFailed``, ``RunFailed``, ``ConfigError``; a bug in onnxgate's own code is
+``InternalError``, exit 4). A worker that dies is judged by how (``_death``): a native crash (a
+signal) or an exit while ONNX Runtime or the torch module runs (``load``, ``run``) is a verdict
+on that contender, ``RunFailed``; a Python traceback, or a death while the worker only runs
+onnxgate's own code (``feeds``), is ``InternalError``.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +36,7 @@ from typing import IO, Any, Self
 import numpy as np
 
 from onnxgate import errors
-from onnxgate.errors import ConfigError, GateError, RunFailed
+from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,12 @@ SLICE_S = 0.2
 """Seconds of runs one contender gets before the other one's turn."""
 PAUSE_S = 0.05
 """Quiet time between slices, for the previous contender's thread pool to stop spinning."""
+MODEL_OPS = frozenset({"load", "run"})
+"""Requests during which the worker runs foreign code: ONNX Runtime, or the user's torch module."""
+_TRACEBACK = "Traceback (most recent call last):"
+_BUG_HINT = (
+    "This is a bug in onnxgate, not a verdict on the model; please report it with this message."
+)
 
 
 @dataclass(frozen=True)
@@ -53,17 +67,27 @@ class Contender:
     """For a torch contender: the ONNX model whose input order and output names it follows."""
     threads: int = 0
     """For a torch contender: ``torch.set_num_threads`` (0 keeps PyTorch's default)."""
+    runtime: str | None = None
+    """For an ONNX contender: another release or package (``onnxruntime-openvino==1.24.1``), run
+    by a worker inside its isolated environment; None for the installed ONNX Runtime."""
 
     def __post_init__(self) -> None:
         if (self.onnx is None) == (self.torch is None):
             raise ConfigError(f"contender {self.label!r} needs an ONNX model or a torch module.")
         if self.torch is not None and self.signature is None:
             raise ConfigError(f"torch contender {self.label!r} needs the ONNX model's signature.")
+        if self.torch is not None and self.runtime is not None:
+            raise ConfigError(f"torch contender {self.label!r} cannot run on an ONNX Runtime.")
 
     def load_request(self) -> dict[str, Any]:
         """What the worker is asked to load."""
         if self.onnx is not None:
-            return {"op": "load", "onnx": str(self.onnx), "settings": dict(self.settings)}
+            request = {"op": "load", "onnx": str(self.onnx), "settings": dict(self.settings)}
+            if self.runtime is not None:
+                from onnxgate.compat.runtime import RuntimeSpec
+
+                request["package"] = RuntimeSpec.parse(self.runtime).package
+            return request
         return {
             "op": "load",
             "torch": self.torch,
@@ -85,27 +109,93 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 
 
 def _error(answer: Mapping[str, Any], label: str) -> GateError:
-    """The worker's error as the same GateError class, or RunFailed."""
-    kind = getattr(errors, str(answer.get("error")), None)
-    if not (isinstance(kind, type) and issubclass(kind, GateError)):
-        kind = RunFailed
-    return kind(f"{label}: {answer.get('message')}", hint=answer.get("hint"))
+    """The worker's error as the same GateError class (InternalError for a name onnxgate lacks)."""
+    name = str(answer.get("error"))
+    kind = getattr(errors, name, None)
+    if isinstance(kind, type) and issubclass(kind, GateError):
+        return kind(f"{label}: {answer.get('message')}", hint=answer.get("hint"))
+    return InternalError(
+        f"{label}: the timing worker answered an error onnxgate does not know ({name!r}): "
+        f"{answer.get('message')}",
+        hint=_BUG_HINT,
+    )
+
+
+def _python_failure(stderr: str) -> str | None:
+    """The last lines of a Python traceback on the worker's stderr: the place and the exception."""
+    if _TRACEBACK not in stderr:
+        return None
+    lines = [line.strip() for line in stderr.rsplit(_TRACEBACK, 1)[1].strip().splitlines()]
+    places = [line for line in lines if line.startswith("File ")]
+    return " ".join([*places[-1:], lines[-1]]) if lines else None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a real-time signal has no name
+        return f"signal {number}"
+
+
+def _death(label: str, op: object, code: int, stderr: str) -> GateError:
+    """Why the worker died, as the error it means.
+
+    Args:
+        label: the contender.
+        op: the request the worker was answering.
+        code: its exit status (negative: the signal that ended it).
+        stderr: what it wrote on stderr.
+    """
+    tail = " | ".join(stderr.strip().splitlines()[-8:])
+    words = f"; its last words: {tail}" if tail else "."
+    failure = _python_failure(stderr) if code == 1 else None
+    if failure is not None:
+        return InternalError(
+            f"{label}: the timing worker's Python code failed during {op!r}: {failure}",
+            hint=_BUG_HINT,
+        )
+    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"died (exit code {code})"
+    if op not in MODEL_OPS:
+        return InternalError(
+            f"{label}: the worker process {how} during {op!r}, while it ran only onnxgate's "
+            f"own code{words}",
+            hint=_BUG_HINT,
+        )
+    return RunFailed(
+        f"{label}: the worker process {how} during {op!r}{words}",
+        hint=(
+            "ONNX Runtime or the torch module crashed or ended the process on this model "
+            "(SIGKILL is often the out-of-memory killer); run it alone to see the trace."
+        ),
+    )
 
 
 class _Process:
     """One worker process and the thread that reads its answers."""
 
-    def __init__(self, label: str, timeout_s: float) -> None:
+    def __init__(self, label: str, timeout_s: float, runtime: str | None = None) -> None:
         self.label = label
         self.timeout_s = timeout_s
         self.log: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        # The worker imports onnxgate (and a torch factory's module) as this process does, even
-        # when this process found them through a sys.path edited at run time.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        if runtime is None:
+            # The worker imports onnxgate (and a torch factory's module) as this process does,
+            # even when this process found them through a sys.path edited at run time.
+            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            command = [sys.executable, "-m", "onnxgate.perf._worker"]
+        else:
+            # another runtime's environment holds no onnxgate: a worker that needs none
+            from onnxgate.compat.runtime import RuntimeSpec, ensure_env
+            from onnxgate.runners import _isolated
+
+            env.pop("PYTHONPATH", None)
+            env["PYTHONNOUSERSITE"] = "1"
+            script = Path(_isolated.__file__).with_name("_isolated_worker.py")
+            python = ensure_env(RuntimeSpec.parse(runtime))
+            command = [str(python), "-X", "faulthandler", str(script)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "onnxgate.perf._worker"],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -122,16 +212,17 @@ class _Process:
             self.answers.put(line)
         self.answers.put(None)
 
-    def _stderr_tail(self, lines: int = 8) -> str:
+    def _stderr(self) -> str:
         self.log.seek(0)
-        text = self.log.read().decode("utf-8", "replace").strip().splitlines()
-        return " | ".join(text[-lines:])
+        return self.log.read().decode("utf-8", "replace")
 
     def ask(self, request: Mapping[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """Send a request and wait for its answer.
 
         Raises:
-            RunFailed: the worker died or did not answer in time.
+            RunFailed: the worker did not answer in time, or ONNX Runtime or the torch module
+                crashed it (see ``_death``).
+            InternalError: onnxgate's own code failed in the worker, or the answer is garbled.
             GateError: the worker answered with an error (its class is kept).
         """
         assert self.proc.stdin is not None
@@ -151,16 +242,18 @@ class _Process:
             ) from None
         if line is None:
             code = self.proc.wait()
-            tail = self._stderr_tail()
-            raise RunFailed(
-                f"{self.label}: the worker process died (exit code {code}) during "
-                f"{request.get('op')!r}" + (f"; its last words: {tail}" if tail else "."),
-                hint="A crash inside the runtime or the module; run it alone to see the trace.",
-            )
-        answer = json.loads(line)
-        if "error" in answer:
-            raise _error(answer, self.label)
-        return answer["ok"]
+            raise _death(self.label, request.get("op"), code, self._stderr())
+        try:
+            answer = json.loads(line)
+            if "error" in answer:
+                raise _error(answer, self.label)
+            return answer["ok"]
+        except (ValueError, TypeError, KeyError) as err:  # JSONDecodeError is a ValueError
+            raise InternalError(
+                f"{self.label}: the timing worker's answer to {request.get('op')!r} is not "
+                f"what the protocol says: {line[:200]!r}",
+                hint=_BUG_HINT,
+            ) from err
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -206,7 +299,7 @@ class Contest:
         self._tmp = tempfile.TemporaryDirectory(prefix="onnxgate-contest-")
         try:
             for contender in self.contenders:  # one at a time, so __exit__ closes every one
-                self._procs.append(_Process(contender.label, self.timeout_s))
+                self._procs.append(_Process(contender.label, self.timeout_s, contender.runtime))
             self.load(self.contenders)
         except BaseException:
             self.__exit__()

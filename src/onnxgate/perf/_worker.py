@@ -16,21 +16,28 @@ Requests and answers, one JSON object a line:
 - ``{"op": "quit"}``
 
 A failure answers ``{"error": CLASS, "message": ..., "hint": ...}`` with a GateError's class name,
-so the parent raises the same kind of error.
+so the parent raises the same kind of error. The runners turn everything ONNX Runtime or a torch
+module raises into a GateError (``SessionFailed``, ``RunFailed``, ``ConfigError``), so any other
+exception here is a bug in onnxgate: it answers ``InternalError`` (exit 4) with the exception and
+where it was raised, never ``RunFailed``, so a crash of the tool cannot read as a verdict on the
+model. A request that is not JSON is the parent's bug and is answered the same way.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from onnxgate.errors import ConfigError, GateError, first_line
+from onnxgate.errors import GateError, InternalError, first_line
+from onnxgate.runners import _protocol
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+"""The onnxgate package folder: frames inside it are where an internal error happened."""
 
 
 class _Worker:
@@ -51,7 +58,11 @@ class _Worker:
             options = OrtOptions.from_settings(request.get("settings") or {})
             runner = OrtRunner(load_model(Path(request["onnx"])), options)
             self.runner = runner.__enter__()
-            return {"runtime": f"onnxruntime {runtime_version()}", "providers": runner.providers()}
+            return {
+                "runtime": f"onnxruntime {runtime_version()}",
+                "providers": runner.providers(),
+                "settings": runner.info().settings,
+            }
         if request.get("torch"):
             from onnxgate.runners import TorchRunner
 
@@ -63,7 +74,9 @@ class _Worker:
                 self.torch_threads = torch.get_num_threads()
             torch.set_num_threads(int(request.get("threads") or 0) or self.torch_threads)
             return {"runtime": f"torch {torch.__version__}", "threads": torch.get_num_threads()}
-        raise ConfigError("a worker was asked to load neither an ONNX model nor a torch module.")
+        raise InternalError(
+            "a timing worker was asked to load neither an ONNX model nor a torch module."
+        )
 
     def set_feeds(self, request: dict[str, Any]) -> dict[str, Any]:
         with np.load(request["path"], allow_pickle=False) as data:
@@ -72,7 +85,7 @@ class _Worker:
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.runner is None:
-            raise ConfigError("a worker was asked to run before anything was loaded.")
+            raise InternalError("a timing worker was asked to run before anything was loaded.")
         count = max(1, int(request.get("count") or 1))
         seconds = float(request.get("seconds") or 0.0)
         deadline = time.perf_counter() + seconds
@@ -88,43 +101,67 @@ class _Worker:
             self.runner = None
 
 
-def _answer(channel: TextIO, document: dict[str, Any]) -> None:
-    channel.write(json.dumps(document) + "\n")
-    channel.flush()
+def _place(frame: traceback.FrameSummary) -> str:
+    """``onnxgate/perf/_worker.py:80 in set_feeds``: the path from the package or site-packages."""
+    parts = Path(frame.filename).parts
+    anchors = [i for i, part in enumerate(parts) if part in {"onnxgate", "site-packages"}]
+    start = anchors[-1] + (parts[anchors[-1]] == "site-packages") if anchors else len(parts) - 1
+    return f"{'/'.join(parts[start:])}:{frame.lineno} in {frame.name}"
+
+
+def where(error: BaseException) -> str:
+    """Where an exception was raised: the innermost frame in onnxgate, and the innermost of all.
+
+    ``onnxgate/perf/_worker.py:80 in set_feeds, inside numpy/lib/_npyio_impl.py:462 in load``
+    names onnxgate's line to look at even when a library it called raised.
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "an unknown place"
+    ours = [frame for frame in frames if frame.filename.startswith(_PACKAGE)]
+    if not ours:
+        return _place(frames[-1])
+    if ours[-1] is frames[-1]:
+        return _place(ours[-1])
+    return f"{_place(ours[-1])}, inside {_place(frames[-1])}"
+
+
+def internal_error(error: BaseException, op: object) -> InternalError:
+    """A non-GateError raised while answering ``op``: a bug in onnxgate, with where it happened."""
+    during = f"during {op!r}" if isinstance(op, str) else "while reading a request"
+    return InternalError(
+        f"the timing worker failed {during}: {first_line(error, with_type=True)} "
+        f"(at {where(error)}).",
+        hint="This is a bug in onnxgate, not a verdict on the model; please report it with this message.",
+    )
+
+
+def _error_answer(error: GateError) -> dict[str, Any]:
+    return {"error": type(error).__name__, "message": error.message, "hint": error.hint}
+
+
+def _failure(error: Exception, op: object) -> dict[str, Any]:
+    if isinstance(error, GateError):
+        return _error_answer(error)
+    if isinstance(error, _protocol.UnknownRequest):
+        return _error_answer(InternalError(f"a timing worker was sent an {error}."))
+    # the runners wrap foreign errors: anything else is ours
+    return _error_answer(internal_error(error, op))
 
 
 def serve(requests: TextIO, answers: TextIO) -> None:
     """Answer requests until ``quit`` or end of input."""
     worker = _Worker()
     handlers = {"load": worker.load, "feeds": worker.set_feeds, "run": worker.run}
-    for line in requests:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        op = request.get("op")
-        if op == "quit":
-            break
-        try:
-            handler = handlers.get(op)
-            if handler is None:
-                raise ConfigError(f"unknown worker request {op!r}.")
-            _answer(answers, {"ok": handler(request)})
-        except GateError as error:
-            _answer(
-                answers,
-                {"error": type(error).__name__, "message": error.message, "hint": error.hint},
-            )
-        except Exception as error:  # anything else still goes back as one answer
-            _answer(answers, {"error": "RunFailed", "message": first_line(error, with_type=True)})
-    worker.close()
+    try:
+        _protocol.serve(requests, answers, handlers, _failure)
+    finally:
+        worker.close()
 
 
 def main() -> None:
-    """Keep a private copy of stdout for the protocol and send fd 1 to stderr."""
-    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    serve(sys.stdin, answers)
+    """Answer on a private copy of stdout, with fd 1 sent to stderr."""
+    serve(sys.stdin, _protocol.private_stdout())
 
 
 if __name__ == "__main__":
