@@ -8,7 +8,8 @@ EXPECTED = {
     "MinRuntime", "RuntimeLimits", "RuntimeProfile", "RuntimeSpec", "known_limits", "min_runtime",
     "runtime_profile", "try_load",
     "Sample", "load_feeds", "synthetic_samples", "validate_feeds",
-    "CompareConfig", "CompareReport", "Inference", "OrtOptions", "Runner", "compare", "make_runner",
+    "CompareConfig", "CompareReport", "Inference", "OrtOptions", "Runner", "RunnerInfo", "compare",
+    "make_runner",
     "PlacementReport", "placement",
     "BenchConfig", "BenchReport", "ProfileConfig", "ProfileReport", "TuneConfig", "TuneReport",
     "bench", "profile", "tune", "tuned_for",
@@ -19,6 +20,7 @@ EXPECTED = {
     "CheckFailed", "CompatibilityError", "ConfigError", "EnvironmentProblem", "ExitCode", "ExtraMissing",
     "FeedError", "ProviderUnavailable", "RunFailed", "ExportError", "ParityError", "SessionFailed",
     "GateError", "ModelLoadError", "RuntimeEnvError", "UnsafeModelError", "__version__",
+    "InternalError", "ProviderFailed", "ReferenceFailed",
 }  # fmt: skip
 
 
@@ -46,3 +48,6 @@ def test_errors_form_one_hierarchy_with_documented_exit_codes():
     assert onnxgate.FeedError("x").exit_code == 2
     assert onnxgate.ProviderUnavailable("x").exit_code == 3
     assert onnxgate.RunFailed("x").exit_code == 1
+    assert onnxgate.ProviderFailed("x").exit_code == 3
+    assert onnxgate.ReferenceFailed("x").exit_code == 3
+    assert onnxgate.InternalError("x").exit_code == 4

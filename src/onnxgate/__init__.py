@@ -21,9 +21,12 @@ from onnxgate.errors import (
     ExtraMissing,
     FeedError,
     GateError,
+    InternalError,
     ModelLoadError,
     ParityError,
+    ProviderFailed,
     ProviderUnavailable,
+    ReferenceFailed,
     RunFailed,
     RuntimeEnvError,
     SessionFailed,
@@ -51,7 +54,7 @@ from onnxgate.perf import (
 )
 from onnxgate.placement import PlacementReport, placement
 from onnxgate.quantize import QuantizeConfig, QuantizeReport, quantize
-from onnxgate.runners import Inference, Runner, make_runner
+from onnxgate.runners import Inference, Runner, RunnerInfo, make_runner
 
 __all__ = [
     # loading and describing models
@@ -78,6 +81,7 @@ __all__ = [
     "Inference",
     "OrtOptions",
     "Runner",
+    "RunnerInfo",
     "compare",
     "make_runner",
     # export and the deployment contract
@@ -130,9 +134,12 @@ __all__ = [
     "ExtraMissing",
     "FeedError",
     "GateError",
+    "InternalError",
     "ModelLoadError",
     "ParityError",
+    "ProviderFailed",
     "ProviderUnavailable",
+    "ReferenceFailed",
     "RunFailed",
     "SessionFailed",
     "RuntimeEnvError",

@@ -125,7 +125,7 @@ def test_a_crashing_provider_is_reported_and_the_rest_still_answer(monkeypatch):
         "device": "GPU", "available_providers": [TRT, CUDA, CPU], "all_providers": [TRT, CUDA, CPU],
     }  # fmt: skip
 
-    def ask(folder, providers, *, info: bool, timeout: float):
+    def ask(folder, providers, *, info: bool, timeout: float, child=None):
         if providers == [TRT]:
             raise RuntimeEnvError("the ONNX Runtime probe failed (exit -11): Segmentation fault")
         probe = {"provider": providers[0], "session_providers": providers, "correct": True,

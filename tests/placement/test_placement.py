@@ -14,6 +14,7 @@ from models import relu, save
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError, FeedError, ProviderUnavailable
 from onnxgate.placement import placement
+from onnxgate.runners import OrtOptions
 
 MNIST = CORPUS / "mnist.onnx"
 needs_mnist = pytest.mark.skipif(not MNIST.exists(), reason="../shared/corpus is absent")
@@ -98,8 +99,8 @@ def test_every_node_is_counted_on_cpu():
 
 @needs_mnist
 def test_profiling_sees_the_same_providers_as_the_recorded_partition():
-    profiled = placement(MNIST, method="profiling", opt_level="basic")
-    recorded = placement(MNIST, method="assignment", opt_level="basic")
+    profiled = placement(MNIST, method="profiling", options=OrtOptions(optimization="basic"))
+    recorded = placement(MNIST, method="assignment", options=OrtOptions(optimization="basic"))
     assert (profiled.method, recorded.method) == ("profiling", "assignment")
     assert sorted(n.node for n in recorded.nodes) == sorted(n.node for n in profiled.nodes)
     assert {n.provider for n in profiled.nodes} == {"CPUExecutionProvider"}
@@ -119,7 +120,7 @@ def test_a_provider_that_claims_nothing_shows_every_node_falling_back():
 
 def test_a_custom_domain_node_is_shown_where_it_ran(tmp_path):
     path = save(_gelu_model(), tmp_path / "gelu.onnx")
-    report = placement(path, opt_level="disable")
+    report = placement(path, options=OrtOptions(optimization="disable"))
     gelu = next(n for n in report.nodes if n.node == "contrib_gelu")
     assert (gelu.domain, gelu.op_type, gelu.provider) == (
         "com.microsoft",
@@ -131,8 +132,8 @@ def test_a_custom_domain_node_is_shown_where_it_ran(tmp_path):
 
 def test_profiling_sees_only_the_if_branch_that_ran(tmp_path):
     path = save(_if_model(), tmp_path / "if.onnx")
-    recorded = placement(path, method="assignment", opt_level="disable")
-    profiled = placement(path, method="profiling", opt_level="disable")
+    recorded = placement(path, method="assignment", options=OrtOptions(optimization="disable"))
+    profiled = placement(path, method="profiling", options=OrtOptions(optimization="disable"))
     recorded_names = {n.node for n in recorded.nodes}
     profiled_names = {n.node for n in profiled.nodes}
     assert {"then_relu", "else_neg"} <= recorded_names
@@ -231,8 +232,13 @@ def test_an_older_runtime_refuses_the_assignment_method_and_layout_level(tmp_pat
     with pytest.raises(ConfigError, match="needs ONNX Runtime 1.24 or later") as caught:
         placement(path, runtime="onnxruntime==1.16.3", method="assignment")
     assert "--method profiling" in str(caught.value)
-    with pytest.raises(ConfigError, match="'layout' needs ONNX Runtime 1.23 or later") as caught:
-        placement(path, runtime="onnxruntime==1.16.3", method="profiling", opt_level="layout")
+    with pytest.raises(ConfigError, match="has no optimisation level 'layout'") as caught:
+        placement(
+            path,
+            runtime="onnxruntime==1.16.3",
+            method="profiling",
+            options=OrtOptions(optimization="layout"),
+        )
     assert "onnxruntime 1.16.3" in str(caught.value)
     result = CliRunner().invoke(
         app, ["placement", str(path), "-r", "onnxruntime==1.16.3", "--method", "assignment"]

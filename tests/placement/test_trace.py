@@ -44,14 +44,22 @@ def test_only_kernel_calls_with_a_provider_are_node_events():
 
 
 def test_assign_runs_as_a_script_and_finds_the_parser_beside_it(tmp_path):
-    """As inside an isolated environment: ``python _assign.py request answer``, run by path."""
+    """As inside an isolated environment: ``python _assign.py request answer``, run by path.
+
+    It finds the trace parser beside it and the settings applier in ``runners/``, and the session
+    it audits applies every setting it was given (threads and config entries too).
+    """
     path = save(mlp(), tmp_path / "mlp.onnx")
     np.savez(tmp_path / "feeds.npz", x=np.ones((2, 4), np.float32))
     request = {
         "model": str(path),
-        "providers": ["CPUExecutionProvider"],
+        "settings": {
+            "providers": ["CPUExecutionProvider"],
+            "optimization": "disable",
+            "intra_op_threads": 1,
+            "config": {"session.intra_op.allow_spinning": "0"},
+        },
         "method": "profiling",
-        "level": 0,
         "feeds": str(tmp_path / "feeds.npz"),
     }
     (tmp_path / "request.json").write_text(json.dumps(request))
@@ -76,3 +84,6 @@ def test_assign_runs_as_a_script_and_finds_the_parser_beside_it(tmp_path):
     answer = json.loads(Path(tmp_path / "a.json").read_text())
     assert answer["method"] == "profiling"
     assert [n[:2] for n in answer["nodes"]] == [["mm", "MatMul"], ["add", "Add"], ["relu", "Relu"]]
+    applied = answer["settings"]
+    assert applied["optimization"] == "disable" and applied["intra_op_threads"] == 1
+    assert applied["config"] == {"session.intra_op.allow_spinning": "0"}

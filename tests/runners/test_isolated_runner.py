@@ -11,6 +11,7 @@ from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, SessionFailed
 from onnxgate.model import load_model
+from onnxgate.runners import OrtOptions
 from onnxgate.runners._isolated import IsolatedOrtRunner
 
 pytestmark = pytest.mark.slow
@@ -35,8 +36,13 @@ def test_runs_every_sample_in_one_go_and_replays_them(tmp_path):
             (y,) = runner.infer(sample.feeds).outputs.values()
             x = sample.feeds["x"]
             np.testing.assert_allclose(y, np.maximum(x @ arrays["W"] + arrays["b"], 0), atol=1e-6)
-        with pytest.raises(RunFailed, match="was not given these feeds"):
-            runner.infer({"x": np.zeros((1, 4), np.float32)})
+        # feeds it was not given cost one more subprocess, with the same settings
+        other = np.full((1, 4), -1.0, np.float32)
+        (y,) = runner.infer({"x": other}).outputs.values()
+        np.testing.assert_allclose(y, np.maximum(other @ arrays["W"] + arrays["b"], 0), atol=1e-6)
+        ran = runner.info()
+        assert (ran.runtime, ran.version) == ("onnxruntime", "1.20.1")
+        assert ran.settings["providers"] == ["CPUExecutionProvider"]
 
 
 def test_a_session_the_old_release_refuses_is_session_failed(tmp_path):
@@ -59,8 +65,27 @@ def test_a_failing_run_is_run_failed(tmp_path):
 def test_providers_are_checked_against_that_release(tmp_path):
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
     with pytest.raises(ProviderUnavailable, match="CUDAExecutionProvider") as caught:
-        with IsolatedOrtRunner(loaded, MIDDLE, samples(2), providers=["CUDA"]):
+        with IsolatedOrtRunner(loaded, MIDDLE, samples(2), OrtOptions(providers=("CUDA",))):
             pass
     assert "onnxruntime-gpu" in caught.value.hint
     with pytest.raises(ConfigError, match="optimisation level"):
-        IsolatedOrtRunner(loaded, MIDDLE, samples(2), optimization="max")
+        IsolatedOrtRunner(loaded, MIDDLE, samples(2), OrtOptions(optimization="max"))
+
+
+def test_every_setting_reaches_the_other_release(tmp_path):
+    """Threads and config entries used to be dropped on the way to another release."""
+    loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
+    options = OrtOptions(
+        optimization="basic", intra_op_threads=1, config={"session.intra_op.allow_spinning": "0"}
+    )
+    with IsolatedOrtRunner(loaded, MIDDLE, samples(2), options) as runner:
+        applied = runner.info().settings
+    assert applied["optimization"] == "basic" and applied["intra_op_threads"] == 1
+    assert applied["config"] == {"session.intra_op.allow_spinning": "0"}
+
+
+def test_an_optimisation_level_the_release_lacks_is_refused(tmp_path):
+    loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
+    with pytest.raises(ConfigError, match="onnxruntime 1.16.3 has no optimisation level 'layout'"):
+        with IsolatedOrtRunner(loaded, OLD, samples(2), OrtOptions(optimization="layout")):
+            pass

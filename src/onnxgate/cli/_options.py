@@ -52,7 +52,9 @@ ProvidersOpt = Annotated[
         "--providers",
         "-p",
         help="ONNX Runtime execution providers in preference order, comma-separated or repeated "
-        "(cuda or CUDAExecutionProvider). CPU is appended, as ONNX Runtime does.",
+        "(cuda or CUDAExecutionProvider), each with options as NAME:KEY=VALUE[,KEY=VALUE...] "
+        "(e.g. openvino:precision=FP32,num_of_threads=2,cpu). CPU is appended, as ONNX Runtime "
+        "does. A provider that does not start is an error (exit 3), never a silent CPU run.",
         show_default=False,
     ),
 ]
@@ -149,11 +151,16 @@ def ort_options(
     provider_options: list[str] | None = None,
 ) -> OrtOptions:
     """The ``OrtOptions`` the shared options describe."""
+    from onnxgate.compat.providers import parse_providers
     from onnxgate.runners import OrtOptions
 
+    names, inline = parse_providers(providers)
+    options = inline
+    for provider, pairs in parse_provider_options(provider_options).items():
+        options.setdefault(provider, {}).update(pairs)
     return OrtOptions(
-        providers=tuple(providers or ()),
-        provider_options=parse_provider_options(provider_options),
+        providers=tuple(names),
+        provider_options=options,
         optimization=opt_level,
         intra_op_threads=threads,
         config=parse_pairs(session_config, "--session-config"),

@@ -19,8 +19,8 @@ from onnxgate.cli._options import (
     RangeOpt,
     SeedOpt,
     SessionConfigOpt,
+    ort_options,
     parse_pairs,
-    parse_provider_options,
 )
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.errors import ConfigError
@@ -161,6 +161,17 @@ def bench_command(
             show_default=False,
         ),
     ] = None,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime",
+            "-r",
+            help="Time the model on another ONNX Runtime release or package, such as "
+            "onnxruntime-openvino==1.24.1 (with --providers openvino), in a worker inside its "
+            "isolated environment; a --vs ONNX model then runs on the installed runtime on its "
+            "own providers.",
+        ),
+    ] = "installed",
     providers: ProvidersOpt = None,
     provider_option: ProviderOptionOpt = None,
     opt_level: OptLevelOpt = "all",
@@ -194,13 +205,19 @@ def bench_command(
     contender's p50 over the model's, above 1 when the model is faster. Inputs another ONNX
     model lacks are left out and inputs it adds are generated; both are noted.
 
+    Without --batch, --dim and --range, a model with a contract beside it is timed at the shapes
+    of its golden samples (shapes it was proven at), never at made-up ones.
+
     Examples: `onnxgate bench model.onnx --batch 1,8,32 --dim seq=128 --threads 1,2`;
-    `onnxgate bench model.onnx --batch 1 --dim seq=128 --vs torch:mypkg.models:build`.
+    `onnxgate bench model.onnx --batch 1 --dim seq=128 --vs torch:mypkg.models:build`;
+    `onnxgate bench model.onnx -r onnxruntime-openvino==1.24.1 --providers openvino --vs
+    model.onnx` (OpenVINO against ONNX Runtime's CPU provider).
 
     Exit codes: 0 measured (noisy figures are warnings, not failures); 1 a session could not be
     created or a run failed, on either side; 2 bad options or inputs, or --tuned settings that do
-    not apply; 3 a requested provider or extra is missing.
+    not apply; 3 a requested provider or extra is missing, or a provider did not start.
     """
+    session = ort_options(providers, opt_level, 0, None, None, provider_option)
     config = BenchConfig(
         batches=_ints(batch, "--batch"),
         dims=parse_dims(dim),
@@ -210,8 +227,8 @@ def bench_command(
         budget_s=budget,
         ranges=parse_ranges(value_range),
         seed=seed,
-        providers=tuple(providers or ()),
-        provider_options=parse_provider_options(provider_option),
+        providers=session.providers,
+        provider_options=session.provider_options,
         optimization=opt_level,
         inter_op_threads=inter_op_threads,
         parallel=parallel,
@@ -221,6 +238,7 @@ def bench_command(
         tuned=tuned,
         objective=objective,
         timeout_s=timeout,
+        runtime=runtime,
     )
     with progress_bar(fmt == Format.text) as progress:
         report = bench(model, config, progress=progress)

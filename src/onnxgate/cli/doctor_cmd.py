@@ -158,10 +158,22 @@ def doctor_command(
             "--providers",
             "-p",
             help="Providers that must work here, comma-separated or repeated (cuda, tensorrt, "
-            "CUDAExecutionProvider). CPU is always checked. Exit 3 if one does not work.",
+            "CUDAExecutionProvider), each with options as NAME:KEY=VALUE[,KEY=VALUE...] "
+            "(openvino:precision=FP32): the probe runs with them. CPU is always checked. Exit 3 "
+            "if one does not work.",
             show_default=False,
         ),
     ] = None,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime",
+            "-r",
+            help="Ask another ONNX Runtime release or package, such as "
+            "onnxruntime-openvino==1.24.1, in its isolated environment (created once in the user "
+            "cache), instead of the installed one.",
+        ),
+    ] = "installed",
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """Is this machine ready to run ONNX Runtime the way you want? Each problem comes with its fix.
@@ -181,12 +193,13 @@ def doctor_command(
       MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, ORT_*_NUM_THREADS), instruction sets (AVX2, AVX-512,
       VNNI, AMX; NEON, SVE, i8mm on Arm), and NumPy's BLAS.
 
-    Examples: `onnxgate doctor` · `onnxgate doctor --providers cuda,tensorrt --format json`
+    Examples: `onnxgate doctor` · `onnxgate doctor --providers cuda,tensorrt --format json` ·
+    `onnxgate doctor --runtime onnxruntime-openvino==1.24.1 --providers openvino:precision=FP32`
 
     Exit codes: 0 every wanted provider works (warnings may be printed); 2 an unknown provider
     name; 3 a wanted provider (or ONNX Runtime itself) does not work here.
     """
-    report = doctor(providers)
+    report = doctor(providers, runtime=runtime)
     if fmt == Format.json:
         emit_json(report.model_dump(mode="json"))
     else:

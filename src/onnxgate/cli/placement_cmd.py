@@ -27,8 +27,8 @@ from onnxgate.cli._options import (
     RangeOpt,
     SeedOpt,
     SessionConfigOpt,
-    parse_pairs,
-    parse_provider_options,
+    ThreadsOpt,
+    ort_options,
 )
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.placement import MEMCPY, NodePlacement, PlacementReport, placement
@@ -124,8 +124,9 @@ def placement_command(
         typer.Option(
             "--runtime",
             "-r",
-            help="'installed', or a release such as onnxruntime==1.20.1, run in an isolated "
-            "environment (created once in the user cache).",
+            help="'installed', or a release such as onnxruntime==1.20.1 or another ONNX Runtime "
+            "package such as onnxruntime-openvino==1.24.1, run in an isolated environment "
+            "(created once in the user cache).",
         ),
     ] = "installed",
     method: Annotated[
@@ -137,6 +138,7 @@ def placement_command(
         ),
     ] = "auto",
     opt_level: OptLevelOpt = "all",
+    threads: ThreadsOpt = 0,
     session_config: SessionConfigOpt = None,
     inputs: InputsOpt = None,
     dim: DimOpt = None,
@@ -152,22 +154,23 @@ def placement_command(
     where that happened.
 
     Examples: `onnxgate placement model.onnx --providers cuda --require cuda` ·
-    `onnxgate placement model.onnx --runtime onnxruntime==1.20.1 --method profiling`
+    `onnxgate placement model.onnx --runtime onnxruntime==1.20.1 --method profiling` ·
+    `onnxgate placement model.onnx --runtime onnxruntime-openvino==1.24.1 --providers
+    openvino:precision=FP32 --require openvino`
 
     Exit codes: 0 placed as required (or no requirement); 1 a compute node is not on the required
     provider, or the session cannot be created; 2 bad options or inputs; 3 a requested provider
-    is not in this ONNX Runtime build (the message names the package that has it).
+    is not in this ONNX Runtime build (the message names the package that has it) or did not
+    start with the options given (the message quotes ONNX Runtime's reason).
     """
+    options = ort_options(providers, opt_level, threads, session_config, None, provider_option)
     with progress_line(fmt == Format.text) as progress:
         report = placement(
             model,
-            providers,
             require=require,
             runtime=runtime,
             method=method,  # type: ignore[arg-type]
-            opt_level=opt_level,
-            config=parse_pairs(session_config, "--session-config"),
-            provider_options=parse_provider_options(provider_option),
+            options=options,
             allow_ops=allow_op or (),
             inputs=inputs,
             dims=parse_dims(dim),

@@ -20,8 +20,8 @@ from onnxgate.cli._options import (
     SeedOpt,
     SessionConfigOpt,
     ThreadsOpt,
+    ort_options,
     parse_pairs,
-    parse_provider_options,
 )
 from onnxgate.data import parse_dims, parse_ranges
 from onnxgate.errors import ConfigError
@@ -171,8 +171,9 @@ def profile_command(
 
     Warm-up: every run is profiled (profiling cannot start mid-session), and each run is marked
     in the trace; the kernel calls of the --warmup first runs are dropped and only the last --runs
-    count. Feeds: the first sample of --inputs, or synthetic; one shape per profile (one size per
-    --dim; sweep sizes with `onnxgate bench`).
+    count. Feeds: the first sample of --inputs; else, with a contract beside the model and no
+    --dim/--batch, its largest golden sample (a shape the model was proven at); else synthetic.
+    One shape per profile (one size per --dim; sweep sizes with `onnxgate bench`).
 
     Memcpy rows: with a GPU provider, ONNX Runtime inserts MemcpyFromHost (host/CPU memory into
     the provider's) and MemcpyToHost (back to CPU) wherever a tensor crosses between providers;
@@ -184,16 +185,17 @@ def profile_command(
     cuda --trace profile.json` · `onnxgate profile model.onnx --format json`
 
     Exit codes: 0 profiled; 1 the session cannot be created or a run failed; 2 bad options or
-    inputs; 3 a requested provider is not in this ONNX Runtime build.
+    inputs; 3 a requested provider is not in this ONNX Runtime build, or did not start.
     """
+    session = ort_options(providers, opt_level, threads, None, None, provider_option)
     config = ProfileConfig(
         dims=_one_size(parse_dims(dim)),
         batch=batch,
         ranges=parse_ranges(value_range),
         seed=seed,
         inputs=inputs,
-        providers=tuple(providers or ()),
-        provider_options=parse_provider_options(provider_option),
+        providers=session.providers,
+        provider_options=session.provider_options,
         optimization=opt_level,
         threads=threads,
         session_config=parse_pairs(session_config, "--session-config"),

@@ -49,6 +49,45 @@ def names(values: Iterable[str] | str | None) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
+def parse_providers(
+    values: Iterable[str] | str | None,
+) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """Provider names and their inline options, as ``--providers`` takes them.
+
+    Items are comma-separated or repeated. ``NAME:KEY=VALUE`` names a provider and one of its
+    options; a bare ``KEY=VALUE`` adds an option to the provider before it. So
+    ``openvino:precision=FP32,num_of_threads=2,cpu`` is OpenVINO with two options, then CPU.
+
+    Raises:
+        ConfigError: an option with no provider before it, or an item that is not NAME,
+            NAME:KEY=VALUE or KEY=VALUE.
+    """
+    providers: list[str] = []
+    options: dict[str, dict[str, str]] = {}
+    for item in names(values):
+        name, colon, pair = item.partition(":")
+        if not colon and "=" in item:
+            if not providers:
+                raise ConfigError(
+                    f"--providers item {item!r} is an option with no provider before it.",
+                    hint="Write NAME:KEY=VALUE, e.g. openvino:precision=FP32.",
+                )
+            name, pair = providers[-1], item
+        elif colon:
+            providers.append(name.strip())
+        else:
+            providers.append(item)
+            continue
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip() or not name.strip():
+            raise ConfigError(
+                f"--providers item {item!r} is not NAME, NAME:KEY=VALUE or KEY=VALUE.",
+                hint="e.g. --providers openvino:precision=FP32,num_of_threads=2,cpu",
+            )
+        options.setdefault(name.strip(), {})[key.strip()] = value.strip()
+    return list(dict.fromkeys(providers)), options
+
+
 def canonical(name: str, known: Iterable[str]) -> str:
     """The full provider name for ``name`` (``cuda`` → ``CUDAExecutionProvider``).
 
@@ -75,6 +114,11 @@ def resolve(requested: Iterable[str] | str | None, known: Iterable[str]) -> list
     if CPU not in resolved:
         resolved.append(CPU)
     return list(dict.fromkeys(resolved))
+
+
+def short_name(provider: str) -> str:
+    """``openvino`` for ``OpenVINOExecutionProvider``: the alias users type."""
+    return provider.removesuffix("ExecutionProvider").lower()
 
 
 def provided_by(provider: str) -> str:

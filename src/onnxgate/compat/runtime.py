@@ -15,6 +15,7 @@ import logging
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from onnxgate._fs import atomic_write_text, cache_dir
@@ -122,7 +124,8 @@ class RuntimeProfile(BaseModel):
     """Probe model label -> None when it loaded, else the runtime's error line."""
     kernels: list[tuple[str, str, str, int, int, dict[str, list[str]]]] | None
     """(op, domain, provider, since, until, type constraints), one per registered kernel;
-    None for releases that do not expose their kernel registry (before 1.16)."""
+    None for releases that do not expose their kernel registry (before 1.16) and for builds whose
+    registry cannot be read (with OpenVINO the call crashes)."""
     schemas: list[tuple[str, str, int, list[tuple[str, int]], list[tuple[str, int]], list[str]]]
     """(op, domain, since_version, inputs, outputs, attribute names) of the runtime's own schema
     registry."""
@@ -223,7 +226,15 @@ def run_json_script(
     answer = folder / "answer.json"
     try:
         done = subprocess.run(
-            [str(python), str(script), str(folder / "request.json"), str(answer)],
+            # faulthandler: a crash inside the runtime leaves a Python traceback in stderr
+            [
+                str(python),
+                "-X",
+                "faulthandler",
+                str(script),
+                str(folder / "request.json"),
+                str(answer),
+            ],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -234,9 +245,26 @@ def run_json_script(
     except OSError as err:
         raise RuntimeEnvError(f"cannot run {python}: {err.strerror}.") from err
     if done.returncode != 0 or not answer.exists():
-        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-        raise crash(f"{what} under {python} failed (exit {done.returncode}): {tail}", hint=hint)
+        raise crash(f"{what} under {python} {_how_it_died(done)}", hint=hint)
     return json.loads(answer.read_text())
+
+
+def _how_it_died(done: subprocess.CompletedProcess[str]) -> str:
+    """``was killed by SIGSEGV in ...`` or ``failed (exit 1): ...``, from a child's exit and stderr.
+
+    With ``-X faulthandler`` a crash in native code leaves "Fatal Python error" and the Python
+    frames that were running; the innermost frame says which call crashed.
+    """
+    lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        frames = [ln for ln in lines if ln.startswith("File ")]
+        where = f" in {frames[0]}" if frames else ""
+        return f"was killed by {name}{where} (a crash inside the runtime's native code)"
+    return f"failed (exit {done.returncode}): {' | '.join(lines[-3:])}"
 
 
 def run_probe(
@@ -311,7 +339,7 @@ def _pytag() -> str:
     return f"py{sys.version_info.major}{sys.version_info.minor}"
 
 
-def _installed_runtime() -> tuple[str, str] | None:
+def installed_runtime() -> tuple[str, str] | None:
     """(distribution, version) of the ONNX Runtime installed next to onnxgate, if any."""
     for name in RUNTIME_PACKAGES:
         try:
@@ -323,7 +351,8 @@ def _installed_runtime() -> tuple[str, str] | None:
 
 def _needs_numpy_1(version: str) -> bool:
     # ONNX Runtime wheels before 1.19 are built against numpy 1.x and fail to import under 2.x.
-    return release_key(version) < (1, 19)
+    # 1.19's own pre-releases (1.19.0rc1, 1.19.0.dev...) are built like 1.19.
+    return release_key(version) < Version("1.19.dev0")
 
 
 def env_path(spec: RuntimeSpec) -> Path:
@@ -452,7 +481,7 @@ def runtime_profile(
     if not isinstance(spec, RuntimeSpec):
         spec = RuntimeSpec.parse(spec)
     if spec.installed:
-        found = _installed_runtime()
+        found = installed_runtime()
         if found is None:
             raise RuntimeEnvError(
                 "no ONNX Runtime is installed next to onnxgate.",

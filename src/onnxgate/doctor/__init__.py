@@ -8,8 +8,10 @@ the facts, so GPU machines are tested with made-up ones).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from onnxgate.compat.providers import CPU, PACKAGES, canonical, parse_providers
+from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.doctor._diagnose import DoctorFinding, DoctorReport, diagnose, resolve_wanted
 from onnxgate.doctor._facts import Facts, gather_facts
 from onnxgate.doctor._needs import NEEDS, GpuNeeds, gpu_needs
@@ -17,22 +19,40 @@ from onnxgate.doctor._needs import NEEDS, GpuNeeds, gpu_needs
 log = logging.getLogger(__name__)
 
 
-def doctor(providers: Iterable[str] | str | None = (), *, timeout: float = 300) -> DoctorReport:
+def doctor(
+    providers: Iterable[str] | str | None = (),
+    *,
+    timeout: float = 300,
+    runtime: str | RuntimeSpec | None = None,
+    provider_options: Mapping[str, Mapping[str, str]] | None = None,
+) -> DoctorReport:
     """Check ONNX Runtime, its providers, GPU libraries, packages, CPU and threads on this machine.
 
     Args:
-        providers: the providers that must work (``cuda``, ``TensorrtExecutionProvider``; a
-            comma-separated string is split). CPU is always checked.
+        providers: the providers that must work (``cuda``, ``TensorrtExecutionProvider``,
+            ``openvino:precision=FP32``; a comma-separated string is split). CPU is always checked.
         timeout: seconds each child process (one per provider) may take.
+        runtime: ask another release or package (``onnxruntime-openvino==1.24.1``) in its
+            isolated environment instead of the installed one.
+        provider_options: options per provider (short or full names), used by its probe; inline
+            options in ``providers`` are added to them.
 
     Returns:
         The report; ``passed`` is False when a wanted provider does not work.
 
     Raises:
         ConfigError: a provider name no build of ONNX Runtime knows.
+        RuntimeEnvError: the isolated environment cannot be built.
     """
-    facts = gather_facts(timeout=timeout)
-    report = diagnose(facts, providers)
+    spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    names, inline = parse_providers(providers)
+    given = {k: dict(v) for k, v in (provider_options or {}).items()}
+    for name, pairs in inline.items():
+        given.setdefault(name, {}).update(pairs)
+    known = list(dict.fromkeys([*PACKAGES, CPU]))
+    options = {canonical(k, known): v for k, v in given.items()}
+    facts = gather_facts(timeout=timeout, runtime=spec, provider_options=options)
+    report = diagnose(facts, names)
     log.info(
         "doctor: %s working of %s wanted; %d finding(s)",
         ", ".join(report.working) or "nothing",

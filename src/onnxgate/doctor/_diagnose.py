@@ -215,6 +215,14 @@ def _provider(facts: Facts, provider: str, *, wanted: bool) -> list[DoctorFindin
 def _fix_for(facts: Facts, provider: str, libs: list) -> str:
     if libs:
         return "Fix the library problems below, then run onnxgate doctor again."
+    probe = facts.probe(provider)
+    if probe is not None and probe.options:
+        given = ",".join(f"{k}={v}" for k, v in probe.options.items())
+        return (
+            f"It was probed with the options {given}: ONNX Runtime's reason above says which one "
+            f"it refused; run onnxgate doctor --providers {prov.short_name(provider)} without them "
+            "to see whether the provider itself works."
+        )
     if provider in NVIDIA:
         if not facts.libraries.get("driver"):
             return (

@@ -4,7 +4,10 @@ Reads a JSON request from the file named by argv[1] and writes a JSON answer to 
 provider whose libraries crash the process takes only this child down, never doctor. It imports
 nothing of onnxgate, so that it sees exactly the ONNX Runtime the caller's Python sees: the
 caller's ``sys.path`` comes in the request (the child is started with PYTHONNOUSERSITE=1, which
-would otherwise hide an onnxruntime installed with ``pip install --user``).
+would otherwise hide an onnxruntime installed with ``pip install --user``). For another runtime
+(``doctor --runtime onnxruntime-openvino==1.24.1``) the child is that environment's Python and no
+path is passed. Provider options (``precision=FP32``) come in the request too, so a provider is
+judged with the options it will run with.
 
 The probe: a one-node Add model (written by the caller) in a session on one provider, with
 ``session.disable_cpu_ep_fallback=1`` so that a provider which cannot take the node, or which
@@ -16,7 +19,12 @@ open shared object file") go to file descriptor 2 from C++, so they are captured
 import json
 import os
 import sys
-import tempfile
+
+if __package__:
+    from onnxgate.runners import _ortlog
+else:  # run as a script: the log capture the settings applier uses, stdlib only, in runners/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runners"))
+    import _ortlog  # type: ignore[no-redef]
 
 CPU = "CPUExecutionProvider"
 LOG_LINES = 12
@@ -27,34 +35,24 @@ def _first_line(err):
     return text[:600] if text else type(err).__name__
 
 
-def _captured(action):
-    """Run ``action`` with file descriptor 2 redirected; return its result and what was written."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            result = action()
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-        sink.seek(0)
-        text = sink.read().decode("utf-8", "replace")
-    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
-    return result, lines[-LOG_LINES:]
-
-
-def _probe(ort, np, model, provider):
+def _probe(ort, np, model, provider, provider_options):
     options = ort.SessionOptions()
     if provider != CPU:
         # CPU must not be disabled when it is the provider asked for (ONNX Runtime refuses that)
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
 
     def run():
-        answer = {"provider": provider, "session_providers": [], "correct": False, "error": None}
+        answer = {
+            "provider": provider,
+            "session_providers": [],
+            "correct": False,
+            "error": None,
+            "options": provider_options,
+        }
         try:
-            session = ort.InferenceSession(model, options, providers=[provider])
+            session = ort.InferenceSession(
+                model, options, providers=[provider], provider_options=[provider_options]
+            )
             answer["session_providers"] = list(session.get_providers())
             a = np.arange(6, dtype=np.float32).reshape(2, 3)
             b = np.full((2, 3), 0.5, dtype=np.float32)
@@ -64,7 +62,8 @@ def _probe(ort, np, model, provider):
             answer["error"] = _first_line(err)
         return answer
 
-    answer, log = _captured(run)
+    answer, log = _ortlog.captured(run)
+    log = log[-LOG_LINES:]
     answer["log"] = log
     return answer
 
@@ -94,13 +93,17 @@ def main():
         request = json.load(handle)
     # the caller's path first, so this child imports the onnxruntime the caller would
     sys.path[:] = list(dict.fromkeys(request.get("sys_path", []) + sys.path))
-    (answer, import_log) = _captured(_import)
+    (answer, import_log) = _ortlog.captured(_import)
+    import_log = import_log[-LOG_LINES:]
     if isinstance(answer, str):
         answer = {"error": answer, "log": import_log}
     else:
         ort, np = answer
         answer = {"info": _info(ort), "import_log": import_log} if request.get("info") else {}
-        answer["probes"] = [_probe(ort, np, request["model"], p) for p in request["providers"]]
+        given = request.get("provider_options") or {}
+        answer["probes"] = [
+            _probe(ort, np, request["model"], p, given.get(p, {})) for p in request["providers"]
+        ]
     with open(sys.argv[2], "w") as handle:
         json.dump(answer, handle)
 

@@ -18,6 +18,8 @@ import site
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Literal
@@ -26,7 +28,7 @@ from onnx import TensorProto, helper
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._cgroup import cgroup_quota
-from onnxgate.compat.runtime import run_json_script
+from onnxgate.compat.runtime import RuntimeSpec, ensure_env, run_json_script
 from onnxgate.errors import GateError, first_line
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,8 @@ class ProviderProbe(BaseModel):
     log: list[str] = Field(default_factory=list)
     """ONNX Runtime's own log lines while the session was made (the cause, usually)."""
     session_providers: list[str] = Field(default_factory=list)
+    options: dict[str, str] = Field(default_factory=dict)
+    """The provider options the session was made with (``precision=FP32``)."""
 
 
 class Distribution(BaseModel):
@@ -171,6 +175,8 @@ class Facts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    runtime: str = "installed"
+    """The ONNX Runtime asked: ``installed``, or a release or package in its isolated environment."""
     platform: str
     python: str
     user_site: str | None = None
@@ -210,15 +216,33 @@ def probe_model() -> bytes:
     return model.SerializeToString()
 
 
-def _ask(folder: Path, providers: list[str], *, info: bool, timeout: float) -> dict:
+@dataclass(frozen=True)
+class _Child:
+    """The Python doctor asks, and what it passes along."""
+
+    python: Path
+    sys_path: list[str]
+    provider_options: Mapping[str, Mapping[str, str]]
+
+
+def _ask(
+    folder: Path,
+    providers: list[str],
+    *,
+    info: bool,
+    timeout: float,
+    child: _Child | None = None,
+) -> dict:
+    child = child or _Child(Path(sys.executable), [p for p in sys.path if p], {})
     request = {
-        "sys_path": [p for p in sys.path if p],
+        "sys_path": child.sys_path,
         "model": str(folder / "doctor.onnx"),
         "providers": providers,
+        "provider_options": {p: dict(o) for p, o in child.provider_options.items()},
         "info": info,
     }
     return run_json_script(
-        sys.executable,
+        child.python,
         Path(__file__).with_name("_doctor_script.py"),
         folder,
         request,
@@ -240,22 +264,36 @@ def _probe_from(answer: dict) -> ProviderProbe:
         error=error,
         log=answer["log"],
         session_providers=answer["session_providers"],
+        options={str(k): str(v) for k, v in answer.get("options", {}).items()},
     )
 
 
 def runtime_facts(
-    *, timeout: float = 300
+    *,
+    timeout: float = 300,
+    python: Path | None = None,
+    provider_options: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[OrtFacts | None, str | None, list[ProviderProbe]]:
     """ONNX Runtime's own account and one probe per available provider, each in a child process.
 
     CPU is probed with the first question; every other provider in a child of its own, so that a
     provider whose libraries crash the process is reported as crashed and the others still answer.
+
+    Args:
+        timeout: seconds each child may take.
+        python: another environment's interpreter (an isolated runtime); this Python by default.
+        provider_options: options per provider (full names), used by its probe.
     """
+    child = _Child(
+        python=python or Path(sys.executable),
+        sys_path=[] if python is not None else [p for p in sys.path if p],
+        provider_options=provider_options or {},
+    )
     with tempfile.TemporaryDirectory(prefix="onnxgate-doctor-") as tmp:
         folder = Path(tmp)
         (folder / "doctor.onnx").write_bytes(probe_model())
         try:
-            answer = _ask(folder, [CPU], info=True, timeout=timeout)
+            answer = _ask(folder, [CPU], info=True, timeout=timeout, child=child)
         except GateError as err:
             return None, err.message, []
         if "info" not in answer:
@@ -277,7 +315,9 @@ def runtime_facts(
             try:
                 probes.extend(
                     _probe_from(p)
-                    for p in _ask(folder, [provider], info=False, timeout=timeout)["probes"]
+                    for p in _ask(folder, [provider], info=False, timeout=timeout, child=child)[
+                        "probes"
+                    ]
                 )
             except GateError as err:
                 probes.append(ProviderProbe(provider=provider, status="crashed", error=err.message))
@@ -295,10 +335,13 @@ def _provides_onnxruntime(dist: metadata.Distribution) -> bool:
     return "onnxruntime" in top.split()
 
 
-def distributions() -> list[Distribution]:
-    """Distributions that bring the ``onnxruntime`` module, and the NVIDIA library wheels."""
+def distributions(path: list[str] | None = None) -> list[Distribution]:
+    """Distributions that bring the ``onnxruntime`` module, and the NVIDIA library wheels.
+
+    ``path``: the folders to look in (another environment's site-packages); ``sys.path`` if None.
+    """
     found: dict[tuple[str, str], Distribution] = {}
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(**({"path": path} if path is not None else {})):
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         runtime = name.startswith(("onnxruntime", "ort-nightly"))
         nvidia = name.startswith(("nvidia-", "tensorrt"))
@@ -462,17 +505,33 @@ def numpy_facts() -> NumpyFacts | None:
     )
 
 
-def gather_facts(*, timeout: float = 300) -> Facts:
-    """Everything doctor looks at, on this machine, now."""
-    ort, ort_error, probes = runtime_facts(timeout=timeout)
+def gather_facts(
+    *,
+    timeout: float = 300,
+    runtime: RuntimeSpec | None = None,
+    provider_options: Mapping[str, Mapping[str, str]] | None = None,
+) -> Facts:
+    """Everything doctor looks at, on this machine, now.
+
+    With ``runtime`` (another release or package, in its isolated environment), ONNX Runtime is
+    asked there and the distributions are those of that environment.
+    """
+    python = None
+    if runtime is not None and not runtime.installed:
+        python = ensure_env(runtime)
+    ort, ort_error, probes = runtime_facts(
+        timeout=timeout, python=python, provider_options=provider_options
+    )
+    site_dirs = [str(Path(ort.module_path).parent)] if python is not None and ort else None
     return Facts(
+        runtime=str(runtime or RuntimeSpec()),
         platform=f"{sys.platform}-{platform.machine()}",
         python=sys.version.split()[0],
         user_site=site.getusersitepackages() if site.ENABLE_USER_SITE else None,
         ort=ort,
         ort_error=ort_error,
         probes=probes,
-        distributions=distributions(),
+        distributions=distributions(site_dirs),
         libraries=libraries() if sys.platform.startswith("linux") else {},
         driver_version=driver_version(),
         cpu=cpu_facts(),

@@ -12,6 +12,7 @@ neither thread pool distorts the other and drift hits both alike.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate.contract import contract_samples
 from onnxgate.data import Sample, ValueRange, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -71,6 +73,10 @@ class BenchConfig:
     """With ``tuned``: which tuning to use when the contract holds several."""
     timeout_s: float = 600.0
     """Longest wait for one answer of a contender's worker process."""
+    runtime: str | None = None
+    """Time the model on another release or package (``onnxruntime-openvino==1.24.1``), in a
+    worker inside its isolated environment; a ``vs`` ONNX model then runs on the installed
+    runtime with the same settings on its own providers."""
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.min_runs < 1 or (self.runs is not None and self.runs < 1):
@@ -201,13 +207,24 @@ def bench(
                 hint="Use --dim NAME=SIZE for the model's symbolic dimensions (see `inspect`).",
             )
         dims[batch_name] = list(config.batches)
-    samples = synthetic_samples(
-        signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
-    )
+    notes: list[str] = []
+    golden = None
+    if not dims and not config.ranges:
+        golden = contract_samples(loaded.path)
+    if golden:
+        samples = golden
+        notes.append(
+            "timed at the shapes of the contract's golden samples ("
+            + ", ".join(s.label for s in golden)
+            + "): the shapes the model was proven at; --batch and --dim choose others"
+        )
+    else:
+        samples = synthetic_samples(
+            signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
+        )
     for sample in samples:
         validate_feeds(signature, sample.feeds, where=sample.label)
     options = [config.ort_options(threads) for threads in config.threads]
-    notes: list[str] = []
     if config.tuned:
         loaded, options = _tuned(loaded, config, samples, notes)
     total = len(options) * len(samples)
@@ -220,10 +237,10 @@ def bench(
         else:
             log.info("%s", message)
 
-    if config.vs is None:
+    if config.vs is None and _installed(config.runtime):
         report = _bench_here(loaded, config, options, samples, batch_name, say)
     else:
-        report = _bench_vs(loaded, config, options, samples, batch_name, say)
+        report = _bench_workers(loaded, config, options, samples, batch_name, say)
     return report.model_copy(update={"warnings": notes + report.warnings})
 
 
@@ -355,7 +372,13 @@ def _other_feeds(
     return dict(validate_feeds(theirs, feeds, where=f"{other.path.name}, {sample.label}"))
 
 
-def _bench_vs(
+def _installed(runtime: str | None) -> bool:
+    from onnxgate.compat.runtime import RuntimeSpec
+
+    return RuntimeSpec.parse(runtime).installed
+
+
+def _bench_workers(
     loaded: LoadedModel,
     config: BenchConfig,
     options: Sequence[OrtOptions],
@@ -363,26 +386,44 @@ def _bench_vs(
     batch_name: str | None,
     say: Callable[..., None],
 ) -> BenchReport:
-    """The model and a contender in worker processes of their own, timed interleaved."""
-    assert config.vs is not None
+    """The model (and a contender) in worker processes of their own, timed interleaved.
+
+    The model's worker runs inside another runtime's environment with ``config.runtime``.
+    """
+    from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
+
+    spec = RuntimeSpec.parse(config.runtime)
+    known = None if spec.installed else runtime_profile(spec).all_providers
     other: LoadedModel | None = None
-    if config.vs.startswith("torch:"):
-        name = config.vs
-    else:
+    name = config.vs
+    if config.vs is not None and not config.vs.startswith("torch:"):
         other = load_model(Path(config.vs))
         name = str(other.path)
 
     def sides(option: OrtOptions) -> list[Contender]:
-        ours = Contender(str(loaded.path), onnx=loaded.path, settings=option.settings())
+        ours = Contender(
+            str(loaded.path),
+            onnx=loaded.path,
+            settings=option.applied_settings(known),
+            runtime=None if spec.installed else str(spec),
+        )
+        if config.vs is None:
+            return [ours]
         if other is None:
             theirs = Contender(
-                name,
+                str(name),
                 torch=config.vs.removeprefix("torch:"),
                 signature=loaded.path,
                 threads=option.intra_op_threads,
             )
         else:
-            theirs = Contender(name, onnx=other.path, settings=option.settings())
+            # on another runtime, the providers were asked of it: the contender runs here on its own
+            own = (
+                option
+                if spec.installed
+                else dataclasses.replace(option, providers=(), provider_options={})
+            )
+            theirs = Contender(str(name), onnx=other.path, settings=own.settings())
         return [ours, theirs]
 
     results: list[BenchResult] = []
@@ -395,14 +436,16 @@ def _bench_vs(
             threads = option.intra_op_threads
             loaded_sides = contest.loaded if index == 0 else contest.load(sides(option))
             for sample in samples:
-                other_feeds = (
-                    dict(sample.feeds)
-                    if other is None
-                    else _other_feeds(other, sample, config, notes)
-                )
+                feeds = [dict(sample.feeds)]
+                if config.vs is not None:
+                    feeds.append(
+                        dict(sample.feeds)
+                        if other is None
+                        else _other_feeds(other, sample, config, notes)
+                    )
                 label = f"{sample.label}, threads={threads or 'auto'}"
-                ours_ms, theirs_ms = contest.race(
-                    [sample.feeds, other_feeds],
+                timings = contest.race(
+                    feeds,
                     warmup=config.warmup,
                     budget_s=config.budget_s,
                     runs=config.runs,
@@ -410,9 +453,13 @@ def _bench_vs(
                     progress=lambda message, label=label: say(f"{label}: {message}"),
                 )
                 say(f"{label}: done", step=True)
-                mine = _result(ours_ms, sample, threads, batch_name)
-                yours = _result(theirs_ms, sample, threads, batch_name)
+                mine = _result(timings[0], sample, threads, batch_name)
                 results.append(mine)
+                if note := _noise(mine, sample.label):
+                    warnings.append(note)
+                if config.vs is None:
+                    continue
+                yours = _result(timings[1], sample, threads, batch_name)
                 theirs_results.append(yours)
                 ratios.append(
                     Ratio(
@@ -422,23 +469,30 @@ def _bench_vs(
                         ratio=yours.p50_ms / mine.p50_ms if mine.p50_ms > 0 else 0.0,
                     )
                 )
-                for result, who in ((mine, ""), (yours, f"{name}: ")):
-                    if note := _noise(result, sample.label, who):
-                        warnings.append(note)
-    ours_loaded, theirs_loaded = loaded_sides
+                if note := _noise(yours, sample.label, f"{name}: "):
+                    warnings.append(note)
+    ours_loaded = loaded_sides[0]
+    vs = None
+    if config.vs is not None:
+        vs = Contestant(
+            name=str(name), runtime=str(loaded_sides[1]["runtime"]), results=theirs_results
+        )
+    alone = "in a worker process inside the runtime's isolated environment; per configuration "
     return BenchReport(
         model=str(loaded.path),
         runtime=str(ours_loaded["runtime"]),
         providers=list(ours_loaded.get("providers", [])),
         optimization=options[0].optimization,
-        session=options[0].settings(),
+        session=dict(ours_loaded.get("settings") or options[0].settings()),
         method=(
-            "each side in a worker process of its own; per configuration an uncounted warm-up, "
-            "then slices of about 0.2 s in turn, the order flipping every round (A B, B A, ...), "
-            "with a 50 ms pause between slices"
+            alone + "an uncounted warm-up, then timed runs"
+            if config.vs is None
+            else "each side in a worker process of its own; per configuration an uncounted "
+            "warm-up, then slices of about 0.2 s in turn, the order flipping every round (A B, "
+            "B A, ...), with a 50 ms pause between slices"
         ),
         results=results,
-        vs=Contestant(name=name, runtime=str(theirs_loaded["runtime"]), results=theirs_results),
+        vs=vs,
         ratio=ratios,
         warnings=notes + warnings,
     )

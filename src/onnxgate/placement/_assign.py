@@ -1,10 +1,11 @@
 """Ask ONNX Runtime which provider each node of a model was assigned to.
 
-This module needs only the standard library, NumPy and ONNX Runtime, and of onnxgate only its
-stdlib-only sibling ``_trace.py`` (the trace parser ``onnxgate profile`` shares), so the same code
-runs in-process for the installed runtime and as a script inside an isolated environment holding
-an older release (``python _assign.py request.json answer.json``, which finds ``_trace.py`` in its
-own folder).
+This module needs only the standard library, NumPy and ONNX Runtime, and of onnxgate only two
+modules that need nothing more: ``_trace.py`` beside it (the trace parser ``onnxgate profile``
+shares) and ``runners/_session.py`` (the one settings applier, so the audit's session has the
+threads, config entries and provider options every other session has). The same code runs
+in-process for the installed runtime and as a script inside an isolated environment holding
+another release (``python _assign.py request.json answer.json``).
 
 Two methods, the first preferred:
 
@@ -18,9 +19,10 @@ Two methods, the first preferred:
 Both describe the graph as ONNX Runtime optimised it, so fused nodes appear under fused names.
 
 Refusals come back as an ``error`` key rather than an exception, because the isolated runtime can
-only answer in JSON: ``unavailable`` (a provider is not in the build), ``method`` (no recorded
-partition in this release), ``level`` (no ``ORT_ENABLE_LAYOUT`` in this release; 1.22.1 and
-earlier lack it, 1.23.2 has it), ``session`` and ``run``.
+only answer in JSON: ``unavailable`` (a provider is not in the build), ``provider`` (a provider
+did not start), ``method`` (no recorded partition in this release), ``level`` (no
+``ORT_ENABLE_LAYOUT`` in this release; 1.22.1 and earlier lack it, 1.23.2 has it), ``session``
+and ``run``.
 """
 
 from __future__ import annotations
@@ -36,31 +38,18 @@ import onnxruntime as ort  # noqa: TID251  (runs inside the audited runtime)
 
 if __package__:
     from onnxgate.placement import _trace
-else:  # run as a script inside an isolated environment: _trace.py sits in this same folder
+    from onnxgate.runners import _session
+else:  # a script inside an isolated environment: _trace.py is beside it, _session.py in runners/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runners"))
+    import _session  # type: ignore[no-redef]
     import _trace  # type: ignore[no-redef]
 
 RECORD_KEY = "session.record_ep_graph_assignment_info"
-LAYOUT = 3
-"""The level number of ``ORT_ENABLE_LAYOUT``."""
 
 
 def can_record() -> bool:
     """Whether this runtime records the partition (``get_provider_graph_assignment_info``)."""
     return hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
-
-
-def _session_options(level: int | None, config: dict[str, str]) -> ort.SessionOptions:
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    if level is not None:
-        so.graph_optimization_level = ort.GraphOptimizationLevel(level)
-    for key, value in config.items():
-        so.add_session_config_entry(key, value)
-    return so
-
-
-def _session(model: str, so: ort.SessionOptions, providers: list[str], options: list[dict]) -> Any:
-    return ort.InferenceSession(model, so, providers=providers, provider_options=options)
 
 
 def by_assignment(session: Any) -> list[list[str]]:
@@ -88,18 +77,13 @@ def by_profiling(session: Any, feeds: dict[str, Any]) -> list[list[str]]:
 
 
 def assign(request: dict[str, Any], feeds: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Answer a placement request (a JSON-ready dict, see the module docstring)."""
+    """Answer a placement request: ``{model, settings, method}`` (see the module docstring)."""
     answer: dict[str, Any] = {
         "version": ort.__version__,
         "available": ort.get_available_providers(),
         "all_providers": ort.get_all_providers(),
     }
-    providers = request["providers"]
-    missing = [p for p in providers if p not in answer["available"]]
-    if missing:
-        return answer | {"error": "unavailable", "missing": missing}
-    options = [request.get("provider_options", {}).get(p, {}) for p in providers]
-    config = dict(request.get("config", {}))
+    settings = request["settings"]
     method = request.get("method", "auto")
     recordable = can_record()
     if method == "auto":
@@ -109,26 +93,16 @@ def assign(request: dict[str, Any], feeds: dict[str, Any] | None = None) -> dict
             "error": "method",
             "message": f"onnxruntime {ort.__version__} cannot record assignments; use profiling",
         }
-    level = request.get("level")
-    # older releases take 3 without complaint and run ORT_ENABLE_ALL instead (1.16.3 to 1.22.1)
-    if level == LAYOUT and not hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"):
-        return answer | {
-            "error": "level",
-            "message": f"onnxruntime {ort.__version__} has no ORT_ENABLE_LAYOUT level",
-        }
-    so = _session_options(level, config)
-    if method == "assignment":
-        so.add_session_config_entry(RECORD_KEY, "1")
-    else:
-        so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(
-            tempfile.gettempdir(), f"onnxgate-placement-{os.getpid()}"
-        )
     try:
-        session = _session(request["model"], so, providers, options)
-    except Exception as err:  # ORT raises its own exception types
-        return answer | {"error": "session", "message": str(err).strip()}
+        if method == "assignment":
+            session = _session.create(request["model"], settings, config={RECORD_KEY: "1"})
+        else:
+            prefix = os.path.join(tempfile.gettempdir(), f"onnxgate-placement-{os.getpid()}")
+            session = _session.create(request["model"], settings, profile_prefix=prefix)
+    except _session.Refused as refused:
+        return answer | refused.to_dict()
     answer["session_providers"] = session.get_providers()
+    answer["settings"] = _session.applied(session, settings)
     answer["method"] = method
     try:
         if method == "assignment":
@@ -136,7 +110,7 @@ def assign(request: dict[str, Any], feeds: dict[str, Any] | None = None) -> dict
         else:
             answer["nodes"] = by_profiling(session, feeds or {})
     except Exception as err:  # ORT raises its own exception types
-        return answer | {"error": "run", "message": str(err).strip()}
+        return answer | {"error": "run", "message": " ".join(str(err).split())}
     return answer
 
 

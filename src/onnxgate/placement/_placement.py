@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.compat.providers import (
-    CPU,
-    OPT_LEVEL_NUMBERS,
-    canonical,
-    install_hint,
-    names,
-    provided_by,
-    resolve,
+from onnxgate.compat.providers import CPU, canonical, names
+from onnxgate.compat.runtime import (
+    RuntimeSpec,
+    ensure_env,
+    installed_runtime,
+    run_json_script,
+    runtime_profile,
 )
-from onnxgate.compat.runtime import RuntimeSpec, ensure_env, run_json_script, runtime_profile
-from onnxgate.data import ValueRange, load_feeds, synthetic_samples, validate_feeds
-from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed
+from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.errors import ConfigError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.runners._refusal import refusal
+
+if TYPE_CHECKING:
+    from onnxgate.runners import OrtOptions
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +37,8 @@ MEMCPY = frozenset({"MemcpyToHost", "MemcpyFromHost"})
 Method = Literal["auto", "assignment", "profiling"]
 _METHODS = ("auto", "assignment", "profiling")
 
-ASSIGNMENT_SINCE = (1, 24)
+ASSIGNMENT_SINCE = "1.24"
 """First release that records the partition (1.23.2 does not, 1.24.4 does)."""
-LAYOUT_SINCE = (1, 23)
-"""First release with ``ORT_ENABLE_LAYOUT`` (1.22.1 does not have it, 1.23.2 does)."""
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -76,6 +76,8 @@ class PlacementReport(BaseModel):
     available: list[str]
     session_providers: list[str]
     """What the session reports using (ONNX Runtime appends CPU silently)."""
+    settings: dict[str, Any] = {}
+    """The session settings as the audited session applied them (``_session.applied``)."""
     required: str | None = None
     assignments: dict[str, int]
     """Node count per provider."""
@@ -111,19 +113,21 @@ def _feeds(
     dims: Mapping[str, int | Sequence[int]] | None,
     ranges: Mapping[str, ValueRange] | None,
     seed: int,
+    samples: Sequence[Sample] | None,
 ) -> dict[str, Any]:
+    """Feeds for the profiled run: given samples (the largest), a data file, or synthetic ones."""
     signature = Signature.from_graph(loaded.proto.graph)
-    if inputs is not None:
+    if samples and (inputs is not None or dims):
+        raise ConfigError("give samples, or --inputs/--dim for feeds, not both.")
+    if samples:
+        sample = max(samples, key=lambda s: sum(np.asarray(v).size for v in s.feeds.values()))
+    elif inputs is not None:
         sample = load_feeds(inputs, signature=signature)[0]
     else:
         sample = synthetic_samples(
             signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed
         )[0]
     return validate_feeds(signature, sample.feeds, where=sample.label)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
 
 
 def _resolve_method(method: str, spec: RuntimeSpec) -> str:
@@ -140,14 +144,12 @@ def _resolve_method(method: str, spec: RuntimeSpec) -> str:
 
         recordable = _assign.can_record()
     else:
-        recordable = _release(spec.version or "") >= ASSIGNMENT_SINCE
+        from onnxgate.compat.versions import parse_release
+
+        recordable = parse_release(spec.version or "") >= parse_release(ASSIGNMENT_SINCE)
     chosen = "assignment" if recordable else "profiling"
     log.info("placement method auto: %s on %s", chosen, spec)
     return chosen
-
-
-def _since(release: tuple[int, ...]) -> str:
-    return ".".join(map(str, release))
 
 
 def placement(
@@ -157,49 +159,55 @@ def placement(
     require: str | None = None,
     runtime: str | RuntimeSpec | None = None,
     method: Method = "auto",
-    opt_level: str = "all",
-    config: Mapping[str, str] | None = None,
-    provider_options: Mapping[str, Mapping[str, str]] | None = None,
+    options: OrtOptions | None = None,
     allow_ops: Iterable[str] = (),
     inputs: str | Path | None = None,
     dims: Mapping[str, int | Sequence[int]] | None = None,
     ranges: Mapping[str, ValueRange] | None = None,
     seed: int = 0,
+    samples: Sequence[Sample] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PlacementReport:
     """Which provider each node was assigned to; the library function behind ``placement``.
 
     Args:
         model: the ONNX model.
-        providers: providers in preference order; CPU is appended. Defaults to ``require``, or CPU.
+        providers: providers in preference order, replacing those of ``options``; CPU is
+            appended. Defaults to ``options``' providers, else ``require``, else CPU.
         require: a provider every compute node must be on (Memcpy nodes and ``allow_ops`` aside).
-        runtime: ``installed`` (default) or ``onnxruntime==X.Y.Z``, run in an isolated environment.
+        runtime: ``installed`` (default) or another release or package such as
+            ``onnxruntime==1.20.1`` or ``onnxruntime-openvino==1.24.1``, run in an isolated
+            environment.
         method: ``assignment`` (recorded partition; 1.24 and later), ``profiling`` (one profiled
             run on feeds; sees only the nodes that ran), or ``auto`` (assignment where the runtime
             has it).
-        opt_level: graph optimisation level of the session (disable, basic, extended, layout, all;
-            layout needs 1.23 or later).
-        config: extra session config entries.
-        provider_options: options per provider (full names), e.g. ``{"CUDAExecutionProvider":
-            {"device_id": "1"}}``.
+        options: the session settings (level, threads, config entries, provider options), applied
+            by the same applier as every other session, here or in the isolated environment.
         allow_ops: op types allowed off the required provider (e.g. Shape, which ONNX Runtime
             keeps on CPU on purpose); ``com.microsoft:Gelu`` names one domain's op only.
         inputs: data for the profiled run; synthetic feeds otherwise.
         dims: sizes of symbolic dimensions for synthetic feeds.
         ranges: value ranges of synthetic feeds.
         seed: seed of synthetic feeds.
+        samples: samples for the profiled run (the largest is used), such as a contract's golden
+            samples; instead of ``inputs`` and ``dims``.
         progress: called with a short message before slow steps.
 
     Raises:
         ConfigError: an unknown method or level, or one the runtime does not have (assignment
             before 1.24, layout before 1.23), or ``require`` not among the providers.
         ProviderUnavailable: a requested provider is not in the runtime's build (exit 3).
+        ProviderFailed: a requested provider did not start (exit 3): nothing is placed silently
+            on CPU in its stead.
         RunFailed: the runtime cannot create a session for the model or run it.
     """
-    if opt_level not in OPT_LEVEL_NUMBERS:
-        raise ConfigError(
-            f"optimisation level {opt_level!r} is not one of {', '.join(OPT_LEVEL_NUMBERS)}."
-        )
+    from onnxgate.runners import OrtOptions
+
+    options = options or OrtOptions()
+    if providers is not None:
+        options = dataclasses.replace(options, providers=tuple(names(providers)))
+    elif not options.providers and require:
+        options = dataclasses.replace(options, providers=(require,))
     spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
     chosen = _resolve_method(method, spec)
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
@@ -209,22 +217,15 @@ def placement(
         known = _assign.ort.get_all_providers()
     else:
         known = runtime_profile(spec, progress=progress).all_providers
-    wanted = names(providers) or ([require] if require else [CPU])
-    requested = resolve(wanted, known)
+    settings = options.applied_settings(known)
+    requested = settings["providers"]
     required = canonical(require, known) if require else None
     if required and required not in requested:
         raise ConfigError(
             f"--require {required} is not among the providers {', '.join(requested)}."
         )
-    request = {
-        "model": str(loaded.path),
-        "providers": requested,
-        "method": chosen,
-        "level": OPT_LEVEL_NUMBERS[opt_level],
-        "config": dict(config or {}),
-        "provider_options": {p: dict(o) for p, o in (provider_options or {}).items()},
-    }
-    feeds = _feeds(loaded, inputs, dims, ranges, seed) if chosen == "profiling" else None
+    request = {"model": str(loaded.path), "settings": settings, "method": chosen}
+    feeds = _feeds(loaded, inputs, dims, ranges, seed, samples) if chosen == "profiling" else None
     if progress:
         progress(f"placing {loaded.path.name} on {', '.join(requested)}")
     if spec.installed:
@@ -233,32 +234,17 @@ def placement(
         answer = _assign.assign(request, feeds)
     else:
         answer = _run_isolated(ensure_env(spec, progress=progress), request, feeds)
-    runtime_label = f"onnxruntime {answer['version']}"
+    package = spec.package if not spec.installed else (installed_runtime() or ("onnxruntime",))[0]
+    runtime_label = f"{package} {answer['version']}"
     error = answer.get("error")
-    if error == "unavailable":
-        missing = answer["missing"][0]
-        raise ProviderUnavailable(
-            f"{missing} is not available in {runtime_label} (it has "
-            f"{', '.join(answer['available'])}); it comes with {provided_by(missing)}.",
-            hint=install_hint(missing),
-        )
     if error == "method":
         raise ConfigError(
-            f"the assignment method needs ONNX Runtime {_since(ASSIGNMENT_SINCE)} or later; "
+            f"the assignment method needs ONNX Runtime {ASSIGNMENT_SINCE} or later; "
             f"{runtime_label} cannot record which provider each node was assigned to.",
             hint="Use --method profiling (one profiled run on feeds), or a newer runtime.",
         )
-    if error == "level":
-        raise ConfigError(
-            f"optimisation level 'layout' needs ONNX Runtime {_since(LAYOUT_SINCE)} or later; "
-            f"{runtime_label} has no ORT_ENABLE_LAYOUT (it would run level 'all' instead).",
-            hint="Use --opt-level extended, or all (which includes the layout optimisations).",
-        )
     if error:
-        raise RunFailed(
-            f"{runtime_label} cannot place {loaded.path} on {', '.join(requested)}: "
-            f"{answer.get('message', error)}"
-        )
+        raise refusal(answer, runtime=runtime_label, what=str(loaded.path), providers=requested)
     return _report(loaded, answer, requested, required, set(allow_ops), runtime_label)
 
 
@@ -295,6 +281,13 @@ def _report(
             "only the nodes that ran on these feeds are seen (an If branch not taken, a Loop "
             "body run zero times are not); the verdict covers only them",
         ]
+    claimed = {n.provider for n in compute}
+    idle = [p for p in requested if p != CPU and p not in claimed]
+    if idle:
+        notes.append(
+            f"{', '.join(idle)} started but claimed no compute node: everything ran on the "
+            "providers after it"
+        )
     silently = [p for p in answer["session_providers"] if p not in requested]
     if silently:
         notes.append(f"the session also uses {', '.join(silently)}, which was not requested")
@@ -306,6 +299,7 @@ def _report(
         requested=requested,
         available=answer["available"],
         session_providers=answer["session_providers"],
+        settings=answer.get("settings", {}),
         required=required,
         assignments=dict(Counter(n.provider for n in nodes)),
         op_types={p: dict(c.most_common()) for p, c in op_types.items()},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from onnxgate.runners._base import Inference, Runner, TensorTap
+from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
 from onnxgate.runners._reference import ReferenceRunner
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
 from onnxgate.runners._spec import SPEC_HELP, make_runner
@@ -24,6 +24,7 @@ __all__ = [
     "OrtRunner",
     "ReferenceRunner",
     "Runner",
+    "RunnerInfo",
     "SklearnRunner",
     "TensorTap",
     "TorchRunner",

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict
+
 from onnxgate.model import LoadedModel, Signature
 
 
@@ -27,6 +29,23 @@ class Inference:
 
     outputs: dict[str, Any]
     latency_ns: int
+
+
+class RunnerInfo(BaseModel):
+    """What executed a model: the runtime, its version and the settings it applied.
+
+    For ONNX Runtime the settings are read back from the live session (providers in use with the
+    options each provider reports, threads, level, config entries), so a report says what ran, not
+    what was asked.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    runtime: str
+    """The distribution or library: ``onnxruntime``, ``onnxruntime-openvino``, ``onnx``, ``torch``."""
+    version: str | None = None
+    settings: dict[str, Any] = {}
 
 
 @runtime_checkable
@@ -48,6 +67,10 @@ class Runner(Protocol):
         """Run once on already-checked feeds."""
         ...
 
+    def info(self) -> RunnerInfo:
+        """What runs the model, with the settings it applied (as known inside the ``with`` block)."""
+        ...
+
 
 @runtime_checkable
 class TensorTap(Protocol):
@@ -60,4 +83,8 @@ class TensorTap(Protocol):
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every named tensor the run computed (graph inputs and node outputs)."""
+        ...
+
+    def sibling(self, model: LoadedModel) -> Runner:
+        """A runner of the same kind and settings for another model (a node replayed alone)."""
         ...

@@ -15,15 +15,11 @@ import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
 from onnxgate.compat.providers import canonical, install_hint, provided_by, resolve
-from onnxgate.errors import (
-    ConfigError,
-    ProviderUnavailable,
-    RunFailed,
-    SessionFailed,
-    first_line,
-)
-from onnxgate.model import LoadedModel, Signature, TensorSpec
-from onnxgate.runners._base import Inference
+from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, first_line
+from onnxgate.model import LoadedModel, Signature, TensorSpec, constant_values
+from onnxgate.runners import _session
+from onnxgate.runners._base import Inference, RunnerInfo
+from onnxgate.runners._refusal import refusal
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +32,6 @@ OPT_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
 }
 if hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"):  # 1.22 and later
     OPT_LEVELS["layout"] = ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT
-
-_EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
 @dataclass(frozen=True)
@@ -175,23 +169,33 @@ class OrtOptions:
         """Full provider names, CPU appended."""
         return resolve(self.providers, ort.get_all_providers())
 
+    def applied_settings(self, known: list[str] | None = None) -> dict[str, Any]:
+        """``settings()`` with full provider names (CPU appended) and options keyed by them.
+
+        What the one settings applier (``_session.py``) takes, in this process or inside an
+        isolated environment; ``known`` is that runtime's list of providers.
+        """
+        known = list(known or ort.get_all_providers())
+        providers = resolve(self.providers, known)
+        return self.settings() | {
+            "providers": providers,
+            "provider_options": {
+                canonical(k, providers): dict(v) for k, v in self.provider_options.items()
+            },
+        }
+
     def session_options(self) -> ort.SessionOptions:
-        """The SessionOptions these options describe."""
-        so = ort.SessionOptions()
-        so.graph_optimization_level = OPT_LEVELS[self.optimization]
-        so.intra_op_num_threads = self.intra_op_threads
-        so.inter_op_num_threads = self.inter_op_threads
-        if self.parallel:
-            so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-        so.enable_cpu_mem_arena = self.cpu_mem_arena
-        so.enable_mem_pattern = self.mem_pattern
+        """The SessionOptions these options describe (through the one settings applier).
+
+        Raises:
+            ConfigError: the optimisation level does not exist in this release.
+        """
+        try:
+            so = _session.session_options(self.settings())
+        except _session.Refused as refused:
+            raise refusal(refused.to_dict(), runtime=f"onnxruntime {ort.__version__}") from None
         if self.optimized_model_path is not None:
             so.optimized_model_filepath = str(self.optimized_model_path)
-        so.log_severity_level = (
-            3  # errors reach us as exceptions; ORT's own warnings are noise here
-        )
-        for key, value in self.config.items():
-            so.add_session_config_entry(key, str(value))
         return so
 
 
@@ -239,29 +243,28 @@ def create_session(
 
     Raises:
         ProviderUnavailable: a requested provider is not in this build.
-        RunFailed: ONNX Runtime refused the model.
+        ProviderFailed: a requested provider did not start (ONNX Runtime would run without it).
+        SessionFailed: ONNX Runtime refused the model.
     """
-    providers = options.resolved_providers()
-    check_available(providers)
-    so = options.session_options()
-    so.add_session_config_entry(_EXTERNAL_FOLDER, str(folder))
-    if profile_prefix is not None:
-        so.enable_profiling = True
-        so.profile_file_prefix = str(profile_prefix)
-        # a session that fails to load logs "Could not write a profile"; the failure is raised
-        so.log_severity_level = 4
-    by_name = {canonical(k, providers): dict(v) for k, v in options.provider_options.items()}
-    provider_options = [by_name.get(p, {}) for p in providers]
+    settings = options.applied_settings()
+    check_available(settings["providers"])
     try:
-        return ort.InferenceSession(
-            proto.SerializeToString(), so, providers=providers, provider_options=provider_options
+        return _session.create(
+            proto.SerializeToString(),
+            settings,
+            config={_session.EXTERNAL_FOLDER: str(folder)},
+            profile_prefix=None if profile_prefix is None else str(profile_prefix),
+            optimized_model_path=(
+                None if options.optimized_model_path is None else str(options.optimized_model_path)
+            ),
         )
-    except Exception as err:  # ORT raises its own exception types, not a shared base
-        raise SessionFailed(
-            f"ONNX Runtime {ort.__version__} cannot create a session for {what} on "
-            f"{', '.join(providers)}: {first_line(err)}",
-            hint="Run `onnxgate check` on the model for the reason and a fix.",
-        ) from err
+    except _session.Refused as refused:
+        raise refusal(
+            refused.to_dict(),
+            runtime=f"onnxruntime {ort.__version__}",
+            what=what,
+            providers=settings["providers"],
+        ) from None
 
 
 def _spec(arg: ort.NodeArg) -> TensorSpec:
@@ -326,6 +329,23 @@ class OrtRunner:
         """The providers the session actually uses (ONNX Runtime silently appends CPU)."""
         return list(self.session.get_providers())
 
+    def info(self) -> RunnerInfo:
+        """ONNX Runtime's distribution and version, and the settings the session applied.
+
+        Outside the ``with`` block the settings are the ones asked for.
+        """
+        from onnxgate.compat.runtime import installed_runtime
+
+        found = installed_runtime()
+        asked = self.options.applied_settings()
+        settings = asked if self._session is None else _session.applied(self._session, asked)
+        return RunnerInfo(
+            name=self.name,
+            runtime=found[0] if found else "onnxruntime",
+            version=ort.__version__,
+            settings=settings,
+        )
+
     def end_profiling(self) -> Path:
         """Stop profiling and write the trace of every run so far; its path.
 
@@ -364,6 +384,11 @@ class OrtRunner:
             "rewrites still apply)"
         )
 
+    def sibling(self, model: LoadedModel) -> OrtRunner:
+        """ONNX Runtime with the same settings on another model (nothing saved)."""
+        options = dataclasses.replace(self.options, optimized_model_path=None)
+        return OrtRunner(model, options, name=self.name)
+
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every node output of the main graph, from a session where all of them are outputs."""
         exposed = expose_all(self.model.proto)
@@ -397,10 +422,11 @@ def _complete(tp: onnx.TypeProto) -> bool:
 
 
 def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy whose graph outputs are every node output of the main graph.
+    """A copy whose graph outputs are every node output of the main graph but constant ones.
 
     Types come from the model's value_info or shape inference where known; ONNX Runtime infers the
-    rest. Subgraph values (If/Loop bodies) are not reachable this way and are left out.
+    rest. Subgraph values (If/Loop bodies) are not reachable this way and are left out, and so are
+    values computed from weights alone (``constant_values``): they are the same on every run.
     """
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -411,7 +437,7 @@ def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
     except Exception:  # inference is a help for typing outputs, not a requirement
         log.debug("shape inference failed while exposing outputs", exc_info=True)
         known = {v.name: v for v in (*graph.value_info, *graph.output)}
-    present = {o.name for o in graph.output}
+    present = {o.name for o in graph.output} | constant_values(graph)
     for node in graph.node:
         for name in node.output:
             if name and name not in present:

@@ -12,7 +12,7 @@ import numpy as np
 
 from onnxgate.errors import ConfigError, RunFailed
 from onnxgate.model import Signature
-from onnxgate.runners._base import Inference
+from onnxgate.runners._base import Inference, RunnerInfo
 
 
 def load_estimator(path: str | Path, *, trust_pickle: bool) -> Any:
@@ -90,6 +90,19 @@ class SklearnRunner:
     def input_specs(self) -> Signature:
         """The ONNX model's signature."""
         return self.signature
+
+    def info(self) -> RunnerInfo:
+        """scikit-learn's version and the methods that give the outputs."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found: str | None = version("scikit-learn")
+        except PackageNotFoundError:
+            found = None
+        methods = self._methods() if self._estimator is not None else []
+        return RunnerInfo(
+            name=self.name, runtime="scikit-learn", version=found, settings={"methods": methods}
+        )
 
     def _methods(self) -> list[str]:
         est = self._estimator

@@ -15,7 +15,7 @@ import numpy as np
 
 from onnxgate.errors import ConfigError, ExtraMissing, RunFailed
 from onnxgate.model import Signature
-from onnxgate.runners._base import Inference
+from onnxgate.runners._base import Inference, RunnerInfo
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,18 @@ class TorchRunner:
     def input_specs(self) -> Signature:
         """The ONNX model's signature, which the module is compared against."""
         return self.signature
+
+    def info(self) -> RunnerInfo:
+        """PyTorch's version and the settings that change its results or speed (threads)."""
+        torch = getattr(self, "_torch", None)
+        if torch is None:
+            return RunnerInfo(name=self.name, runtime="torch")
+        return RunnerInfo(
+            name=self.name,
+            runtime="torch",
+            version=torch.__version__,
+            settings={"threads": torch.get_num_threads(), "inference_mode": True},
+        )
 
     def _arguments(self, feeds: Mapping[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
         torch = self._torch

@@ -1,0 +1,69 @@
+"""A runtime's refusal, as answered by the settings applier or a script, turned into a GateError.
+
+The applier (``_session.py``) and the scripts that run inside isolated environments cannot raise
+onnxgate's errors: they answer ``{"error": KIND, "message": ..., "provider": ...}``. Every caller
+turns that answer into the same error class with the same words, here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from onnxgate.compat.providers import install_hint, provided_by, short_name
+from onnxgate.errors import (
+    ConfigError,
+    GateError,
+    InternalError,
+    ProviderFailed,
+    ProviderUnavailable,
+    RunFailed,
+    SessionFailed,
+)
+
+
+def refusal(
+    answer: Mapping[str, Any],
+    *,
+    runtime: str,
+    what: str = "the model",
+    providers: Sequence[str] = (),
+) -> GateError:
+    """The GateError for an ``error`` answer.
+
+    Args:
+        answer: ``{"error": KIND, "message": ..., "provider": ...}``; kinds ``unavailable``,
+            ``provider``, ``level``, ``session``, ``run``.
+        runtime: ``onnxruntime 1.24.1`` or ``onnxruntime-openvino 1.24.1``, for messages.
+        what: the model, for messages.
+        providers: the providers asked for, for messages.
+    """
+    kind = answer.get("error")
+    message = str(answer.get("message") or "").strip()
+    provider = str(answer.get("provider") or "")
+    on = f" on {', '.join(providers)}" if providers else ""
+    if kind == "unavailable":
+        return ProviderUnavailable(
+            f"{provider} is not available in {runtime}: {message}; it comes with "
+            f"{provided_by(provider)}.",
+            hint=install_hint(provider),
+        )
+    if kind == "provider":
+        return ProviderFailed(
+            f"{runtime}: {message}",
+            hint=f"Nothing ran on CPU in its place. Check {provider}'s options "
+            "(--providers NAME:KEY=VALUE) and run `onnxgate doctor --providers "
+            f"{short_name(provider)}` with the same --runtime.",
+        )
+    if kind == "level":
+        return ConfigError(
+            f"{message}.", hint="Use --opt-level extended, or all (which includes layout)."
+        )
+    if kind == "session":
+        return SessionFailed(
+            f"{runtime} cannot create a session for {what}{on}: {message}",
+            hint="Run `onnxgate check` on the model for the reason and a fix.",
+        )
+    if kind == "run":
+        return RunFailed(f"{runtime} failed on {what}{on}: {message}")
+    return InternalError(f"{runtime} answered an unknown refusal {kind!r} for {what}: {message}")

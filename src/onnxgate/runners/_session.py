@@ -1,0 +1,282 @@
+"""The one way session settings become an ONNX Runtime session, wherever a session is made.
+
+Settings are the plain JSON mapping ``OrtOptions.settings()`` writes (providers, provider options,
+optimisation level, threads, execution mode, arena, memory pattern, config entries). This module
+applies them, creates the session and reads back what ONNX Runtime actually applied, and it does so
+in every place onnxgate makes a session: the ONNX Runtime runner, the timing workers and the
+placement audit in onnxgate's process, and the isolated runner, its timing worker and the
+placement audit inside an environment that holds another release (``onnxruntime==1.16.3``,
+``onnxruntime-openvino==1.24.1``). So the settings that were gated are the settings that run.
+
+It imports only the standard library and ONNX Runtime (never onnxgate), because the scripts that
+run inside an isolated environment import it as a sibling module. Refusals are ``Refused`` with a
+``kind`` that the caller turns into its own error class.
+
+Two ways a provider can fail are caught here rather than run silently on CPU:
+
+- session creation that fails on a provider: the Python API would print "EP Error" and retry on
+  CPU; ``enable_fallback=0`` makes it raise instead;
+- a provider whose factory fails (OpenVINO with ``precision=BF16`` on a CPU device): ONNX Runtime
+  logs "Failed to create OpenVINOExecutionProvider" and carries on without it. The log goes to file
+  descriptor 2 from C++, so it is captured during creation, and a requested provider missing from
+  ``get_providers()`` is refused with ONNX Runtime's own words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import onnxruntime as ort  # noqa: TID251  (the settings applier: runs beside every session)
+
+if __package__:
+    from onnxgate.runners import _ortlog
+else:  # imported by a script inside an isolated environment: _ortlog.py is in the same folder
+    import _ortlog  # type: ignore[no-redef]
+
+CPU = "CPUExecutionProvider"
+
+LEVEL_NAMES = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
+}
+"""Optimisation level names and ONNX Runtime's enum members (``layout`` exists from 1.23)."""
+
+EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
+"""Where a model held in memory finds its external data."""
+
+DEFAULTS: dict[str, Any] = {
+    "providers": [],
+    "provider_options": {},
+    "optimization": "all",
+    "intra_op_threads": 0,
+    "inter_op_threads": 0,
+    "parallel": False,
+    "cpu_mem_arena": True,
+    "mem_pattern": True,
+    "config": {},
+}
+"""ONNX Runtime's own defaults, in the settings' shape."""
+
+
+class Refused(Exception):
+    """ONNX Runtime cannot do what the settings ask; ``kind`` says what kind of refusal.
+
+    Kinds: ``unavailable`` (a provider is not in this build), ``level`` (no such optimisation level
+    in this release), ``provider`` (a provider failed to start, so ONNX Runtime would run without
+    it), ``session`` (the model is refused).
+    """
+
+    def __init__(self, kind: str, message: str, *, provider: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.provider = provider
+
+    def to_dict(self) -> dict[str, Any]:
+        """The refusal as a JSON answer of a script."""
+        return {"error": self.kind, "message": self.message, "provider": self.provider}
+
+
+def complete(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings with ONNX Runtime's defaults for every key left out."""
+    return {**DEFAULTS, **settings}
+
+
+def levels() -> list[str]:
+    """The optimisation level names this release has."""
+    return [
+        name for name, member in LEVEL_NAMES.items() if hasattr(ort.GraphOptimizationLevel, member)
+    ]
+
+
+def session_options(settings: Mapping[str, Any], *, log_severity: int = 3) -> Any:
+    """The ``SessionOptions`` the settings describe.
+
+    Raises:
+        Refused: ``level`` when this release has no such optimisation level (1.22 and earlier
+            read ``layout`` as ``all`` if given its number, so the name is checked here).
+    """
+    settings = complete(settings)
+    level = settings["optimization"]
+    member = LEVEL_NAMES.get(level)
+    if member is None or not hasattr(ort.GraphOptimizationLevel, member):
+        raise Refused(
+            "level",
+            f"onnxruntime {ort.__version__} has no optimisation level {level!r} "
+            f"(it has {', '.join(levels())})",
+        )
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, member)
+    so.intra_op_num_threads = int(settings["intra_op_threads"])
+    so.inter_op_num_threads = int(settings["inter_op_threads"])
+    if settings["parallel"]:
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    so.enable_cpu_mem_arena = bool(settings["cpu_mem_arena"])
+    so.enable_mem_pattern = bool(settings["mem_pattern"])
+    so.log_severity_level = log_severity  # failures reach the caller as exceptions
+    for key, value in settings["config"].items():
+        so.add_session_config_entry(str(key), str(value))
+    return so
+
+
+def provider_arguments(settings: Mapping[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
+    """Providers (full names, CPU last) and their options, as ``InferenceSession`` takes them.
+
+    Raises:
+        Refused: ``unavailable`` when a provider is not in this build.
+    """
+    settings = complete(settings)
+    providers = list(dict.fromkeys([*settings["providers"], CPU]))
+    available = ort.get_available_providers()
+    missing = [p for p in providers if p not in available]
+    if missing:
+        raise Refused(
+            "unavailable",
+            f"{missing[0]} is not available in onnxruntime {ort.__version__} "
+            f"(it has {', '.join(available)})",
+            provider=missing[0],
+        )
+    given = settings["provider_options"]
+    return providers, [{str(k): str(v) for k, v in given.get(p, {}).items()} for p in providers]
+
+
+def _why(lines: list[str], provider: str) -> str:
+    """ONNX Runtime's own words for a provider that did not start: its error lines first.
+
+    ``lines`` are cleaned (``_ortlog.clean``): an error line is the provider's reason, starting
+    with ``[ProviderName]``.
+    """
+    short = provider.removesuffix("ExecutionProvider")
+    errors = [line for line in lines if line.startswith("[")]
+    mentions = [line for line in lines if short in line and line not in errors]
+    chosen = list(dict.fromkeys(errors + mentions)) or lines[-2:]
+    text = " | ".join(chosen)
+    return text[:1200] if text else "ONNX Runtime gave no reason"
+
+
+def _after_source(text: str) -> str:
+    """An ONNX Runtime message without the C++ location and signature that may open it.
+
+    ``/onnxruntime/.../x.cc:1053 std::shared_ptr<...> f(const A&, ...) Invalid option: foo``
+    becomes ``Invalid option: foo``.
+    """
+    match = re.match(r"\S+\.(?:cc|cpp|h):\d+ ", text)
+    if not match:
+        return text
+    depth, start = 0, text.find("(", match.end())
+    for index in range(max(start, 0), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[index], 0)
+        if start >= 0 and depth == 0:
+            return text[index + 1 :].strip() or text
+    return text
+
+
+def _failed_provider(text: str, providers: list[str]) -> str | None:
+    """The provider whose factory raised, when session creation failed while making one.
+
+    ONNX Runtime's Python binding creates each provider in ``CreateExecutionProviderFactoryInstance``;
+    an error raised there (an unknown option, say) is the provider's, not the model's.
+    """
+    if "CreateExecutionProviderFactoryInstance" not in text:
+        return None
+    others = [p for p in providers if p != CPU]
+    named = [p for p in others if p.removesuffix("ExecutionProvider").lower() in text.lower()]
+    return (named or others or [None])[0]
+
+
+def create(
+    model: str | bytes,
+    settings: Mapping[str, Any],
+    *,
+    config: Mapping[str, str] | None = None,
+    profile_prefix: str | None = None,
+    optimized_model_path: str | None = None,
+    log_severity: int = 3,
+) -> Any:
+    """A session for a model file or serialised model, with the settings applied.
+
+    Args:
+        model: a path, or the model's bytes (then give its folder in ``config`` under
+            ``EXTERNAL_FOLDER`` when it has external data).
+        settings: as ``OrtOptions.settings()`` writes them; providers by full name.
+        config: session config entries added for this session only (a recording switch, say).
+        profile_prefix: profile every run into a Chrome trace with this prefix.
+        optimized_model_path: save the model as ONNX Runtime optimised it.
+        log_severity: the session logger's level (3: errors only).
+
+    Raises:
+        Refused: a provider is unavailable or failed to start, the level does not exist in this
+            release, or the model is refused (``session``).
+    """
+    so = session_options(settings, log_severity=log_severity)
+    providers, options = provider_arguments(settings)
+    for key, value in (config or {}).items():
+        so.add_session_config_entry(key, value)
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+        so.log_severity_level = 4  # a refused model logs "Could not write a profile"; it is raised
+    if optimized_model_path is not None:
+        so.optimized_model_filepath = optimized_model_path
+
+    def build() -> Any:
+        try:
+            return ort.InferenceSession(
+                model, so, providers=providers, provider_options=options, enable_fallback=0
+            )
+        except Exception as err:  # ORT raises its own exception types, not a shared base
+            return err
+
+    session, lines = _ortlog.captured(build)
+    if isinstance(session, Exception):
+        text = " ".join(str(session).split()) or type(session).__name__
+        failed = _failed_provider(text, providers)
+        if failed is not None:
+            raise Refused(
+                "provider", f"{failed} did not start: {_after_source(text)}", provider=failed
+            )
+        raise Refused("session", text)
+    used = session.get_providers()
+    for provider in providers:
+        if provider not in used:
+            raise Refused(
+                "provider",
+                f"{provider} did not start, and ONNX Runtime would have run the model without it: "
+                + _why(lines, provider),
+                provider=provider,
+            )
+    return session
+
+
+def _level_name(level: Any) -> str:
+    for name, member in LEVEL_NAMES.items():
+        if getattr(ort.GraphOptimizationLevel, member, None) == level:
+            return name
+    return str(level)
+
+
+def applied(session: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings as the session reports them: what actually ran, not what was asked.
+
+    Providers and their options come from the session (ONNX Runtime fills in each provider's
+    defaults); config entries are read back for the keys that were set.
+    """
+    so = session.get_session_options()
+    asked = complete(settings)
+    options = session.get_provider_options() if hasattr(session, "get_provider_options") else {}
+    return {
+        "providers": list(session.get_providers()),
+        "provider_options": {p: dict(o) for p, o in options.items()},
+        "optimization": _level_name(so.graph_optimization_level),
+        "intra_op_threads": so.intra_op_num_threads,
+        "inter_op_threads": so.inter_op_num_threads,
+        "parallel": so.execution_mode == ort.ExecutionMode.ORT_PARALLEL,
+        "cpu_mem_arena": so.enable_cpu_mem_arena,
+        "mem_pattern": so.enable_mem_pattern,
+        "config": {k: so.get_session_config_entry(k) for k in asked["config"]},
+    }
