@@ -1,21 +1,150 @@
-"""The ONNX reference evaluator as a runner: slow, plain NumPy, and independent of ONNX Runtime."""
+"""The ONNX reference evaluator as a runner: slow, plain NumPy, and independent of ONNX Runtime.
+
+The evaluator is onnx's own, with onnxgate's corrections of the operators it gets wrong
+(``_reference_fixes``: each one cites the specification it follows and applies only to the
+operator versions it fixes). When the evaluator crashes, the crash is the evaluator's, not the
+model's: ``ReferenceFailed`` names the node and operator version that failed and points to ONNX
+Runtime as the other reference.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any, Self
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, Self
 
-from onnxgate.errors import RunFailed, first_line
+from onnx import NodeProto
+
+from onnxgate.errors import InternalError, ReferenceFailed, first_line
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.runners._base import Inference
+from onnxgate.runners._base import Inference, RunnerInfo
+from onnxgate.runners._reference_fixes import overrides, schema_version
+
+HINT = (
+    "The ONNX reference evaluator cannot be the reference for this model; use ONNX Runtime "
+    "without graph optimisations instead: `onnxgate compare --against ort:disable`, "
+    "`onnxgate contract init --reference ort:disable`."
+)
+_FIXES = "onnxgate.runners._reference_fixes"
+_STANDARD = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
+
+
+class FailedNode(NamedTuple):
+    """A node the evaluator was running (or loading) when it raised."""
+
+    op_type: str
+    domain: str
+    name: str
+    opset: int | None
+    override: bool
+    """Whether the implementation that raised is onnxgate's own override, not onnx's."""
+
+    def describe(self) -> str:
+        """``node 'n1' (BatchNormalization-9)``, with the domain when it is not ai.onnx."""
+        domain = "" if self.domain in ("", "ai.onnx") else f"{self.domain}:"
+        version = (
+            schema_version(self.op_type, self.domain, self.opset)
+            if self.opset is not None and self.domain in _STANDARD
+            else None
+        )
+        label = f"{domain}{self.op_type}" + (f"-{version}" if version else "")
+        return f"node {self.name!r} ({label})" if self.name else f"an unnamed {label} node"
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+
+
+def _frame_node(frame: Any) -> tuple[NodeProto, dict[str, int], object] | None:
+    """The node a frame of the evaluator works on, the opsets in force there, and its runner."""
+    local = frame.f_locals
+    owner = local.get("self")
+    name = frame.f_code.co_name
+    if isinstance(getattr(owner, "onnx_node", None), NodeProto):  # an OpRun method
+        params = getattr(owner, "run_params", None)
+        opsets = params.get("opsets", {}) if isinstance(params, dict) else {}
+        return owner.onnx_node, opsets, owner  # type: ignore[union-attr]
+    opsets = getattr(owner, "opsets", None) or {}
+    if name == "_init" and isinstance(local.get("node"), NodeProto):  # building the evaluator
+        return local["node"], opsets, None
+    running = local.get("node")
+    if name == "run" and isinstance(getattr(running, "onnx_node", None), NodeProto):
+        return running.onnx_node, opsets, running  # the evaluator's loop, between two nodes
+    return None
+
+
+def failing_nodes(error: BaseException) -> list[FailedNode]:
+    """The evaluator's nodes on the way to ``error``, outermost (the model's own node) first.
+
+    The evaluator wraps nothing in its own exception type, so the traceback is read: its frames
+    hold the ``OpRun`` instance that was running (``self.onnx_node``), the node the evaluator's
+    loop was at, or the ``NodeProto`` being loaded while the evaluator was built. A subgraph
+    (If, Loop, Scan) or a function body adds its inner node after the outer one.
+    """
+    found: list[FailedNode] = []
+    seen: set[int] = set()
+    for link in _chain(error):  # the last raised holds the outer frames, its causes the inner
+        tb = link.__traceback__
+        while tb is not None:
+            hit = _frame_node(tb.tb_frame)
+            if hit is not None and id(hit[0]) not in seen:
+                node, opsets, runner = hit
+                seen.add(id(node))
+                override = runner is not None and type(runner).__module__ == _FIXES
+                found.append(
+                    FailedNode(
+                        node.op_type,
+                        node.domain or "ai.onnx",
+                        node.name,
+                        opsets.get(node.domain),
+                        override,
+                    )
+                )
+            tb = tb.tb_next
+    return found
+
+
+def _failure(error: BaseException, path: Path, *, loading: bool) -> ReferenceFailed | InternalError:
+    """The error to raise for an exception of the evaluator."""
+    nodes = failing_nodes(error)
+    doing = "cannot load" if loading else "failed on"
+    what = f"the ONNX reference evaluator {doing} {path}"
+    if nodes:
+        where = nodes[0].describe()
+        if len(nodes) > 1:
+            where += ", inside it " + ", then ".join(n.describe() for n in nodes[1:])
+        what += f" at {where}"
+    reason = first_line(error, with_type=True).rstrip(".")
+    innermost = nodes[-1] if nodes else None
+    unknown = isinstance(error, NotImplementedError) and innermost is not None
+    custom = innermost if unknown and innermost.domain not in _STANDARD else None  # type: ignore[union-attr]
+    if custom is not None or "is not specified" in str(error):
+        domain = custom.domain if custom else "a domain without an opset import"
+        return ReferenceFailed(
+            f"{what}: it implements only the standard domains (ai.onnx, ai.onnx.ml) and "
+            f"model-local functions, and the model uses {domain} ({reason}).",
+            hint=HINT,
+        )
+    if nodes and nodes[-1].override:  # the innermost node raised, in onnxgate's own code
+        return InternalError(
+            f"{what}: onnxgate's own correction of that operator raised {reason}. This is a bug "
+            "in onnxgate; please report it with the model.",
+            hint=HINT,
+        )
+    return ReferenceFailed(f"{what}: {reason}.", hint=HINT)
 
 
 class ReferenceRunner:
     """``onnx.reference.ReferenceEvaluator`` on a model, weights included.
 
     It is 40–150× slower than ONNX Runtime on real networks, which is the price of an
-    implementation written straight from the operator specifications.
+    implementation written straight from the operator specifications. Operators it gets wrong
+    are replaced by onnxgate's corrections (``onnxgate.runners._reference_fixes``).
     """
 
     name = "reference"
@@ -32,13 +161,9 @@ class ReferenceRunner:
         if not model.weights_loaded:
             model = load_model(model.path, load_weights=True)
         try:
-            self._evaluator = ReferenceEvaluator(model.proto)
+            self._evaluator = ReferenceEvaluator(model.proto, new_ops=list(overrides()))
         except Exception as err:  # the evaluator raises whatever its operator classes raise
-            raise RunFailed(
-                f"the ONNX reference evaluator cannot run {model.path}: {first_line(err, with_type=True)}",
-                hint="It implements only the standard domains (ai.onnx, ai.onnx.ml) and "
-                "model-local functions; compare against another runner.",
-            ) from err
+            raise _failure(err, model.path, loading=True) from err
         self._outputs = [o.name for o in model.proto.graph.output]
         return self
 
@@ -55,16 +180,34 @@ class ReferenceRunner:
         try:
             return self._evaluator.run(None, dict(feeds), intermediate=intermediate)
         except Exception as err:  # the evaluator raises whatever its operator classes raise
-            raise RunFailed(
-                f"the ONNX reference evaluator failed on {self.model.path}: {first_line(err, with_type=True)}"
-            ) from err
+            raise _failure(err, self.model.path, loading=False) from err
 
     def infer(self, feeds: Mapping[str, Any]) -> Inference:
-        """Run once."""
+        """Run once.
+
+        Raises:
+            ReferenceFailed: the evaluator raised; the message names the node.
+            InternalError: one of onnxgate's operator corrections raised.
+        """
         start = time.perf_counter_ns()
         values = self._run(feeds, intermediate=False)
         elapsed = time.perf_counter_ns() - start
         return Inference(dict(zip(self._outputs, values, strict=True)), elapsed)
+
+    def info(self) -> RunnerInfo:
+        """The onnx package's version (the evaluator ships with it) and onnxgate's corrections."""
+        import onnx
+
+        from onnxgate.runners._reference_fixes import overrides
+
+        fixed = sorted(f"{op.op_domain or 'ai.onnx'}:{op.__name__}" for op in overrides())
+        return RunnerInfo(
+            name=self.name, runtime="onnx", version=onnx.__version__, settings={"overrides": fixed}
+        )
+
+    def sibling(self, model: LoadedModel) -> ReferenceRunner:
+        """The reference evaluator (with onnxgate's corrections) on another model."""
+        return type(self)(model)
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every tensor the evaluator computed, by name."""
