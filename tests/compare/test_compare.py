@@ -23,7 +23,7 @@ from onnxgate.compare import (
 from onnxgate.data import Sample, ValueRange
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature
-from onnxgate.runners import Inference, Runner
+from onnxgate.runners import Inference, Runner, RunnerInfo
 
 MNIST = CORPUS / "mnist.onnx"
 needs_mnist = pytest.mark.skipif(not MNIST.is_file(), reason=f"{MNIST} is absent")
@@ -84,10 +84,11 @@ def test_changed_attribute_is_localized_to_its_node(tmp_path):
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "leaky" and divergence.op_type == "LeakyRelu"
     assert divergence.chain == ["add"]
-    assert (
-        divergence.note
-        == "its inputs are identical on both sides, so the difference starts in this node"
-    )
+    replay = divergence.replay
+    assert replay.verdict == "differs on identical inputs" and replay.operator == "LeakyRelu-16"
+    assert replay.outputs[0].mismatches == 3  # the three negative values of h
+    assert divergence.note == replay.statement
+    assert "differs between the two files (attribute(s) alpha)" in divergence.note
     assert compare(changed, str(changed)).passed  # the same file agrees with itself
 
 
@@ -130,7 +131,9 @@ def test_mnist_with_one_attribute_changed_is_localized_to_that_node(tmp_path):
     assert [t.agrees for t in divergence.inputs] == [True]
     assert all(not t.agrees for t in divergence.outputs)
     assert divergence.chain[-1] == "Plus214"  # the difference reaches the graph output
-    assert "identical" in divergence.note  # no weight differs: the node itself is the cause
+    # no weight differs: the node itself is the cause, and replaying it alone shows so
+    assert divergence.replay.verdict == "differs on identical inputs"
+    assert "(attribute(s) kernel_shape)" in divergence.note
 
 
 @needs_mnist
@@ -146,7 +149,8 @@ def test_mnist_with_one_initializer_changed_is_localized_to_its_consumer(tmp_pat
     assert divergence.found and divergence.node == "Plus30"
     weights = {t.name: t.agrees for t in divergence.inputs if t.initializer}
     assert weights == {"Parameter6": False}
-    assert "Parameter6" in divergence.note
+    assert divergence.replay.verdict == "differs on identical inputs"
+    assert "reads different weights in the two files (Parameter6)" in divergence.note
 
 
 def _with_weight(proto: onnx.ModelProto, name: str, edit: Callable[[np.ndarray], None]):
@@ -359,7 +363,14 @@ def test_node_that_amplifies_a_small_difference_says_so(tmp_path):
     inputs = {t.name: t for t in divergence.inputs}
     assert inputs["d"].agrees and inputs["d"].max_abs > 0
     assert inputs["k"].initializer and inputs["k"].agrees
-    assert "may amplify" in divergence.note
+    # replayed on identical inputs the two sides agree; on the candidate's inputs, the reference
+    # side's Mul turns the 1e-6 difference of d into 1e-3: measured, not guessed
+    replay = divergence.replay
+    assert replay.verdict == "amplified" and replay.operator == "Mul-14"
+    assert all(t.agrees and t.max_abs == 0 for t in replay.outputs)
+    assert replay.input_difference == pytest.approx(1e-6, rel=0.2)
+    assert replay.ratio == pytest.approx(1000, rel=0.01)
+    assert "amplified that to" in divergence.note
 
 
 def test_rounding_amplified_between_runtimes_is_not_blamed_on_the_mean(tmp_path):
@@ -385,7 +396,7 @@ def test_rounding_amplified_between_runtimes_is_not_blamed_on_the_mean(tmp_path)
     assert divergence is not None
     if divergence.found:
         assert divergence.node == "scale"
-        assert "may amplify" in divergence.note
+        assert divergence.replay.verdict == "amplified"
 
 
 def test_localize_on_agreeing_runs_notes_that_nothing_diverged(tmp_path):
@@ -436,6 +447,9 @@ class FakeRunner:
         outputs = self.produce(feeds, self.calls)
         self.calls += 1
         return Inference(outputs, 1000)
+
+    def info(self) -> RunnerInfo:
+        return RunnerInfo(name=self.name, runtime="fake", settings={"calls": self.calls})
 
 
 def two_outputs() -> onnx.ModelProto:

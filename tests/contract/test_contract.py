@@ -211,6 +211,9 @@ class _FailsOnSecond:
             raise RunFailed("flaky failed on purpose")
         return self._inner.infer(feeds)
 
+    def info(self):
+        return self._inner.info()
+
 
 def test_a_reference_failing_midway_leaves_the_old_contract_intact(contracted):
     contract_path, golden_path = contract_paths(contracted)

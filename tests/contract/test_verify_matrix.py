@@ -89,3 +89,30 @@ def test_export_for_1_16_writes_what_1_16_loads(exported):
     assert contract.provenance.options["runtime"] == OLD
     report = verify(result.path, runtimes=RUNTIMES)
     assert report.passed, report.model_dump()
+
+
+def test_placement_on_an_older_release_runs_the_contracts_samples(tmp_path):
+    """Before 1.24 placement must run the model; it runs the golden samples, not made-up shapes.
+
+    The input's length is unnamed; the Reshape needs it even. Synthetic feeds give unnamed dims 3
+    (odd), so a placement run on them fails where the model works at its proven shape.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from models import model, save, value
+
+    shape = numpy_helper.from_array(np.array([2, -1], np.int64), "shape")
+    proto = model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="pairs")],
+        [value("x", shape=(None,))],
+        [value("y", TensorProto.FLOAT, shape=(2, None))],
+        initializers=[shape],
+    )
+    path = save(proto, tmp_path / "pairs.onnx")
+    np.savez(tmp_path / "x.npz", x=np.arange(4, dtype=np.float32))
+    made = runner.invoke(app, ["contract", "init", str(path), "--inputs", str(tmp_path / "x.npz")])
+    assert made.exit_code == 0, made.output
+    report = verify(path, runtimes=[MIDDLE])
+    assert report.passed, report.results[0]
+    assert report.results[0].placement.reason == "1 node(s) on CPUExecutionProvider (profiling)"

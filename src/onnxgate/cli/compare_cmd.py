@@ -156,6 +156,16 @@ def compare_command(
             "differ while its inputs agree. Needs two ONNX executions.",
         ),
     ] = False,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime",
+            "-r",
+            help="Run the ONNX Runtime candidate on another release or package, such as "
+            "onnxruntime==1.20.1 or onnxruntime-openvino==1.24.1 (with --providers openvino), "
+            "in an isolated environment created once in the user cache.",
+        ),
+    ] = "installed",
     providers: ProvidersOpt = None,
     provider_option: ProviderOptionOpt = None,
     opt_level: OptLevelOpt = "all",
@@ -193,10 +203,22 @@ def compare_command(
 
     Examples: `onnxgate compare model.onnx` · `onnxgate compare model.onnx --against ort:disable`
     · `onnxgate compare quantized.onnx --against model.onnx --localize` ·
-    `onnxgate compare model.onnx --against torch:mypkg.nets:build --dim batch=1,7`
+    `onnxgate compare model.onnx --against torch:mypkg.nets:build --dim batch=1,7` ·
+    `onnxgate compare model.onnx --runtime onnxruntime-openvino==1.24.1 --providers openvino
+    --against ort:disable --localize`
+
+    With `--localize`, the first diverging node is also replayed alone on both sides with the
+    same input tensors: the report says whether the two implementations disagree on identical
+    inputs, or whether the node amplified a difference in its inputs (with the ratio measured),
+    and which side the specification supports when onnxgate knows the deviation.
+
+    When the reference evaluator itself crashes on the model (it has bugs of its own), the
+    command exits 3 naming the operator; use ONNX Runtime as the reference: `--against
+    ort:disable`.
 
     Exit codes: 0 every output agrees; 1 an output does not, or a runner failed on the model;
-    2 bad options or inputs that do not fit the model; 3 a provider or extra is missing.
+    2 bad options or inputs that do not fit the model; 3 a provider or extra is missing, a
+    provider did not start, or the reference evaluator crashed.
     """
     config = compare_config(atol, rtol, tol, metric)
     options = ort_options(
@@ -215,6 +237,7 @@ def compare_command(
             trust_pickle=trust_pickle,
             config=config,
             localize=localize,
+            runtime=runtime,
             progress=progress,
         )
     if fmt == Format.json:

@@ -22,12 +22,17 @@ from onnxgate.cli._options import (
     DimOpt,
     InputsOpt,
     MetricOpt,
+    OptLevelOpt,
+    ProviderOptionOpt,
     ProvidersOpt,
     RangeOpt,
     RtolOpt,
     SeedOpt,
+    SessionConfigOpt,
+    ThreadsOpt,
     TolOpt,
     compare_config,
+    ort_options,
 )
 from onnxgate.contract import Cell, VerifyReport, contract_paths, init_contract, verify
 from onnxgate.data import parse_dims, parse_ranges
@@ -62,6 +67,14 @@ def init_command(
         bool, typer.Option("--trust-pickle", help="Allow a sklearn: reference to be unpickled.")
     ] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing contract.")] = False,
+    no_second_opinion: Annotated[
+        bool,
+        typer.Option(
+            "--no-second-opinion",
+            help="Keep the golden outputs without a second runner's agreement, for models the "
+            "second runner cannot run; the contract records it.",
+        ),
+    ] = False,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """Write the contract of a model exported elsewhere.
@@ -70,11 +83,19 @@ def init_command(
     golden samples were made at, the requirements (IR, opsets, custom domains, the oldest ONNX
     Runtime release that admits them) and golden samples: inputs (synthetic with every symbolic
     dimension at 1 and at 7 unless --inputs or --dim say otherwise) with the outputs of
-    `--reference` (the ONNX reference evaluator by default, which shares no code with ONNX
-    Runtime), and the tolerance each output will be verified with.
+    `--reference` (the ONNX reference evaluator by default, with onnxgate's corrections of its
+    known bugs; it shares no code with ONNX Runtime), and the tolerance each output will be
+    verified with.
 
-    Exit codes: 0 written; 1 the reference failed on the model; 2 bad options, a malformed model
-    or an existing contract without --force; 3 a missing extra.
+    A second opinion checks the golden outputs before anything is written: ONNX Runtime with
+    optimisations off when they come from the reference evaluator or a framework, the reference
+    evaluator when they come from ONNX Runtime. If the two disagree, nothing is written, the
+    command exits 1 and names the first diverging node, replayed alone on both.
+
+    Exit codes: 0 written; 1 the reference failed on the model or the second opinion disagrees;
+    2 bad options, a malformed model or an existing contract without --force; 3 a missing extra,
+    or the reference evaluator crashed on the model (take the golden outputs from ONNX Runtime:
+    `--reference ort:disable`).
     """
     config = compare_config(atol, rtol, tol, metric)
     with progress_line(fmt == Format.text) as progress:
@@ -88,6 +109,7 @@ def init_command(
             config=config,
             trust_pickle=trust_pickle,
             force=force,
+            second_opinion=not no_second_opinion,
             progress=progress,
         )
     if fmt == Format.json:
@@ -106,6 +128,10 @@ def init_command(
             out.print(f"  {escape(rule.output)}: {escape(how)}")
         if golden.skipped_outputs:
             out.print(f"  not kept (not tensors): {escape(', '.join(golden.skipped_outputs))}")
+        opinion = golden.second_opinion
+        if opinion is not None:
+            who = f"{opinion.runner} agreed: " if opinion.agreed else ""
+            out.print(f"  second opinion: {escape(who + opinion.detail)}")
     r = contract.requirements
     out.print(
         f"  requires IR {r.ir_version}, opsets {r.opsets}; oldest ONNX Runtime: {r.min_runtime or 'unknown'}"
@@ -154,12 +180,17 @@ def verify_command(
         typer.Option(
             "--runtime",
             "-r",
-            help="Runtimes to verify on, comma-separated or repeated: 'installed' (default) or "
-            "releases such as onnxruntime==1.16.3, each run in an isolated environment.",
+            help="Runtimes to verify on, comma-separated or repeated: 'installed' (default), "
+            "releases such as onnxruntime==1.16.3, or other ONNX Runtime packages such as "
+            "onnxruntime-openvino==1.24.1, each run in an isolated environment.",
             show_default=False,
         ),
     ] = None,
     providers: ProvidersOpt = None,
+    provider_option: ProviderOptionOpt = None,
+    opt_level: OptLevelOpt = "all",
+    threads: ThreadsOpt = 0,
+    session_config: SessionConfigOpt = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """Does the contract hold on this host, or on named ONNX Runtime releases?
@@ -167,14 +198,21 @@ def verify_command(
     Before anything runs, the model's and its side files' sha256 must match the contract. Then,
     per runtime: the model loads; every compute node is on the first requested provider
     (CPU by default); every golden sample is within its output's rule. Several runtimes give a
-    matrix with the reason for each failing cell.
+    matrix with the reason for each failing cell. Every check on every runtime applies the same
+    session settings (providers with their options, level, threads, config entries), and the
+    JSON report says what each session applied; where placement must run the model (releases
+    before 1.24) it runs the golden samples.
+
+    Example: `onnxgate verify model.onnx -r installed -r onnxruntime-openvino==1.24.1
+    --providers openvino`
 
     Exit codes: 0 every cell passed; 1 a cell failed or the model changed; 2 no contract, or a
-    damaged one; 3 a provider or runtime cannot be had.
+    damaged one; 3 a provider or runtime cannot be had, or a provider did not start.
     """
+    options = ort_options(providers, opt_level, threads, session_config, None, provider_option)
     with progress_line(fmt == Format.text) as progress:
         report = verify(
-            model, runtimes=runtime or ["installed"], providers=providers, progress=progress
+            model, runtimes=runtime or ["installed"], options=options, progress=progress
         )
     if fmt == Format.json:
         emit_json(report.model_dump(mode="json"))

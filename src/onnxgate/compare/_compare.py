@@ -27,6 +27,7 @@ from onnxgate.compare._metrics import (
     structure,
 )
 from onnxgate.compare._report import CompareReport, Divergence, OutputComparison, SampleResult
+from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.data import (
     Sample,
     ValueRange,
@@ -385,6 +386,7 @@ def compare_runners(
                     reference_ms=b.latency_ns / 1e6,
                 )
             )
+        ran = {"candidate": candidate.info(), "reference": reference.info()}
         outputs = [_merge(results, config.criterion(name)) for name, results in per_output.items()]
         passed = all(o.passed for o in outputs)
         divergence = None
@@ -395,6 +397,7 @@ def compare_runners(
         model=model_label,
         candidate=candidate.name,
         reference=reference.name,
+        ran=ran,
         samples=sample_results,
         outputs=outputs,
         first_divergence=divergence,
@@ -434,6 +437,31 @@ def _localize_worst(
         return None
 
 
+def _isolated(
+    runner: Runner,
+    model: LoadedModel,
+    spec: RuntimeSpec,
+    samples: Sequence[Sample],
+    progress: Callable[[str], None] | None,
+) -> Runner:
+    """The ONNX Runtime candidate moved to another release or package, settings and all."""
+    from onnxgate.runners import OrtRunner
+    from onnxgate.runners._isolated import IsolatedOrtRunner
+
+    if not isinstance(runner, OrtRunner) or runner.model is not model:
+        raise ConfigError(
+            f"--runtime {spec} runs the candidate on another ONNX Runtime; the candidate "
+            f"{runner.name} is not ONNX Runtime on this model.",
+            hint="Leave out --candidate (or use ort / ort:LEVEL,PROVIDERS) with --runtime.",
+        )
+    if runner.options.optimized_model_path is not None:
+        raise ConfigError(
+            "--save-optimized saves what the installed ONNX Runtime optimised; "
+            "it cannot go with --runtime."
+        )
+    return IsolatedOrtRunner(model, spec, samples, runner.options, progress=progress)
+
+
 def compare(
     model: str | Path | LoadedModel,
     against: str = "reference",
@@ -447,6 +475,7 @@ def compare(
     trust_pickle: bool = False,
     config: CompareConfig | None = None,
     localize: bool = False,
+    runtime: str | RuntimeSpec | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CompareReport:
     """Do two executions of a model agree? The library function behind ``onnxgate compare``.
@@ -463,6 +492,9 @@ def compare(
         trust_pickle: allow ``sklearn:`` references to be unpickled.
         config: tolerances and metrics.
         localize: when an output fails, find the first node whose outputs diverge.
+        runtime: run an ONNX Runtime candidate on another release or package
+            (``onnxruntime==1.20.1``, ``onnxruntime-openvino==1.24.1``) in its isolated
+            environment, with the same session settings.
         progress: called with a short message before each step.
     """
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
@@ -483,6 +515,9 @@ def compare(
         value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}
         data = f"synthetic (seed {seed})"
     cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
+    spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    if not spec.installed:
+        cand = _isolated(cand, loaded, spec, samples, progress)
     reference_options = ort_options
     if ort_options is not None and ort_options.optimized_model_path is not None:
         if not candidate.startswith("ort") and not candidate.endswith(".onnx"):
@@ -492,6 +527,12 @@ def compare(
             )
         # only the candidate's optimised model is saved; the reference must not overwrite it
         reference_options = dataclasses.replace(ort_options, optimized_model_path=None)
+    if not spec.installed and reference_options is not None:
+        # the providers were asked of the other runtime; the installed one runs on its own
+        # providers unless --against names them (ort:cuda)
+        reference_options = dataclasses.replace(
+            reference_options, providers=(), provider_options={}
+        )
     ref = make_runner(against, loaded, ort_options=reference_options, trust_pickle=trust_pickle)
     report = compare_runners(
         cand,

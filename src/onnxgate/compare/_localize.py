@@ -10,9 +10,10 @@ Tensors are matched by name and judged with the element rule at the global toler
 defaults unless ``--atol``/``--rtol`` are given), whatever rule the failing output had. Walking the
 candidate's main graph in topological order, the first node with a disagreeing output (one that
 something reads) whose read values were all compared and all agree is reported. That is where the
-difference first exceeds the tolerance: usually where it is introduced, but a node can also amplify
-a difference that was within tolerance, and the report says so when its inputs were not identical.
-Weights that differ between two model files are shown among the node's inputs.
+difference first exceeds the tolerance: where it is introduced, or where a difference within
+tolerance was amplified. Which of the two is measured, not guessed: the node is replayed alone on
+both sides with the same input tensors (``_replay.py``). Weights that differ between two model
+files are shown among the node's inputs.
 """
 
 from __future__ import annotations
@@ -24,9 +25,16 @@ import numpy as np
 from onnx import NodeProto, numpy_helper
 
 from onnxgate.compare._metrics import as_array, figures, kind
+from onnxgate.compare._replay import Replay, replay
 from onnxgate.compare._report import Divergence, TensorError
 from onnxgate.data import Sample
-from onnxgate.model import LoadedModel, dependency_order, graph_sources, subgraphs_of
+from onnxgate.model import (
+    LoadedModel,
+    constant_values,
+    dependency_order,
+    graph_sources,
+    subgraphs_of,
+)
 
 if TYPE_CHECKING:
     from onnxgate.compare._compare import CompareConfig
@@ -98,7 +106,8 @@ def localize(
     a_all = candidate.infer_all(sample.feeds)
     b_all = reference.infer_all(sample.feeds)
     graph = candidate.model.proto.graph
-    weights = {t.name for t in graph.initializer}
+    # values computed from weights alone are weights too: not exposed, the same on every run
+    weights = constant_values(graph)
     ordered, stuck = dependency_order(list(graph.node), graph_sources(graph))
     nodes: list[NodeProto] = [*ordered, *stuck]
     reads = {id(node): _reads(node) for node in nodes}
@@ -127,6 +136,16 @@ def localize(
             continue
         inputs = [errors[n] for n in computed] + _weight_errors(candidate, reference, node, config)
         outputs = [errors[o] for o in node.output if o in errors]
+        replayed = replay(
+            candidate,
+            reference,
+            node,
+            reads[id(node)],
+            a_all,
+            b_all,
+            config=config,
+            tensor_error=_tensor_error,
+        )
         return base.model_copy(
             update={
                 "found": True,
@@ -137,7 +156,8 @@ def localize(
                 "inputs": inputs,
                 "outputs": outputs,
                 "chain": _downstream(nodes[position + 1 :], set(node.output), disagrees, reads),
-                "note": _explain(inputs, outputs),
+                "replay": replayed,
+                "note": _explain(inputs, replayed),
             }
         )
     outputs_differ = any(not errors[o.name].agrees for o in graph.output if o.name in errors)
@@ -178,18 +198,17 @@ def _weight_errors(
     return found
 
 
-def _explain(inputs: list[TensorError], outputs: list[TensorError]) -> str | None:
+def _explain(inputs: list[TensorError], replayed: Replay) -> str:
+    """The finding in words: what replaying the node measured (changed weights if it could not)."""
     changed = [t.name for t in inputs if t.initializer and not t.agrees]
-    if changed:
-        return "its weight(s) " + ", ".join(changed) + " differ between the two files"
-    drift = max((t.max_abs or 0.0 for t in inputs if not t.initializer), default=0.0)
-    worst = max((t.max_abs or 0.0 for t in outputs), default=0.0)
-    if drift > 0:
+    if changed and replayed.verdict == "not replayed":
         return (
-            f"its inputs already differ by up to {drift:.3g} (within tolerance) and its outputs "
-            f"by {worst:.3g}: this node may amplify a small difference rather than introduce one"
+            "its weight(s) "
+            + ", ".join(changed)
+            + " differ between the two files; "
+            + replayed.statement
         )
-    return "its inputs are identical on both sides, so the difference starts in this node"
+    return replayed.statement
 
 
 def _downstream(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate.compare._metrics import RULE, Figures
+from onnxgate.runners._base import RunnerInfo
 
 
 class OutputComparison(Figures):
@@ -66,6 +69,40 @@ class TensorError(BaseModel):
     note: str | None = None
 
 
+class KnownDeviation(BaseModel):
+    """A deviation onnxgate has triaged against the operator specification."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wrong: Literal["reference", "onnxruntime"]
+    """The side the specification does not support."""
+    summary: str
+    spec: str
+    fixed: bool
+    """Whether onnxgate's reference runner overrides the evaluator's implementation."""
+
+
+class Replay(BaseModel):
+    """The diverging node run alone on both sides with the same input tensors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operator: str
+    """``BatchNormalization-9``: the op type and the version of its schema the model uses."""
+    verdict: Literal["differs on identical inputs", "amplified", "not replayed"]
+    outputs: list[TensorError] = []
+    """Each output of the lone node: candidate side against reference side on identical inputs."""
+    input_difference: float | None = None
+    """In the full run, the largest difference among the values the node reads."""
+    output_difference: float | None = None
+    """With ``amplified``: the reference implementation on the candidate's inputs against on its
+    own inputs; otherwise the largest difference on identical inputs."""
+    ratio: float | None = None
+    """``output_difference / input_difference`` when the node amplified a difference."""
+    deviation: KnownDeviation | None = None
+    statement: str
+
+
 class Divergence(BaseModel):
     """The first node whose outputs disagree while its computed inputs agree."""
 
@@ -84,6 +121,8 @@ class Divergence(BaseModel):
     outputs: list[TensorError] = []
     chain: list[str] = []
     """Nodes after it, in topological order, whose outputs also disagree."""
+    replay: Replay | None = None
+    """The node run alone on both sides with the same input tensors, and what that measured."""
     compared: int = 0
     """Tensors found under the same name on both sides and compared."""
     note: str | None = None
@@ -98,6 +137,8 @@ class CompareReport(BaseModel):
     model: str
     candidate: str
     reference: str
+    ran: dict[str, RunnerInfo] = {}
+    """``candidate`` and ``reference``: the runtime, its version and the settings it applied."""
     rule: str = RULE
     data: str = ""
     """Where the feeds came from: a file, or ``synthetic (seed N)``."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text
 from onnxgate._version import __version__
-from onnxgate.compare import CompareConfig
+from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compare._compare import declared_dtype
 from onnxgate.contract._schema import (
     CONTRACT_FORMAT,
@@ -24,6 +24,7 @@ from onnxgate.contract._schema import (
     OutputRule,
     Provenance,
     Requirements,
+    SecondOpinion,
     SignatureContract,
     ValueBound,
     contract_paths,
@@ -32,10 +33,10 @@ from onnxgate.contract._schema import (
     sha256_file,
 )
 from onnxgate.data import Sample, chosen_ranges, feeds_digest, validate_feeds
-from onnxgate.errors import ConfigError, ModelLoadError
+from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
-from onnxgate.runners import Inference, Runner
+from onnxgate.runners import Inference, Runner, RunnerInfo, TensorTap
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ class GoldenRunner:
     def infer(self, feeds: Mapping[str, Any]) -> Inference:
         """The stored outputs of the sample with these feeds."""
         return Inference(dict(self._outputs[feeds_digest(feeds)]), 0)
+
+    def info(self) -> RunnerInfo:
+        """Stored outputs: the runner that produced them is named, nothing runs."""
+        return RunnerInfo(name=self.name, runtime="golden file", settings={})
 
 
 def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
@@ -155,11 +160,14 @@ def write_contract(
     progress: Callable[[str], None] | None = None,
     outputs: Collection[str] | None = None,
     lineage: dict[str, Any] | None = None,
+    second_opinion: Runner | SecondOpinion | None = None,
 ) -> Contract:
     """Run ``reference`` on the samples and write ``<model>.contract.json`` and ``.golden.npz``.
 
     Both files are written atomically, the golden file first, so a contract never names a golden
-    file that is not complete.
+    file that is not complete. With a second-opinion runner, the golden outputs must agree with
+    it by the contract's own rules before anything is written; a disagreement raises with the
+    first diverging node, replayed.
 
     Args:
         loaded: the model the contract is about.
@@ -172,11 +180,15 @@ def write_contract(
         outputs: keep only these outputs (None = every tensor output); the others are recorded
             as skipped.
         lineage: the parent model and the step that made this one.
+        second_opinion: a runner that must agree with ``reference`` on the samples (see
+            ``second_opinion_for``), or the record of a cross-check made elsewhere (an export's
+            parity check) or of why none was taken.
 
     Raises:
         ConfigError: a contract exists already and ``force`` is not set.
         FeedError: a sample does not fit the model.
         RunFailed: the reference cannot run the model.
+        ParityError: the second opinion disagrees with the golden outputs (nothing is written).
     """
     contract_path, golden_path = contract_paths(loaded.path)
     if contract_path.exists() and not force:
@@ -190,6 +202,7 @@ def write_contract(
     golden: list[GoldenSample] = []
     skipped: set[str] = set()
     last_outputs: dict[str, np.ndarray] = {}
+    produced: list[tuple[Sample, dict[str, np.ndarray]]] = []
     with reference:
         for index, sample in enumerate(samples):
             feeds = validate_feeds(signature, sample.feeds, where=sample.label)
@@ -209,6 +222,7 @@ def write_contract(
             for name, value in kept.items():
                 arrays[f"{key}/out/{name}"] = value
             last_outputs = kept
+            produced.append((Sample(sample.label, feeds, dict(sample.dims)), kept))
             golden.append(
                 GoldenSample(
                     key=key,
@@ -223,6 +237,13 @@ def write_contract(
             f"{loaded.path}: no output is a tensor ({', '.join(sorted(skipped))}), so there is no "
             "golden value to keep."
         )
+    rules = rules_for(signature, last_outputs, config)
+    if isinstance(second_opinion, SecondOpinion):
+        opinion = second_opinion
+    elif second_opinion is not None:
+        opinion = cross_check(reference, second_opinion, produced, signature, rules, say)
+    else:
+        opinion = SecondOpinion(detail="none taken")
     data = _npz_bytes(arrays)
     # everything the contract needs is computed before either file is written
     info = describe(loaded)
@@ -254,13 +275,115 @@ def write_contract(
             sha256=hashlib.sha256(data).hexdigest(),
             produced_by=reference.name,
             samples=golden,
-            rules=rules_for(signature, last_outputs, config),
+            rules=rules,
             skipped_outputs=sorted(skipped),
+            second_opinion=opinion,
         ),
     )
     atomic_write_bytes(golden_path, data)
     atomic_write_text(contract_path, contract.model_dump_json(indent=2) + "\n")
     return contract
+
+
+def second_opinion_for(source: Runner, model: LoadedModel) -> Runner:
+    """The runner that checks golden outputs from ``source``: one that shares no code with it.
+
+    The reference evaluator is checked by ONNX Runtime with every graph optimisation off, so a
+    rewrite cannot be blamed; ONNX Runtime (any release or provider) by the reference evaluator;
+    a framework's module by ONNX Runtime running the exported model.
+    """
+    from onnxgate.runners import OrtOptions, OrtRunner, ReferenceRunner  # imports ONNX Runtime
+    from onnxgate.runners._isolated import IsolatedOrtRunner
+
+    if isinstance(source, OrtRunner | IsolatedOrtRunner):
+        return ReferenceRunner(model)
+    return OrtRunner(model, OrtOptions(optimization="disable"))
+
+
+def opinion_from(report: CompareReport, *, what: str) -> SecondOpinion:
+    """A cross-check made before the contract was written (an export's parity check), as recorded.
+
+    ``report`` compared ONNX Runtime (its candidate) with the golden source (its reference).
+    """
+    worst = max(report.outputs, key=lambda o: o.max_abs or 0.0, default=None)
+    figures = f"; worst max_abs {worst.max_abs or 0.0:.3g} ({worst.name})" if worst else ""
+    return SecondOpinion(
+        runner=report.candidate,
+        agreed=report.passed,
+        detail=f"{what}: {len(report.samples)} sample(s){figures}",
+    )
+
+
+def cross_check(
+    source: Runner,
+    second: Runner,
+    produced: Sequence[tuple[Sample, dict[str, np.ndarray]]],
+    signature: Signature,
+    rules: Sequence[OutputRule],
+    say: Callable[[str], None],
+) -> SecondOpinion:
+    """Judge golden outputs against a second runner by the contract's rules.
+
+    Raises:
+        ParityError: the second runner disagrees; the message names the failing output and the
+            first diverging node with what replaying it alone measured.
+        GateError: the second runner cannot run the model (the same class, with a hint).
+    """
+    config = config_from_rules(rules)
+    golden = GoldenRunner(produced, source.name, signature)
+    samples = [sample for sample, _ in produced]
+    say(f"second opinion: {second.name} on {len(samples)} golden sample(s)")
+    try:
+        report = compare_runners(second, golden, samples, signature=signature, config=config)
+    except GateError as err:
+        raise type(err)(
+            f"the second opinion on the golden outputs, {second.name}, could not run: "
+            f"{err.message}",
+            hint="Pass --no-second-opinion to keep golden outputs without one (the contract "
+            "records it), or take them from another --reference.",
+        ) from err
+    if report.passed:
+        worst = max(report.outputs, key=lambda o: o.max_abs or 0.0)
+        return SecondOpinion(
+            runner=second.name,
+            agreed=True,
+            detail=f"{len(samples)} sample(s); worst max_abs {worst.max_abs or 0.0:.3g} "
+            f"({worst.name})",
+        )
+    failed = next(o for o in report.outputs if not o.passed)
+    where = ""
+    if isinstance(second, TensorTap) and isinstance(source, TensorTap):
+        sample = next(s for s in samples if s.label == failed.worst_sample)
+        say(f"localising the disagreement on {sample.label}")
+        located = compare_runners(
+            second, source, [sample], signature=signature, config=config, localize=True
+        )
+        found = located.first_divergence
+        if found is not None and found.found:
+            where = f" First diverging node: {found.node} ({found.op_type}): {found.note}."
+        elif found is not None:
+            where = f" {found.note}."
+    raise ParityError(
+        f"the golden outputs from {source.name} disagree with a second opinion, {second.name}: "
+        f"{failed.name}: {failed.reason} (sample {failed.worst_sample}).{where} Nothing was "
+        "written.",
+        hint=_disagreement_hint(source),
+    )
+
+
+def _disagreement_hint(source: Runner) -> str:
+    from onnxgate.runners import ReferenceRunner
+
+    if isinstance(source, ReferenceRunner):
+        return (
+            "If the reference evaluator is wrong on this operator, take the golden outputs from "
+            "ONNX Runtime (--reference ort:disable); --no-second-opinion keeps them unchecked "
+            "(the contract records it)."
+        )
+    return (
+        "Check the node named above against the operator specification; --reference chooses "
+        "another source, --no-second-opinion keeps them unchecked (the contract records it)."
+    )
 
 
 def drop_stale_contract(model: Path) -> list[str]:
@@ -271,6 +394,21 @@ def drop_stale_contract(model: Path) -> list[str]:
             path.unlink()
             notices.append(f"removed {path.name}: it described the model this export replaced")
     return notices
+
+
+def contract_samples(model: Path) -> list[Sample] | None:
+    """The golden samples of the contract beside ``model``, or None when there is no contract.
+
+    Inputs at shapes the model was proven at, for steps that run the model without being given
+    data: never made-up shapes that do not fit it.
+
+    Raises:
+        ModelLoadError: the contract or its golden file is damaged.
+    """
+    if not contract_paths(model)[0].is_file():
+        return None
+    contract = load_contract(model)
+    return [sample for sample, _ in read_golden(contract, model)] or None
 
 
 def load_contract(model: Path) -> Contract:

@@ -104,6 +104,17 @@ class GoldenSample(_Strict):
     outputs: list[str]
 
 
+class SecondOpinion(_Strict):
+    """Whether a second, independent runner agreed with the golden outputs before they were kept."""
+
+    runner: str | None = None
+    """``onnxruntime[disable; CPUExecutionProvider]`` or ``reference``; None when none was asked."""
+    agreed: bool | None = None
+    """True when it agreed by the contract's rules; None when no second opinion was taken."""
+    detail: str
+    """The figures (``worst max_abs 2.4e-07 (y)``), or why none was taken."""
+
+
 class Golden(_Strict):
     """The golden file and how its expected outputs were produced."""
 
@@ -117,6 +128,9 @@ class Golden(_Strict):
     skipped_outputs: list[str] = []
     """Outputs not kept: sequences and maps (they cannot be stored without pickle), and outputs
     the step that wrote the contract did not judge (``quantize`` keeps the gated ones)."""
+    second_opinion: SecondOpinion | None = None
+    """The cross-check of ``produced_by`` by another runner (absent in contracts written before
+    onnxgate took one)."""
 
 
 class Machine(_Strict):

@@ -7,30 +7,43 @@ the contract's: a contract proves things about bytes, not about a file name.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, compare_runners
 from onnxgate.compat.providers import CPU, names
-from onnxgate.compat.runtime import RuntimeSpec
+from onnxgate.compat.runtime import RuntimeSpec, installed_runtime
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
     load_contract,
     read_golden,
+    second_opinion_for,
     write_contract,
 )
-from onnxgate.contract._schema import Contract, Provenance, contract_paths, identity, sha256_file
+from onnxgate.contract._schema import (
+    Contract,
+    Provenance,
+    SecondOpinion,
+    contract_paths,
+    identity,
+    sha256_file,
+)
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
 from onnxgate.errors import ConfigError, GateError, RunFailed, RuntimeEnvError, SessionFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.placement import placement
-from onnxgate.runners import make_runner
+from onnxgate.runners import Runner, RunnerInfo, make_runner
 from onnxgate.runners._isolated import IsolatedOrtRunner
+
+if TYPE_CHECKING:
+    from onnxgate.runners import OrtOptions
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +70,8 @@ class RuntimeResult(BaseModel):
     loads: Cell
     placement: Cell
     parity: Cell
+    ran: RunnerInfo | None = None
+    """What ran the golden samples: the runtime, its version and the settings its session applied."""
 
     @property
     def passed(self) -> bool:
@@ -118,16 +133,29 @@ def init_contract(
     config: CompareConfig | None = None,
     trust_pickle: bool = False,
     force: bool = False,
+    second_opinion: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> Contract:
     """Create the contract of a model exported elsewhere; the library side of ``contract init``.
 
-    Golden outputs come from ``reference`` (the ONNX reference evaluator by default, which shares
-    no code with ONNX Runtime; or any runner spec such as ``torch:pkg.mod:factory``).
+    Golden outputs come from ``reference`` (the ONNX reference evaluator by default, with
+    onnxgate's corrections, which shares no code with ONNX Runtime; or any runner spec such as
+    ``ort:disable`` or ``torch:pkg.mod:factory``). Unless ``second_opinion`` is off they must agree
+    with a second runner that shares no code with the first (``second_opinion_for``) before
+    anything is written; the contract records which was used.
+
+    Raises:
+        ParityError: the second opinion disagrees (the message names the first diverging node).
+        ReferenceFailed: the reference evaluator crashed on the model (exit 3; use ONNX Runtime).
     """
     loaded = load_model(model)
     samples = golden_samples(loaded, inputs=inputs, dims=dims, ranges=ranges, seed=seed)
     runner = make_runner(reference, loaded, trust_pickle=trust_pickle)
+    second: Runner | SecondOpinion = (
+        second_opinion_for(runner, loaded)
+        if second_opinion
+        else SecondOpinion(detail="not taken: --no-second-opinion")
+    )
     return write_contract(
         loaded,
         runner,
@@ -136,6 +164,7 @@ def init_contract(
         force=force,
         progress=progress,
         provenance=Provenance(onnxgate=__version__, exporter=None),
+        second_opinion=second,
     )
 
 
@@ -174,24 +203,21 @@ def _one_runtime(
     samples: list[Sample],
     expected: list,
     contract: Contract,
-    providers: list[str],
+    options: OrtOptions,
     progress: Callable[[str], None] | None,
 ) -> RuntimeResult:
     label = str(spec)
     if spec.installed:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            label = f"onnxruntime=={version('onnxruntime')} (installed)"
-        except PackageNotFoundError:
-            label = "installed"
+        found = installed_runtime()
+        label = f"{found[0]}=={found[1]} (installed)" if found else "installed"
     signature = Signature.from_graph(loaded.proto.graph)
+    candidate: Runner
     if spec.installed:
-        from onnxgate.runners import OrtOptions, OrtRunner  # imports ONNX Runtime
+        from onnxgate.runners import OrtRunner  # imports ONNX Runtime
 
-        candidate = OrtRunner(loaded, OrtOptions(providers=tuple(providers)))
+        candidate = OrtRunner(loaded, options)
     else:
-        candidate = IsolatedOrtRunner(loaded, spec, samples, providers=providers, progress=progress)
+        candidate = IsolatedOrtRunner(loaded, spec, samples, options, progress=progress)
     golden = GoldenRunner(
         expected, contract.golden.produced_by if contract.golden else "", signature
     )
@@ -207,13 +233,15 @@ def _one_runtime(
             loads=Cell(passed=False, reason=reason),
             placement=not_run,
             parity=not_run,
+            ran=candidate.info(),
         )
     except RunFailed as err:
         return RuntimeResult(
             runtime=label,
             loads=Cell(passed=True),
-            placement=_placement_cell(loaded, spec, providers),
+            placement=_placement_cell(loaded, spec, options, samples),
             parity=Cell(passed=False, reason=err.message),
+            ran=candidate.info(),
         )
     if report.passed:
         worst = max(report.outputs, key=lambda o: o.max_abs or 0.0, default=None)
@@ -229,8 +257,9 @@ def _one_runtime(
     return RuntimeResult(
         runtime=label,
         loads=Cell(passed=True),
-        placement=_placement_cell(loaded, spec, providers),
+        placement=_placement_cell(loaded, spec, options, samples),
         parity=parity,
+        ran=report.ran.get("candidate"),
     )
 
 
@@ -247,12 +276,20 @@ def _why_not_loaded(loaded: LoadedModel, spec: RuntimeSpec) -> str | None:
     return "; ".join(f"{f.code}: {f.message}" for f in blocking) or None
 
 
-def _placement_cell(loaded: LoadedModel, spec: RuntimeSpec, providers: list[str]) -> Cell:
-    required = providers[0] if providers else CPU
+def _placement_cell(
+    loaded: LoadedModel, spec: RuntimeSpec, options: OrtOptions, samples: list[Sample]
+) -> Cell:
+    """Every compute node on the first provider asked for, by a session with the same settings.
+
+    Where the audit must run the model (releases before 1.24) it runs the contract's golden
+    samples: never shapes the model was not proven at.
+    """
+    required = options.providers[0] if options.providers else CPU
     try:
-        audit = placement(loaded, providers or None, require=required, runtime=spec)
+        audit = placement(loaded, require=required, runtime=spec, options=options, samples=samples)
     except RunFailed as err:
         return Cell(passed=False, reason=err.message)
+    required = audit.required or required
     if audit.passed:
         return Cell(
             passed=True, reason=f"{len(audit.nodes)} node(s) on {required} ({audit.method})"
@@ -269,19 +306,35 @@ def verify(
     *,
     runtimes: Iterable[str] = ("installed",),
     providers: Iterable[str] | str | None = None,
+    options: OrtOptions | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> VerifyReport:
     """Check a model against its contract on each runtime; the library side of ``verify``.
 
+    Args:
+        model: the model beside its contract.
+        runtimes: ``installed`` and/or releases or packages (``onnxruntime==1.20.1``,
+            ``onnxruntime-openvino==1.24.1``), each in an isolated environment.
+        providers: providers in preference order, replacing those of ``options``; every compute
+            node must be on the first.
+        options: session settings, applied the same way on every runtime and by every check.
+        progress: called with a short message before slow steps.
+
     Raises:
         ModelLoadError: the model, its contract or its golden file is missing or damaged.
         ProviderUnavailable: a requested provider is not in a runtime's build.
+        ProviderFailed: a requested provider did not start on a runtime.
     """
+    from onnxgate.runners import OrtOptions
+
     loaded = load_model(model)
     contract = load_contract(loaded.path)
     if contract.golden is None:
         raise ConfigError(f"{loaded.path}: the contract has no golden samples to verify.")
-    wanted = names(providers)
+    options = options or OrtOptions()
+    if providers is not None:
+        options = dataclasses.replace(options, providers=tuple(names(providers)))
+    wanted = options.resolved_providers()  # full names, CPU appended
     specs = [RuntimeSpec.parse(r) for r in names(list(runtimes))]
     if not specs:
         raise ConfigError("--runtime names no runtime; use 'installed' or onnxruntime==X.Y.Z.")
@@ -297,7 +350,7 @@ def verify(
             model=str(loaded.path),
             contract=contract_file,
             identity=ident,
-            providers=wanted or [CPU],
+            providers=wanted,
             results=[
                 RuntimeResult(runtime=str(spec), loads=skipped, placement=skipped, parity=skipped)
                 for spec in specs
@@ -311,7 +364,7 @@ def verify(
             progress(f"verifying on {spec}")
         try:
             results.append(
-                _one_runtime(loaded, spec, samples, expected, contract, wanted, progress)
+                _one_runtime(loaded, spec, samples, expected, contract, options, progress)
             )
         except RuntimeEnvError as err:  # one release that cannot be installed is one failed row
             cell = Cell(passed=False, reason=err.message)
@@ -324,6 +377,6 @@ def verify(
         model=str(loaded.path),
         contract=contract_file,
         identity=ident,
-        providers=wanted or [CPU],
+        providers=wanted,
         results=results,
     )

@@ -22,7 +22,13 @@ from onnxgate._fs import staged_file
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
-from onnxgate.contract import Contract, Provenance, drop_stale_contract, write_contract
+from onnxgate.contract import (
+    Contract,
+    Provenance,
+    drop_stale_contract,
+    opinion_from,
+    write_contract,
+)
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, ExportError, ExtraMissing, FeedError, ParityError
 from onnxgate.model import Signature, load_model
@@ -240,6 +246,7 @@ def export_sklearn(
             ),
             config=config.compare,
             force=True,
+            second_opinion=opinion_from(report, what="the export's parity check on every row"),
         )
     return SklearnExportResult(
         path=config.out,

@@ -30,7 +30,13 @@ from onnxgate._stdout import stdout_to_stderr
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, CompareReport, compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
-from onnxgate.contract import Contract, Provenance, drop_stale_contract, write_contract
+from onnxgate.contract import (
+    Contract,
+    Provenance,
+    drop_stale_contract,
+    opinion_from,
+    write_contract,
+)
 from onnxgate.data import Sample, load_feeds
 from onnxgate.errors import ConfigError, ExportError, ParityError
 from onnxgate.export._diagnose import (
@@ -500,6 +506,7 @@ def export_torch(
             ),
             config=config.compare,
             force=True,
+            second_opinion=opinion_from(report, what="the export's parity check"),
         )
     opsets = {o.domain or "ai.onnx": o.version for o in final.proto.opset_import}
     return TorchExportResult(

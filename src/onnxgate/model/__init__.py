@@ -10,6 +10,7 @@ from onnxgate.model._types import (
     value_types,
 )
 from onnxgate.model._walk import (
+    constant_values,
     dependency_order,
     graph_sources,
     iter_graphs,
@@ -27,6 +28,7 @@ __all__ = [
     "LoadedModel",
     "Signature",
     "TensorSpec",
+    "constant_values",
     "dependency_order",
     "dtype_name",
     "elem_type_name",

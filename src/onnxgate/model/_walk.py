@@ -121,3 +121,26 @@ def graph_sources(graph: GraphProto) -> set[str]:
         | {t.name for t in graph.initializer}
         | {s.values.name for s in graph.sparse_initializer}
     )
+
+
+def constant_values(graph: GraphProto) -> set[str]:
+    """Values of the main graph computed from weights alone: initializers and what follows.
+
+    A node is constant when it has no subgraph, is not random, and reads only initializers,
+    ``Constant`` outputs or other constant values (``Reshape`` of a weight, say). Such values are
+    the same on every run; localisation treats them as weights, and they are not exposed as
+    outputs (the OpenVINO provider rejects a model whose constant-folded value is an output).
+    """
+    constant = {t.name for t in graph.initializer} | {
+        s.values.name for s in graph.sparse_initializer
+    }
+    ordered, _ = dependency_order(list(graph.node), graph_sources(graph))
+    for node in ordered:
+        if node.domain not in ("", "ai.onnx") or "Random" in node.op_type:
+            continue
+        if node.op_type in ("Bernoulli", "Multinomial") or any(True for _ in subgraphs_of(node)):
+            continue
+        reads = [name for name in node.input if name]
+        if (reads or node.op_type == "Constant") and all(name in constant for name in reads):
+            constant.update(o for o in node.output if o)
+    return constant

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate.compat.providers import CPU
+from onnxgate.contract import contract_samples
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, FeedError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -386,6 +388,10 @@ def report_from_trace(
     )
 
 
+def _elements(sample: Sample) -> int:
+    return sum(int(np.asarray(v).size) for v in sample.feeds.values())
+
+
 def _sample(
     loaded: LoadedModel, signature: Signature, config: ProfileConfig, notes: list[str]
 ) -> Sample:
@@ -399,6 +405,15 @@ def _sample(
                 f"({samples[0].label}) was profiled"
             )
         return samples[0]
+    if not config.dims and config.batch is None and not config.ranges:
+        golden = contract_samples(loaded.path)
+        if golden:
+            sample = max(golden, key=_elements)
+            notes.append(
+                f"profiled on the contract's golden sample {sample.label} (the largest of "
+                f"{len(golden)}): shapes the model was proven at; --dim or --inputs choose others"
+            )
+            return sample
     dims: dict[str, int] = dict(config.dims)
     if config.batch is not None:
         name = batch_dim(signature)
