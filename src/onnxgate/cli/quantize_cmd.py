@@ -26,6 +26,7 @@ from onnxgate.quantize import (
     QuantizeReport,
     quantize,
 )
+from onnxgate.quantize._speed import growth_text, shape_text
 
 _DATA = (
     "an .npz (one sample), a folder of .npz files or test_data_set_* folders, a JSON file, or "
@@ -111,25 +112,70 @@ def render(report: QuantizeReport) -> None:
         f"{report.quantized_nodes} integer/conversion node(s)"
     )
     for row in report.latency:
-        shape = ",".join(f"{k}={v}" for k, v in row.dims.items())
-        price = f" (all int8: {row.all_int8_ms:.2f} ms)" if row.all_int8_ms is not None else ""
-        out.print(
-            f"  latency {escape(shape)}: {row.float_ms:.2f} ms -> {row.quantized_ms:.2f} ms "
-            f"(x{row.speedup:.2f}){price}{' [yellow]noisy[/]' if row.noisy else ''}"
+        price = f" (all int8: {row.all_int8_ms:.3g} ms)" if row.all_int8_ms is not None else ""
+        low, high = row.interval or (row.speedup, row.speedup)
+        verdict = {"slower": "[red]slower[/]", "faster": "[green]faster[/]"}.get(
+            row.verdict or "", row.verdict or ""
         )
+        out.print(
+            f"  latency at {escape(shape_text(row.dims))}: {row.float_ms:.3g} ms -> "
+            f"{row.quantized_ms:.3g} ms (x{row.speedup:.2f}, 90% interval {low:.2f}-{high:.2f}, "
+            f"{verdict}; {row.float_runs} float and {row.quantized_runs} quantised runs){price}"
+            f"{' [yellow]noisy[/]' if row.noisy else ''}"
+        )
+    _render_speed(report)
     for warning in report.warnings:
         out.print(f"[yellow]warning:[/] {escape(warning)}")
     if report.passed:
         written = f"wrote {escape(report.out or '')}"
         if report.contract:
             written += f" and {escape(Path(report.contract).name)}"
+        speed = (
+            "speed not gated"
+            if not report.speed.gated
+            else "slower, allowed (--allow-slower)"
+            if report.speed.verdict == "slower"
+            else f"speed {report.speed.verdict}"
+        )
         out.print(
-            f"[bold green]PASS[/]  within the budget (max drop {report.max_drop:g}); {written}"
+            f"[bold green]PASS[/]  within the budget (max drop {report.max_drop:g}), {speed}; "
+            f"{written}"
         )
     else:
         out.print(
             f"[bold red]FAIL[/]  {escape(report.reason or 'the budget was missed')}; nothing written"
         )
+
+
+def _render_speed(report: QuantizeReport) -> None:
+    speed = report.speed
+    if not speed.gated:
+        out.print(f"  speed: [yellow]{escape(speed.note)}[/]")
+        return
+    colour = {"slower": "red", "faster": "green"}.get(speed.verdict or "", "default")
+    out.print(f"  speed: [{colour}]{escape(speed.note)}[/]")
+    out.print(f"    ({escape(speed.method)})")
+    cost = speed.cost
+    if cost is None:
+        return
+    out.print(
+        f"  where the time goes (ONNX Runtime's profiler at {escape(shape_text(cost.dims))}, "
+        f"{cost.runs} runs): per run {cost.float_run_ms:.3g} ms float -> "
+        f"{cost.quantized_run_ms:.3g} ms quantised, of which kernels {cost.float_ms:.3g} ms -> "
+        f"{cost.quantized_ms:.3g} ms"
+        + ("; grown most:" if cost.grown else "; no op type's kernel time grew")
+    )
+    for growth in cost.grown:
+        out.print(f"    {escape(growth_text(growth))}")
+    if cost.nodes:
+        out.print("  slowest quantised nodes:")
+        for node in cost.nodes:
+            shapes = f"{', '.join(node.inputs)} -> {', '.join(node.outputs)}"
+            out.print(
+                f"    {escape(node.node)} ({node.op_type}) {node.ms:.3g} ms ({node.share:.0%}): "
+                f"{escape(shapes)}"
+            )
+    out.print(f"  [bold]hint:[/] {escape(cost.hint)}")
 
 
 def _split(items: list[str] | None) -> tuple[str, ...]:
@@ -279,11 +325,29 @@ def quantize_command(
         ),
     ] = None,
     no_bench: Annotated[
-        bool, typer.Option("--no-bench", help="Do not time float vs quantised.")
+        bool,
+        typer.Option(
+            "--no-bench",
+            help="Do not time float vs quantised: the speed is then not gated, and the report "
+            "says so.",
+        ),
+    ] = False,
+    allow_slower: Annotated[
+        bool,
+        typer.Option(
+            "--allow-slower",
+            help="Write the quantised model even when it is slower than the float one beyond "
+            "noise (a warning, and the figures in the report and the contract's lineage). "
+            "Without it such a model fails the gate: exit 1, nothing written.",
+        ),
     ] = False,
     bench_budget: Annotated[
-        float, typer.Option("--bench-budget", help="Seconds of timed runs per model and shape.")
-    ] = 0.5,
+        float,
+        typer.Option(
+            "--bench-budget",
+            help="Seconds of timed runs per model and shape (at least 10 runs each).",
+        ),
+    ] = 1.0,
     bench_batch: Annotated[
         list[str] | None,
         typer.Option(
@@ -295,6 +359,15 @@ def quantize_command(
     ] = None,
     no_contract: Annotated[
         bool, typer.Option("--no-contract", help="Do not write the contract.")
+    ] = False,
+    no_second_opinion: Annotated[
+        bool,
+        typer.Option(
+            "--no-second-opinion",
+            help="Keep the contract's golden outputs (the float model's, from ONNX Runtime) "
+            "without checking them with the reference evaluator, for models it cannot run; the "
+            "contract records it.",
+        ),
     ] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic evaluation feeds.")] = 0,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
@@ -308,17 +381,28 @@ def quantize_command(
     by the error it causes (on the calibration data in static mode; on the evaluation data in
     dynamic mode, so nodes kept in float are then chosen on the evaluation data); the worst are
     kept in float until the budget is met. The gate takes its figures per row over all evaluation
-    rows: the mean row cosine (worst row reported), top-1 agreement, or label accuracy. The report
-    shows every attempt, the nodes kept in float, size and latency before and after; the written
-    model gets a contract naming its parent and the gate it passed, whose golden samples keep the
-    gated outputs with the gate's rules as `verify` measures them.
+    rows: the mean row cosine (worst row reported), top-1 agreement, or label accuracy.
+
+    Speed is gated too: the model that met the budget is timed against the float model, each in a
+    worker process of its own with runs interleaved, at each `--bench-batch` shape. It fails when
+    the 90% bootstrap interval of the speed-up (float median / quantised median) lies entirely
+    below 1 at any shape: slower beyond noise, exit 1, nothing written, and both models are
+    profiled to name the op types whose time grew, with a hint. An interval that holds 1 is not
+    slower beyond noise: it passes, with the figures. `--allow-slower` writes a slower model
+    anyway, with a warning; `--no-bench` skips the timing and the report says speed was not gated.
+
+    The report shows every attempt, the nodes kept in float, size and latency before and after;
+    the written model gets a contract naming its parent and the gates it passed (speed figures
+    included), whose golden samples keep the gated outputs with the gate's rules as `verify`
+    measures them.
 
     Examples: `onnxgate quantize model.onnx -o model.int8.onnx --eval eval.npz` ·
     `onnxgate quantize model.onnx -o q.onnx --mode static --calibration calib/ --eval eval.npz
     --labels eval_labels.npy`
 
-    Exit codes: 0 the gate passed and the model was written; 1 the budget was missed (nothing
-    written); 2 bad options or data, a model that is quantised already or has nothing to
+    Exit codes: 0 the gates passed and the model was written; 1 the budget was missed, or the
+    quantised model is slower beyond noise without --allow-slower, or a model failed to run
+    (nothing written); 2 bad options or data, a model that is quantised already or has nothing to
     quantise (nothing written); 3 a missing extra or runtime.
     """
     try:
@@ -345,7 +429,9 @@ def quantize_command(
             bench=not no_bench,
             bench_budget_s=bench_budget,
             bench_batches=_ints(bench_batch),
+            allow_slower=allow_slower,
             contract=not no_contract,
+            second_opinion=not no_second_opinion,
             seed=seed,
         )
     except ValueError as err:  # pydantic's ValidationError: a value outside its choices

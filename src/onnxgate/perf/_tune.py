@@ -55,6 +55,7 @@ from onnxgate.perf._bench import batch_dim
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
+from onnxgate.perf._stats import improvement
 from onnxgate.perf._tuned import record_tuning
 
 log = logging.getLogger(__name__)
@@ -214,35 +215,6 @@ def timing(
         cv=statistics.pstdev(latencies) / mean if mean > 0 else 0.0,
         throughput=batch * 1000.0 / mean if mean > 0 else 0.0,
     )
-
-
-def improvement(
-    defaults: Sequence[float],
-    best: Sequence[float],
-    objective: Objective,
-    *,
-    draws: int = 2000,
-    seed: int = 0,
-) -> tuple[float, tuple[float, float]]:
-    """How much better ``best`` is than ``defaults`` (above 1 is better), with a 90% interval.
-
-    Latency compares medians (defaults' p50 / best's p50); throughput compares means (samples/s
-    at the batch, best / defaults). The interval is a percentile bootstrap: both samples are
-    resampled with replacement ``draws`` times.
-    """
-    a, b = np.asarray(defaults, float), np.asarray(best, float)
-    stat = np.median if objective == "latency" else np.mean
-    ratio = float(stat(a) / stat(b))
-    rng = np.random.default_rng(seed)
-    ratios = []
-    step = max(1, 2_000_000 // max(len(a), len(b)))  # bounded memory for long contests
-    for start in range(0, draws, step):
-        n = min(step, draws - start)
-        ra = stat(a[rng.integers(0, len(a), (n, len(a)))], axis=1)
-        rb = stat(b[rng.integers(0, len(b), (n, len(b)))], axis=1)
-        ratios.append(ra / rb)
-    low, high = np.percentile(np.concatenate(ratios), [5, 95])
-    return ratio, (float(low), float(high))
 
 
 def _tuning_sample(

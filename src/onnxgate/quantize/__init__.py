@@ -1,5 +1,8 @@
 """Quantisation to int8 with an accuracy gate on real data, and a search for what to keep in float.
 
+The quantised model must also not be slower than its float parent on this machine beyond noise
+(timed against it in worker processes; ``allow_slower`` writes it anyway).
+
 ONNX Runtime's ``onnxruntime.quantization`` is imported only when a model is quantised.
 """
 
@@ -21,8 +24,12 @@ from onnxgate.quantize._report import (
     DataInfo,
     GateFigure,
     Latency,
+    NodeCost,
     NodeScore,
+    OpGrowth,
     QuantizeReport,
+    SpeedCost,
+    SpeedGate,
 )
 
 __all__ = [
@@ -34,11 +41,15 @@ __all__ = [
     "DataInfo",
     "GateFigure",
     "Latency",
+    "NodeCost",
     "NodeScore",
+    "OpGrowth",
     "Preset",
     "QuantizeConfig",
     "QuantizeReport",
     "Settings",
+    "SpeedCost",
+    "SpeedGate",
     "cpu_features",
     "detect_preset",
     "quantize",

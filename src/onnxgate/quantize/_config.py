@@ -59,9 +59,11 @@ OPTION_NAMES = {
     "search": "--search",
     "max_excluded": "--max-excluded",
     "bench": "--no-bench",
+    "allow_slower": "--allow-slower",
     "bench_budget_s": "--bench-budget",
     "bench_batches": "--bench-batch",
     "contract": "--no-contract",
+    "second_opinion": "--no-second-opinion",
     "seed": "--seed",
 }
 """The command-line option of each ``QuantizeConfig`` field, for error messages."""
@@ -184,9 +186,17 @@ class QuantizeConfig(BaseModel):
     max_excluded: int | None = None
     """The most nodes the search may keep in float (None = all but one); 0 = no search."""
     bench: bool = True
-    bench_budget_s: float = 0.5
+    """Time float vs quantised and gate on speed; False: the report says speed was not gated."""
+    bench_budget_s: float = 1.0
+    """Seconds of timed runs per model and shape (at least ``SPEED_MIN_RUNS`` runs)."""
     bench_batches: tuple[int, ...] = ()
+    allow_slower: bool = False
+    """Write a quantised model that is slower than the float one beyond noise (with a warning);
+    without it such a model fails the gate and nothing is written."""
     contract: bool = True
+    second_opinion: bool = True
+    """Check the contract's golden outputs (the float parent's, from ONNX Runtime) with the
+    reference evaluator on the float parent before anything is written."""
     seed: int = 0
 
     @field_validator("max_drop")

@@ -10,13 +10,20 @@ verifies against its own contract on the machine that made it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from onnxgate._version import __version__
 from onnxgate.compare import CompareConfig, Criterion, compare_runners
-from onnxgate.contract import Provenance, contract_paths, write_contract
+from onnxgate.contract import (
+    Provenance,
+    SecondOpinion,
+    contract_paths,
+    cross_check,
+    write_contract,
+)
+from onnxgate.contract._golden import rules_for
 from onnxgate.contract._schema import sha256_file
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError
@@ -102,6 +109,33 @@ def contract_rules(
     return CompareConfig(metrics=metrics), notices
 
 
+def second_opinion(
+    parent: LoadedModel,
+    judge: Judge,
+    signature: Signature,
+    samples: Sequence[Sample],
+    say: Callable[[str], None],
+) -> SecondOpinion:
+    """The golden outputs (the float parent's, from ONNX Runtime) checked by a second runner.
+
+    The reference evaluator runs the float parent; the outputs are judged by the element rule at
+    the default float tolerances (the contract's own rules are the quantised model's, looser).
+
+    Raises:
+        ParityError: they disagree (the message names the first diverging node, replayed).
+        ReferenceFailed: the reference evaluator cannot run the parent (``--no-second-opinion``).
+    """
+    from onnxgate.runners import OrtRunner, ReferenceRunner
+
+    gated = {r.output for r in judge.rules}
+    produced = []
+    for sample in samples:
+        outputs = judge.reference.infer(sample.feeds).outputs
+        produced.append((sample, {k: v for k, v in outputs.items() if k in gated}))
+    rules = rules_for(signature, produced[0][1], CompareConfig())
+    return cross_check(OrtRunner(parent), ReferenceRunner(parent), produced, signature, rules, say)
+
+
 def write_quantized_contract(
     out: Path,
     parent: LoadedModel,
@@ -109,12 +143,13 @@ def write_quantized_contract(
     evaluation: list[Sample],
     report: QuantizeReport,
     config: CompareConfig,
+    opinion: SecondOpinion,
 ) -> Path:
     """The quantised model's contract, with its lineage, written once.
 
     Golden samples are the float parent's outputs of the gated outputs (the others are recorded
     as skipped), judged by the gate's rules as ``contract_rules`` measured them; the lineage
-    names the parent and the gate result.
+    names the parent, the gate result and the speed gate (with the latencies behind it).
     """
     parent_contract = contract_paths(parent.path)[0]
     lineage = {
@@ -135,6 +170,9 @@ def write_quantized_contract(
             "ranked_on": report.ranked_on,
             "figures": [f.model_dump(mode="json") for f in report.gate],
         },
+        # whether it was timed, and when it is slower (written under --allow-slower), by how much
+        "speed": report.speed.model_dump(mode="json")
+        | {"latency": [row.model_dump(mode="json") for row in report.latency]},
     }
     write_contract(
         load_model(out),
@@ -149,5 +187,6 @@ def write_quantized_contract(
         force=True,
         outputs={r.output for r in judge.rules},
         lineage=lineage,
+        second_opinion=opinion,
     )
     return contract_paths(out)[0]

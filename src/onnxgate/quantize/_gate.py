@@ -32,7 +32,7 @@ from onnxgate.errors import ConfigError
 from onnxgate.model import Signature, load_model
 from onnxgate.quantize._config import QuantizeConfig
 from onnxgate.quantize._report import GateFigure
-from onnxgate.runners import Inference, Runner
+from onnxgate.runners import Inference, Runner, RunnerInfo
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,10 @@ class _Recorder:
         result = self.inner.infer(feeds)
         self.outputs.append(result.outputs)
         return result
+
+    def info(self) -> RunnerInfo:
+        """The wrapped runner's ``info()`` (what ran, with its settings): compare reports it."""
+        return self.inner.info()
 
 
 def _ort_runner(path: Path) -> Runner:

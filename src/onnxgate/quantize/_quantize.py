@@ -1,10 +1,12 @@
-"""``quantize()``: an int8 model inside a stated accuracy budget on real data, or a clear no.
+"""``quantize()``: an int8 model inside a stated accuracy budget and not slower, or a clear no.
 
 Every input is checked before ONNX Runtime is asked to do anything (the model is float and holds
 something to quantise, the data fit the model, the two data sets are different), so a bad input is
 an error with nothing written. The model is pre-processed, quantised with every candidate in int8
 and judged on the evaluation data; when it misses the budget the search keeps the worst nodes in
-float. Only a model that meets the budget is written, atomically, with a contract that names its
+float. The model that meets the budget is then timed against the float model (``_speed``): one
+that is slower beyond noise fails too, unless ``allow_slower``. Only a model that passes both is
+written, atomically, with a contract that names its
 parent and the gate it passed: the model first, then the contract, and when the contract cannot
 be written the model is removed again, so a failure leaves neither (and never a contract of an
 older model beside a new one).
@@ -21,10 +23,10 @@ from pathlib import Path
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
-from onnxgate.contract import contract_paths, drop_stale_contract, load_contract
+from onnxgate.contract import SecondOpinion, drop_stale_contract
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
-from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.model import Signature, load_model
 from onnxgate.quantize import _data, _ort
 from onnxgate.quantize._config import (
     DEFAULT_OP_TYPES,
@@ -34,7 +36,12 @@ from onnxgate.quantize._config import (
     resolve,
     where_quantised,
 )
-from onnxgate.quantize._contract import GOLDEN_SAMPLES, contract_rules, write_quantized_contract
+from onnxgate.quantize._contract import (
+    GOLDEN_SAMPLES,
+    contract_rules,
+    second_opinion,
+    write_quantized_contract,
+)
 from onnxgate.quantize._gate import Judge, gate_rules
 from onnxgate.quantize._ort import (
     candidates,
@@ -45,8 +52,24 @@ from onnxgate.quantize._ort import (
     refuse_unquantisable,
     unquantisable_present,
 )
-from onnxgate.quantize._report import Attempt, DataInfo, Latency, NodeScore, QuantizeReport
+from onnxgate.quantize._report import (
+    Attempt,
+    DataInfo,
+    Latency,
+    NodeScore,
+    QuantizeReport,
+    SpeedGate,
+)
 from onnxgate.quantize._search import naive, search
+from onnxgate.quantize._speed import (
+    figures_text,
+    growth_text,
+    judge_speed,
+    measure,
+    not_gated,
+    profile_cost,
+    timing_samples,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,72 +114,65 @@ def _reads_dequantised(proto: onnx.ModelProto, names: Sequence[str]) -> list[str
     )
 
 
-def _bench_plan(
-    loaded: LoadedModel, signature: Signature, config: QuantizeConfig, sample: Sample
-) -> tuple[list[int], dict[str, list[int]]]:
-    """Batch sizes and other dims to time.
-
-    Batches given, else the parent contract's batch bounds, else 1 and the evaluation batch;
-    other symbolic dims at the evaluation data's sizes.
-    """
-    from onnxgate.perf import batch_dim
-
-    dims = _data.sample_dims(signature, sample)
-    name = batch_dim(signature)
-    batches = list(config.bench_batches)
-    if not batches and name is not None:
-        contract_file = contract_paths(loaded.path)[0]
-        if contract_file.is_file():
-            try:
-                bound = load_contract(loaded.path).signature.dims.get(name)
-            except GateError:
-                bound = None
-            if bound is not None and bound.min is not None and bound.max is not None:
-                batches = sorted({bound.min, bound.max})
-        if not batches:
-            batches = sorted({1, dims.get(name, 1)})
-    others = {k: [v] for k, v in dims.items() if k != name}
-    return (batches if name is not None else []), others
-
-
-def _latency(
-    paths: dict[str, Path | None],
-    batches: list[int],
-    dims: dict[str, list[int]],
-    budget: float,
-    progress: Callable[[str], None],
-) -> tuple[list[Latency], list[str]]:
-    from onnxgate.perf import BenchConfig, bench
-
-    config = BenchConfig(batches=batches, dims=dims, budget_s=budget, warmup=3, min_runs=5)
-    results = {}
-    warnings: list[str] = []
-    for label, path in paths.items():
-        if path is None:
-            continue
-        progress(f"timing the {label} model")
-        try:
-            results[label] = bench(path, config).results
-        except GateError as err:
-            warnings.append(f"latency of the {label} model not measured: {err.message}")
-            return [], warnings
-    rows = []
-    for index, base in enumerate(results.get("float", [])):
-        quant = results["quantised"][index]
-        naive_ms = results["all-int8"][index].p50_ms if "all-int8" in results else None
-        rows.append(
-            Latency(
-                dims=base.dims,
-                float_ms=base.p50_ms,
-                quantized_ms=quant.p50_ms,
-                speedup=base.p50_ms / quant.p50_ms if quant.p50_ms > 0 else 0.0,
-                all_int8_ms=naive_ms,
-                noisy=base.noisy or quant.noisy,
-            )
+def _speed_gate(config: QuantizeConfig, delivered: bool) -> SpeedGate | None:
+    """The speed gate when the speed is not judged, saying why; None when it is to be timed."""
+    if not config.bench:
+        return not_gated(
+            "not gated (--no-bench): the quantised model was not timed and may be slower than "
+            "the float model",
+            allow_slower=config.allow_slower,
         )
-    if any(r.noisy for r in rows):
-        warnings.append("some latencies vary by more than 10% (CV): the machine is busy")
-    return rows, warnings
+    if not delivered:
+        return not_gated(
+            "not judged: the accuracy gate failed first", allow_slower=config.allow_slower
+        )
+    return None
+
+
+def _time_and_judge(
+    model: Path,
+    config: QuantizeConfig,
+    settings: Settings,
+    paths: dict[str, Path],
+    samples: list[Sample],
+    say: Callable[[str], None],
+) -> tuple[list[Latency], SpeedGate]:
+    """Time the models against each other; when slower, profile both to say what costs the time.
+
+    Raises:
+        GateError: a timing worker failed (the gate cannot judge the speed; nothing is written).
+    """
+    try:
+        rows = measure(
+            paths, samples, budget_s=config.bench_budget_s, seed=config.seed, progress=say
+        )
+    except GateError as err:
+        raise type(err)(
+            f"{model}: timing the float model against its quantised version failed, so the "
+            f"speed gate cannot judge it (nothing written): {err.message}",
+            hint=(err.hint + " " if err.hint else "")
+            + "--no-bench skips the speed gate (the report then says speed was not gated).",
+        ) from err
+    speed = judge_speed(rows, allow_slower=config.allow_slower)
+    if speed.verdict != "slower":
+        return rows, speed
+    worst = min(range(len(rows)), key=lambda i: rows[i].speedup)
+    try:
+        cost = profile_cost(
+            paths["float"],
+            paths["quantised"],
+            samples[worst],
+            settings,
+            say,
+            quantized_ms=rows[worst].quantized_ms,
+        )
+    except GateError as err:  # the verdict stands; only its explanation is missing
+        log.warning("profiling failed: %s", err.message)
+        return rows, speed.model_copy(
+            update={"note": f"{speed.note}; profiling it failed: {err.message}"}
+        )
+    log.info("slower at %s", figures_text(rows[worst]))
+    return rows, speed.model_copy(update={"cost": cost})
 
 
 def quantize(
@@ -173,13 +189,16 @@ def quantize(
         progress: called with a short message before each step.
 
     Returns:
-        The report; ``passed`` is False (and nothing is written) when the budget was missed.
+        The report; ``passed`` is False (and nothing is written) when the budget was missed,
+        or when the quantised model is slower than the float one beyond noise on this machine
+        and ``config.allow_slower`` is not set (``report.speed`` says which op types grew).
 
     Raises:
         ModelLoadError: the model cannot be read.
         ConfigError: contradicting options, a quantised model, or nothing to quantise.
         FeedError: calibration or evaluation data that do not fit the model.
-        RunFailed: ONNX Runtime failed to quantise or run a model.
+        RunFailed: ONNX Runtime failed to quantise or run a model, or a timing worker failed.
+        InternalError: a timing worker failed in onnxgate's own code.
     """
     try:
         return _quantize(model, config, progress)
@@ -362,20 +381,33 @@ def _quantize(
                 "float readers; --quant-format qdq gives float readers the float tensor"
             )
         latency: list[Latency] = []
-        if config.bench and best is not None:
-            batches, dims = _bench_plan(loaded, signature, config, evaluation[0])
-            latency, bench_warnings = _latency(
-                {
-                    "float": source,
-                    "quantised": shown,
-                    "all-int8": all_int8 if excluded_names else None,
-                },
-                batches,
-                dims,
-                config.bench_budget_s,
+        speed = _speed_gate(config, best is not None)
+        if speed is None:
+            assert best is not None  # _speed_gate judges nothing without a delivered model
+            latency, speed = _time_and_judge(
+                loaded.path,
+                config,
+                settings,
+                {"float": source, "quantised": shown}
+                | ({"all-int8": all_int8} if excluded_names else {}),
+                timing_samples(loaded, signature, config, evaluation[0]),
                 say,
             )
-            warnings += bench_warnings
+            if not speed.passed:
+                best = None
+                cost = speed.cost.grown[:1] if speed.cost else []
+                reason = (
+                    f"the quantised model is {speed.note}"
+                    + "".join(f"; grown most: {growth_text(g)}" for g in cost)
+                    + "; --allow-slower writes it anyway"
+                )
+            elif speed.verdict == "slower":
+                warnings.append(f"the quantised model is {speed.note}")
+        if any(r.noisy for r in latency):
+            warnings.append(
+                "some latencies vary by more than 10% (CV): the machine is busy, so the "
+                "intervals are wide"
+            )
         report = QuantizeReport(
             passed=best is not None,
             model=str(loaded.path),
@@ -400,24 +432,31 @@ def _quantize(
             ops_before=_ops(loaded.proto),
             ops_after=_ops(shown_proto),
             latency=latency,
+            speed=speed,
             reason=reason,
         )
         if best is None:
             return report
         contract_config = None
+        opinion = SecondOpinion(detail="not taken: --no-second-opinion")
         if config.contract:
             say("measuring the contract's rules on its golden samples")
             contract_config, rule_notices = contract_rules(
                 shown, judge, signature, evaluation[:GOLDEN_SAMPLES], config.max_drop
             )
             report = report.model_copy(update={"notices": report.notices + rule_notices})
+            if config.second_opinion:
+                # before anything is written: golden outputs a second runner disputes are not kept
+                opinion = second_opinion(loaded, judge, signature, evaluation[:GOLDEN_SAMPLES], say)
         say(f"writing {out}")
         atomic_write_bytes(out, shown.read_bytes())
     if contract_config is None:
         dropped = drop_stale_contract(out)
         return report.model_copy(update={"notices": report.notices + dropped})
     try:
-        path = write_quantized_contract(out, loaded, judge, evaluation, report, contract_config)
+        path = write_quantized_contract(
+            out, loaded, judge, evaluation, report, contract_config, opinion
+        )
     except BaseException:
         # a model without its contract, or beside an older model's, would mislead: neither stays
         out.unlink(missing_ok=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate.quantize._config import Settings
@@ -61,25 +63,104 @@ class DataInfo(_Strict):
     rows: int
 
 
+SpeedVerdict = Literal["faster", "within noise", "slower"]
+"""Of the quantised model against the float one: ``faster`` when the whole 90% bootstrap interval
+of the speed-up lies above 1, ``slower`` when it lies below 1, ``within noise`` when it holds 1."""
+
+
 class Latency(_Strict):
-    """Median latency at one shape, float vs quantised (ms)."""
+    """Median latency at one shape, float vs quantised (ms), timed against each other."""
 
     dims: dict[str, int]
     float_ms: float
     quantized_ms: float
     speedup: float
+    """The float model's median over the quantised model's: above 1 the quantised one is faster."""
+    interval: tuple[float, float] | None = None
+    """90% percentile-bootstrap interval of ``speedup``."""
+    verdict: SpeedVerdict | None = None
+    float_runs: int = 0
+    quantized_runs: int = 0
     all_int8_ms: float | None = None
     """The model with no node kept in float, when the search kept some: the price of accuracy."""
     noisy: bool = False
 
 
+class OpGrowth(_Strict):
+    """One kind of work (an op type, or a float op with its integer forms), float vs quantised.
+
+    Conv, FusedConv, ConvInteger and QLinearConv are one kind (``Conv``); MatMul, Gemm and their
+    fused and integer forms another (``MatMul``); any other op type is its own kind. Times are
+    kernel time per run from ONNX Runtime's profiler, on the graph it optimised.
+    """
+
+    kind: str
+    float_ops: dict[str, float]
+    """Op type -> ms per run in the float model (empty: none of this kind ran there)."""
+    quantized_ops: dict[str, float]
+    """Op type -> ms per run in the quantised model."""
+    float_ms: float
+    quantized_ms: float
+    growth_ms: float
+    share: float
+    """This kind's share of the quantised model's kernel time."""
+
+
+class NodeCost(_Strict):
+    """One of the quantised model's slowest nodes, as ONNX Runtime ran it."""
+
+    node: str
+    op_type: str
+    ms: float
+    share: float
+    inputs: list[str]
+    outputs: list[str]
+
+
+class SpeedCost(_Strict):
+    """Where the quantised model loses its time: both models profiled at the slowest shape."""
+
+    dims: dict[str, int]
+    runs: int
+    """Profiled runs per model (after uncounted warm-up runs)."""
+    float_ms: float
+    """Kernel time per run of the float model (profiling overhead included)."""
+    quantized_ms: float
+    float_run_ms: float
+    """Whole ``run()`` per profiled run of the float model: kernels and ONNX Runtime's own work."""
+    quantized_run_ms: float
+    grown: list[OpGrowth]
+    """The kinds of work whose time grew, most first."""
+    nodes: list[NodeCost]
+    """The quantised model's slowest nodes."""
+    hint: str
+
+
+class SpeedGate(_Strict):
+    """Is the quantised model slower than the float one on this machine, beyond noise?"""
+
+    gated: bool
+    """False when the speed was not judged (``--no-bench``, or the accuracy gate failed first)."""
+    passed: bool | None = None
+    """None when not gated; False when it is slower and ``--allow-slower`` was not given."""
+    verdict: SpeedVerdict | None = None
+    """Over all shapes timed: slower at any shape, faster at every shape, else within noise."""
+    allow_slower: bool = False
+    note: str
+    """What decided, or why the speed was not judged."""
+    method: str = ""
+    cost: SpeedCost | None = None
+    """When it is slower: what costs the time."""
+
+
 class QuantizeReport(_Strict):
-    """What was quantised, how, whether it met the budget, and what it costs and saves."""
+    """What was quantised, how, whether it met the budget and is not slower, what it costs and saves."""
 
     passed: bool
     model: str
     out: str | None
-    """The written model; None when the budget was missed (nothing is written)."""
+    """The written model; None when the budget was missed or the quantised model is slower
+    (nothing is written)."""
     settings: Settings
     cpu_features: list[str]
     notices: list[str] = []
@@ -106,6 +187,7 @@ class QuantizeReport(_Strict):
     ops_before: dict[str, int] = {}
     ops_after: dict[str, int] = {}
     latency: list[Latency] = []
+    speed: SpeedGate
     contract: str | None = None
     reason: str | None = None
     """Why no model was delivered."""
