@@ -176,6 +176,8 @@ def test_bench_times_the_model_inside_openvinos_environment():
         "bench", str(MNIST), "-r", OPENVINO, "--providers", "openvino:precision=BF16", "--runs", "2"
     )
     assert code == 3 and error["error"] == "provider-failed", error
+    assert error["message"].startswith("onnxruntime-openvino 1.24.1: OpenVINOExecutionProvider")
+    assert "Nothing ran on CPU in its place" in error["hint"]
 
 
 @needs_mnist

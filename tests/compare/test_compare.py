@@ -767,3 +767,58 @@ def test_sklearn_reference_needs_trust_pickle(iris_classifier):
         compare(path, f"sklearn:{folder / 'classifier.joblib'}", inputs=inputs)
     assert "--trust-pickle" in str(info.value)
     assert "classifier.joblib" in info.value.message
+
+
+def _hard_sigmoid(alpha: float, prefix: str) -> onnx.ModelProto:
+    """x -> HardSigmoid(alpha) -> Neg, its nodes named with ``prefix`` (two exporters' names)."""
+    nodes = [
+        helper.make_node("HardSigmoid", ["x"], ["h"], name=f"{prefix}_hs", alpha=alpha),
+        helper.make_node("Neg", ["h"], ["y"], name=f"{prefix}_neg"),
+    ]
+    return model(nodes, [value("x")], [value("y")])
+
+
+def test_replay_finds_the_other_sides_node_by_the_tensors_it_writes(tmp_path):
+    """Two files, the same graph, other node names: the node is matched by its tensors."""
+    candidate = save(_hard_sigmoid(0.5, "c"), tmp_path / "c.onnx")
+    reference = save(_hard_sigmoid(0.01, "d"), tmp_path / "d.onnx")
+    divergence = compare(candidate, str(reference), localize=True).first_divergence
+    assert divergence.found and divergence.node == "c_hs"
+    assert divergence.replay.verdict == "differs on identical inputs"
+    assert "(attribute(s) alpha)" in divergence.note
+
+
+def _shifted(shift: float) -> onnx.ModelProto:
+    """(x + e) - x: the shift is within tolerance of x in [1, 2), the difference is not of 0."""
+    nodes = [
+        helper.make_node("Add", ["x", "e"], ["h"], name="shift"),
+        helper.make_node("Sub", ["h", "x"], ["y"], name="center"),
+    ]
+    e = numpy_helper.from_array(np.array(shift, np.float32), "e")
+    return model(nodes, [value("x")], [value("y")], initializers=[e])
+
+
+def test_a_difference_carried_through_is_not_called_amplified(tmp_path):
+    """Sub passes its inputs' difference on unchanged; it breaks the tolerance of a result near 0."""
+    candidate = save(_shifted(2e-5), tmp_path / "cand.onnx")
+    reference = save(_shifted(0.0), tmp_path / "ref.onnx")
+    report = compare(candidate, str(reference), localize=True, ranges={"x": ValueRange(1.0, 2.0)})
+    divergence = report.first_divergence
+    assert divergence.found and divergence.node == "center"
+    replay = divergence.replay
+    assert replay.verdict == "carried through"
+    assert replay.ratio == pytest.approx(1.0, rel=0.2)
+    assert "carried that through" in divergence.note and "amplified" not in divergence.note
+
+
+def test_a_failing_comparison_names_operator_versions_with_a_known_deviation():
+    from onnxgate.compare._replay import deviations_in
+
+    reduce = helper.make_node("ReduceMax", ["x"], ["y"], keepdims=0, name="rmax")
+    proto = model([reduce], [value("x")], [value("y", shape=("batch",))], opsets={"": 20})
+    (note,) = deviations_in(proto)
+    assert note.startswith("the model has ReduceMax-20 nodes, where ONNX Runtime is known to")
+    assert deviations_in(mlp()) == []  # nothing triaged there
+    # a deviation onnxgate corrects in its reference runner is not worth a note
+    norm = helper.make_node("Softmax", ["x"], ["y"], name="sm")
+    assert deviations_in(model([norm], [value("x")], [value("y")], opsets={"": 11})) == []

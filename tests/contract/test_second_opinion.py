@@ -94,7 +94,7 @@ def test_the_contract_records_which_second_opinion_was_taken(tmp_path, monkeypat
     assert golden.produced_by == "reference"
     opinion = golden.second_opinion
     assert opinion.agreed is True and opinion.runner.startswith("onnxruntime[disable")
-    assert opinion.detail.startswith("2 sample(s); worst max_abs")
+    assert opinion.detail.startswith("2 sample(s) of y; worst max_abs")
     # from ONNX Runtime, the reference evaluator is the second opinion
     golden = init_contract(path, reference="ort", force=True).golden
     assert golden.second_opinion.runner == "reference" and golden.second_opinion.agreed
@@ -108,3 +108,21 @@ def test_the_contract_records_which_second_opinion_was_taken(tmp_path, monkeypat
     opinion = load_contract(path).golden.second_opinion
     assert opinion.agreed is None and opinion.runner is None
     assert CliRunner().invoke(app, ["verify", str(path)]).exit_code == 0
+
+
+def test_bench_and_profile_use_the_contracts_samples_only_for_the_bytes_it_describes(tmp_path):
+    """A contract of a replaced model must not hand its shapes to steps that run the model."""
+    from onnxgate.contract import contract_samples
+    from onnxgate.perf import BenchConfig, ProfileConfig, bench, profile
+
+    path = save(mlp(), tmp_path / "m.onnx")
+    init_contract(path)
+    samples = contract_samples(path)
+    assert [s.label for s in samples] == [s.label for s in load_contract(path).golden.samples]
+    timed = bench(path, BenchConfig(runs=2, warmup=0))
+    assert [r.dims for r in timed.results] == [dict(s.dims) for s in samples]
+    assert any("golden samples" in w for w in timed.warnings)
+    assert any("golden sample" in n for n in profile(path, ProfileConfig(runs=1)).notes)
+    save(_two_adds(), path)  # replaced: the contract now describes other bytes
+    assert contract_samples(path) is None
+    assert not any("golden samples" in w for w in bench(path, BenchConfig(runs=2)).warnings)

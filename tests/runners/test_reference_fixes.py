@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from conftest import BACKEND_DATA
 from models import model, save, value
@@ -569,3 +569,21 @@ def test_importing_the_fixes_loads_neither_the_evaluator_nor_onnxruntime():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_onnxs_own_code_raising_under_an_override_is_the_evaluators(tmp_path):
+    """DequantizeLinear-13 is dispatched to onnx's own -19 class: a bad model fails there."""
+    scale = numpy_helper.from_array(np.ones(4, np.float32), "s")  # 4 scales for axis 1 of size 3
+    node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, name="dq")
+    proto = model(
+        [node],
+        [value("x", TensorProto.INT8, shape=[2, 3])],
+        [value("y", shape=[2, 3])],
+        initializers=[scale],
+        opsets={"": 13},
+        ir=7,
+    )
+    path = save(proto, tmp_path / "dq.onnx")
+    with ReferenceRunner(load_model(path)) as runner, pytest.raises(ReferenceFailed) as caught:
+        runner.infer({"x": np.ones((2, 3), np.int8)})
+    assert "node 'dq' (DequantizeLinear-13)" in caught.value.message

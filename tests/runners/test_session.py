@@ -119,6 +119,29 @@ def test_log_lines_lose_colour_and_prefix():
     assert lines == ["Failed to create X."]
 
 
+def test_only_onnx_runtimes_lines_are_kept_when_asked_and_captures_do_not_overlap():
+    """A progress display writing to stderr meanwhile must not become ONNX Runtime's reason."""
+    import os
+    import threading
+
+    def write(text: bytes):
+        return lambda: os.write(2, text)
+
+    spinner = b"\x1b[2K working: placing m.onnx on OpenVINOExecutionProvider ...\n"
+    line = b"2026-11-24 13:51:35.05 [E:onnxruntime:Default, x.cc:1 F] [ERROR] [OpenVINO] No.\n"
+    _, lines = _ortlog.captured(write(spinner + line), ort_only=True)
+    assert lines == ["[OpenVINO] No."]
+    before = os.readlink("/proc/self/fd/2")
+    threads = [
+        threading.Thread(target=_ortlog.captured, args=(write(b"x\n" * 1000),)) for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert os.readlink("/proc/self/fd/2") == before  # stderr is where it was
+
+
 def test_providers_take_their_options_inline():
     assert parse_providers(["openvino:precision=FP32,num_of_threads=2,cpu"]) == (
         ["openvino", "cpu"],

@@ -203,8 +203,9 @@ def verify_command(
     JSON report says what each session applied; where placement must run the model (releases
     before 1.24) it runs the golden samples.
 
-    Example: `onnxgate verify model.onnx -r installed -r onnxruntime-openvino==1.24.1
-    --providers openvino`
+    Examples: `onnxgate verify model.onnx -r installed -r onnxruntime==1.20.1` · `onnxgate verify
+    model.onnx -r onnxruntime-openvino==1.24.1 --providers openvino` (the providers are asked of
+    every runtime named: one that lacks them exits 3)
 
     Exit codes: 0 every cell passed; 1 a cell failed or the model changed; 2 no contract, or a
     damaged one; 3 a provider or runtime cannot be had, or a provider did not start.

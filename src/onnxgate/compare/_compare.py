@@ -26,6 +26,7 @@ from onnxgate.compare._metrics import (
     reorder,
     structure,
 )
+from onnxgate.compare._replay import deviations_in
 from onnxgate.compare._report import CompareReport, Divergence, OutputComparison, SampleResult
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.data import (
@@ -39,7 +40,7 @@ from onnxgate.data import (
 )
 from onnxgate.errors import ConfigError, FeedError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.runners import Runner, TensorTap, make_runner
+from onnxgate.runners import Runner, RunnerInfo, TensorTap, make_runner
 
 if TYPE_CHECKING:
     from onnxgate.runners import OrtOptions
@@ -307,6 +308,12 @@ def _same_inputs(runner: Runner, signature: Signature) -> None:
         )
 
 
+def _info(runner: Runner) -> RunnerInfo:
+    """What ran; a runner written before ``Runner.info`` existed is named, not refused."""
+    info = getattr(runner, "info", None)
+    return info() if callable(info) else RunnerInfo(name=runner.name, runtime="unknown")
+
+
 def compare_runners(
     candidate: Runner,
     reference: Runner,
@@ -386,7 +393,7 @@ def compare_runners(
                     reference_ms=b.latency_ns / 1e6,
                 )
             )
-        ran = {"candidate": candidate.info(), "reference": reference.info()}
+        ran = {"candidate": _info(candidate), "reference": _info(reference)}
         outputs = [_merge(results, config.criterion(name)) for name, results in per_output.items()]
         passed = all(o.passed for o in outputs)
         divergence = None
@@ -544,4 +551,5 @@ def compare(
         model_label=str(loaded.path),
         progress=progress,
     )
-    return report.model_copy(update={"data": data, "value_ranges": value_ranges})
+    notes = report.notes + ([] if report.passed else deviations_in(loaded.proto))
+    return report.model_copy(update={"data": data, "value_ranges": value_ranges, "notes": notes})

@@ -33,7 +33,7 @@ from onnxgate.model import (
     constant_values,
     dependency_order,
     graph_sources,
-    subgraphs_of,
+    node_reads,
 )
 
 if TYPE_CHECKING:
@@ -74,17 +74,6 @@ def _weight(model: LoadedModel, name: str) -> np.ndarray | None:
     return None
 
 
-def _reads(node: NodeProto) -> list[str]:
-    """Values a node reads: its inputs and what its subgraphs read from outside themselves."""
-    names = [n for n in node.input if n]
-    for graph in subgraphs_of(node):
-        inner = {o for sub in graph.node for o in sub.output} | {i.name for i in graph.input}
-        inner |= {t.name for t in graph.initializer}
-        for sub in graph.node:
-            names.extend(n for n in _reads(sub) if n not in inner)
-    return list(dict.fromkeys(names))
-
-
 def localize(
     candidate: TensorTap,
     reference: TensorTap,
@@ -110,7 +99,7 @@ def localize(
     weights = constant_values(graph)
     ordered, stuck = dependency_order(list(graph.node), graph_sources(graph))
     nodes: list[NodeProto] = [*ordered, *stuck]
-    reads = {id(node): _reads(node) for node in nodes}
+    reads = {id(node): node_reads(node) for node in nodes}
 
     errors: dict[str, TensorError] = {}
     for name in a_all.keys() & b_all.keys():
@@ -140,11 +129,11 @@ def localize(
             candidate,
             reference,
             node,
-            reads[id(node)],
             a_all,
             b_all,
             config=config,
             tensor_error=_tensor_error,
+            used=used,
         )
         return base.model_copy(
             update={

@@ -16,7 +16,6 @@ replay says which side the specification supports.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ from onnx import NodeProto, helper, numpy_helper
 from onnxgate.compare._report import KnownDeviation, Replay
 from onnxgate.compat.versions import opset_map
 from onnxgate.errors import GateError, first_line
-from onnxgate.model import LoadedModel, constant_values
+from onnxgate.model import LoadedModel, constant_values, node_reads
 
 if TYPE_CHECKING:
     from onnxgate.compare._compare import CompareConfig
@@ -45,16 +44,37 @@ def operator_label(node: NodeProto, model: onnx.ModelProto) -> tuple[str, int | 
 
 
 def _deviation(node: NodeProto, version: int | None) -> KnownDeviation | None:
-    from onnxgate.runners._reference_fixes import known_deviation
+    """The deviation still in effect for this operator version (a corrected one otherwise)."""
+    from onnxgate.runners._reference_fixes import known_deviations
 
     if version is None:
         return None
-    found = known_deviation(node.op_type, node.domain or "ai.onnx", version)
-    if found is None:
+    found = known_deviations(node.op_type, node.domain or "ai.onnx", version)
+    if not found:
         return None
+    chosen = next((d for d in found if not d.fixed), found[0])
     return KnownDeviation(
-        wrong=found.wrong, summary=found.summary, spec=found.spec, fixed=found.fixed
+        wrong=chosen.wrong, summary=chosen.summary, spec=chosen.spec, fixed=chosen.fixed
     )
+
+
+def deviations_in(model: onnx.ModelProto) -> list[str]:
+    """Notes for the operator versions of a model's main graph with a deviation still in effect.
+
+    ``compare`` adds them to a failing report: the cause may be a triaged deviation of one side.
+    """
+    notes = {}
+    for node in model.graph.node:
+        label, version = operator_label(node, model)
+        deviation = _deviation(node, version)
+        if deviation is None or deviation.fixed or label in notes:
+            continue
+        side = "ONNX Runtime" if deviation.wrong == "onnxruntime" else "the reference evaluator"
+        notes[label] = (
+            f"the model has {label} nodes, where {side} is known to deviate from the "
+            f"specification: {deviation.summary} (--localize replays the first diverging node)"
+        )
+    return list(notes.values())
 
 
 def lone_node_model(
@@ -117,59 +137,87 @@ def _run(tap: TensorTap, lone: LoadedModel, feeds: Mapping[str, Any]) -> dict[st
         return runner.infer(feeds).outputs
 
 
-def _reference_node(tap: TensorTap, node: NodeProto) -> NodeProto:
-    """The reference side's node of the same name (its own weights when two files are compared)."""
+def _reference_node(tap: TensorTap, node: NodeProto) -> NodeProto | None:
+    """The reference side's node writing the same tensors, or None.
+
+    Its own attributes and weights when two files are compared: localisation matched tensors by
+    name, and node names may differ between the files.
+    """
+    written = {o for o in node.output if o}
     for other in tap.model.proto.graph.node:
-        if node.name and other.name == node.name and other.op_type == node.op_type:
+        if written & {o for o in other.output if o} and other.op_type == node.op_type:
             return other
-    return node
+    return None
+
+
+def _not_replayed(label: str, drift: float, deviation: KnownDeviation | None, why: str) -> Replay:
+    return Replay(
+        operator=label,
+        verdict="not replayed",
+        input_difference=drift,
+        deviation=deviation,
+        statement=f"{label} could not be replayed alone: {why}",
+    )
 
 
 def replay(
     candidate: TensorTap,
     reference: TensorTap,
     node: NodeProto,
-    reads: list[str],
     a_all: Mapping[str, Any],
     b_all: Mapping[str, Any],
     *,
     config: CompareConfig,
     tensor_error: Any,
+    used: set[str] | None = None,
 ) -> Replay:
     """Run ``node`` alone on both sides with the reference side's input tensors; judge the result.
 
-    ``tensor_error(name, a, b, config)`` judges two tensors by the element rule.
+    Args:
+        candidate: the side under test; ``node`` is from its graph.
+        reference: the other side; its node writing the same tensors is replayed.
+        node: the first diverging node.
+        a_all: every tensor of the candidate's full run.
+        b_all: every tensor of the reference's full run.
+        config: the tolerance tensors are judged at.
+        tensor_error: ``tensor_error(name, a, b, config)`` judges two tensors by the element rule.
+        used: outputs something reads (or graph outputs); others, such as BatchNormalization's
+            training outputs, are not judged. All outputs when None.
     """
     label, version = operator_label(node, candidate.model.proto)
     deviation = _deviation(node, version)
     constant = constant_values(candidate.model.proto.graph)
+    reads = node_reads(node)
     computed = [n for n in reads if n not in constant]
     feeds = {n: b_all[n] for n in computed if n in b_all}
     drift = max(
         (tensor_error(n, a_all[n], b_all[n], config).max_abs or 0.0 for n in computed),
         default=0.0,
     )
+    counterpart = _reference_node(reference, node)
+    if counterpart is None:
+        why = f"the reference side has no {node.op_type} node writing {', '.join(node.output)}"
+        return _not_replayed(label, drift, deviation, why)
     try:
         mine = lone_node_model(candidate.model, node, reads, b_all)
-        theirs = lone_node_model(reference.model, _reference_node(reference, node), reads, b_all)
+        theirs = lone_node_model(reference.model, counterpart, node_reads(counterpart), b_all)
         a_out = _run(candidate, mine, feeds)
         b_out = _run(reference, theirs, feeds)
     except (GateError, ValueError) as err:
-        why = err.message if isinstance(err, GateError) else first_line(err)
-        return Replay(
-            operator=label,
-            verdict="not replayed",
-            input_difference=drift,
-            deviation=deviation,
-            statement=f"{label} could not be replayed alone: {why}",
+        return _not_replayed(
+            label, drift, deviation, err.message if isinstance(err, GateError) else first_line(err)
         )
-    outputs = [tensor_error(n, a_out[n], b_out[n], config) for n in b_out if n in a_out]
+    judged = [n for n in b_out if n in a_out and (used is None or n in used)]
+    if not judged:
+        why = "no output it writes could be compared on both sides"
+        return _not_replayed(label, drift, deviation, why)
+    outputs = [tensor_error(n, a_out[n], b_out[n], config) for n in judged]
     worst = max((t.max_abs or 0.0 for t in outputs), default=0.0)
     if not all(t.agrees for t in outputs):
         failing = [t for t in outputs if not t.agrees]
         counts = ", ".join(f"{t.name}: {t.mismatches} of {t.elements}" for t in failing)
         measured = f"max_abs {worst:.3g} ({counts} element(s) outside the tolerance)"
-        attributes = _differing_attributes(node, _reference_node(reference, node))
+        attributes = _differing_attributes(node, counterpart)
         changed = _differing_weights(mine, theirs)
         if attributes:
             statement = (
@@ -195,42 +243,56 @@ def replay(
             deviation=deviation,
             statement=statement,
         )
-    # identical inputs agree: measure what the reference implementation does to the input drift
+    agree = f"on identical inputs both implementations of {label} agree (max_abs {worst:.3g})"
+    if drift == 0:
+        return Replay(
+            operator=label,
+            verdict="not reproduced alone",
+            outputs=outputs,
+            input_difference=0.0,
+            deviation=deviation,
+            statement=(
+                f"{agree}, and its inputs were identical in the full run too: the difference "
+                "comes from around the node (a rewrite of the full graph), not from the node"
+            ),
+        )
+    # identical inputs agree: what does the reference implementation make of the input drift?
     try:
         moved = _run(reference, theirs, {n: a_all[n] for n in computed if n in a_all})
     except GateError as err:
-        moved, why = None, err.message
-    if moved is None:
-        return Replay(
-            operator=label,
-            verdict="amplified",
-            outputs=outputs,
-            input_difference=drift,
-            deviation=deviation,
-            statement=(
-                f"on identical inputs both implementations of {label} agree (max_abs "
-                f"{worst:.3g}); the amplification was not measured: {why}"
-            ),
+        return _not_replayed(
+            label, drift, deviation, f"{agree}, but not on the candidate's inputs: {err.message}"
         )
-    grown = max(
-        (tensor_error(n, moved[n], b_out[n], config).max_abs or 0.0 for n in b_out if n in moved),
-        default=0.0,
-    )
-    ratio = grown / drift if drift > 0 else math.inf if grown > 0 else None
-    shown = "" if ratio is None else f" (x{ratio:.3g})"
+    carried = [tensor_error(n, moved[n], b_out[n], config) for n in judged if n in moved]
+    grown = max((t.max_abs or 0.0 for t in carried), default=0.0)
+    ratio = grown / drift
+    if all(t.agrees for t in carried):
+        verdict, words = (
+            "not reproduced alone",
+            f"on the candidate's inputs (which differed by {drift:.3g}) its outputs stay within "
+            f"the tolerance (max_abs {grown:.3g}): the difference is not this node's doing",
+        )
+    elif ratio > 1:
+        verdict, words = (
+            "amplified",
+            f"its inputs differed by {drift:.3g} and the node amplified that to {grown:.3g} "
+            f"(x{ratio:.3g})",
+        )
+    else:
+        verdict, words = (
+            "carried through",
+            f"its inputs differed by {drift:.3g} and the node carried that through ({grown:.3g}, "
+            f"x{ratio:.3g}) past the tolerance of its outputs",
+        )
     return Replay(
         operator=label,
-        verdict="amplified",
+        verdict=verdict,
         outputs=outputs,
         input_difference=drift,
         output_difference=grown,
-        ratio=ratio if ratio is None or math.isfinite(ratio) else None,
+        ratio=ratio,
         deviation=deviation,
-        statement=(
-            f"on identical inputs both implementations of {label} agree (max_abs {worst:.3g}); "
-            f"its inputs differed by {drift:.3g} and the node amplified that to {grown:.3g}"
-            f"{shown}"
-        ),
+        statement=f"{agree}; {words}",
     )
 
 

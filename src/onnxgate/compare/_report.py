@@ -89,7 +89,17 @@ class Replay(BaseModel):
 
     operator: str
     """``BatchNormalization-9``: the op type and the version of its schema the model uses."""
-    verdict: Literal["differs on identical inputs", "amplified", "not replayed"]
+    verdict: Literal[
+        "differs on identical inputs",
+        "amplified",
+        "carried through",
+        "not reproduced alone",
+        "not replayed",
+    ]
+    """``differs on identical inputs``: the implementations (or, between two files, the node)
+    differ; ``amplified``/``carried through``: identical inputs agree, and the node made the
+    input difference larger/no larger but past the tolerance; ``not reproduced alone``: the node
+    alone does not break the tolerance on either side's inputs."""
     outputs: list[TensorError] = []
     """Each output of the lone node: candidate side against reference side on identical inputs."""
     input_difference: float | None = None

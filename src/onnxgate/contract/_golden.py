@@ -307,10 +307,11 @@ def opinion_from(report: CompareReport, *, what: str) -> SecondOpinion:
     """
     worst = max(report.outputs, key=lambda o: o.max_abs or 0.0, default=None)
     figures = f"; worst max_abs {worst.max_abs or 0.0:.3g} ({worst.name})" if worst else ""
+    checked = ", ".join(o.name for o in report.outputs)
     return SecondOpinion(
         runner=report.candidate,
         agreed=report.passed,
-        detail=f"{what}: {len(report.samples)} sample(s){figures}",
+        detail=f"{what}: {len(report.samples)} sample(s) of {checked}{figures}",
     )
 
 
@@ -347,8 +348,8 @@ def cross_check(
         return SecondOpinion(
             runner=second.name,
             agreed=True,
-            detail=f"{len(samples)} sample(s); worst max_abs {worst.max_abs or 0.0:.3g} "
-            f"({worst.name})",
+            detail=f"{len(samples)} sample(s) of {', '.join(o.name for o in report.outputs)}; "
+            f"worst max_abs {worst.max_abs or 0.0:.3g} ({worst.name})",
         )
     failed = next(o for o in report.outputs if not o.passed)
     where = ""
@@ -397,18 +398,23 @@ def drop_stale_contract(model: Path) -> list[str]:
 
 
 def contract_samples(model: Path) -> list[Sample] | None:
-    """The golden samples of the contract beside ``model``, or None when there is no contract.
+    """The golden samples of the contract beside ``model``, or None when there is none to use.
 
     Inputs at shapes the model was proven at, for steps that run the model without being given
-    data: never made-up shapes that do not fit it.
-
-    Raises:
-        ModelLoadError: the contract or its golden file is damaged.
+    data: never made-up shapes that do not fit it. A contract of other bytes (the model was
+    replaced since) or one that cannot be read is not used, and the log says why.
     """
     if not contract_paths(model)[0].is_file():
         return None
-    contract = load_contract(model)
-    return [sample for sample, _ in read_golden(contract, model)] or None
+    try:
+        contract = load_contract(model)
+        if sha256_file(model) != contract.identity.model.sha256:
+            log.info("%s: its contract describes other bytes; its samples are not used", model)
+            return None
+        return [sample for sample, _ in read_golden(contract, model)] or None
+    except ModelLoadError as err:
+        log.warning("%s: its contract's samples are not used: %s", model, err.message)
+        return None
 
 
 def load_contract(model: Path) -> Contract:

@@ -18,6 +18,7 @@ from onnxgate.model._walk import (
     iter_model_nodes,
     iter_model_tensors,
     iter_scoped_nodes,
+    node_reads,
     subgraphs_of,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "iter_model_tensors",
     "iter_scoped_nodes",
     "load_model",
+    "node_reads",
     "subgraphs_of",
     "tensor_nbytes",
     "type_string",

@@ -123,6 +123,17 @@ def graph_sources(graph: GraphProto) -> set[str]:
     )
 
 
+def node_reads(node: NodeProto) -> list[str]:
+    """Values a node reads: its inputs and what its subgraphs read from outside themselves."""
+    names = [n for n in node.input if n]
+    for graph in subgraphs_of(node):
+        inner = {o for sub in graph.node for o in sub.output} | {i.name for i in graph.input}
+        inner |= {t.name for t in graph.initializer}
+        for sub in graph.node:
+            names.extend(n for n in node_reads(sub) if n not in inner)
+    return list(dict.fromkeys(names))
+
+
 def constant_values(graph: GraphProto) -> set[str]:
     """Values of the main graph computed from weights alone: initializers and what follows.
 

@@ -111,6 +111,11 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 def _error(answer: Mapping[str, Any], label: str) -> GateError:
     """The worker's error as the same GateError class (InternalError for a name onnxgate lacks)."""
     name = str(answer.get("error"))
+    refused = answer.get("refused")
+    if isinstance(refused, Mapping):  # the settings applier's refusal, inside another runtime
+        from onnxgate.runners._refusal import refusal
+
+        return refusal(refused, runtime=str(answer.get("runtime") or label), what=label)
     kind = getattr(errors, name, None)
     if isinstance(kind, type) and issubclass(kind, GateError):
         return kind(f"{label}: {answer.get('message')}", hint=answer.get("hint"))

@@ -63,12 +63,14 @@ def by_assignment(session: Any) -> list[list[str]]:
 
 def by_profiling(session: Any, feeds: dict[str, Any]) -> list[list[str]]:
     """``[node, op_type, domain, provider]`` for every node that ran, from one profiled run."""
-    session.run(None, feeds)
-    trace = session.end_profiling()
     try:
-        events = _trace.load(trace)
-    finally:
-        os.unlink(trace)
+        session.run(None, feeds)
+    finally:  # a failed run still leaves a trace behind unless profiling is ended here
+        trace = session.end_profiling()
+        try:
+            events = _trace.load(trace) if os.path.getsize(trace) else []
+        finally:
+            os.unlink(trace)
     seen: dict[str, list[str]] = {}
     for call in _trace.node_events(events):
         # the profile has no domain; "" means it is not known

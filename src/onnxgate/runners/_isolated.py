@@ -73,8 +73,9 @@ class IsolatedOrtRunner:
         self._settings = self.options.applied_settings(profile.all_providers)
         self._python = ensure_env(self.spec, progress=self.progress)
         feeds = [dict(sample.feeds) for sample in self.samples]
-        for given, outputs in zip(feeds, self._run(feeds), strict=True):
-            self._outputs[feeds_digest(given)] = outputs
+        if feeds:  # with none (a node replayed alone), the first infer() starts the subprocess
+            for given, outputs in zip(feeds, self._run(feeds), strict=True):
+                self._outputs[feeds_digest(given)] = outputs
         return self
 
     def _run(

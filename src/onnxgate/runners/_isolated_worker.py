@@ -39,27 +39,33 @@ REFUSALS = {
 
 
 class _Failure(Exception):
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, refused: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.refused = refused
+        """The applier's refusal, so the parent words it as every other caller does."""
 
 
 class _Worker:
     def __init__(self) -> None:
         self.session: Any = None
         self.feeds: dict[str, np.ndarray] = {}
+        self.runtime = f"onnxruntime {ort.__version__}"
+        """The runtime as the parent names it (``load`` is told the package)."""
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
         if not request.get("onnx"):
             raise _Failure("ConfigError", "this worker runs ONNX models only")
         settings = request.get("settings") or {}
+        package = request.get("package") or "onnxruntime"
+        self.runtime = f"{package} {ort.__version__}"
         try:
             self.session = _session.create(request["onnx"], settings)
         except _session.Refused as refused:
-            raise _Failure(REFUSALS.get(refused.kind, "RunFailed"), refused.message) from None
+            kind = REFUSALS.get(refused.kind, "RunFailed")
+            raise _Failure(kind, refused.message, refused.to_dict()) from None
         applied = _session.applied(self.session, settings)
-        package = request.get("package") or "onnxruntime"
         return {
             "runtime": f"{package} {ort.__version__}",
             "providers": applied["providers"],
@@ -90,26 +96,30 @@ class _Worker:
             if len(elapsed) >= count or (seconds and time.perf_counter() >= deadline):
                 return {"ns": elapsed}
 
-
-def _failure(error: Exception, op: object) -> dict[str, Any]:
-    if isinstance(error, _Failure):
-        return {"error": error.kind, "message": error.message}
-    if isinstance(error, _protocol.UnknownRequest):
-        return {"error": "InternalError", "message": f"the isolated timing worker got an {error}"}
-    # a bug in this script: never a verdict on the model
-    where = traceback.extract_tb(error.__traceback__)[-1]
-    return {
-        "error": "InternalError",
-        "message": f"the isolated timing worker failed during {op!r}: {type(error).__name__}: "
-        f"{error} (at {os.path.basename(where.filename)}:{where.lineno})",
-    }
+    def failure(self, error: Exception, op: object) -> dict[str, Any]:
+        """The answer for a failed request (see ``_protocol.serve``)."""
+        if isinstance(error, _Failure):
+            answer = {"error": error.kind, "message": error.message, "runtime": self.runtime}
+            return answer | ({"refused": error.refused} if error.refused else {})
+        if isinstance(error, _protocol.UnknownRequest):
+            return {
+                "error": "InternalError",
+                "message": f"the isolated timing worker got an {error}",
+            }
+        # a bug in this script: never a verdict on the model
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        return {
+            "error": "InternalError",
+            "message": f"the isolated timing worker failed during {op!r}: {type(error).__name__}: "
+            f"{error} (at {os.path.basename(where.filename)}:{where.lineno})",
+        }
 
 
 def serve(requests: TextIO, answers: TextIO) -> None:
     """Answer requests until ``quit`` or end of input."""
     worker = _Worker()
     handlers = {"load": worker.load, "feeds": worker.set_feeds, "run": worker.run}
-    _protocol.serve(requests, answers, handlers, _failure)
+    _protocol.serve(requests, answers, handlers, worker.failure)
 
 
 def main() -> None:

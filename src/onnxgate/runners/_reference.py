@@ -109,6 +109,30 @@ def failing_nodes(error: BaseException) -> list[FailedNode]:
     return found
 
 
+def _raised_in_fixes(error: BaseException) -> bool:
+    """Whether onnxgate's corrections, not onnx's evaluator, were running when ``error`` rose.
+
+    Of the frames of the first exception of the chain that belong to onnx or to
+    ``_reference_fixes``, the deepest decides: an override may hand the work to onnx's own
+    implementation (the class onnx would have picked for that version), and an exception from
+    there is the evaluator's; one from the override's own code (or what it calls outside onnx,
+    such as NumPy) is onnxgate's.
+    """
+    import onnx
+
+    onnx_dir = str(Path(onnx.__file__).parent)
+    origin = list(_chain(error))[-1]
+    tb, deepest = origin.__traceback__, None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if Path(name).name == "_reference_fixes.py":
+            deepest = "fixes"
+        elif name.startswith(onnx_dir):
+            deepest = "onnx"
+        tb = tb.tb_next
+    return deepest == "fixes"
+
+
 def _failure(error: BaseException, path: Path, *, loading: bool) -> ReferenceFailed | InternalError:
     """The error to raise for an exception of the evaluator."""
     nodes = failing_nodes(error)
@@ -130,7 +154,7 @@ def _failure(error: BaseException, path: Path, *, loading: bool) -> ReferenceFai
             f"model-local functions, and the model uses {domain} ({reason}).",
             hint=HINT,
         )
-    if nodes and nodes[-1].override:  # the innermost node raised, in onnxgate's own code
+    if nodes and nodes[-1].override and _raised_in_fixes(error):  # onnxgate's own code raised
         return InternalError(
             f"{what}: onnxgate's own correction of that operator raised {reason}. This is a bug "
             "in onnxgate; please report it with the model.",

@@ -15,7 +15,8 @@ run inside an isolated environment import it as a sibling module. Refusals are `
 Two ways a provider can fail are caught here rather than run silently on CPU:
 
 - session creation that fails on a provider: the Python API would print "EP Error" and retry on
-  CPU; ``enable_fallback=0`` makes it raise instead;
+  CPU; ``enable_fallback=0`` makes it raise instead (1.20.1 and earlier ignore the argument and
+  retry: the print is captured too, and the provider is then missing from the session);
 - a provider whose factory fails (OpenVINO with ``precision=BF16`` on a CPU device): ONNX Runtime
   logs "Failed to create OpenVINOExecutionProvider" and carries on without it. The log goes to file
   descriptor 2 from C++, so it is captured during creation, and a requested provider missing from
@@ -232,7 +233,7 @@ def create(
         except Exception as err:  # ORT raises its own exception types, not a shared base
             return err
 
-    session, lines = _ortlog.captured(build)
+    session, lines = _ortlog.captured(build, ort_only=True)
     if isinstance(session, Exception):
         text = " ".join(str(session).split()) or type(session).__name__
         failed = _failed_provider(text, providers)
