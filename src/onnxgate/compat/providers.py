@@ -14,16 +14,6 @@ from onnxgate.errors import ConfigError
 
 CPU = "CPUExecutionProvider"
 
-OPT_LEVEL_NUMBERS: dict[str, int] = {
-    "disable": 0,
-    "basic": 1,
-    "extended": 2,
-    "layout": 3,
-    "all": 99,
-}
-"""ONNX Runtime's graph optimisation levels by name, as the numbers every release understands
-(``layout`` exists from 1.23; older releases read 3 as ``all``)."""
-
 PACKAGES: dict[str, str] = {
     "CUDAExecutionProvider": "onnxruntime-gpu (with CUDA and cuDNN libraries on the machine)",
     "TensorrtExecutionProvider": "onnxruntime-gpu (with the TensorRT libraries on the machine)",

@@ -21,6 +21,7 @@ from onnxgate.compat.runtime import (
     run_json_script,
     runtime_profile,
 )
+from onnxgate.compat.versions import parse_release
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -144,8 +145,6 @@ def _resolve_method(method: str, spec: RuntimeSpec) -> str:
 
         recordable = _assign.can_record()
     else:
-        from onnxgate.compat.versions import parse_release
-
         recordable = parse_release(spec.version or "") >= parse_release(ASSIGNMENT_SINCE)
     chosen = "assignment" if recordable else "profiling"
     log.info("placement method auto: %s on %s", chosen, spec)

@@ -14,8 +14,8 @@ from typing import Any, Literal, Self
 import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
-from onnxgate.compat.providers import canonical, install_hint, provided_by, resolve
-from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, first_line
+from onnxgate.compat.providers import canonical, resolve
+from onnxgate.errors import ConfigError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, TensorSpec, constant_values
 from onnxgate.runners import _session
 from onnxgate.runners._base import Inference, RunnerInfo
@@ -25,13 +25,9 @@ log = logging.getLogger(__name__)
 
 OptLevel = Literal["disable", "basic", "extended", "layout", "all"]
 OPT_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
-    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    name: getattr(ort.GraphOptimizationLevel, _session.LEVEL_NAMES[name])
+    for name in _session.levels()  # layout from 1.22 on
 }
-if hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"):  # 1.22 and later
-    OPT_LEVELS["layout"] = ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT
 
 
 @dataclass(frozen=True)
@@ -184,20 +180,6 @@ class OrtOptions:
             },
         }
 
-    def session_options(self) -> ort.SessionOptions:
-        """The SessionOptions these options describe (through the one settings applier).
-
-        Raises:
-            ConfigError: the optimisation level does not exist in this release.
-        """
-        try:
-            so = _session.session_options(self.settings())
-        except _session.Refused as refused:
-            raise refusal(refused.to_dict(), runtime=f"onnxruntime {ort.__version__}") from None
-        if self.optimized_model_path is not None:
-            so.optimized_model_filepath = str(self.optimized_model_path)
-        return so
-
 
 def runtime_version() -> str:
     """The installed ONNX Runtime's version."""
@@ -209,23 +191,6 @@ def _quiet_run() -> ort.RunOptions:
     options = ort.RunOptions()
     options.log_severity_level = 4
     return options
-
-
-def check_available(providers: list[str]) -> None:
-    """Refuse providers this build does not include, naming the package that does.
-
-    Raises:
-        ProviderUnavailable: a requested provider is not in this build.
-    """
-    available = ort.get_available_providers()
-    for provider in providers:
-        if provider not in available:
-            raise ProviderUnavailable(
-                f"{provider} is not available in this ONNX Runtime build "
-                f"(onnxruntime {ort.__version__} has {', '.join(available)}); it comes with "
-                f"{provided_by(provider)}.",
-                hint=install_hint(provider),
-            )
 
 
 def create_session(
@@ -247,7 +212,6 @@ def create_session(
         SessionFailed: ONNX Runtime refused the model.
     """
     settings = options.applied_settings()
-    check_available(settings["providers"])
     try:
         return _session.create(
             proto.SerializeToString(),

@@ -44,8 +44,7 @@ def refusal(
     on = f" on {', '.join(providers)}" if providers else ""
     if kind == "unavailable":
         return ProviderUnavailable(
-            f"{provider} is not available in {runtime}: {message}; it comes with "
-            f"{provided_by(provider)}.",
+            f"{message}; it comes with {provided_by(provider)}.",
             hint=install_hint(provider),
         )
     if kind == "provider":
