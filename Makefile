@@ -22,7 +22,10 @@ $(VENV)/.installed-demo: pyproject.toml $(VENV)/.installed
 	touch $@
 
 # torch first, from its pinned CPU wheel, so nothing later pulls a CUDA build to satisfy "torch".
+# Debian's chromium renders report.html in tests/gate (playwright drives it; no browser download).
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-demo
+	command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+		|| echo "chromium is not installed: the report page's browser test skips (fails with CI=true)"
 	$(BIN)/python -m pip install --quiet -e '.[test,torch,sklearn,examples]'
 	touch $@
 

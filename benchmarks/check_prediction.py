@@ -67,7 +67,7 @@ def measure(spec: str | None, *, progress: Callable[[str], None] = print) -> dic
         predictions = []
         by_limits = []
         for path in paths:
-            report = check_model(path, runtime=profile)
+            report = check_model(path, profile=profile)
             blocking = [f for f in report.findings if f.blocks_load]
             predictions.append((report.predicted_load, blocking))
             by_limits.append(any(f.code in VERSION_LIMITS for f in blocking))

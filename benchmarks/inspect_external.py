@@ -68,7 +68,7 @@ def main() -> None:
         rows = []
         for label, fn in (
             ("inspect", inspect_model),
-            ("check", lambda p: check_model(p, runtime=profile)),
+            ("check", lambda p: check_model(p, profile=profile)),
         ):
             for path in (small, big, small, big):  # interleaved: A B A B
                 rows.append((label, path.name, median_ms(lambda p=path, f=fn: f(p))))

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from models import mlp, model, newer_opset, save, value
 from onnxgate import __version__
+from onnxgate.check import CheckConfig
 from onnxgate.cli import app
 
 runner = CliRunner()
@@ -229,5 +230,5 @@ def test_unwritable_cache_for_another_release_is_exit_3(good, tmp_path, monkeypa
 def test_library_takes_comma_separated_strings(good):
     from onnxgate import check_model
 
-    report = check_model(good, providers="cuda", ignore="SHP001,STR008")
+    report = check_model(good, CheckConfig(providers=("cuda",), ignore=("SHP001,STR008",)))
     assert report.providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]

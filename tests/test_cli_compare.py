@@ -199,8 +199,19 @@ def test_absurd_thread_counts_are_refused_before_any_session():
     # through OrtOptions, so that losing the bound fails here instead of starting the threads
     from onnxgate.runners import OrtOptions
 
-    with pytest.raises(ConfigError, match="--threads 100000"):
+    with pytest.raises(ConfigError, match="session.threads 100000") as caught:
         OrtOptions(intra_op_threads=100000)
+    assert caught.value.field == "session.threads"
+
+
+def test_the_cli_names_its_flags_where_the_library_names_fields(good):
+    result, error = run_json(str(good), "--threads", "100000")
+    assert result.exit_code == 2, result.output
+    assert error["message"].startswith("--threads 100000 is outside 0..")
+    assert error["field"] == "session.threads"
+    result, error = run_json(str(good), "--inputs", str(good), "--dim", "batch=2")
+    assert result.exit_code == 2, result.output
+    assert error["message"].startswith("--dim shape synthetic feeds; they cannot go with --inputs")
 
 
 def test_huge_dim_names_the_input_and_its_size(good):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import onnx
 
-from onnxgate.compare import compare
+from onnxgate.compare import CompareConfig, compare
 from onnxgate.errors import GateError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def main() -> int:
     for path in models():
         start = time.perf_counter()
         try:
-            report = compare(path, "reference", localize=True)
+            report = compare(path, CompareConfig(against="reference", localize=True))
         except GateError as err:
             rows.append((path.name, "not run", f"{type(err).__name__}: {err.message}", ""))
             continue

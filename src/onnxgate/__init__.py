@@ -4,11 +4,19 @@ Every command of the CLI is a function here first.
 """
 
 from onnxgate._version import __version__
-from onnxgate.check import CheckReport, Finding, Severity, check_model
+from onnxgate.check import CheckConfig, CheckReport, Finding, Severity, check_model
 from onnxgate.compare import CompareConfig, CompareReport, compare
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile, try_load
 from onnxgate.compat.versions import MinRuntime, RuntimeLimits, known_limits, min_runtime
-from onnxgate.contract import Contract, VerifyReport, init_contract, load_contract, verify
+from onnxgate.contract import (
+    Contract,
+    ContractConfig,
+    VerifyConfig,
+    VerifyReport,
+    init_contract,
+    load_contract,
+    verify,
+)
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.doctor import DoctorReport, doctor
 from onnxgate.errors import (
@@ -33,6 +41,7 @@ from onnxgate.errors import (
     UnsafeModelError,
 )
 from onnxgate.export import (
+    ExportReport,
     SklearnExportConfig,
     TorchExportConfig,
     export_sklearn,
@@ -52,9 +61,10 @@ from onnxgate.perf import (
     tune,
     tuned_for,
 )
-from onnxgate.placement import PlacementReport, placement
+from onnxgate.placement import PlacementConfig, PlacementReport, placement
 from onnxgate.quantize import QuantizeConfig, QuantizeReport, quantize
 from onnxgate.runners import Inference, Runner, RunnerInfo, make_runner
+from onnxgate.settings import FeedSettings, SessionSettings, Tolerances, config_hash
 
 __all__ = [
     # loading and describing models
@@ -65,7 +75,13 @@ __all__ = [
     "describe",
     "inspect_model",
     "load_model",
+    # the parts every step's config is built from
+    "FeedSettings",
+    "SessionSettings",
+    "Tolerances",
+    "config_hash",
     # static checks
+    "CheckConfig",
     "CheckReport",
     "Finding",
     "Severity",
@@ -86,8 +102,11 @@ __all__ = [
     "make_runner",
     # export and the deployment contract
     "Contract",
+    "ContractConfig",
+    "ExportReport",
     "SklearnExportConfig",
     "TorchExportConfig",
+    "VerifyConfig",
     "VerifyReport",
     "export_sklearn",
     "export_torch",
@@ -95,6 +114,7 @@ __all__ = [
     "load_contract",
     "verify",
     # provider placement
+    "PlacementConfig",
     "PlacementReport",
     "placement",
     # performance

@@ -8,6 +8,7 @@ prints a traceback for them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 
 
@@ -59,9 +60,35 @@ class GateError(Exception):
 
 
 class ConfigError(GateError):
-    """An option or configuration value is wrong (unknown provider, malformed spec, typo)."""
+    """An option or configuration value is wrong (unknown provider, malformed spec, typo).
+
+    ``field`` is the path of the config value at fault (``feeds.dims``, ``session.threads``),
+    and ``related`` other fields the message names: the message names them by these paths, and
+    the CLI shows its flags in their place (``--dim``, ``--threads``), the gate its keys.
+    """
 
     code = "config"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        field: str | None = None,
+        related: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.field = field
+        self.related = tuple(related)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every config path the message names: ``field`` first."""
+        return ((self.field,) if self.field else ()) + self.related
+
+    def to_dict(self) -> dict[str, object]:
+        """The error as a JSON-ready mapping, with the field at fault."""
+        return super().to_dict() | {"field": self.field}
 
 
 class ModelLoadError(GateError):
@@ -171,3 +198,29 @@ class CheckFailed(GateError):
 
     exit_code = ExitCode.FAILED
     code = "check-failed"
+
+
+class RegistryUnreachable(EnvironmentProblem):
+    """The model registry's database cannot be reached or opened (the URL is shown, password masked)."""
+
+    code = "registry-unreachable"
+
+
+class NotFound(GateError):
+    """A registered model, version or alias that was named does not exist."""
+
+    code = "not-found"
+
+
+class PromotionRefused(GateError):
+    """An alias was asked for a version whose gate did not pass (``--force --reason`` overrides)."""
+
+    exit_code = ExitCode.FAILED
+    code = "promotion-refused"
+
+
+class ArtefactCorrupt(GateError):
+    """An artefact's bytes are not the ones recorded: a missing, truncated or changed file."""
+
+    exit_code = ExitCode.FAILED
+    code = "artefact-corrupt"

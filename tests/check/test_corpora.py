@@ -48,7 +48,7 @@ def test_backend_models(path: Path, installed_profile):
     assert [spec.name for spec in info.inputs] == [
         name for name in declared if name not in set(info.initializer_inputs)
     ]
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     assert report.counts["error"] == sum(f.severity == "error" for f in report.findings)
 
 
@@ -58,7 +58,7 @@ def test_backend_and_corpus_predictions_match_the_runtime(installed_profile):
     wrong = [
         f"{p.parent.name}/{p.name}"
         for p in paths
-        if check_model(p, runtime=installed_profile).predicted_load != (actual[str(p)] is None)
+        if check_model(p, profile=installed_profile).predicted_load != (actual[str(p)] is None)
     ]
     # StringNormalizer cannot build the en_US.UTF-8 locale on this machine: not a model property.
     assert [w for w in wrong if "strnorm" not in w] == []
@@ -86,11 +86,11 @@ def test_corpus_verdicts_match_what_is_known_about_them(installed_profile):
         "superres_prepost_op18.onnx": {"OP003"},
     }
     for name, codes in expect.items():
-        report = check_model(CORPUS[0].parent / name, runtime=installed_profile)
+        report = check_model(CORPUS[0].parent / name, profile=installed_profile)
         assert codes <= {f.code for f in report.findings}, (name, report.findings)
     # Not sorted, yet ONNX Runtime sorts and loads it: the prediction must not say otherwise.
     assert check_model(
-        CORPUS[0].parent / "convcommon_test_model_0.onnx", runtime=installed_profile
+        CORPUS[0].parent / "convcommon_test_model_0.onnx", profile=installed_profile
     ).predicted_load
 
 
@@ -103,5 +103,5 @@ def test_every_node_case_gets_a_verdict(installed_profile):
             path=Path(case.name), proto=case.model, size_bytes=case.model.ByteSize()
         )
         describe(loaded)
-        report = check_model(loaded, runtime=installed_profile)
+        report = check_model(loaded, profile=installed_profile)
         assert report.predicted_load == (not any(f.blocks_load for f in report.findings))

@@ -43,7 +43,7 @@ def _op(report, code):
 def test_a_body_the_builder_cannot_build_is_a_blocking_finding(tmp_path, installed_profile):
     """Without the input's rank onnx's builder (the runtime's too) builds nothing: no inlining."""
     path = save(_rope(shaped=False), tmp_path / "rope.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     (op001,) = _op(report, "OP001")
     assert "function body cannot be built for this node" in op001.message
     assert "builds no body" in op001.message and "bfloat16 of unknown rank" in op001.message
@@ -54,7 +54,7 @@ def test_a_body_the_builder_cannot_build_is_a_blocking_finding(tmp_path, install
 def test_the_body_is_built_from_full_types_as_the_runtime_builds_it(tmp_path, installed_profile):
     """With shapes the body exists; it multiplies bfloat16 tensors, which have no kernel."""
     path = save(_rope(shaped=True), tmp_path / "rope.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     (op001,) = _op(report, "OP001")
     assert "its function body cannot run: Mul-14" in op001.message
     assert report.predicted_load is False and loads_here(path) is False
@@ -70,7 +70,7 @@ def test_a_builder_exception_is_reported_with_its_words(tmp_path, installed_prof
     node = helper.make_node("SequenceMap", ["x"], ["y"], body=body, name="sm")
     out = helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, None)
     path = save(model([node], [value("x")], [out], opsets={"": 17}), tmp_path / "seqmap.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     (op001,) = _op(report, "OP001")
     assert (
         "onnx's function builder rejects it: Expected a sequence type for input 0" in op001.message
@@ -102,10 +102,10 @@ def test_a_failure_in_our_own_expansion_code_is_an_internal_error(
     tmp_path, monkeypatch, installed_profile
 ):
     path = _castlike(tmp_path)
-    assert "OP005" in {f.code for f in check_model(path, runtime=installed_profile).findings}
+    assert "OP005" in {f.code for f in check_model(path, profile=installed_profile).findings}
     _break_our_call(monkeypatch)
     with pytest.raises(InternalError) as caught:
-        check_model(path, runtime=installed_profile)
+        check_model(path, profile=installed_profile)
     message = caught.value.message
     assert "expanding CastLike-19 (node c)" in message and "TypeError" in message, message
     assert "incompatible function arguments" in message and "_functions.py:" in message

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from models import mlp, model, newer_ir, newer_opset, relu, save, value
-from onnxgate.check import RULES, check_model
+from onnxgate.check import RULES, CheckConfig, check_model
 from onnxgate.check._check import file_findings
 from onnxgate.compat.runtime import RuntimeProfile, try_load
 from onnxgate.errors import ConfigError
@@ -30,7 +30,7 @@ def loads_here(path: Path) -> bool:
 
 def test_clean_model_passes_and_loads(tmp_path, installed_profile):
     path = save(mlp(), tmp_path / "mlp.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     assert report.passed and report.predicted_load
     assert report.findings == []
     assert loads_here(path)
@@ -214,7 +214,7 @@ CASES = {
 def test_rule_fires_and_predicts_the_runtime(code, tmp_path, installed_profile):
     build, runtime_loads = CASES[code]
     path = save(build(), tmp_path / f"{code}.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     assert code in codes(report), report.findings
     rule = RULES[code]
     if rule.blocks_load:
@@ -235,7 +235,7 @@ def test_every_rule_is_documented():
 def test_external_data_is_reported(tmp_path, installed_profile):
     path = tmp_path / "ext.onnx"
     onnx.save_model(mlp(), path, save_as_external_data=True, location="w.bin", size_threshold=0)
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     ext = [f for f in report.findings if f.code == "EXT001"]
     assert ext and "w.bin" in ext[0].message
     assert report.passed
@@ -253,21 +253,25 @@ def test_ignore_drops_codes_and_rejects_unknown(tmp_path, installed_profile):
         model([helper.make_node("Relu", ["x"], ["y"])], [value("x", shape=(1, 4))], [value("y")]),
         tmp_path / "m.onnx",
     )
-    assert "SHP001" in codes(check_model(path, runtime=installed_profile))
-    assert "SHP001" not in codes(check_model(path, runtime=installed_profile, ignore=["SHP001"]))
+    assert "SHP001" in codes(check_model(path, profile=installed_profile))
+    assert "SHP001" not in codes(
+        check_model(path, CheckConfig(ignore=["SHP001"]), profile=installed_profile)
+    )
     with pytest.raises(ConfigError, match="NOPE1"):
-        check_model(path, runtime=installed_profile, ignore=["NOPE1"])
+        check_model(path, CheckConfig(ignore=["NOPE1"]), profile=installed_profile)
 
 
 def test_unknown_provider_is_a_config_error(tmp_path, installed_profile):
     path = save(mlp(), tmp_path / "m.onnx")
     with pytest.raises(ConfigError, match="CUDAExecutionProvder"):
-        check_model(path, runtime=installed_profile, providers=["CUDAExecutionProvder"])
+        check_model(
+            path, CheckConfig(providers=["CUDAExecutionProvder"]), profile=installed_profile
+        )
 
 
 def test_provider_missing_from_build(tmp_path, installed_profile):
     path = save(mlp(), tmp_path / "m.onnx")
-    report = check_model(path, runtime=installed_profile, providers=["cuda"])
+    report = check_model(path, CheckConfig(providers=["cuda"]), profile=installed_profile)
     assert report.providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
     prv = [f for f in report.findings if f.code == "PRV001"]
     assert prv and "onnxruntime-gpu" in (prv[0].hint or "")
@@ -289,7 +293,9 @@ def _fake_gpu_profile(base: RuntimeProfile, *, kernels: bool = True) -> RuntimeP
 
 def test_fallback_from_a_gpu_provider_is_reported(tmp_path, installed_profile):
     path = save(mlp(), tmp_path / "m.onnx")
-    report = check_model(path, runtime=_fake_gpu_profile(installed_profile), providers=["cuda"])
+    report = check_model(
+        path, CheckConfig(providers=["cuda"]), profile=_fake_gpu_profile(installed_profile)
+    )
     fallback = [f for f in report.findings if f.code == "OP002"]
     # MatMul and Add have no CUDA kernel in this profile; Relu has one.
     assert sorted(f.node for f in fallback) == ["add", "mm"]
@@ -299,9 +305,11 @@ def test_fallback_from_a_gpu_provider_is_reported(tmp_path, installed_profile):
 
 def test_compiling_provider_and_missing_registry(tmp_path, installed_profile):
     path = save(mlp(), tmp_path / "m.onnx")
-    report = check_model(path, runtime=_fake_gpu_profile(installed_profile), providers=["tensorrt"])
+    report = check_model(
+        path, CheckConfig(providers=["tensorrt"]), profile=_fake_gpu_profile(installed_profile)
+    )
     assert "PRV002" in codes(report)
-    report = check_model(path, runtime=_fake_gpu_profile(installed_profile, kernels=False))
+    report = check_model(path, profile=_fake_gpu_profile(installed_profile, kernels=False))
     assert "OP007" in codes(report) and "OP001" not in codes(report)
 
 
@@ -324,12 +332,12 @@ def test_function_body_is_judged(tmp_path, installed_profile):
         ("castlike", castlike, "OP005", True),
     ):
         path = save(proto, tmp_path / f"{name}.onnx")
-        report = check_model(path, runtime=installed_profile)
+        report = check_model(path, profile=installed_profile)
         assert code in codes(report), report.findings
         assert report.predicted_load == loads == loads_here(path)
     op001 = [
         f
-        for f in check_model(tmp_path / "bernoulli.onnx", runtime=installed_profile).findings
+        for f in check_model(tmp_path / "bernoulli.onnx", profile=installed_profile).findings
         if f.code == "OP001"
     ]
     assert "RandomUniformLike" in op001[0].message
@@ -337,7 +345,7 @@ def test_function_body_is_judged(tmp_path, installed_profile):
 
 def test_old_ir_against_a_runtime_that_refuses_it(tmp_path, installed_profile):
     strict = RuntimeProfile.model_validate({**installed_profile.model_dump(), "min_ir": 3})
-    report = check_model(save(relu(ir=2), tmp_path / "ir2.onnx"), runtime=strict)
+    report = check_model(save(relu(ir=2), tmp_path / "ir2.onnx"), profile=strict)
     assert "VER002" in codes(report) and not report.predicted_load
 
 
@@ -349,7 +357,7 @@ def test_initializer_weights_are_not_counted_as_dangling(tmp_path, installed_pro
         [value("y")],
         initializers=[w],
     )
-    report = check_model(save(proto, tmp_path / "m.onnx"), runtime=installed_profile)
+    report = check_model(save(proto, tmp_path / "m.onnx"), profile=installed_profile)
     assert "STR006" not in codes(report)
 
 
@@ -357,7 +365,7 @@ def test_nodes_of_a_domain_without_import_are_still_judged(tmp_path, installed_p
     """The runtime assumes its default opset for com.microsoft; an unknown op there still fails."""
     node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.microsoft", name="g")
     path = save(model([node], [value("x")], [value("y")]), tmp_path / "m.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     assert {"VER008", "OP003"} <= codes(report)
     assert not report.predicted_load and not loads_here(path)
 
@@ -369,7 +377,7 @@ def test_no_function_body_at_the_models_opset(tmp_path, installed_profile):
         model([helper.make_node("Relu", ["x"], ["y"], name="r")], *bf16, opsets={"": 17}),
         tmp_path / "17.onnx",
     )
-    report = check_model(at17, runtime=installed_profile)
+    report = check_model(at17, profile=installed_profile)
     assert "OP001" in codes(report) and "opset 18" in report.findings[0].message
     assert not report.predicted_load and not loads_here(at17)
 
@@ -388,7 +396,7 @@ def test_sparse_initializer_is_seen_as_the_runtime_densifies_it(tmp_path, instal
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     proto.ir_version = 10
     path = save(proto, tmp_path / "sparse.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     assert "STR002" not in codes(report) and "STR006" not in codes(report)
     assert report.predicted_load and loads_here(path)
 
@@ -415,6 +423,6 @@ def test_nodes_inside_a_function_subgraph_are_judged(tmp_path, installed_profile
     )
     proto.ir_version = 10
     path = save(proto, tmp_path / "fn.onnx")
-    report = check_model(path, runtime=installed_profile)
+    report = check_model(path, profile=installed_profile)
     assert "OP004" in codes(report)
     assert not report.predicted_load and not loads_here(path)

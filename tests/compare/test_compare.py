@@ -15,7 +15,6 @@ from models import mlp, model, save, value
 from onnxgate.compare import (
     CompareConfig,
     Criterion,
-    Tolerance,
     compare,
     compare_runners,
     parse_metric,
@@ -24,6 +23,7 @@ from onnxgate.data import Sample, ValueRange
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature
 from onnxgate.runners import Inference, Runner, RunnerInfo
+from onnxgate.settings import FeedSettings, Tolerances
 
 MNIST = CORPUS / "mnist.onnx"
 needs_mnist = pytest.mark.skipif(not MNIST.is_file(), reason=f"{MNIST} is absent")
@@ -33,7 +33,7 @@ needs_mnist = pytest.mark.skipif(not MNIST.is_file(), reason=f"{MNIST} is absent
 
 
 def test_tiny_model_agrees_with_the_reference_evaluator(tmp_path):
-    report = compare(save(mlp(), tmp_path / "mlp.onnx"), "reference")
+    report = compare(save(mlp(), tmp_path / "mlp.onnx"), CompareConfig(against="reference"))
     assert report.passed
     assert report.reference == "reference"
     assert report.candidate.startswith("onnxruntime[")
@@ -52,7 +52,7 @@ def test_changed_weight_fails_and_is_localized(tmp_path):
     w[0, 0] += 1.0
     changed.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "W"))
     path = save(changed, tmp_path / "changed.onnx")
-    report = compare(path, str(original), localize=True)
+    report = compare(path, CompareConfig(against=str(original), localize=True))
     assert not report.passed
     assert not report.outputs[0].passed
     assert "outside allclose" in report.outputs[0].reason
@@ -79,7 +79,7 @@ def _leaky(alpha: float) -> onnx.ModelProto:
 def test_changed_attribute_is_localized_to_its_node(tmp_path):
     original = save(_leaky(0.1), tmp_path / "leaky.onnx")
     changed = save(_leaky(0.2), tmp_path / "leaky_changed.onnx")
-    report = compare(changed, str(original), localize=True)
+    report = compare(changed, CompareConfig(against=str(original), localize=True))
     assert not report.passed
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "leaky" and divergence.op_type == "LeakyRelu"
@@ -89,7 +89,9 @@ def test_changed_attribute_is_localized_to_its_node(tmp_path):
     assert replay.outputs[0].mismatches == 3  # the three negative values of h
     assert divergence.note == replay.statement
     assert "differs between the two files (attribute(s) alpha)" in divergence.note
-    assert compare(changed, str(changed)).passed  # the same file agrees with itself
+    assert compare(
+        changed, CompareConfig(against=str(changed))
+    ).passed  # the same file agrees with itself
 
 
 def _mnist_copy(tmp_path, edit: Callable[[onnx.ModelProto], None]) -> str:
@@ -107,7 +109,7 @@ def _node(proto: onnx.ModelProto, name: str) -> onnx.NodeProto:
 
 @needs_mnist
 def test_mnist_agrees_with_the_reference_evaluator():
-    report = compare(MNIST, "reference")
+    report = compare(MNIST, CompareConfig(against="reference"))
     assert report.passed
     assert report.outputs[0].name == "Plus214_Output_0"
     assert report.outputs[0].elements == 10
@@ -122,7 +124,7 @@ def test_mnist_with_one_attribute_changed_is_localized_to_that_node(tmp_path):
         kernel.ints[:] = [4, 4]
 
     changed = _mnist_copy(tmp_path, widen_pool)
-    report = compare(changed, str(MNIST), localize=True)
+    report = compare(changed, CompareConfig(against=str(MNIST), localize=True))
     assert not report.passed
     divergence = report.first_divergence
     assert divergence is not None and divergence.found
@@ -143,7 +145,7 @@ def test_mnist_with_one_initializer_changed_is_localized_to_its_consumer(tmp_pat
         bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + 0.5, "Parameter6"))
 
     changed = _mnist_copy(tmp_path, shift_bias)
-    report = compare(changed, str(MNIST), localize=True)
+    report = compare(changed, CompareConfig(against=str(MNIST), localize=True))
     assert not report.passed
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "Plus30"
@@ -176,9 +178,11 @@ def test_unmatched_nan_fails_whatever_the_metric(tmp_path):
     sqrt_abs = model(nodes, [value("x")], [value("y")])
     report = compare(
         save(sqrt, tmp_path / "sqrt.onnx"),
-        str(save(sqrt_abs, tmp_path / "sqrt_abs.onnx")),
-        ranges={"x": ValueRange(-1.0, 1.0)},
-        config=CompareConfig(metrics={None: Criterion("cosine", ">=", 0.999)}),
+        CompareConfig(
+            against=str(save(sqrt_abs, tmp_path / "sqrt_abs.onnx")),
+            tolerances=Tolerances.from_criteria({None: Criterion("cosine", ">=", 0.999)}),
+            feeds=FeedSettings(ranges={"x": ValueRange(-1.0, 1.0)}),
+        ),
     )
     (y,) = report.outputs
     assert y.nan[0] > 0 and y.nan[1] == 0  # the premise: NaN on the candidate side only
@@ -200,7 +204,9 @@ def _split_to_sequence() -> onnx.ModelProto:
 
 
 def test_sequence_of_uneven_tensors_agrees_across_levels(tmp_path):
-    report = compare(save(_split_to_sequence(), tmp_path / "seq.onnx"), "ort:disable")
+    report = compare(
+        save(_split_to_sequence(), tmp_path / "seq.onnx"), CompareConfig(against="ort:disable")
+    )
     assert report.passed
     (seq,) = report.outputs
     assert seq.name == "seq" and seq.comparable
@@ -218,7 +224,7 @@ def test_optional_output_agrees_with_the_reference_evaluator(tmp_path):
     proto = model(
         [helper.make_node("Optional", ["x"], ["o"], name="opt")], [value("x")], [optional]
     )
-    report = compare(save(proto, tmp_path / "optional.onnx"), "reference")
+    report = compare(save(proto, tmp_path / "optional.onnx"), CompareConfig(against="reference"))
     assert report.passed
     (o,) = report.outputs
     assert o.shape == o.candidate_shape == [3, 4]
@@ -242,7 +248,7 @@ def _renamed(intermediate: str, bias: float) -> onnx.ModelProto:
 def test_renamed_intermediate_upstream_of_a_fault_names_no_node(tmp_path):
     reference = save(_renamed("s", 1.0), tmp_path / "ref.onnx")
     candidate = save(_renamed("s_renamed", 1.5), tmp_path / "cand.onnx")
-    report = compare(candidate, str(reference), localize=True)
+    report = compare(candidate, CompareConfig(against=str(reference), localize=True))
     assert not report.passed
     divergence = report.first_divergence
     # M's input is not compared (it has another name on each side), so M is not the culprit
@@ -280,7 +286,7 @@ def _branch_reader(scale: float) -> onnx.ModelProto:
 def test_fault_read_only_inside_a_branch_is_localized_to_its_node(tmp_path):
     reference = save(_branch_reader(2.0), tmp_path / "ref.onnx")
     candidate = save(_branch_reader(3.0), tmp_path / "cand.onnx")
-    report = compare(candidate, str(reference), localize=True)
+    report = compare(candidate, CompareConfig(against=str(reference), localize=True))
     assert not report.passed
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "P"  # not the If that reads px
@@ -291,7 +297,9 @@ def test_fault_read_only_inside_a_branch_is_localized_to_its_node(tmp_path):
 def test_localize_walks_the_candidates_graph_when_the_candidate_is_another_file(tmp_path):
     original = save(mlp(), tmp_path / "mlp.onnx")
     faulty = save(_with_weight(mlp(), "W", _bump_w), tmp_path / "faulty.onnx")
-    report = compare(original, str(original), candidate=str(faulty), localize=True)
+    report = compare(
+        original, CompareConfig(against=str(original), candidate=str(faulty), localize=True)
+    )
     assert report.candidate.startswith("faulty.onnx")
     assert not report.passed
     divergence = report.first_divergence
@@ -317,7 +325,7 @@ def test_weights_in_external_data_are_compared(tmp_path):
         paths.append(path)
     stored = onnx.load(paths[0], load_external_data=False).graph.initializer
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in stored)  # the premise
-    report = compare(paths[1], str(paths[0]), localize=True)
+    report = compare(paths[1], CompareConfig(against=str(paths[0]), localize=True))
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "mm"
     (weight,) = [t for t in divergence.inputs if t.name == "W"]
@@ -329,9 +337,11 @@ def test_output_failing_only_its_own_tolerance_names_no_node(tmp_path):
     original = save(mlp(), tmp_path / "mlp.onnx")
     nudged = _with_weight(mlp(), "b", lambda b: b.fill(1e-6))  # well within the default
     path = save(nudged, tmp_path / "nudged.onnx")
-    assert compare(path, str(original)).passed  # the premise: it agrees at the defaults
-    config = CompareConfig(tolerances={"y": Tolerance(0.0, 0.0)})
-    report = compare(path, str(original), config=config, localize=True)
+    assert compare(
+        path, CompareConfig(against=str(original))
+    ).passed  # the premise: it agrees at the defaults
+    config = Tolerances(per_output={"y": (0.0, 0.0)})
+    report = compare(path, CompareConfig(against=str(original), tolerances=config, localize=True))
     assert not report.passed
     divergence = report.first_divergence
     assert divergence is not None and not divergence.found and divergence.node is None
@@ -355,7 +365,7 @@ def _amplifier(shift: float) -> onnx.ModelProto:
 def test_node_that_amplifies_a_small_difference_says_so(tmp_path):
     reference = save(_amplifier(0.0), tmp_path / "ref.onnx")
     candidate = save(_amplifier(1e-6), tmp_path / "cand.onnx")
-    report = compare(candidate, str(reference), localize=True)
+    report = compare(candidate, CompareConfig(against=str(reference), localize=True))
     assert not report.passed
     divergence = report.first_divergence
     # shift's weight differs, but its output (1e-6 off) is within tolerance: scale goes over it
@@ -388,7 +398,9 @@ def test_rounding_amplified_between_runtimes_is_not_blamed_on_the_mean(tmp_path)
     proto = model(
         nodes, [value("x", shape=(64, 5000))], [value("y", shape=(64, 1))], initializers=consts
     )
-    report = compare(save(proto, tmp_path / "mean.onnx"), "reference", localize=True)
+    report = compare(
+        save(proto, tmp_path / "mean.onnx"), CompareConfig(against="reference", localize=True)
+    )
     divergence = report.first_divergence
     if report.passed:
         assert divergence is None
@@ -400,7 +412,9 @@ def test_rounding_amplified_between_runtimes_is_not_blamed_on_the_mean(tmp_path)
 
 
 def test_localize_on_agreeing_runs_notes_that_nothing_diverged(tmp_path):
-    report = compare(save(mlp(), tmp_path / "mlp.onnx"), "ort:disable", localize=True)
+    report = compare(
+        save(mlp(), tmp_path / "mlp.onnx"), CompareConfig(against="ort:disable", localize=True)
+    )
     assert report.passed and report.first_divergence is None
     assert any("every output agrees" in note for note in report.notes)
 
@@ -408,8 +422,11 @@ def test_localize_on_agreeing_runs_notes_that_nothing_diverged(tmp_path):
 def test_dims_and_inputs_together_are_refused(tmp_path):
     path = save(mlp(), tmp_path / "mlp.onnx")
     np.savez(tmp_path / "in.npz", x=np.zeros((1, 4), np.float32))
-    with pytest.raises(ConfigError, match="cannot go with --inputs"):
-        compare(path, inputs=tmp_path / "in.npz", dims={"batch": 2})
+    with pytest.raises(ConfigError, match="cannot go with feeds.inputs") as caught:
+        compare(
+            path, CompareConfig(feeds=FeedSettings(inputs=tmp_path / "in.npz", dims={"batch": 2}))
+        )
+    assert caught.value.field == "feeds.dims" and "feeds.inputs" in caught.value.related
 
 
 # --- fake runners -------------------------------------------------------------------------------
@@ -484,7 +501,7 @@ def fixed(outputs: dict[str, Any]) -> Callable[[Mapping[str, Any], int], dict[st
 def run(candidate: dict[str, Any], config: CompareConfig | None = None, samples=SAMPLES):
     reference = FakeRunner("ref", fixed({"logits": LOGITS, "emb": EMB}), SIGNATURE)
     cand = FakeRunner("cand", fixed(candidate), SIGNATURE)
-    return compare_runners(cand, reference, samples, signature=SIGNATURE, config=config)
+    return compare_runners(cand, reference, samples, signature=SIGNATURE, tolerances=config)
 
 
 def by_name(report) -> dict[str, Any]:
@@ -506,7 +523,7 @@ def test_identical_outputs_pass():
 def test_per_output_tolerance_applies_to_that_output_only():
     candidate = {"logits": LOGITS + 1e-3, "emb": EMB + 1e-3}
     assert not any(o.passed for o in run(candidate).outputs)
-    config = CompareConfig(tolerances={"logits": Tolerance(1e-2, 0.0)})
+    config = Tolerances(per_output={"logits": (0.01, 0.0)})
     outputs = by_name(run(candidate, config))
     assert outputs["logits"].passed
     assert (outputs["logits"].atol, outputs["logits"].rtol) == (1e-2, 0.0)
@@ -516,25 +533,25 @@ def test_per_output_tolerance_applies_to_that_output_only():
 
 def test_global_atol_rtol_replace_the_defaults():
     candidate = {"logits": LOGITS + 1e-3, "emb": EMB + 1e-3}
-    assert run(candidate, CompareConfig(atol=1e-2)).passed
-    assert not run(candidate, CompareConfig(atol=1e-4)).passed
+    assert run(candidate, Tolerances(atol=0.01)).passed
+    assert not run(candidate, Tolerances(atol=0.0001)).passed
 
 
 def test_per_output_tolerance_for_an_unknown_output_is_refused():
     with pytest.raises(ConfigError, match="'logit'") as info:
-        run({"logits": LOGITS, "emb": EMB}, CompareConfig(tolerances={"logit": Tolerance(1, 1)}))
+        run({"logits": LOGITS, "emb": EMB}, Tolerances(per_output={"logit": (1, 1)}))
     assert "logits, emb" in info.value.message
 
 
 def test_metric_replaces_the_element_rule():
     scaled = {"logits": LOGITS * 1.01, "emb": EMB * 1.01}  # same direction, 1 % larger
     assert not run(scaled).passed
-    report = run(scaled, CompareConfig(metrics={None: Criterion("cosine", ">=", 0.999)}))
+    report = run(scaled, Tolerances.from_criteria({None: Criterion("cosine", ">=", 0.999)}))
     assert report.passed
     assert {o.criterion for o in report.outputs} == {"cosine>=0.999"}
     assert all(o.mismatches > 0 for o in report.outputs)  # the element rule no longer decides
     only_emb = by_name(
-        run(scaled, CompareConfig(metrics={"emb": Criterion("cosine", ">=", 0.999)}))
+        run(scaled, Tolerances.from_criteria({"emb": Criterion("cosine", ">=", 0.999)}))
     )
     assert only_emb["emb"].passed and not only_emb["logits"].passed
     assert only_emb["logits"].criterion.startswith("allclose(")
@@ -542,7 +559,7 @@ def test_metric_replaces_the_element_rule():
 
 def test_failing_metric_says_which_figure_and_rule():
     flipped = {"logits": -LOGITS, "emb": EMB}
-    config = CompareConfig(metrics={"logits": Criterion("cosine", ">=", 0.999)})
+    config = Tolerances.from_criteria({"logits": Criterion("cosine", ">=", 0.999)})
     logits = by_name(run(flipped, config))["logits"]
     assert not logits.passed
     assert logits.cosine == pytest.approx(-1.0, abs=1e-6)
@@ -587,8 +604,8 @@ def test_per_output_options_follow_the_models_names_when_paired_by_position():
     # the candidate is the model (its names are the signature's); the reference names differ
     reference = FakeRunner("ref", fixed({"r0": LOGITS, "r1": EMB}), SIGNATURE)
     candidate = FakeRunner("cand", fixed({"logits": LOGITS + 0.5, "emb": EMB}), SIGNATURE)
-    config = CompareConfig(tolerances={"logits": Tolerance(1.0, 0.0)})
-    report = compare_runners(candidate, reference, SAMPLES, signature=SIGNATURE, config=config)
+    config = Tolerances(per_output={"logits": (1.0, 0.0)})
+    report = compare_runners(candidate, reference, SAMPLES, signature=SIGNATURE, tolerances=config)
     logits = by_name(report)["logits"]
     assert logits.atol == 1.0 and logits.passed
 
@@ -628,10 +645,10 @@ def test_a_metric_is_judged_on_the_figure_over_all_samples():
         logits[0, :2] += 1.0  # 2 mismatches on each sample
         return {"logits": logits, "emb": EMB.copy()}
 
-    config = CompareConfig(metrics={"logits": parse_metric("mismatches<=3")[1]})
+    config = Tolerances.from_criteria({"logits": parse_metric("mismatches<=3")[1]})
     reference = FakeRunner("ref", fixed({"logits": LOGITS, "emb": EMB}), SIGNATURE)
     candidate = FakeRunner("cand", two_off, SIGNATURE)
-    report = compare_runners(candidate, reference, samples, signature=SIGNATURE, config=config)
+    report = compare_runners(candidate, reference, samples, signature=SIGNATURE, tolerances=config)
     logits = by_name(report)["logits"]
     # each sample alone meets the rule; the 4 mismatches the report shows do not
     assert logits.mismatches == 4
@@ -706,7 +723,12 @@ def test_sklearn_reference_agrees(iris_classifier, zipmap):
     classifier, x, folder = iris_classifier
     path, inputs = _iris_onnx(classifier, x, folder, zipmap=zipmap)
     report = compare(
-        path, f"sklearn:{folder / 'classifier.joblib'}", inputs=inputs, trust_pickle=True
+        path,
+        CompareConfig(
+            against=f"sklearn:{folder / 'classifier.joblib'}",
+            trust_pickle=True,
+            feeds=FeedSettings(inputs=inputs),
+        ),
     )
     assert report.reference == "sklearn:classifier.joblib"
     label, probabilities = report.outputs
@@ -735,7 +757,12 @@ def test_zipmap_keys_keep_the_estimators_class_order(tmp_path):
     joblib.dump(classifier, tmp_path / "classifier.joblib")
     path, inputs = _iris_onnx(classifier, x, tmp_path, zipmap=True)
     report = compare(
-        path, f"sklearn:{tmp_path / 'classifier.joblib'}", inputs=inputs, trust_pickle=True
+        path,
+        CompareConfig(
+            against=f"sklearn:{tmp_path / 'classifier.joblib'}",
+            trust_pickle=True,
+            feeds=FeedSettings(inputs=inputs),
+        ),
     )
     label, probabilities = report.outputs
     assert label.passed and label.mismatches == 0
@@ -754,7 +781,14 @@ def test_sklearn_reference_that_disagrees_fails(iris_classifier, tmp_path):
     path, inputs = _iris_onnx(classifier, x, folder, zipmap=False)
     weak = LogisticRegression(C=1e-3, max_iter=1000).fit(x, classifier.predict(x))
     joblib.dump(weak, tmp_path / "weak.joblib")
-    report = compare(path, f"sklearn:{tmp_path / 'weak.joblib'}", inputs=inputs, trust_pickle=True)
+    report = compare(
+        path,
+        CompareConfig(
+            against=f"sklearn:{tmp_path / 'weak.joblib'}",
+            trust_pickle=True,
+            feeds=FeedSettings(inputs=inputs),
+        ),
+    )
     assert not report.passed
     assert not report.outputs[1].passed
 
@@ -764,8 +798,13 @@ def test_sklearn_reference_needs_trust_pickle(iris_classifier):
     classifier, x, folder = iris_classifier
     path, inputs = _iris_onnx(classifier, x, folder, zipmap=False)
     with pytest.raises(ConfigError) as info:
-        compare(path, f"sklearn:{folder / 'classifier.joblib'}", inputs=inputs)
-    assert "--trust-pickle" in str(info.value)
+        compare(
+            path,
+            CompareConfig(
+                against=f"sklearn:{folder / 'classifier.joblib'}", feeds=FeedSettings(inputs=inputs)
+            ),
+        )
+    assert "trust_pickle" in str(info.value) and info.value.field == "trust_pickle"
     assert "classifier.joblib" in info.value.message
 
 
@@ -782,7 +821,9 @@ def test_replay_finds_the_other_sides_node_by_the_tensors_it_writes(tmp_path):
     """Two files, the same graph, other node names: the node is matched by its tensors."""
     candidate = save(_hard_sigmoid(0.5, "c"), tmp_path / "c.onnx")
     reference = save(_hard_sigmoid(0.01, "d"), tmp_path / "d.onnx")
-    divergence = compare(candidate, str(reference), localize=True).first_divergence
+    divergence = compare(
+        candidate, CompareConfig(against=str(reference), localize=True)
+    ).first_divergence
     assert divergence.found and divergence.node == "c_hs"
     assert divergence.replay.verdict == "differs on identical inputs"
     assert "(attribute(s) alpha)" in divergence.note
@@ -802,7 +843,14 @@ def test_a_difference_carried_through_is_not_called_amplified(tmp_path):
     """Sub passes its inputs' difference on unchanged; it breaks the tolerance of a result near 0."""
     candidate = save(_shifted(2e-5), tmp_path / "cand.onnx")
     reference = save(_shifted(0.0), tmp_path / "ref.onnx")
-    report = compare(candidate, str(reference), localize=True, ranges={"x": ValueRange(1.0, 2.0)})
+    report = compare(
+        candidate,
+        CompareConfig(
+            against=str(reference),
+            localize=True,
+            feeds=FeedSettings(ranges={"x": ValueRange(1.0, 2.0)}),
+        ),
+    )
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "center"
     replay = divergence.replay

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BACKEND_DATA, corpus_models
-from onnxgate.compare import compare
+from onnxgate.compare import CompareConfig, compare
 from onnxgate.errors import GateError, ReferenceFailed, RunFailed
 
 LIGHT = sorted((BACKEND_DATA / "light").glob("*.onnx"))
@@ -48,9 +48,9 @@ def test_runtime_and_reference_agree_or_the_difference_is_explained(path: Path):
     if path.name in NOT_RUNNABLE:
         kind, words = NOT_RUNNABLE[path.name]
         with pytest.raises(kind, match=words):
-            compare(path, "reference")
+            compare(path, CompareConfig(against="reference"))
         return
-    report = compare(path, "reference", localize=True)
+    report = compare(path, CompareConfig(against="reference", localize=True))
     assert report.passed, [o.reason for o in report.outputs]
 
 
@@ -60,7 +60,9 @@ def test_the_plain_evaluator_still_disagrees_and_replay_says_so(name: str, monke
     from onnxgate.runners import _reference
 
     monkeypatch.setattr(_reference, "overrides", lambda: ())
-    report = compare(BACKEND_DATA / "light" / name, "reference", localize=True)
+    report = compare(
+        BACKEND_DATA / "light" / name, CompareConfig(against="reference", localize=True)
+    )
     assert not report.passed
     divergence = report.first_divergence
     assert divergence is not None and divergence.found

@@ -7,7 +7,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from onnxgate.compare import compare
+from onnxgate.compare import CompareConfig, compare
+from onnxgate.settings import FeedSettings
 
 pytestmark = pytest.mark.torch
 
@@ -17,7 +18,12 @@ LEVELS = ("disable", "basic", "extended", "all")
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_every_optimisation_level_agrees_with_the_reference_evaluator(minilm_onnx, level):
-    report = compare(minilm_onnx, "reference", candidate=f"ort:{level}", dims=SHAPE)
+    report = compare(
+        minilm_onnx,
+        CompareConfig(
+            against="reference", candidate=f"ort:{level}", feeds=FeedSettings(dims=SHAPE)
+        ),
+    )
     assert report.passed, [o.reason for o in report.outputs]
     by_name = {o.name: o for o in report.outputs}
     assert set(by_name) == {"last_hidden_state", "sentence_embedding"}
@@ -33,7 +39,11 @@ def test_every_optimisation_level_agrees_with_the_reference_evaluator(minilm_onn
 
 def test_onnx_runtime_agrees_with_the_pytorch_module(minilm_onnx):
     report = compare(
-        minilm_onnx, "torch:minilm_factory:factory", dims={"batch": [1, 7], "seq": [5, 33]}
+        minilm_onnx,
+        CompareConfig(
+            against="torch:minilm_factory:factory",
+            feeds=FeedSettings(dims={"batch": [1, 7], "seq": [5, 33]}),
+        ),
     )
     assert report.passed, [o.reason for o in report.outputs]
     assert len(report.samples) == 4
@@ -64,7 +74,14 @@ def _with_layernorm_epsilon(source: Path, target: Path, index: int) -> str:
 def test_an_attribute_fault_in_a_real_model_is_localised(minilm_onnx, tmp_path):
     faulty = tmp_path / "faulty.onnx"
     changed = _with_layernorm_epsilon(minilm_onnx, faulty, index=5)
-    report = compare(faulty, str(minilm_onnx), dims={"batch": [2], "seq": [9]}, localize=True)
+    report = compare(
+        faulty,
+        CompareConfig(
+            against=str(minilm_onnx),
+            localize=True,
+            feeds=FeedSettings(dims={"batch": [2], "seq": [9]}),
+        ),
+    )
     assert not report.passed
     divergence = report.first_divergence
     assert divergence is not None and divergence.found

@@ -39,8 +39,8 @@ def test_second_call_is_offline_and_instant(old_profile, monkeypatch):
 def test_check_against_the_old_release_matches_what_it_does(tmp_path, old_profile):
     too_new = save(relu(opsets={"": 20}, ir=9), tmp_path / "opset20.onnx")
     fits = save(relu(opsets={"": 19}, ir=9), tmp_path / "opset19.onnx")
-    report = check_model(too_new, runtime=old_profile)
+    report = check_model(too_new, profile=old_profile)
     assert "VER003" in {f.code for f in report.findings} and not report.predicted_load
-    assert check_model(fits, runtime=old_profile).predicted_load
+    assert check_model(fits, profile=old_profile).predicted_load
     loads = try_load(OLD, [too_new, fits])
     assert loads[str(too_new)] is not None and loads[str(fits)] is None

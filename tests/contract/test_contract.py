@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 from models import mlp, relu, save, value
 from onnxgate.cli import app
 from onnxgate.contract import (
+    ContractConfig,
     FileDigest,
+    VerifyConfig,
     contract_paths,
     golden_samples,
     init_contract,
@@ -27,6 +29,7 @@ from onnxgate.contract import (
 from onnxgate.errors import ConfigError, ModelLoadError, RunFailed
 from onnxgate.model import load_model
 from onnxgate.runners import Inference, ReferenceRunner
+from onnxgate.settings import FeedSettings
 
 runner = CliRunner()
 
@@ -159,12 +162,12 @@ def test_an_existing_contract_is_replaced_only_with_force(contracted):
     contract_path, golden_path = contract_paths(contracted)
     before = contract_path.read_bytes(), golden_path.read_bytes()
     with pytest.raises(ConfigError) as caught:
-        init_contract(contracted, seed=1)
+        init_contract(contracted, ContractConfig(feeds=FeedSettings(seed=1)))
     assert str(contract_path) in caught.value.message
-    assert "--force" in (caught.value.hint or "")
+    assert "force" in (caught.value.hint or "") and caught.value.field == "force"
     assert (contract_path.read_bytes(), golden_path.read_bytes()) == before
 
-    replaced = init_contract(contracted, seed=1, force=True)
+    replaced = init_contract(contracted, ContractConfig(force=True, feeds=FeedSettings(seed=1)))
     assert golden_path.read_bytes() != before[1]
     assert replaced.golden.sha256 == hashlib.sha256(golden_path.read_bytes()).hexdigest()
     assert verify(contracted).passed
@@ -364,7 +367,7 @@ def test_external_data_contracts_work_from_a_relative_path(external, monkeypatch
 
 
 def test_a_runtime_that_cannot_be_had_is_one_failed_row(contracted):
-    report = verify(contracted, runtimes=["installed", "onnxruntime==0.0.1"])
+    report = verify(contracted, VerifyConfig(runtimes=["installed", "onnxruntime==0.0.1"]))
     installed, missing = report.results
     assert installed.passed and not report.passed
     assert missing.loads.passed is False and missing.parity.passed is None

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from models import mlp, model, save, value
 from onnxgate.cli import app
-from onnxgate.compare import compare
-from onnxgate.contract import contract_paths, init_contract, load_contract
+from onnxgate.compare import CompareConfig, compare
+from onnxgate.contract import ContractConfig, contract_paths, init_contract, load_contract
 from onnxgate.errors import ParityError
 from onnxgate.runners import _reference
 
@@ -57,9 +57,11 @@ def test_an_implementation_fault_is_localized_and_replay_says_the_implementation
     tmp_path, monkeypatch
 ):
     path = save(_two_adds(), tmp_path / "two.onnx")
-    assert compare(path, "reference").passed  # the real evaluator agrees with ONNX Runtime
+    assert compare(
+        path, CompareConfig(against="reference")
+    ).passed  # the real evaluator agrees with ONNX Runtime
     _faulty_add(monkeypatch)
-    report = compare(path, "reference", localize=True)
+    report = compare(path, CompareConfig(against="reference", localize=True))
     assert not report.passed
     divergence = report.first_divergence
     assert divergence.found and divergence.node == "bias" and divergence.op_type == "Add"
@@ -96,7 +98,7 @@ def test_the_contract_records_which_second_opinion_was_taken(tmp_path, monkeypat
     assert opinion.agreed is True and opinion.runner.startswith("onnxruntime[disable")
     assert opinion.detail.startswith("2 sample(s) of y; worst max_abs")
     # from ONNX Runtime, the reference evaluator is the second opinion
-    golden = init_contract(path, reference="ort", force=True).golden
+    golden = init_contract(path, ContractConfig(reference="ort", force=True)).golden
     assert golden.second_opinion.runner == "reference" and golden.second_opinion.agreed
     # without one, the contract says so, and verify still holds it
     _faulty_add(monkeypatch)

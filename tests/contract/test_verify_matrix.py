@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import export_nets
 from onnxgate.cli import app
-from onnxgate.contract import load_contract, verify
+from onnxgate.contract import VerifyConfig, load_contract, verify
 from onnxgate.export import TorchExportConfig, export_torch, parse_dynamic
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -29,12 +29,12 @@ def exported(tmp_path_factory):
         made = {}
         for key, options in (("opset20", {"opset": 20}), ("old", {"runtime": OLD})):
             made[key] = export_torch(
+                f"{nets}:net",
                 TorchExportConfig(
-                    entry=f"{nets}:net",
                     out=folder / f"{key}.onnx",
                     dynamic=parse_dynamic(["x:0=batch"]),
                     **options,
-                )
+                ),
             )
     return made
 
@@ -42,7 +42,7 @@ def exported(tmp_path_factory):
 def test_opset_20_does_not_load_on_1_16_and_passes_elsewhere(exported):
     result = exported["opset20"]
     assert result.opset == 20
-    report = verify(result.path, runtimes=RUNTIMES)
+    report = verify(result.path, VerifyConfig(runtimes=RUNTIMES))
     assert report.passed is False
     assert report.identity.passed is True
     old, middle, installed = report.results
@@ -87,7 +87,7 @@ def test_export_for_1_16_writes_what_1_16_loads(exported):
     assert contract.requirements.opsets["ai.onnx"] == 19
     assert contract.requirements.ir_version == 9
     assert contract.provenance.options["runtime"] == OLD
-    report = verify(result.path, runtimes=RUNTIMES)
+    report = verify(result.path, VerifyConfig(runtimes=RUNTIMES))
     assert report.passed, report.model_dump()
 
 
@@ -113,6 +113,6 @@ def test_placement_on_an_older_release_runs_the_contracts_samples(tmp_path):
     np.savez(tmp_path / "x.npz", x=np.arange(4, dtype=np.float32))
     made = runner.invoke(app, ["contract", "init", str(path), "--inputs", str(tmp_path / "x.npz")])
     assert made.exit_code == 0, made.output
-    report = verify(path, runtimes=[MIDDLE])
+    report = verify(path, VerifyConfig(runtimes=[MIDDLE]))
     assert report.passed, report.results[0]
     assert report.results[0].placement.reason == "1 node(s) on CPUExecutionProvider (profiling)"

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import BACKEND_DATA
 from models import mlp, model, save, value
-from onnxgate.compare import compare
+from onnxgate.compare import CompareConfig, compare
 from onnxgate.data import (
     DEFAULT_DIM,
     ValueRange,
@@ -24,6 +24,7 @@ from onnxgate.data import (
 )
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature
+from onnxgate.settings import FeedSettings
 
 RELU_CASE = BACKEND_DATA / "simple" / "test_single_relu_model"
 AVGPOOL_CASE = BACKEND_DATA / "pytorch-converted" / "test_AvgPool2d"
@@ -214,7 +215,10 @@ def test_byte_strings_from_npz_are_decoded_as_text(tmp_path):
     checked = validate_feeds(signature_of(strings()), sample.feeds)
     assert checked["s"].dtype == object
     assert checked["s"].tolist() == ["a", "bb", "été"]
-    report = compare(save(strings(), tmp_path / "strings.onnx"), "reference", inputs=path)
+    report = compare(
+        save(strings(), tmp_path / "strings.onnx"),
+        CompareConfig(against="reference", feeds=FeedSettings(inputs=path)),
+    )
     assert report.passed, report.outputs[0].reason
     assert report.outputs[0].elements == 3
 
@@ -228,7 +232,10 @@ def test_sequence_proto_feeds_a_sequence_input(tmp_path):
     (sample,) = load_feeds(tmp_path / "data", signature=signature_of(proto))
     assert isinstance(sample.feeds["xs"], list) and len(sample.feeds["xs"]) == 2
     np.testing.assert_array_equal(sample.feeds["xs"][1], tensors[1])
-    report = compare(save(proto, tmp_path / "seq.onnx"), "reference", inputs=tmp_path / "data")
+    report = compare(
+        save(proto, tmp_path / "seq.onnx"),
+        CompareConfig(against="reference", feeds=FeedSettings(inputs=tmp_path / "data")),
+    )
     assert report.passed
     y, n = report.outputs
     assert y.shape == [1, 4] and n.shape == []
@@ -443,9 +450,9 @@ def test_unknown_dim_or_range_name_is_a_config_error():
     with pytest.raises(ConfigError, match="'sequence' is not a symbolic dimension") as info:
         synthetic_samples(MLP, dims={"sequence": 4})
     assert "batch" in info.value.message
-    with pytest.raises(ConfigError, match="--range names 'X'") as info:
+    with pytest.raises(ConfigError, match="feeds.ranges names 'X'") as info:
         synthetic_samples(MLP, ranges={"X": ValueRange(0, 1)})
-    assert "inputs: x" in info.value.message
+    assert "inputs: x" in info.value.message and info.value.field == "feeds.ranges"
 
 
 def test_input_without_a_rank_gets_no_synthetic_feeds():

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from onnxgate.cli import app
-from onnxgate.contract import contract_paths, load_contract, read_golden, verify
-from onnxgate.errors import ConfigError, FeedError, ParityError
+from onnxgate.contract import VerifyConfig, contract_paths, load_contract, read_golden, verify
+from onnxgate.errors import ConfigError, FeedError
 from onnxgate.export import SklearnExportConfig, export_sklearn, read_matrix
 
 pytestmark = pytest.mark.sklearn
@@ -89,6 +89,9 @@ def check_digits_export(result, path, pipeline, x):
     assert contract.provenance.framework.startswith("scikit-learn ")
     assert contract.provenance.exporter.startswith("skl2onnx ")
     assert contract.provenance.options["zipmap"] is False
+    lineage = contract.provenance.lineage
+    assert lineage.step == "export" and lineage.parent_sha256 is None
+    assert len(lineage.config_hash) == 64
     # golden samples at several shapes: 1 row, 7 rows, 64 rows
     assert [s.dims for s in contract.golden.samples] == [{"batch": 1}, {"batch": 7}, {"batch": 64}]
     sample = contract.golden.samples[-1]
@@ -115,11 +118,11 @@ def test_a_pickle_is_not_loaded_without_trust(pickled, data, tmp_path):
     path = tmp_path / "out" / "digits.onnx"
     with pytest.raises(ConfigError) as caught:
         export_sklearn(pickled, SklearnExportConfig(out=path, data=data))
-    assert "--trust-pickle" in caught.value.hint
+    assert "trust_pickle" in caught.value.hint and caught.value.field == "trust_pickle"
     assert not path.exists()
 
 
-def test_a_forest_after_a_scaler_is_a_parity_error(digits, data, tmp_path):
+def test_a_forest_after_a_scaler_fails_parity(digits, data, tmp_path):
     pytest.importorskip("skl2onnx")
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.pipeline import make_pipeline
@@ -129,12 +132,22 @@ def test_a_forest_after_a_scaler_is_a_parity_error(digits, data, tmp_path):
         StandardScaler(), RandomForestClassifier(n_estimators=50, random_state=0)
     ).fit(*digits)
     out = tmp_path / "out"
-    with pytest.raises(ParityError) as caught:
-        export_sklearn(forest, SklearnExportConfig(out=out / "forest.onnx", data=data))
-    assert "probabilities" in caught.value.message
-    assert "not written" in caught.value.message
-    assert "float32 thresholds" in caught.value.hint
+    report = export_sklearn(forest, SklearnExportConfig(out=out / "forest.onnx", data=data))
+    assert not report.passed and report.contract is None
+    assert [o.name for o in report.parity.outputs if not o.passed] == ["probabilities"]
+    assert "probabilities" in report.reason
+    assert "not written" in report.reason
+    assert "float32 thresholds" in report.hint
     assert list(out.iterdir()) == []  # neither the model, its contract, nor a temporary file
+
+    joblib = pytest.importorskip("joblib")
+    joblib.dump(forest, tmp_path / "forest.joblib")
+    args = ["export", "sklearn", str(tmp_path / "forest.joblib"), "--trust-pickle"]
+    result = runner.invoke(app, [*args, "--out", str(out / "forest.onnx"), "--data", str(data)])
+    assert result.exit_code == 1  # the same diagnosis as the report's, as an error on stderr
+    assert "error: the exported model disagrees" in " ".join(result.stderr.split())
+    assert "float32 thresholds" in " ".join(result.stderr.split())
+    assert list(out.iterdir()) == []
 
 
 def test_cli_export_sklearn(pickled, data, tmp_path):
@@ -164,7 +177,7 @@ def test_export_for_an_old_release_loads_and_verifies_there(data, tmp_path, pipe
     contract = load_contract(path)
     assert contract.requirements.ir_version <= 9
     assert contract.requirements.opsets["ai.onnx"] <= 19
-    report = verify(path, runtimes=[old, "installed"])
+    report = verify(path, VerifyConfig(runtimes=[old, "installed"]))
     assert report.passed, report.model_dump()
     assert report.results[0].runtime == old
 

@@ -7,12 +7,14 @@ import os
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 import export_nets
 from onnxgate.cli import app
+from onnxgate.compare import CompareConfig
 from onnxgate.contract import contract_paths, load_contract, verify
-from onnxgate.errors import ConfigError, ExportError, ParityError
+from onnxgate.errors import ConfigError, ExportError
 from onnxgate.export import (
     PARITY_SIZES,
     TorchExportConfig,
@@ -23,6 +25,7 @@ from onnxgate.export import (
 )
 from onnxgate.export._diagnose import failing_ops
 from onnxgate.model import Signature, load_model
+from onnxgate.settings import FeedSettings, invalid
 
 runner = CliRunner()
 
@@ -42,7 +45,7 @@ def out(tmp_path):
 
 
 def export(entry: str, out_path, **options):
-    return export_torch(TorchExportConfig(entry=entry, out=out_path, **options))
+    return export_torch(entry, TorchExportConfig(out=out_path, **options))
 
 
 # Pure helpers: no torch needed.
@@ -151,29 +154,30 @@ def test_dynamic_batch_from_a_batch_1_example(nets, out):
 
 
 @pytest.mark.torch
-def test_a_value_frozen_by_tracing_is_a_parity_error_and_nothing_is_written(nets, out):
-    with pytest.raises(ParityError) as caught:
-        export(f"{nets}:normalised", out / "norm.onnx", exporter="torchscript")
-    assert "disagrees with" in caught.value.message
-    assert "not written" in caught.value.message
-    assert "NumPy" in caught.value.hint
+def test_a_value_frozen_by_tracing_fails_parity_and_nothing_is_written(nets, out):
+    report = export(f"{nets}:normalised", out / "norm.onnx", exporter="torchscript")
+    assert not report.passed and not report.parity.passed
+    assert report.contract is None
+    assert "disagrees with" in report.reason
+    assert "not written" in report.reason
+    assert "NumPy" in report.hint
     assert list(out.iterdir()) == []
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_a_shape_used_as_a_python_number_is_refused(nets, out, exporter):
-    with pytest.raises((ExportError, ParityError)) as caught:
-        export(
+    try:
+        report = export(
             f"{nets}:scaled",
             out / "scaled.onnx",
             dynamic=parse_dynamic(["x:1=seq"]),
             exporter=exporter,
         )
-    if isinstance(caught.value, ExportError):
-        assert "axis 1 (seq)" in caught.value.message and "fixes it to 16" in caught.value.message
+    except ExportError as error:
+        assert "axis 1 (seq)" in error.message and "fixes it to 16" in error.message
     else:
-        assert "seq=" in caught.value.message
+        assert not report.passed and "seq=" in report.reason
     assert list(out.iterdir()) == []
 
 
@@ -227,7 +231,8 @@ def test_auto_reports_the_last_exporters_failure_when_both_fail(nets, out):
 def test_an_opset_below_the_dynamo_floor_is_refused(nets, out):
     with pytest.raises(ConfigError, match="opset 16") as caught:
         export(f"{nets}:net", out / "net.onnx", opset=16)
-    assert "--exporter torchscript" in caught.value.hint
+    assert "exporter torchscript" in caught.value.hint
+    assert caught.value.fields == ("opset", "exporter")  # the CLI shows --opset, --exporter
     assert list(out.iterdir()) == []
     # TorchScript writes opset 16 as asked
     result = export(
@@ -245,8 +250,11 @@ def test_an_opset_below_the_dynamo_floor_is_refused(nets, out):
 def test_unknown_inputs_and_exporters_are_config_errors(nets, out):
     with pytest.raises(ConfigError, match="'y'; the inputs are x"):
         export(f"{nets}:net", out / "net.onnx", dynamic=parse_dynamic(["y:0=batch"]))
-    with pytest.raises(ConfigError, match="'onnx' is not dynamo, torchscript or auto"):
+    with pytest.raises(ValidationError) as refused:
         export(f"{nets}:net", out / "net.onnx", exporter="onnx")
+    error = invalid(refused.value)
+    assert error.field == "exporter"
+    assert "exporter 'onnx' is not one of 'dynamo', 'torchscript' or 'auto'" in error.message
     with pytest.raises(ConfigError, match="cannot import"):
         export(f"{nets}_missing:net", out / "net.onnx")
     assert list(out.iterdir()) == []
@@ -289,7 +297,9 @@ def test_cli_export_torch_failures_are_exit_1_and_2(nets, out):
         app, [*base[:2], f"{nets}:normalised", *base[2:], "--exporter", "torchscript"]
     )
     assert parity.exit_code == 1, parity.output
-    assert json.loads(parity.stdout)["error"] == "parity"
+    document = json.loads(parity.stdout)
+    assert document["passed"] is False and document["parity"]["passed"] is False
+    assert "disagrees with" in document["reason"] and document["contract"] is None
     usage = runner.invoke(app, [*base[:2], f"{nets}:net", *base[2:], "--opset", "16"])
     assert usage.exit_code == 2, usage.output
     assert json.loads(usage.stdout)["error"] == "config"
@@ -349,7 +359,13 @@ def test_minilm_exports_with_dynamic_batch_and_seq(tmp_path, monkeypatch):
     assert all(s.shape == ("batch", "seq") for s in signature.inputs)
     assert [s.name for s in signature.outputs] == ["last_hidden_state", "sentence_embedding"]
 
-    report = compare(path, "torch:onnxgate.examples.minilm:factory", dims={"batch": 3, "seq": 17})
+    report = compare(
+        path,
+        CompareConfig(
+            against="torch:onnxgate.examples.minilm:factory",
+            feeds=FeedSettings(dims={"batch": 3, "seq": 17}),
+        ),
+    )
     assert report.passed, [o.reason for o in report.outputs]
     shapes = {o.name: o.shape for o in report.outputs}
     assert shapes == {"last_hidden_state": [3, 17, 384], "sentence_embedding": [3, 384]}

@@ -32,7 +32,7 @@ def test_every_batch_and_thread_count_is_measured_with_consistent_figures(model)
 
 
 def test_a_time_budget_still_gives_the_minimum_number_of_runs(model):
-    report = bench(model, BenchConfig(batches=[2], warmup=0, budget_s=0.001, min_runs=12))
+    report = bench(model, BenchConfig(batches=[2], warmup=0, budget=0.001, min_runs=12))
     (result,) = report.results
     assert result.runs >= 12
 

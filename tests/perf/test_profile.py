@@ -10,16 +10,18 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from conftest import CORPUS
 from models import mlp, save
 from onnxgate.cli import app
-from onnxgate.errors import ConfigError, RunFailed
+from onnxgate.errors import RunFailed
 from onnxgate.model import load_model
 from onnxgate.perf import ProfileConfig, ProfileReport, profile
 from onnxgate.perf._profile import bridge, report_from_trace
 from onnxgate.runners import OrtOptions, OrtRunner
+from onnxgate.settings import FeedSettings, SessionSettings, invalid
 
 MNIST = CORPUS / "mnist.onnx"
 needs_mnist = pytest.mark.skipif(not MNIST.exists(), reason="../shared/corpus is absent")
@@ -59,7 +61,9 @@ def test_mnist_tables_cover_the_optimised_graph_and_only_the_counted_runs(tmp_pa
 
 def test_top_nodes_carry_the_shapes_they_ran_with(tmp_path):
     path = save(mlp(), tmp_path / "mlp.onnx")
-    everything = profile(path, ProfileConfig(batch=5, optimization="disable", warmup=1, runs=2))
+    everything = profile(
+        path, ProfileConfig(batch=5, session=SessionSettings(opt_level="disable"), warmup=1, runs=2)
+    )
     by_name = {n.node: n for n in everything.nodes}
     assert set(by_name) == {"mm", "add", "relu"}  # no fusion at level disable
     mm = by_name["mm"]
@@ -69,7 +73,12 @@ def test_top_nodes_carry_the_shapes_they_ran_with(tmp_path):
     assert [t.shape for t in by_name["add"].inputs] == [[5, 3], [3]]
     assert str(mm.outputs[0]) == "float[5,3]"
     assert [t.shape for t in by_name["relu"].inputs] == [[5, 3]]
-    two = profile(path, ProfileConfig(batch=5, optimization="disable", warmup=1, runs=2, top=2))
+    two = profile(
+        path,
+        ProfileConfig(
+            batch=5, session=SessionSettings(opt_level="disable"), warmup=1, runs=2, top=2
+        ),
+    )
     assert len(two.nodes) == 2 and two.node_count == 3
     assert two.nodes[0].ms >= two.nodes[1].ms
     assert len(two.op_types) == 3  # the tables still cover every node
@@ -102,7 +111,15 @@ def test_inputs_file_is_profiled(tmp_path):
     path = save(mlp(), tmp_path / "mlp.onnx")
     data = tmp_path / "x.npz"
     np.savez(data, x=np.ones((6, 4), np.float32))
-    report = profile(path, ProfileConfig(inputs=data, optimization="disable", warmup=0, runs=1))
+    report = profile(
+        path,
+        ProfileConfig(
+            feeds=FeedSettings(inputs=data),
+            session=SessionSettings(opt_level="disable"),
+            warmup=0,
+            runs=1,
+        ),
+    )
     assert report.shapes == {"x": [6, 4]}
     assert {n.node: n.inputs[0].shape for n in report.nodes}["mm"] == [6, 4]
 
@@ -114,19 +131,21 @@ def test_inputs_file_is_profiled(tmp_path):
         {"warmup": -1},
         {"top": -1},
         {"batch": 0},
-        {"inputs": "x.npz", "batch": 2},
+        {"feeds": "x.npz", "batch": 2},
     ],
 )
 def test_bad_configs_are_refused(config, tmp_path):
-    if "inputs" in config:
-        config["inputs"] = tmp_path / config["inputs"]
-    with pytest.raises(ConfigError):
+    if "feeds" in config:
+        config["feeds"] = FeedSettings(inputs=tmp_path / config["feeds"])
+    with pytest.raises(ValidationError) as refused:
         ProfileConfig(**config)
+    assert invalid(refused.value).field in config
 
 
 def test_a_trace_path_in_a_missing_folder_is_refused_before_running(tmp_path):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ValidationError, match="does not exist") as refused:
         ProfileConfig(trace=tmp_path / "missing" / "trace.json")
+    assert invalid(refused.value).field == "trace"
 
 
 # --- the trace itself: constructed events, as ONNX Runtime writes them ---------------------
@@ -304,7 +323,15 @@ def test_an_if_node_counts_only_its_own_time_beside_its_body(tmp_path):
     )
     data = tmp_path / "in.npz"
     np.savez(data, c=np.array(True), x=np.ones((64, 64), np.float32))
-    report = profile(path, ProfileConfig(inputs=data, optimization="disable", warmup=1, runs=3))
+    report = profile(
+        path,
+        ProfileConfig(
+            feeds=FeedSettings(inputs=data),
+            session=SessionSettings(opt_level="disable"),
+            warmup=1,
+            runs=3,
+        ),
+    )
     ops = {row.name for row in report.op_types}
     assert {"If", "MatMul", "Relu"} <= ops
     assert report.node_ms <= report.run_ms

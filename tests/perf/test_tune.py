@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from models import mlp, save
@@ -30,6 +31,7 @@ from onnxgate.perf._search import (
     thread_counts,
 )
 from onnxgate.perf._tune import improvement
+from onnxgate.settings import FeedSettings, config_hash, invalid
 
 FAST = {"levels": ("all", "basic"), "threads": (1,), "min_runs": 2}
 
@@ -130,6 +132,30 @@ def test_successive_halving_keeps_the_best_and_rotates_the_order():
     assert first == list(range(9))
     # the survivors in score order are 6, 0, 1; round 2 starts one further along
     assert second == [0, 1, 6]
+
+
+def test_a_search_past_its_deadline_ranks_what_it_measured(monkeypatch):
+    import onnxgate.perf._search as search
+
+    candidates = [Candidate("g", {"n": n}) for n in range(9)]
+    clock = iter(range(100))
+    monkeypatch.setattr(search.time, "monotonic", lambda: next(clock))
+    measured: list[int] = []
+
+    def measure(c, runs):
+        measured.append(c.settings["n"])
+        return [10.0 - c.settings["n"]] * runs  # the later, the faster
+
+    best, rounds = successive_halving(
+        candidates, measure, objective="latency", first_runs=1, eta=3, deadline=3.5
+    )
+    # the first candidate is always measured; the clock reads 0..3 before candidates 1..4,
+    # and 4 before candidate 5: past the deadline
+    assert measured == [0, 1, 2, 3, 4]
+    assert best.settings["n"] == 4 and rounds[-1].candidates == 5
+    # with no deadline nothing is cut
+    full, _ = successive_halving(candidates, measure, objective="latency", first_runs=1, eta=3)
+    assert full.settings["n"] == 8
 
 
 def test_throughput_prefers_the_most_samples_per_second():
@@ -317,7 +343,8 @@ def test_cli_help_teaches_and_json_is_one_document(model, monkeypatch):
     assert document["replaced_defaults"] and document["shape"] == {"batch": 2}
     assert document["written"] == [str(contract_paths(model)[0])]
     result = runner.invoke(app, ["tune", str(model), "--objective", "speed"])
-    assert result.exit_code == 2 and "latency or throughput" in result.output
+    assert result.exit_code == 2
+    assert "--objective 'speed' is not one of 'latency' or 'throughput'" in result.output
 
 
 @pytest.mark.torch
@@ -341,7 +368,13 @@ def test_minilm_fusions_pass_but_the_gelu_approximation_fails_parity(minilm_onnx
     timer = Timer()
     report = tune(
         loaded,
-        TuneConfig(batch=1, dims={"seq": 128}, write=False, levels=("all",), threads=(1,)),
+        TuneConfig(
+            batch=1,
+            feeds=FeedSettings(dims={"seq": 128}),
+            write=False,
+            levels=("all",),
+            threads=(1,),
+        ),
         graphs=graphs,
         measure=timer,
         race=Race(best=2.0),
@@ -362,8 +395,13 @@ def test_bench_tuned_runs_the_recorded_graph_and_settings(model):
     proto = onnx.load(model)
     graphs = [GraphCandidate(AS_GIVEN, None), GraphCandidate("rewritten", shifted(proto, 0.0))]
     timer = Timer(fast=lambda c: c.graph == "rewritten" and one_thread_no_spin(c))
-    report = tune(model, TuneConfig(batch=4, **FAST), graphs=graphs, measure=timer, race=Race())
+    config = TuneConfig(batch=4, **FAST)
+    report = tune(model, config, graphs=graphs, measure=timer, race=Race())
     assert report.replaced_defaults
+    (record,) = load_contract(model).performance.tuned
+    assert record.optimized_model is not None  # the rewritten graph, made from the model by tune
+    assert record.lineage.step == "tune" and record.lineage.config_hash == config_hash(config)
+    assert record.lineage.parent_sha256 == load_contract(model).identity.model.sha256
 
     measured = bench(model, BenchConfig(batches=[4], runs=3, warmup=0, tuned=True))
     assert measured.session == report.settings
@@ -374,8 +412,9 @@ def test_bench_tuned_runs_the_recorded_graph_and_settings(model):
     # another shape was not tuned: refused, not silently run with the defaults
     with pytest.raises(ConfigError, match="0 tuned record"):
         bench(model, BenchConfig(batches=[2], runs=3, warmup=0, tuned=True))
-    with pytest.raises(ConfigError, match="leave out --threads"):
+    with pytest.raises(ValidationError, match="leave out threads") as caught:
         BenchConfig(batches=[4], threads=[2], tuned=True)
+    assert invalid(caught.value).fields == ("threads", "tuned")
 
 
 def test_golden_samples_are_judged_against_their_stored_outputs(model):

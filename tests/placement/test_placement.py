@@ -7,14 +7,15 @@ import json
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from conftest import CORPUS
 from models import relu, save
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError, FeedError, ProviderUnavailable
-from onnxgate.placement import placement
-from onnxgate.runners import OrtOptions
+from onnxgate.placement import PlacementConfig, placement
+from onnxgate.settings import SessionSettings, invalid
 
 MNIST = CORPUS / "mnist.onnx"
 needs_mnist = pytest.mark.skipif(not MNIST.exists(), reason="../shared/corpus is absent")
@@ -99,8 +100,12 @@ def test_every_node_is_counted_on_cpu():
 
 @needs_mnist
 def test_profiling_sees_the_same_providers_as_the_recorded_partition():
-    profiled = placement(MNIST, method="profiling", options=OrtOptions(optimization="basic"))
-    recorded = placement(MNIST, method="assignment", options=OrtOptions(optimization="basic"))
+    profiled = placement(
+        MNIST, PlacementConfig(method="profiling", session=SessionSettings(opt_level="basic"))
+    )
+    recorded = placement(
+        MNIST, PlacementConfig(method="assignment", session=SessionSettings(opt_level="basic"))
+    )
     assert (profiled.method, recorded.method) == ("profiling", "assignment")
     assert sorted(n.node for n in recorded.nodes) == sorted(n.node for n in profiled.nodes)
     assert {n.provider for n in profiled.nodes} == {"CPUExecutionProvider"}
@@ -108,19 +113,26 @@ def test_profiling_sees_the_same_providers_as_the_recorded_partition():
 
 @needs_mnist
 def test_a_provider_that_claims_nothing_shows_every_node_falling_back():
-    report = placement(MNIST, "azure", require="azure")
+    report = placement(
+        MNIST, PlacementConfig(require="azure", session=SessionSettings(providers=("azure",)))
+    )
     assert report.requested == ["AzureExecutionProvider", "CPUExecutionProvider"]
     assert len(report.fallback) == len(report.nodes) > 0
     assert not report.passed and len(report.violations) == len(report.nodes)
     allowed = placement(
-        MNIST, "azure", require="azure", allow_ops={n.op_type for n in report.nodes}
+        MNIST,
+        PlacementConfig(
+            require="azure",
+            allow_ops={n.op_type for n in report.nodes},
+            session=SessionSettings(providers=("azure",)),
+        ),
     )
     assert allowed.passed
 
 
 def test_a_custom_domain_node_is_shown_where_it_ran(tmp_path):
     path = save(_gelu_model(), tmp_path / "gelu.onnx")
-    report = placement(path, options=OrtOptions(optimization="disable"))
+    report = placement(path, PlacementConfig(session=SessionSettings(opt_level="disable")))
     gelu = next(n for n in report.nodes if n.node == "contrib_gelu")
     assert (gelu.domain, gelu.op_type, gelu.provider) == (
         "com.microsoft",
@@ -132,8 +144,12 @@ def test_a_custom_domain_node_is_shown_where_it_ran(tmp_path):
 
 def test_profiling_sees_only_the_if_branch_that_ran(tmp_path):
     path = save(_if_model(), tmp_path / "if.onnx")
-    recorded = placement(path, method="assignment", options=OrtOptions(optimization="disable"))
-    profiled = placement(path, method="profiling", options=OrtOptions(optimization="disable"))
+    recorded = placement(
+        path, PlacementConfig(method="assignment", session=SessionSettings(opt_level="disable"))
+    )
+    profiled = placement(
+        path, PlacementConfig(method="profiling", session=SessionSettings(opt_level="disable"))
+    )
     recorded_names = {n.node for n in recorded.nodes}
     profiled_names = {n.node for n in profiled.nodes}
     assert {"then_relu", "else_neg"} <= recorded_names
@@ -157,10 +173,14 @@ def test_cli_pass_line_says_profiling_covers_what_ran(tmp_path):
 
 def test_an_unknown_method_is_a_config_error(tmp_path):
     path = save(_gelu_model(), tmp_path / "gelu.onnx")
-    with pytest.raises(ConfigError, match="'recorded' is not one of auto, assignment"):
-        placement(path, method="recorded")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError) as caught:
+        placement(path, PlacementConfig(method="recorded"))  # type: ignore[arg-type]
+    error = invalid(caught.value)
+    assert error.field == "method"
+    assert "method 'recorded' is not one of 'auto', 'assignment'" in error.message
     result = CliRunner().invoke(app, ["placement", str(path), "--method", "recorded"])
     assert result.exit_code == 2
+    assert "--method 'recorded' is not one of" in result.stderr  # the CLI names its flag
 
 
 def test_cli_pass_line_counts_what_allow_op_exempted(tmp_path):
@@ -175,7 +195,12 @@ def test_cli_pass_line_counts_what_allow_op_exempted(tmp_path):
     )
     doc = json.loads(CliRunner().invoke(app, [*args, "--allow-op", "Gelu", "-f", "json"]).stdout)
     assert doc["passed"] and {n["node"] for n in doc["exempted"]} == {"mm", "contrib_gelu"}
-    only_matmul = placement(path, "azure", require="azure", allow_ops={"MatMul"})
+    only_matmul = placement(
+        path,
+        PlacementConfig(
+            require="azure", allow_ops={"MatMul"}, session=SessionSettings(providers=("azure",))
+        ),
+    )
     assert [n.node for n in only_matmul.violations] == ["contrib_gelu"]
     assert [n.node for n in only_matmul.exempted] == ["mm"]
 
@@ -196,7 +221,7 @@ def test_text_names_unnamed_nodes_and_custom_domains(tmp_path):
 def test_a_missing_gpu_provider_is_an_environment_error(tmp_path):
     path = save(_gelu_model(), tmp_path / "gelu.onnx")
     with pytest.raises(ProviderUnavailable, match="onnxruntime-gpu"):
-        placement(path, require="CUDAExecutionProvider")
+        placement(path, PlacementConfig(require="CUDAExecutionProvider"))
 
 
 def test_cli_require_cuda_exits_3_with_the_package_to_install(tmp_path):
@@ -230,28 +255,31 @@ def test_cli_require_fails_on_fallback():
 def test_an_older_runtime_refuses_the_assignment_method_and_layout_level(tmp_path):
     path = save(relu(ir=8), tmp_path / "relu.onnx")
     with pytest.raises(ConfigError, match="needs ONNX Runtime 1.24 or later") as caught:
-        placement(path, runtime="onnxruntime==1.16.3", method="assignment")
-    assert "--method profiling" in str(caught.value)
+        placement(path, PlacementConfig(runtime="onnxruntime==1.16.3", method="assignment"))
+    assert "method profiling" in str(caught.value) and caught.value.field == "method"
     with pytest.raises(ConfigError, match="has no optimisation level 'layout'") as caught:
         placement(
             path,
-            runtime="onnxruntime==1.16.3",
-            method="profiling",
-            options=OrtOptions(optimization="layout"),
+            PlacementConfig(
+                runtime="onnxruntime==1.16.3",
+                method="profiling",
+                session=SessionSettings(opt_level="layout"),
+            ),
         )
     assert "onnxruntime 1.16.3" in str(caught.value)
     result = CliRunner().invoke(
         app, ["placement", str(path), "-r", "onnxruntime==1.16.3", "--method", "assignment"]
     )
     assert result.exit_code == 2
+    assert "Use --method profiling" in " ".join(result.stderr.split())  # the flag, in the CLI
 
 
 @pytest.mark.slow
 def test_auto_on_a_recording_runtime_builds_no_feeds(tmp_path):
     path = save(_seq_input_model(), tmp_path / "seq.onnx")
     with pytest.raises(FeedError):  # profiling needs feeds, and none can be made here
-        placement(path, method="profiling")
-    report = placement(path, runtime="onnxruntime==1.24.4")
+        placement(path, PlacementConfig(method="profiling"))
+    report = placement(path, PlacementConfig(runtime="onnxruntime==1.24.4"))
     assert report.method == "assignment"
     assert [n.node for n in report.nodes] == ["concat"]
 
@@ -259,7 +287,7 @@ def test_auto_on_a_recording_runtime_builds_no_feeds(tmp_path):
 @pytest.mark.slow
 @needs_mnist
 def test_an_older_runtime_is_audited_by_a_profiled_run():
-    report = placement(MNIST, runtime="onnxruntime==1.16.3")
+    report = placement(MNIST, PlacementConfig(runtime="onnxruntime==1.16.3"))
     assert report.runtime == "onnxruntime 1.16.3"
     assert report.method == "profiling"
     assert sum(report.assignments.values()) == len(report.nodes) > 0

@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 
 from models import model, relu, save, value
 from onnxgate.cli import app
-from onnxgate.contract import load_contract
+from onnxgate.contract import load_contract, sha256_file
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.quantize import QuantizeConfig, detect_preset, quantize, resolve
+from onnxgate.settings import config_hash
 
 WIDTH = 32
 OUTLIER = 1e4
@@ -75,9 +76,8 @@ def test_naive_int8_misses_and_the_search_recovers_by_keeping_the_outlier_layer_
 ):
     # four tiny MatMuls: dynamic int8 may well be slower than float here, which is not this
     # test's subject, so the model is written whatever the speed verdict
-    report = quantize(
-        outlier, _config(tmp_path, bench=True, bench_budget_s=0.05, allow_slower=True)
-    )
+    config = _config(tmp_path, bench=True, bench_budget_s=0.05, allow_slower=True)
+    report = quantize(outlier, config)
     first = report.attempts[0]
     assert first.excluded == [] and not first.passed
     assert first.figures[0].value < 0.99  # the naive model really misses
@@ -100,6 +100,10 @@ def test_naive_int8_misses_and_the_search_recovers_by_keeping_the_outlier_layer_
     assert contract.lineage["parent"]["model"] == str(outlier)
     assert contract.lineage["excluded_nodes"] == ["layer2"]
     assert contract.lineage["gate"]["passed"] is True
+    # the typed link to the parent: the float model's bytes and the config that made this one
+    lineage = contract.provenance.lineage
+    assert lineage.step == "quantize" and lineage.parent_sha256 == sha256_file(outlier)
+    assert lineage.config_hash == config_hash(config)
     # the goldens are the float model's outputs from ONNX Runtime: the reference evaluator agreed
     opinion = contract.golden.second_opinion
     assert opinion.runner == "reference" and opinion.agreed is True

@@ -221,8 +221,8 @@ def test_a_contract_that_cannot_be_written_leaves_no_model(outlier, tmp_path, mo
     ("options", "message"),
     [
         (["--quant-format", "qdq"], "--quant-format qdq applies to static"),
-        (["--calibration-method", "guess"], "--calibration-method:"),
-        (["--max-drop", "2"], "--max-drop must be a number in [0, 1)"),
+        (["--calibration-method", "guess"], "--calibration-method 'guess' is not one of"),
+        (["--max-drop", "2"], "--max-drop 2.0: must be a number in [0, 1)"),
         (["--labels", "labels.npy"], "--labels names the true class"),
     ],
 )

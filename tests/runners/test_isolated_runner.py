@@ -68,7 +68,7 @@ def test_providers_are_checked_against_that_release(tmp_path):
         with IsolatedOrtRunner(loaded, MIDDLE, samples(2), OrtOptions(providers=("CUDA",))):
             pass
     assert "onnxruntime-gpu" in caught.value.hint
-    with pytest.raises(ConfigError, match="optimisation level"):
+    with pytest.raises(ConfigError, match="session.opt_level 'max'"):
         IsolatedOrtRunner(loaded, MIDDLE, samples(2), OrtOptions(optimization="max"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 import onnx
 from onnx import ModelProto
@@ -30,8 +31,23 @@ from onnxgate.model import (
     load_model,
     value_types,
 )
+from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
+
+
+class CheckConfig(Part):
+    """The target ``check`` judges a model against, and which findings count."""
+
+    runtime: str = "installed"
+    """``installed``, or a release or package (``onnxruntime==1.16.3``) probed in an isolated
+    environment."""
+    providers: tuple[str, ...] = ()
+    """Execution providers in preference order (CPU is appended, as the runtime does)."""
+    ignore: tuple[str, ...] = ()
+    """Finding codes to leave out (``SHP001``)."""
+    fail_on: Literal["error", "warning", "info"] = "error"
+    """The lowest severity that makes ``passed`` false."""
 
 
 def _infer(model: ModelProto) -> tuple[ModelProto, Finding | None]:
@@ -131,22 +147,17 @@ def resolve_providers(profile: RuntimeProfile, providers: Iterable[str] | None) 
 
 def check_model(
     model: str | os.PathLike[str] | LoadedModel,
+    config: CheckConfig | None = None,
     *,
-    runtime: str | RuntimeSpec | RuntimeProfile | None = None,
-    providers: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | str = (),
-    fail_on: Severity | str = Severity.ERROR,
+    profile: RuntimeProfile | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Statically judge whether a model will load and run on a target runtime.
 
     Args:
         model: path of the ``.onnx`` file, or a model already loaded with :func:`load_model`.
-        runtime: the target: ``None`` for the installed runtime, ``onnxruntime==X.Y.Z`` for a
-            release probed in an isolated environment, or a profile obtained earlier.
-        providers: execution providers in preference order (CPU is appended, as the runtime does).
-        ignore: finding codes to leave out.
-        fail_on: the lowest severity that makes ``passed`` false.
+        config: the target runtime and providers, codes to ignore, the failing severity.
+        profile: the target runtime's profile obtained earlier, instead of ``config.runtime``.
         progress: called with a line for each slow step (environment creation, probing).
 
     Raises:
@@ -155,23 +166,19 @@ def check_model(
             cannot be installed or probed. InternalError: onnxgate's own code failed (a bug, exit
             4), never reported as a finding.
     """
-    providers, ignore = names(providers), names(ignore)
-    if fail_on not in {s.value for s in Severity}:
-        raise ConfigError(
-            f"fail_on {fail_on!r} is not a severity.", hint="Use error, warning or info."
-        )
+    config = config or CheckConfig()
+    providers, ignore = names(list(config.providers)), names(list(config.ignore))
+    fail_on = config.fail_on
     unknown = [code for code in ignore if code not in RULES]
     if unknown:
         raise ConfigError(
-            f"unknown finding code(s) {', '.join(unknown)}.",
+            f"ignore names unknown finding code(s) {', '.join(unknown)}.",
             hint="See docs/checks.md for the codes.",
+            field="ignore",
         )
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
-    profile = (
-        runtime
-        if isinstance(runtime, RuntimeProfile)
-        else runtime_profile(runtime, progress=progress)
-    )
+    if profile is None:
+        profile = runtime_profile(RuntimeSpec.parse(config.runtime), progress=progress)
     table = profile.kernel_table()
     chosen = resolve_providers(profile, providers)
     proto = loaded.proto

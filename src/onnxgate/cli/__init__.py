@@ -14,10 +14,12 @@ from onnxgate.cli.compare_cmd import compare_command
 from onnxgate.cli.contract_cmd import contract_app, verify_command
 from onnxgate.cli.doctor_cmd import doctor_command
 from onnxgate.cli.export_cmd import export_app
+from onnxgate.cli.gate_cmd import gate_app
 from onnxgate.cli.inspect_cmd import inspect_command
 from onnxgate.cli.placement_cmd import placement_command
 from onnxgate.cli.profile_cmd import profile_command
 from onnxgate.cli.quantize_cmd import quantize_command
+from onnxgate.cli.registry_cmd import registry_app
 from onnxgate.cli.runtimes_cmd import runtimes_command
 from onnxgate.cli.tune_cmd import tune_command
 
@@ -71,6 +73,8 @@ app.command("tune")(tune_command)
 app.command("profile")(profile_command)
 app.add_typer(contract_app, name="contract")
 app.add_typer(export_app, name="export")
+app.add_typer(gate_app, name="gate")
+app.add_typer(registry_app, name="registry")
 app.command("runtimes")(runtimes_command)
 app.command("doctor")(doctor_command)
 

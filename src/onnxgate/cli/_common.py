@@ -1,4 +1,4 @@
-"""What every command shares: output formats, error reporting, progress, logging."""
+"""What every command shares: output formats, error reporting, progress, logging, and ``run``."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from enum import StrEnum
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from onnxgate.errors import ExitCode, GateError
+from onnxgate.errors import ConfigError, ExitCode, GateError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,6 +79,10 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except GateError as error:
+            if isinstance(error, ConfigError):
+                from onnxgate.cli._options import translated  # _options imports this module
+
+                error = translated(error)
             if fmt == "json":
                 emit_json(error.to_dict())
             else:
@@ -152,6 +159,75 @@ def progress_bar(enabled: bool, *, bar: bool = True) -> Iterator[Callable[..., N
         yield update
 
 
-def finish(passed: bool) -> None:
-    """Exit 0 when passed, 1 when the check or gate failed."""
-    raise typer.Exit(int(ExitCode.PASSED if passed else ExitCode.FAILED))
+def finish(passed: bool, *, failed: ExitCode = ExitCode.FAILED) -> None:
+    """Exit 0 when passed, ``failed`` (1: the check or gate failed) otherwise."""
+    raise typer.Exit(int(ExitCode.PASSED if passed else failed))
+
+
+def show(renderables: Iterable[RenderableType]) -> None:
+    """Print what a text renderer returned on stdout, each item on lines of its own."""
+    for renderable in renderables:
+        out.print(renderable)
+
+
+Display = Literal["line", "bar", "steps", "none"]
+"""How ``run`` shows progress on stderr: a spinner, a bar, messages alone, or nothing."""
+
+
+def _display(kind: Display, enabled: bool) -> AbstractContextManager[Callable[..., None]]:
+    if kind == "bar":
+        return progress_bar(enabled)
+    if kind == "steps":
+        return progress_bar(enabled, bar=False)
+    return progress_line(enabled and kind == "line")
+
+
+def _passed(report: Any) -> bool:
+    return bool(report.passed)
+
+
+def _document(report: Any) -> Any:
+    return report.model_dump(mode="json")
+
+
+def run(
+    fmt: str,
+    call: Callable[[Callable[..., None]], R],
+    render: Callable[[R], Iterable[RenderableType]],
+    *,
+    progress: Display = "line",
+    passed: Callable[[R], bool] | None = _passed,
+    failed: ExitCode = ExitCode.FAILED,
+    document: Callable[[R], Any] = _document,
+    formats: Mapping[str, Callable[[R], None]] | None = None,
+) -> R:
+    """Run one command: progress on stderr, the library call, the result on stdout, the exit.
+
+    Progress is shown in text mode only: in the other formats stdout holds the document alone
+    and stderr stays quiet. GateErrors raised by ``call`` pass through to ``handles_errors``.
+
+    Args:
+        fmt: The ``--format`` value: ``json`` prints ``document(result)``, a key of ``formats``
+            calls that writer, anything else prints what ``render`` returns.
+        call: The library call; it receives the progress callback (``message`` for
+            ``"line"``, ``message, fraction=None`` for ``"bar"`` and ``"steps"``).
+        render: The result's text renderer (it returns renderables and prints nothing).
+        progress: The display on stderr while ``call`` runs.
+        passed: Whether the result passed; it exits 0 if so and ``failed`` if not. None: no
+            verdict, ``run`` returns the result and the command exits 0 when it ends.
+        failed: The exit code of a result that did not pass.
+        document: The JSON document of the result (its ``model_dump``).
+        formats: Writers of further formats (``check``'s sarif and github), by ``--format``.
+    """
+    fmt = str(fmt)  # a StrEnum's value
+    with _display(progress, fmt == "text") as update:
+        result = call(update)
+    if fmt == "json":
+        emit_json(document(result))
+    elif formats and fmt in formats:
+        formats[fmt](result)
+    else:
+        show(render(result))
+    if passed is not None:
+        finish(passed(result), failed=failed)
+    return result

@@ -1,17 +1,38 @@
-"""Options several commands share: input feeds and ONNX Runtime session settings."""
+"""Options several commands share, in groups, and the one place that turns them into settings.
+
+Typer has no argument groups, so a group is two things kept together here: option types that
+carry the group's help panel (``--help`` shows them under "Session", "Input feeds",
+"Tolerances", "Output"), and one function that turns the group's values into its settings part:
+``session_settings`` → ``SessionSettings``, ``feed_settings`` → ``FeedSettings``,
+``tolerance_settings`` → ``Tolerances``. A command lists the group's options in its signature and
+passes their values to that function; no command parses those flags itself.
+
+Library messages name config fields (``feeds.dims``, ``session.threads``); ``FLAGS`` is the one
+table that turns them into this CLI's flags (``--dim``, ``--threads``) when an error is shown.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
 
+from onnxgate.cli._common import FORMAT_HELP, Format
 from onnxgate.errors import ConfigError
+from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances, invalid
 
-if TYPE_CHECKING:
-    from onnxgate.compare import CompareConfig
-    from onnxgate.runners import OrtOptions
+SESSION = "Session"
+FEEDS = "Input feeds"
+TOLERANCES = "Tolerances"
+OUTPUT = "Output"
+"""Help panels: the groups ``--help`` shows options in."""
+
+FormatOpt = Annotated[
+    Format, typer.Option("--format", "-f", help=FORMAT_HELP, rich_help_panel=OUTPUT)
+]
 
 InputsOpt = Annotated[
     Path | None,
@@ -22,6 +43,7 @@ InputsOpt = Annotated[
         "test_data_set_* folder of input_*.pb, or a folder of those or of .npz files. Without it, "
         "seeded synthetic feeds are generated from the model's signature.",
         show_default=False,
+        rich_help_panel=FEEDS,
     ),
 ]
 DimOpt = Annotated[
@@ -33,6 +55,7 @@ DimOpt = Annotated[
         "sizes give several samples (e.g. --dim batch=1,7 --dim seq=128). Unnamed dimensions are "
         "3, never 1, which would hide broadcasting bugs.",
         show_default=False,
+        rich_help_panel=FEEDS,
     ),
 ]
 RangeOpt = Annotated[
@@ -43,9 +66,12 @@ RangeOpt = Annotated[
         "INPUT=VALUE. Defaults: floats in [0, 1), integers in [0, 10), integer inputs that index "
         "an embedding table below its row count, inputs named *mask* all ones.",
         show_default=False,
+        rich_help_panel=FEEDS,
     ),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of synthetic feeds.")]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed of synthetic feeds.", rich_help_panel=FEEDS)
+]
 ProvidersOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -56,6 +82,7 @@ ProvidersOpt = Annotated[
         "(e.g. openvino:precision=FP32,num_of_threads=2,cpu). CPU is appended, as ONNX Runtime "
         "does. A provider that does not start is an error (exit 3), never a silent CPU run.",
         show_default=False,
+        rich_help_panel=SESSION,
     ),
 ]
 ProviderOptionOpt = Annotated[
@@ -65,6 +92,7 @@ ProviderOptionOpt = Annotated[
         help="An option of one provider, PROVIDER:KEY=VALUE, repeatable "
         "(e.g. cuda:device_id=1, tensorrt:trt_fp16_enable=1).",
         show_default=False,
+        rich_help_panel=SESSION,
     ),
 ]
 OptLevelOpt = Annotated[
@@ -72,10 +100,16 @@ OptLevelOpt = Annotated[
     typer.Option(
         "--opt-level",
         help="ONNX Runtime graph optimisation level: disable, basic, extended, layout or all.",
+        rich_help_panel=SESSION,
     ),
 ]
 ThreadsOpt = Annotated[
-    int, typer.Option("--threads", help="Intra-op threads; 0 lets ONNX Runtime choose.")
+    int,
+    typer.Option(
+        "--threads",
+        help="Intra-op threads; 0 lets ONNX Runtime choose.",
+        rich_help_panel=SESSION,
+    ),
 ]
 SessionConfigOpt = Annotated[
     list[str] | None,
@@ -84,6 +118,7 @@ SessionConfigOpt = Annotated[
         help="An ONNX Runtime session config entry KEY=VALUE, repeatable "
         "(e.g. session.intra_op.allow_spinning=0).",
         show_default=False,
+        rich_help_panel=SESSION,
     ),
 ]
 
@@ -91,7 +126,10 @@ SessionConfigOpt = Annotated[
 TolOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--tol", help="Tolerance of one output, OUTPUT:ATOL,RTOL (repeatable).", show_default=False
+        "--tol",
+        help="Tolerance of one output, OUTPUT:ATOL,RTOL (repeatable).",
+        show_default=False,
+        rich_help_panel=TOLERANCES,
     ),
 ]
 MetricOpt = Annotated[
@@ -100,15 +138,26 @@ MetricOpt = Annotated[
         "--metric",
         help="Judge an output by one figure: [OUTPUT:]METRIC OP VALUE, e.g. sentence_embedding:cosine>=0.999 (see `compare --help`).",
         show_default=False,
+        rich_help_panel=TOLERANCES,
     ),
 ]
 AtolOpt = Annotated[
     float | None,
-    typer.Option("--atol", help="Absolute tolerance of float outputs.", show_default=False),
+    typer.Option(
+        "--atol",
+        help="Absolute tolerance of float outputs.",
+        show_default=False,
+        rich_help_panel=TOLERANCES,
+    ),
 ]
 RtolOpt = Annotated[
     float | None,
-    typer.Option("--rtol", help="Relative tolerance of float outputs.", show_default=False),
+    typer.Option(
+        "--rtol",
+        help="Relative tolerance of float outputs.",
+        show_default=False,
+        rich_help_panel=TOLERANCES,
+    ),
 ]
 
 
@@ -142,41 +191,210 @@ def parse_provider_options(items: list[str] | None) -> dict[str, dict[str, str]]
     return options
 
 
-def ort_options(
+FLAGS: dict[str, str] = {
+    # session
+    "session.providers": "--providers",
+    "session.provider_options": "--provider-option",
+    "session.opt_level": "--opt-level",
+    "session.threads": "--threads",
+    "session.inter_op_threads": "--inter-op-threads",
+    "session.parallel": "--parallel",
+    "session.cpu_mem_arena": "--no-arena",
+    "session.session_config": "--session-config",
+    # feeds
+    "feeds.inputs": "--inputs",
+    "feeds.dims": "--dim",
+    "feeds.ranges": "--range",
+    "feeds.seed": "--seed",
+    # tolerances
+    "tolerances.atol": "--atol",
+    "tolerances.rtol": "--rtol",
+    "tolerances.per_output": "--tol",
+    "tolerances.metrics": "--metric",
+    # the steps' own settings
+    "against": "--against",
+    "allow_ops": "--allow-op",
+    "batch": "--batch",
+    "batches": "--batch",
+    "budget": "--budget",
+    "candidate": "--candidate",
+    "contract": "--no-contract",
+    "data": "--data",
+    "dtype": "--dtype",
+    "dynamic": "--dynamic",
+    "example_inputs": "--example-inputs",
+    "exporter": "--exporter",
+    "fail_on": "--fail-on",
+    "force": "--force",
+    "ignore": "--ignore",
+    "localize": "--localize",
+    "method": "--method",
+    "min_gain": "--min-gain",
+    "objective": "--objective",
+    "opset": "--opset",
+    "out": "--out",
+    "output_names": "--output-name",
+    "providers": "--providers",
+    "reference": "--reference",
+    "require": "--require",
+    "runs": "--runs",
+    "runtime": "--runtime",
+    "runtimes": "--runtime",
+    "save_optimized": "--save-optimized",
+    "second_opinion": "--no-second-opinion",
+    "seed": "--seed",
+    "threads": "--threads",
+    "timeout": "--timeout",
+    "top": "--top",
+    "trace": "--trace",
+    "trust_pickle": "--trust-pickle",
+    "tuned": "--tuned",
+    "vs": "--vs",
+    "warmup": "--warmup",
+    "write": "--no-write",
+    # quantize
+    "activation_type": "--activation-type",
+    "allow_slower": "--allow-slower",
+    "bench": "--no-bench",
+    "bench_batches": "--bench-batch",
+    "bench_budget_s": "--bench-budget",
+    "calibration": "--calibration",
+    "calibration_method": "--calibration-method",
+    "eval": "--eval",
+    "format": "--quant-format",
+    "gate_metric": "--gate-metric",
+    "labels": "--labels",
+    "max_drop": "--max-drop",
+    "max_excluded": "--max-excluded",
+    "metrics": "--metric",
+    "mode": "--mode",
+    "op_types": "--op-types",
+    "outputs": "--output",
+    "per_channel": "--per-channel",
+    "preset": "--preset",
+    "reduce_range": "--reduce-range",
+    "search": "--search",
+    "weight_type": "--weight-type",
+}
+"""The flag of each config field, by its path in the step's config. A path not listed falls back
+to its tail (``session.threads`` → ``threads``), so a part built alone is named the same way."""
+
+
+def flag_for(path: str) -> str | None:
+    """The flag of a config field path, or None when this CLI has none."""
+    parts = path.split(".")
+    for start in range(len(parts)):
+        tail = ".".join(parts[start:])
+        if tail in FLAGS:
+            return FLAGS[tail]
+        for prefix in ("session.", "feeds.", "tolerances."):
+            if prefix + tail in FLAGS:
+                return FLAGS[prefix + tail]
+    return None
+
+
+def _named(path: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w.-]){re.escape(path)}(?![\w-]|\.\w)")
+
+
+def translated(error: ConfigError) -> ConfigError:
+    """The error with the config fields it names shown as this CLI's flags.
+
+    Only the fields the error declares (``field`` and ``related``) are replaced, so prose that
+    happens to contain a field's name is left alone. Translating twice changes nothing.
+    """
+    message, hint = error.message, error.hint
+    for path in sorted(error.fields, key=len, reverse=True):
+        flag = flag_for(path)
+        if flag is None:
+            continue
+        message = _named(path).sub(flag, message)
+        hint = _named(path).sub(flag, hint) if hint else hint
+    if (message, hint) == (error.message, error.hint):
+        return error
+    copy = ConfigError(message, hint=hint, field=error.field, related=error.related)
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+S = TypeVar("S", bound=Part)
+
+
+def build(part: type[S], **values: Any) -> S:
+    """``part(**values)``; a refused value is a ConfigError naming its flag.
+
+    Raises:
+        ConfigError: a value the part refuses, or settings that contradict each other.
+    """
+    try:
+        return part(**values)
+    except ValidationError as error:
+        raise translated(invalid(error, part)) from error
+
+
+def session_settings(
     providers: list[str] | None,
+    provider_option: list[str] | None,
     opt_level: str,
     threads: int,
     session_config: list[str] | None,
-    optimized_model: Path | None = None,
-    provider_options: list[str] | None = None,
-) -> OrtOptions:
-    """The ``OrtOptions`` the shared options describe."""
-    from onnxgate.compat.providers import parse_providers
-    from onnxgate.runners import OrtOptions
+) -> SessionSettings:
+    """The ``SessionSettings`` the "Session" options describe.
 
-    names, inline = parse_providers(providers)
-    options = inline
-    for provider, pairs in parse_provider_options(provider_options).items():
-        options.setdefault(provider, {}).update(pairs)
-    return OrtOptions(
-        providers=tuple(names),
-        provider_options=options,
-        optimization=opt_level,
-        intra_op_threads=threads,
-        config=parse_pairs(session_config, "--session-config"),
-        optimized_model_path=optimized_model,
+    Raises:
+        ConfigError: a --provider-option or --session-config item that is not KEY=VALUE, or a
+            level or thread count outside its choices.
+    """
+    return build(
+        SessionSettings,
+        providers=tuple(providers or ()),
+        provider_options=parse_provider_options(provider_option),
+        opt_level=opt_level,
+        threads=threads,
+        session_config=parse_pairs(session_config, "--session-config"),
     )
 
 
-def compare_config(
-    atol: float | None, rtol: float | None, tol: list[str] | None, metric: list[str] | None
-) -> CompareConfig:
-    """The CompareConfig the shared tolerance options describe."""
-    from onnxgate.compare import CompareConfig, parse_metric, parse_tolerance
+def feed_settings(
+    inputs: Path | None, dim: list[str] | None, value_range: list[str] | None, seed: int
+) -> FeedSettings:
+    """The ``FeedSettings`` the "Input feeds" options describe, checked before any work starts.
 
-    return CompareConfig(
-        atol=atol,
-        rtol=rtol,
-        tolerances=dict(parse_tolerance(t) for t in tol or ()),
-        metrics=dict(parse_metric(m) for m in metric or ()),
+    Raises:
+        ConfigError: a --dim or --range item that is malformed.
+    """
+    from onnxgate.data import parse_dims, parse_ranges
+
+    parse_ranges(value_range)  # refuses a malformed item with the syntax in the message
+    ranges = {}
+    for item in value_range or ():
+        name, _, text = item.partition("=")
+        ranges[name.strip()] = text.strip()
+    return build(
+        FeedSettings,
+        inputs=inputs,
+        dims=parse_dims(dim),
+        ranges=ranges,
+        seed=seed,
+    )
+
+
+def tolerance_settings(
+    atol: float | None, rtol: float | None, tol: list[str] | None, metric: list[str] | None
+) -> Tolerances:
+    """The ``Tolerances`` the "Tolerances" options describe.
+
+    Raises:
+        ConfigError: a --tol or --metric item that is malformed, or a negative tolerance.
+    """
+    from onnxgate.compare import parse_metric, parse_tolerance
+
+    per_output = {}
+    for item in tol or ():
+        name, found = parse_tolerance(item)
+        per_output[name] = (found.atol, found.rtol)
+    for item in metric or ():
+        parse_metric(item)  # refuses a malformed rule with the syntax in the message
+    return build(
+        Tolerances, atol=atol, rtol=rtol, per_output=per_output, metrics=tuple(metric or ())
     )

@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from onnxgate import __version__
-from onnxgate.check import CheckReport, Severity, check_model
-from onnxgate.cli._common import CheckFormat, emit_json, finish, handles_errors, out, progress_line
+from onnxgate.check import CheckConfig, CheckReport, Severity, check_model
+from onnxgate.check._render import render_text
+from onnxgate.cli._common import CheckFormat, emit_json, handles_errors, out, run
+from onnxgate.cli._options import OUTPUT, SESSION, build
 
-_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
-
-def render(report: CheckReport) -> None:
-    """Print findings for people."""
-    out.print(
-        f"[bold]{escape(report.model)}[/] against [bold]{report.runtime}[/] on {', '.join(report.providers)}"
-    )
-    for f in report.findings:
-        subject = f.node or f.tensor
-        where = f" [dim]({escape(subject)})[/]" if subject and subject not in f.message else ""
-        out.print(
-            f"  [{_STYLE[f.severity]}]{f.severity.value:7}[/] {f.code}  {escape(f.message)}{where}"
-        )
-        if f.hint and f.severity != Severity.INFO:
-            out.print(f"           [dim]fix: {escape(f.hint)}[/]")
-    verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-    load = "loads" if report.predicted_load else "does not load"
-    c = report.counts
-    out.print(
-        f"{verdict}  {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s); "
-        f"predicted: {load} on {report.runtime}"
-    )
+def _annotations(report: CheckReport) -> None:
+    text = report.to_github()
+    if text:
+        out.print(text, markup=False)
 
 
 @handles_errors
@@ -57,6 +41,7 @@ def check_command(
             "-p",
             help="Execution providers in preference order, comma-separated or repeated "
             "(CUDAExecutionProvider or just cuda). CPU is appended, as the runtime does.",
+            rich_help_panel=SESSION,
         ),
     ] = None,
     ignore: Annotated[
@@ -75,6 +60,7 @@ def check_command(
             "--format",
             "-f",
             help="text, json (one document), github (workflow annotations) or sarif.",
+            rich_help_panel=OUTPUT,
         ),
     ] = CheckFormat.text,
 ) -> None:
@@ -90,24 +76,24 @@ def check_command(
     """
     from onnxgate.compat.runtime import runtime_profile
 
-    with progress_line(fmt == CheckFormat.text) as progress:
+    config = build(
+        CheckConfig,
+        runtime=runtime,
+        providers=tuple(providers or ()),
+        ignore=tuple(ignore or ()),
+        fail_on=Severity(fail_on).value,
+    )
+
+    def call(progress: Callable[[str], None]) -> CheckReport:
         profile = runtime_profile(runtime, refresh=refresh, progress=progress)
-        report = check_model(
-            model,
-            runtime=profile,
-            providers=providers,
-            ignore=ignore,
-            fail_on=fail_on,
-            progress=progress,
-        )
-    if fmt == CheckFormat.json:
-        emit_json(report.model_dump(mode="json"))
-    elif fmt == CheckFormat.sarif:
-        emit_json(report.to_sarif(__version__))
-    elif fmt == CheckFormat.github:
-        text = report.to_github()
-        if text:
-            out.print(text, markup=False)
-    else:
-        render(report)
-    finish(report.passed)
+        return check_model(model, config, profile=profile, progress=progress)
+
+    run(
+        fmt,
+        call,
+        render_text,
+        formats={
+            "sarif": lambda report: emit_json(report.to_sarif(__version__)),
+            "github": _annotations,
+        },
+    )

@@ -6,20 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from onnxgate.cli._common import (
-    FORMAT_HELP,
-    Format,
-    emit_json,
-    finish,
-    handles_errors,
-    out,
-    progress_line,
-)
+from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._options import (
+    OUTPUT,
+    TOLERANCES,
     AtolOpt,
     DimOpt,
+    FormatOpt,
     InputsOpt,
     OptLevelOpt,
     ProviderOptionOpt,
@@ -30,88 +24,14 @@ from onnxgate.cli._options import (
     SessionConfigOpt,
     ThreadsOpt,
     TolOpt,
-    compare_config,
-    ort_options,
+    build,
+    feed_settings,
+    session_settings,
+    tolerance_settings,
 )
-from onnxgate.compare import CompareReport, compare
-from onnxgate.data import parse_dims, parse_ranges
+from onnxgate.compare import CompareConfig, compare
+from onnxgate.compare._render import render_text
 from onnxgate.runners import SPEC_HELP
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}g}" if value else "0"
-
-
-def render(report: CompareReport) -> None:
-    """Print a comparison for people."""
-    out.print(
-        f"[bold]{escape(report.model)}[/]: [bold]{escape(report.candidate)}[/] (candidate) vs "
-        f"[bold]{escape(report.reference)}[/] (reference), {len(report.samples)} sample(s): "
-        + ", ".join(escape(s.label) for s in report.samples)
-    )
-    if report.value_ranges:
-        out.print(
-            f"  [dim]{escape(report.data)}: "
-            + "; ".join(f"{escape(k)} {escape(v)}" for k, v in report.value_ranges.items())
-            + "[/]"
-        )
-    for o in report.outputs:
-        verdict = "[green]ok[/]" if o.passed else "[bold red]FAIL[/]"
-        out.print(f"  {verdict} [bold]{escape(o.name)}[/]  {escape(o.criterion)}")
-        figures = [
-            f"max_abs {_fmt(o.max_abs)}",
-            f"max_rel {_fmt(o.max_rel)}",
-            f"mean_abs {_fmt(o.mean_abs)}",
-            f"p99_abs {_fmt(o.p99_abs)}",
-            f"mismatches {o.mismatches}/{o.elements}",
-            f"cosine {_fmt(o.cosine, 7)}",
-        ]
-        if o.top1 is not None:
-            figures.append(f"top1 {_fmt(o.top1)}")
-        if not o.shape_equal or not o.dtype_equal:
-            figures.append(
-                f"{o.candidate_dtype} {o.candidate_shape} vs {o.dtype} {o.shape} (reference)"
-            )
-        out.print("       " + "  ".join(figures))
-    for o in report.outputs:
-        if o.reason:
-            out.print(
-                f"  [red]{escape(o.name)}[/]: {escape(o.reason)} (sample {escape(o.worst_sample or '')})"
-            )
-        if o.nan != (0, 0) or o.inf != (0, 0):
-            out.print(
-                f"  {escape(o.name)}: NaN {o.nan[0]} vs {o.nan[1]}, inf {o.inf[0]} vs {o.inf[1]} "
-                "(candidate vs reference)"
-            )
-    for note in report.notes:
-        out.print(f"  [dim]note: {escape(note)}[/]")
-    d = report.first_divergence
-    if d is not None:
-        if d.found:
-            out.print(
-                f"[bold]first diverging node:[/] {escape(d.node or '')} ({d.op_type}, "
-                f"position {d.position}) on sample {escape(d.sample)}"
-            )
-            for label, tensors in (("input", d.inputs), ("output", d.outputs)):
-                for t in tensors:
-                    state = "agrees" if t.agrees else "[red]differs[/]"
-                    kind = " (weight)" if t.initializer else ""
-                    out.print(
-                        f"  {label} {escape(t.name)}{kind}: {state}, max_abs {_fmt(t.max_abs)}, "
-                        f"mismatches {t.mismatches}/{t.elements}"
-                    )
-            if d.note:
-                out.print(f"  {escape(d.note)}")
-            if d.chain:
-                out.print(f"  then: {escape(' → '.join(d.chain))}")
-        else:
-            out.print(f"[bold]no diverging node found:[/] {escape(d.note or '')}")
-        out.print(f"  [dim]method: {escape(d.method)}[/]")
-    verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-    failing = sum(not o.passed for o in report.outputs)
-    out.print(f"{verdict}  {len(report.outputs) - failing} output(s) agree, {failing} do not")
 
 
 @handles_errors
@@ -146,6 +66,7 @@ def compare_command(
             "and topk (overlap of the top 5, or fewer when there are fewer classes). An "
             "unmatched NaN or infinity fails whatever the metric.",
             show_default=False,
+            rich_help_panel=TOLERANCES,
         ),
     ] = None,
     localize: Annotated[
@@ -177,6 +98,7 @@ def compare_command(
             "--save-optimized",
             help="Save the model as ONNX Runtime optimised it for the candidate.",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     trust_pickle: Annotated[
@@ -186,7 +108,7 @@ def compare_command(
             help="Allow a sklearn: reference to be unpickled (unpickling runs code from the file).",
         ),
     ] = False,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+    fmt: FormatOpt = Format.text,
 ) -> None:
     """Do two executions of a model agree? Per output, with the first node that went wrong.
 
@@ -220,28 +142,16 @@ def compare_command(
     2 bad options or inputs that do not fit the model; 3 a provider or extra is missing, a
     provider did not start, or the reference evaluator crashed.
     """
-    config = compare_config(atol, rtol, tol, metric)
-    options = ort_options(
-        providers, opt_level, threads, session_config, save_optimized, provider_option
+    config = build(
+        CompareConfig,
+        against=against,
+        candidate=candidate,
+        feeds=feed_settings(inputs, dim, value_range, seed),
+        session=session_settings(providers, provider_option, opt_level, threads, session_config),
+        tolerances=tolerance_settings(atol, rtol, tol, metric),
+        localize=localize,
+        runtime=runtime,
+        save_optimized=save_optimized,
+        trust_pickle=trust_pickle,
     )
-    with progress_line(fmt == Format.text) as progress:
-        report = compare(
-            model,
-            against,
-            candidate=candidate,
-            inputs=inputs,
-            dims=parse_dims(dim),
-            ranges=parse_ranges(value_range),
-            seed=seed,
-            ort_options=options,
-            trust_pickle=trust_pickle,
-            config=config,
-            localize=localize,
-            runtime=runtime,
-            progress=progress,
-        )
-    if fmt == Format.json:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        render(report)
-    finish(report.passed)
+    run(fmt, lambda progress: compare(model, config, progress=progress), render_text)

@@ -6,20 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from onnxgate.cli._common import (
-    FORMAT_HELP,
-    Format,
-    emit_json,
-    finish,
-    handles_errors,
-    out,
-    progress_line,
-)
+from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._options import (
     AtolOpt,
     DimOpt,
+    FormatOpt,
     InputsOpt,
     MetricOpt,
     OptLevelOpt,
@@ -31,11 +23,13 @@ from onnxgate.cli._options import (
     SessionConfigOpt,
     ThreadsOpt,
     TolOpt,
-    compare_config,
-    ort_options,
+    build,
+    feed_settings,
+    session_settings,
+    tolerance_settings,
 )
-from onnxgate.contract import Cell, VerifyReport, contract_paths, init_contract, verify
-from onnxgate.data import parse_dims, parse_ranges
+from onnxgate.contract import ContractConfig, VerifyConfig, init_contract, verify
+from onnxgate.contract._render import render_verify, render_written
 from onnxgate.runners import SPEC_HELP
 
 contract_app = typer.Typer(
@@ -75,7 +69,7 @@ def init_command(
             "second runner cannot run; the contract records it.",
         ),
     ] = False,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+    fmt: FormatOpt = Format.text,
 ) -> None:
     """Write the contract of a model exported elsewhere.
 
@@ -97,76 +91,21 @@ def init_command(
     or the reference evaluator crashed on the model (take the golden outputs from ONNX Runtime:
     `--reference ort:disable`).
     """
-    config = compare_config(atol, rtol, tol, metric)
-    with progress_line(fmt == Format.text) as progress:
-        contract = init_contract(
-            model,
-            reference=reference,
-            inputs=inputs,
-            dims=parse_dims(dim),
-            ranges=parse_ranges(value_range),
-            seed=seed,
-            config=config,
-            trust_pickle=trust_pickle,
-            force=force,
-            second_opinion=not no_second_opinion,
-            progress=progress,
-        )
-    if fmt == Format.json:
-        emit_json(contract.model_dump(mode="json"))
-        return
-    contract_path, golden_path = contract_paths(Path(model))
-    golden = contract.golden
-    out.print(f"wrote {escape(str(contract_path))} and {escape(str(golden_path))}")
-    if golden:
-        shapes = ", ".join(escape(s.label) for s in golden.samples)
-        out.print(
-            f"  {len(golden.samples)} golden sample(s) from {escape(golden.produced_by)}: {shapes}"
-        )
-        for rule in golden.rules:
-            how = rule.metric or f"allclose(atol={rule.atol:g}, rtol={rule.rtol:g})"
-            out.print(f"  {escape(rule.output)}: {escape(how)}")
-        if golden.skipped_outputs:
-            out.print(f"  not kept (not tensors): {escape(', '.join(golden.skipped_outputs))}")
-        opinion = golden.second_opinion
-        if opinion is not None:
-            who = f"{opinion.runner} agreed: " if opinion.agreed else ""
-            out.print(f"  second opinion: {escape(who + opinion.detail)}")
-    r = contract.requirements
-    out.print(
-        f"  requires IR {r.ir_version}, opsets {r.opsets}; oldest ONNX Runtime: {r.min_runtime or 'unknown'}"
+    config = build(
+        ContractConfig,
+        reference=reference,
+        feeds=feed_settings(inputs, dim, value_range, seed),
+        tolerances=tolerance_settings(atol, rtol, tol, metric),
+        second_opinion=not no_second_opinion,
+        force=force,
+        trust_pickle=trust_pickle,
     )
-
-
-def _cell(cell: Cell) -> str:
-    if cell.passed is None:
-        return "[dim]-[/]"
-    return "[green]ok[/]" if cell.passed else "[bold red]FAIL[/]"
-
-
-def render(report: VerifyReport) -> None:
-    """Print the verification matrix."""
-    out.print(f"[bold]{escape(report.model)}[/] against {escape(report.contract)}")
-    out.print(
-        f"  identity (sha256): {_cell(report.identity)} {escape(report.identity.reason or '')}"
+    run(
+        fmt,
+        lambda progress: init_contract(model, config, progress=progress),
+        lambda contract: render_written(contract, model),
+        passed=None,
     )
-    for result in report.results:
-        out.print(
-            f"  {escape(result.runtime)}: loads {_cell(result.loads)}  placement "
-            f"{_cell(result.placement)}  parity {_cell(result.parity)}"
-        )
-        for name, cell in (
-            ("loads", result.loads),
-            ("placement", result.placement),
-            ("parity", result.parity),
-        ):
-            if cell.passed is False or (cell.reason and cell.passed):
-                reason = cell.reason or ""
-                if len(reason) > 320:  # the JSON keeps the runtime's whole message
-                    reason = reason[:319] + "…"
-                out.print(f"      {name}: [dim]{escape(reason)}[/]")
-    verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-    out.print(f"{verdict}  on {', '.join(report.providers)}")
 
 
 @handles_errors
@@ -191,7 +130,7 @@ def verify_command(
     opt_level: OptLevelOpt = "all",
     threads: ThreadsOpt = 0,
     session_config: SessionConfigOpt = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+    fmt: FormatOpt = Format.text,
 ) -> None:
     """Does the contract hold on this host, or on named ONNX Runtime releases?
 
@@ -210,13 +149,9 @@ def verify_command(
     Exit codes: 0 every cell passed; 1 a cell failed or the model changed; 2 no contract, or a
     damaged one; 3 a provider or runtime cannot be had, or a provider did not start.
     """
-    options = ort_options(providers, opt_level, threads, session_config, None, provider_option)
-    with progress_line(fmt == Format.text) as progress:
-        report = verify(
-            model, runtimes=runtime or ["installed"], options=options, progress=progress
-        )
-    if fmt == Format.json:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        render(report)
-    finish(report.passed)
+    config = build(
+        VerifyConfig,
+        runtimes=tuple(runtime or ["installed"]),
+        session=session_settings(providers, provider_option, opt_level, threads, session_config),
+    )
+    run(fmt, lambda progress: verify(model, config, progress=progress), render_verify)

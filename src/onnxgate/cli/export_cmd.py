@@ -8,10 +8,20 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_line
-from onnxgate.cli._options import AtolOpt, MetricOpt, RtolOpt, TolOpt, compare_config
+from onnxgate.cli._common import (
+    FORMAT_HELP,
+    Format,
+    emit_json,
+    err,
+    finish,
+    handles_errors,
+    out,
+    progress_line,
+)
+from onnxgate.cli._options import AtolOpt, MetricOpt, RtolOpt, TolOpt, build, tolerance_settings
 from onnxgate.compare import CompareReport
 from onnxgate.contract import Contract, contract_paths
+from onnxgate.export import ExportReport
 
 export_app = typer.Typer(
     name="export",
@@ -53,6 +63,21 @@ def _render(
         contract_path, golden_path = contract_paths(path)
         out.print(f"  wrote {escape(str(contract_path))} and {escape(golden_path.name)}")
     out.print("[bold green]PASS[/]  exported and proved")
+
+
+def _show(report: ExportReport, fmt: Format) -> None:
+    """The report on stdout (JSON) or as text; a miss as the diagnosis on stderr, exit 1."""
+    if fmt == Format.json:
+        document = report.model_dump(mode="json", exclude={"contract"})
+        document["contract"] = str(contract_paths(report.path)[0]) if report.contract else None
+        emit_json(document)
+    elif report.passed:
+        _render(report.path, report.opset, report.parity, report.contract, report.notices)
+    else:
+        err.print(f"[bold red]error:[/] {escape(report.reason or 'parity missed')}")
+        if report.hint:
+            err.print(f"[dim]hint:[/] {escape(report.hint)}")
+    finish(report.passed)
 
 
 @export_app.command("torch")
@@ -125,8 +150,8 @@ def torch_command(
     """
     from onnxgate.export import TorchExportConfig, export_torch, parse_dynamic
 
-    config = TorchExportConfig(
-        entry=entry,
+    config = build(
+        TorchExportConfig,
         out=out_path,
         example_inputs=example_inputs,
         dynamic=parse_dynamic(dynamic),
@@ -134,27 +159,13 @@ def torch_command(
         opset=opset,
         runtime=runtime,
         exporter=exporter,
-        compare=compare_config(atol, rtol, tol, metric),
+        tolerances=tolerance_settings(atol, rtol, tol, metric),
         seed=seed,
         contract=not no_contract,
     )
     with progress_line(fmt == Format.text) as progress:
-        result = export_torch(config, progress=progress)
-    if fmt == Format.json:
-        emit_json(
-            {
-                "passed": True,
-                "path": str(result.path),
-                "exporter": result.exporter,
-                "opset": result.opset,
-                "ir_version": result.ir_version,
-                "notices": result.notices,
-                "parity": result.parity.model_dump(mode="json"),
-                "contract": str(contract_paths(result.path)[0]) if result.contract else None,
-            }
-        )
-        return
-    _render(result.path, result.opset, result.parity, result.contract, result.notices)
+        report = export_torch(entry, config, progress=progress)
+    _show(report, fmt)
 
 
 @export_app.command("sklearn")
@@ -201,28 +212,16 @@ def sklearn_command(
     """
     from onnxgate.export import SklearnExportConfig, export_sklearn
 
-    config = SklearnExportConfig(
+    config = build(
+        SklearnExportConfig,
         out=out_path,
         data=data,
         dtype=dtype,
         opset=opset,
         runtime=runtime,
-        compare=compare_config(atol, rtol, tol, metric),
+        tolerances=tolerance_settings(atol, rtol, tol, metric),
         contract=not no_contract,
     )
     with progress_line(fmt == Format.text) as progress:
-        result = export_sklearn(estimator, config, trust_pickle=trust_pickle, progress=progress)
-    if fmt == Format.json:
-        emit_json(
-            {
-                "passed": True,
-                "path": str(result.path),
-                "opset": result.opset,
-                "dtype": result.dtype,
-                "notices": result.notices,
-                "parity": result.parity.model_dump(mode="json"),
-                "contract": str(contract_paths(result.path)[0]) if result.contract else None,
-            }
-        )
-        return
-    _render(result.path, result.opset, result.parity, result.contract, result.notices)
+        report = export_sklearn(estimator, config, trust_pickle=trust_pickle, progress=progress)
+    _show(report, fmt)

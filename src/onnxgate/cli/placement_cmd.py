@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from onnxgate.cli._common import (
-    FORMAT_HELP,
-    Format,
-    emit_json,
-    finish,
-    handles_errors,
-    out,
-    progress_line,
-)
+from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._options import (
     DimOpt,
+    FormatOpt,
     InputsOpt,
     OptLevelOpt,
     ProviderOptionOpt,
@@ -28,72 +19,12 @@ from onnxgate.cli._options import (
     SeedOpt,
     SessionConfigOpt,
     ThreadsOpt,
-    ort_options,
+    build,
+    feed_settings,
+    session_settings,
 )
-from onnxgate.data import parse_dims, parse_ranges
-from onnxgate.placement import MEMCPY, NodePlacement, PlacementReport, placement
-
-MAX_LISTED = 8
-
-
-def _node(n: NodePlacement) -> str:
-    kind = n.op_type if n.qualified_op == n.op_type else f"{n.op_type}, {n.domain}"
-    return f"{escape(n.node or '(unnamed)')} ({escape(kind)})"
-
-
-def _verdict(report: PlacementReport) -> str:
-    required = report.required
-    ran = report.method == "profiling"
-    if not report.passed:
-        return f"[bold red]FAIL[/]  {len(report.violations)} compute node(s) are not on {required}"
-    if not report.exempted:
-        scope = "that ran on these feeds " if ran else ""
-        return f"[bold green]PASS[/]  every compute node {scope}is on {required}"
-    on = sum(1 for n in report.nodes if n.provider == required and n.op_type not in MEMCPY)
-    kinds = sorted({n.qualified_op for n in report.exempted})
-    return (
-        f"[bold green]PASS[/]  {on} compute node(s) on {required}; {len(report.exempted)} "
-        f"exempted by --allow-op (op types {escape(', '.join(kinds))})"
-        + (", of the nodes that ran on these feeds" if ran else "")
-    )
-
-
-def render(report: PlacementReport) -> None:
-    """Print a placement audit for people."""
-    out.print(
-        f"[bold]{escape(report.model)}[/] on {report.runtime}, requested "
-        f"{', '.join(report.requested)} (method: {report.method})"
-    )
-    for provider, count in sorted(report.assignments.items(), key=lambda kv: -kv[1]):
-        ops = ", ".join(f"{op} {n}" for op, n in report.op_types[provider].items())
-        out.print(f"  [bold]{provider}[/]: {count} node(s): {escape(ops)}")
-    if report.memcpy:
-        out.print(f"  {report.memcpy} Memcpy node(s) copy tensors between providers")
-    if report.fallback:
-        out.print(
-            f"[yellow]{len(report.fallback)} compute node(s) are not on {report.requested[0]}:[/]"
-        )
-        if len(report.fallback) > MAX_LISTED:
-            kinds = Counter(n.qualified_op for n in report.fallback)
-            by_type = ", ".join(f"{op} {k}" for op, k in kinds.most_common())
-            out.print(f"  by op type: {escape(by_type)}")
-        for n in report.fallback[:MAX_LISTED]:
-            out.print(f"  {_node(n)} → {n.provider}")
-        if len(report.fallback) > MAX_LISTED:
-            out.print(
-                f"  ... and {len(report.fallback) - MAX_LISTED} more (--format json lists all)"
-            )
-    if report.violations and report.required != report.requested[0]:
-        # the fallback list above is against the first provider; name what --require rejects
-        out.print(f"[red]not on {report.required}:[/]")
-        for n in report.violations[:MAX_LISTED]:
-            out.print(f"  {_node(n)} → {n.provider}")
-        if len(report.violations) > MAX_LISTED:
-            out.print(f"  ... and {len(report.violations) - MAX_LISTED} more")
-    for note in report.notes:
-        out.print(f"  [dim]note: {escape(note)}[/]")
-    if report.required:
-        out.print(_verdict(report))
+from onnxgate.placement import PlacementConfig, placement
+from onnxgate.placement._render import render_text
 
 
 @handles_errors
@@ -144,7 +75,7 @@ def placement_command(
     dim: DimOpt = None,
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+    fmt: FormatOpt = Format.text,
 ) -> None:
     """Which execution provider runs each node? Catch silent CPU fallback before production does.
 
@@ -163,23 +94,13 @@ def placement_command(
     is not in this ONNX Runtime build (the message names the package that has it) or did not
     start with the options given (the message quotes ONNX Runtime's reason).
     """
-    options = ort_options(providers, opt_level, threads, session_config, None, provider_option)
-    with progress_line(fmt == Format.text) as progress:
-        report = placement(
-            model,
-            require=require,
-            runtime=runtime,
-            method=method,  # type: ignore[arg-type]
-            options=options,
-            allow_ops=allow_op or (),
-            inputs=inputs,
-            dims=parse_dims(dim),
-            ranges=parse_ranges(value_range),
-            seed=seed,
-            progress=progress,
-        )
-    if fmt == Format.json:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        render(report)
-    finish(report.passed)
+    config = build(
+        PlacementConfig,
+        session=session_settings(providers, provider_option, opt_level, threads, session_config),
+        require=require,
+        allow_ops=tuple(allow_op or ()),
+        runtime=runtime,
+        method=method,
+        feeds=feed_settings(inputs, dim, value_range, seed),
+    )
+    run(fmt, lambda progress: placement(model, config, progress=progress), render_text)

@@ -6,176 +6,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from onnxgate.cli._common import (
-    FORMAT_HELP,
-    Format,
-    emit_json,
-    finish,
-    handles_errors,
-    out,
-    progress_line,
-)
+from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._options import FEEDS, FormatOpt, build
 from onnxgate.errors import ConfigError
-from onnxgate.quantize import (
-    OPTION_NAMES,
-    PRESET_HELP,
-    QuantizeConfig,
-    QuantizeReport,
-    quantize,
-)
-from onnxgate.quantize._speed import growth_text, shape_text
+from onnxgate.quantize import PRESET_HELP, QuantizeConfig, quantize
+from onnxgate.quantize._render import render_text
 
 _DATA = (
     "an .npz (one sample), a folder of .npz files or test_data_set_* folders, a JSON file, or "
     "package.module:function returning an iterable of feeds ({input name: array})"
 )
-
-
-def _mb(size: int | None) -> str:
-    return "-" if size is None else f"{size / 1e6:.1f} MB"
-
-
-def _figure(value: float | None) -> str:
-    return "-" if value is None else f"{value:.5f}"
-
-
-def render(report: QuantizeReport) -> None:
-    """Print the report for people."""
-    s = report.settings
-    out.print(
-        f"[bold]{escape(report.model)}[/]: {s.mode} int8 ({s.format}, preset {s.preset}, "
-        f"activations {s.activation_type}, weights {s.weight_type}"
-        f"{' per-channel' if s.per_channel else ''}{', 7-bit' if s.reduce_range else ''}, "
-        f"op types {','.join(s.op_types)})"
-    )
-    for notice in report.notices:
-        out.print(f"  [yellow]notice:[/] {escape(notice)}")
-    if report.calibration:
-        c = report.calibration
-        out.print(
-            f"  calibration: {escape(c.source)} ({c.samples} sample(s), {c.rows} row(s)), "
-            f"method {s.calibration_method}"
-        )
-    e = report.evaluation
-    out.print(
-        f"  evaluation: {escape(e.source)} ({e.samples} sample(s), {e.rows} row(s)); overlap "
-        f"with calibration: {report.overlap_rows} row(s)"
-    )
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    figures = [f for a in report.attempts for f in a.figures]
-    with_float = any(f.reference is not None for f in figures)
-    columns = ["float nodes", "output", "rule", "value", "float", "drop", "worst row", "verdict"]
-    if not with_float:
-        columns.remove("float")
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("output", "rule") else "right")
-    for attempt in report.attempts:
-        for index, f in enumerate(attempt.figures):
-            worst = "-" if f.worst is None else f"{f.worst:.4f} #{f.worst_row}"
-            cells = [
-                str(len(attempt.excluded)) if index == 0 else "",
-                escape(f.output),
-                escape(f.rule),
-                _figure(f.value),
-                *([_figure(f.reference)] if with_float else []),
-                _figure(f.drop),
-                worst,
-                "[green]ok[/]" if f.passed else "[red]miss[/]",
-            ]
-            table.add_row(*cells)
-    out.print(table)
-    out.print(
-        "  cosine: the mean over all evaluation rows of each row's cosine to the float model "
-        "(the budget), and the worst row; top1: the share of all rows whose argmax agrees"
-    )
-    if report.ranking:
-        worst = ", ".join(f"{escape(r.node)} {r.score:.2g}" for r in report.ranking[:5])
-        out.print(
-            f"  worst nodes alone in int8 (1 - mean row cosine, ranked on the "
-            f"{report.ranked_on} data): {worst}"
-        )
-    if report.excluded:
-        out.print(
-            f"  kept in float ({len(report.excluded)}): "
-            + ", ".join(f"{escape(n.node)} ({n.op_type})" for n in report.excluded)
-        )
-    if report.float_ops:
-        out.print(
-            "  quantisable ops left in float: "
-            + ", ".join(f"{op} {n}" for op, n in report.float_ops.items())
-        )
-    out.print(
-        f"  size: {_mb(report.size_before)} -> {_mb(report.size_after)}; "
-        f"{report.quantized_nodes} integer/conversion node(s)"
-    )
-    for row in report.latency:
-        price = f" (all int8: {row.all_int8_ms:.3g} ms)" if row.all_int8_ms is not None else ""
-        low, high = row.interval or (row.speedup, row.speedup)
-        verdict = {"slower": "[red]slower[/]", "faster": "[green]faster[/]"}.get(
-            row.verdict or "", row.verdict or ""
-        )
-        out.print(
-            f"  latency at {escape(shape_text(row.dims))}: {row.float_ms:.3g} ms -> "
-            f"{row.quantized_ms:.3g} ms (x{row.speedup:.2f}, 90% interval {low:.2f}-{high:.2f}, "
-            f"{verdict}; {row.float_runs} float and {row.quantized_runs} quantised runs){price}"
-            f"{' [yellow]noisy[/]' if row.noisy else ''}"
-        )
-    _render_speed(report)
-    for warning in report.warnings:
-        out.print(f"[yellow]warning:[/] {escape(warning)}")
-    if report.passed:
-        written = f"wrote {escape(report.out or '')}"
-        if report.contract:
-            written += f" and {escape(Path(report.contract).name)}"
-        speed = (
-            "speed not gated"
-            if not report.speed.gated
-            else "slower, allowed (--allow-slower)"
-            if report.speed.verdict == "slower"
-            else f"speed {report.speed.verdict}"
-        )
-        out.print(
-            f"[bold green]PASS[/]  within the budget (max drop {report.max_drop:g}), {speed}; "
-            f"{written}"
-        )
-    else:
-        out.print(
-            f"[bold red]FAIL[/]  {escape(report.reason or 'the budget was missed')}; nothing written"
-        )
-
-
-def _render_speed(report: QuantizeReport) -> None:
-    speed = report.speed
-    if not speed.gated:
-        out.print(f"  speed: [yellow]{escape(speed.note)}[/]")
-        return
-    colour = {"slower": "red", "faster": "green"}.get(speed.verdict or "", "default")
-    out.print(f"  speed: [{colour}]{escape(speed.note)}[/]")
-    out.print(f"    ({escape(speed.method)})")
-    cost = speed.cost
-    if cost is None:
-        return
-    out.print(
-        f"  where the time goes (ONNX Runtime's profiler at {escape(shape_text(cost.dims))}, "
-        f"{cost.runs} runs): per run {cost.float_run_ms:.3g} ms float -> "
-        f"{cost.quantized_run_ms:.3g} ms quantised, of which kernels {cost.float_ms:.3g} ms -> "
-        f"{cost.quantized_ms:.3g} ms"
-        + ("; grown most:" if cost.grown else "; no op type's kernel time grew")
-    )
-    for growth in cost.grown:
-        out.print(f"    {escape(growth_text(growth))}")
-    if cost.nodes:
-        out.print("  slowest quantised nodes:")
-        for node in cost.nodes:
-            shapes = f"{', '.join(node.inputs)} -> {', '.join(node.outputs)}"
-            out.print(
-                f"    {escape(node.node)} ({node.op_type}) {node.ms:.3g} ms ({node.share:.0%}): "
-                f"{escape(shapes)}"
-            )
-    out.print(f"  [bold]hint:[/] {escape(cost.hint)}")
 
 
 def _split(items: list[str] | None) -> tuple[str, ...]:
@@ -369,8 +210,11 @@ def quantize_command(
             "contract records it.",
         ),
     ] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic evaluation feeds.")] = 0,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+    seed: Annotated[
+        int,
+        typer.Option("--seed", help="Seed of synthetic evaluation feeds.", rich_help_panel=FEEDS),
+    ] = 0,
+    fmt: FormatOpt = Format.text,
 ) -> None:
     """Quantise a float model to int8 inside an accuracy budget on real data, or say why not.
 
@@ -405,46 +249,33 @@ def quantize_command(
     (nothing written); 2 bad options or data, a model that is quantised already or has nothing to
     quantise (nothing written); 3 a missing extra or runtime.
     """
-    try:
-        config = QuantizeConfig(
-            out=out_path,
-            mode=mode,  # type: ignore[arg-type]
-            format=quant_format,  # type: ignore[arg-type]
-            preset=preset,  # type: ignore[arg-type]
-            per_channel=per_channel,
-            reduce_range=reduce_range,
-            activation_type=activation_type,  # type: ignore[arg-type]
-            weight_type=weight_type,  # type: ignore[arg-type]
-            op_types=_split(op_types),
-            calibration=calibration,
-            calibration_method=method,  # type: ignore[arg-type]
-            eval=eval_data,
-            labels=labels,
-            max_drop=max_drop,
-            gate_metric=gate_metric,  # type: ignore[arg-type]
-            metrics=tuple(metric or ()),
-            outputs=_split(output),
-            search=search,
-            max_excluded=max_excluded,
-            bench=not no_bench,
-            bench_budget_s=bench_budget,
-            bench_batches=_ints(bench_batch),
-            allow_slower=allow_slower,
-            contract=not no_contract,
-            second_opinion=not no_second_opinion,
-            seed=seed,
-        )
-    except ValueError as err:  # pydantic's ValidationError: a value outside its choices
-        first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err)}
-        field = str(first["loc"][0]) if first["loc"] else ""
-        where = OPTION_NAMES.get(field, field or "option")
-        message = str(first["msg"]).removeprefix("Value error, ")
-        text = message if message.startswith(where) else f"{where}: {message}"
-        raise ConfigError(f"{text}.") from err
-    with progress_line(fmt == Format.text) as progress:
-        report = quantize(model, config, progress=progress)
-    if fmt == Format.json:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        render(report)
-    finish(report.passed)
+    config = build(
+        QuantizeConfig,
+        out=out_path,
+        mode=mode,  # type: ignore[arg-type]
+        format=quant_format,  # type: ignore[arg-type]
+        preset=preset,  # type: ignore[arg-type]
+        per_channel=per_channel,
+        reduce_range=reduce_range,
+        activation_type=activation_type,  # type: ignore[arg-type]
+        weight_type=weight_type,  # type: ignore[arg-type]
+        op_types=_split(op_types),
+        calibration=calibration,
+        calibration_method=method,  # type: ignore[arg-type]
+        eval=eval_data,
+        labels=labels,
+        max_drop=max_drop,
+        gate_metric=gate_metric,  # type: ignore[arg-type]
+        metrics=tuple(metric or ()),
+        outputs=_split(output),
+        search=search,
+        max_excluded=max_excluded,
+        bench=not no_bench,
+        bench_budget_s=bench_budget,
+        bench_batches=_ints(bench_batch),
+        allow_slower=allow_slower,
+        contract=not no_contract,
+        second_opinion=not no_second_opinion,
+        seed=seed,
+    )
+    run(fmt, lambda progress: quantize(model, config, progress=progress), render_text)

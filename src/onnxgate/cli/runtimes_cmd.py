@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_line
+from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._options import FormatOpt
+from onnxgate.compat._render import render_releases
 from onnxgate.compat.runtime import runtime_profile
 from onnxgate.compat.versions import known_limits, limits_to_dict
 
@@ -22,7 +24,7 @@ def runtimes_command(
             "environments and include their measured limits.",
         ),
     ] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+    fmt: FormatOpt = Format.text,
 ) -> None:
     """List the IR and opset limits of every known ONNX Runtime release.
 
@@ -32,20 +34,15 @@ def runtimes_command(
 
     Exit codes: 0 listed; 2 a malformed spec; 3 a release could not be installed or probed.
     """
-    extra = []
-    with progress_line(fmt == Format.text) as progress:
-        for spec in probe or []:
-            extra.append(runtime_profile(spec, progress=progress).limits())
-    rows = [limits_to_dict(limits) for limits in known_limits(tuple(extra))]
-    if fmt == Format.json:
-        emit_json({"releases": rows})
-        return
-    table = Table(box=None, padding=(0, 2))
-    for column in ("onnxruntime", "max IR", "ai.onnx", "ai.onnx.ml", "source"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            row["release"], str(row["max_ir"]), str(row["max_opsets"].get("ai.onnx", "?")),
-            str(row["max_opsets"].get("ai.onnx.ml", "?")), row["source"],
-        )  # fmt: skip
-    out.print(table)
+
+    def call(progress: Callable[[str], None]) -> list[dict[str, Any]]:
+        extra = tuple(runtime_profile(spec, progress=progress).limits() for spec in probe or [])
+        return [limits_to_dict(limits) for limits in known_limits(extra)]
+
+    run(
+        fmt,
+        call,
+        render_releases,
+        passed=None,
+        document=lambda rows: {"releases": rows},
+    )

@@ -6,15 +6,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, handles_errors, out, progress_bar
-from onnxgate.cli._options import ProvidersOpt, RangeOpt, SeedOpt
-from onnxgate.contract import Timing
-from onnxgate.data import parse_ranges
+from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._options import (
+    FEEDS,
+    FormatOpt,
+    ProvidersOpt,
+    RangeOpt,
+    SeedOpt,
+    build,
+    feed_settings,
+)
 from onnxgate.errors import ConfigError
-from onnxgate.perf import TuneConfig, TuneReport, tune
+from onnxgate.perf import TuneConfig, tune
+from onnxgate.perf._render import render_tune
 
 
 def _dims(items: list[str] | None) -> dict[str, int]:
@@ -30,71 +35,6 @@ def _dims(items: list[str] | None) -> dict[str, int]:
     return dims
 
 
-def _row(t: Timing) -> list[str]:
-    return [
-        f"{t.p50_ms:.4g}",
-        f"{t.p90_ms:.4g}",
-        f"{t.cv:.1%}",
-        f"{t.throughput:.1f}",
-        str(t.runs),
-    ]
-
-
-def render(report: TuneReport) -> None:
-    """Print the gate, the search and the contest for people."""
-    shape = ", ".join(f"{k}={v}" for k, v in report.shape.items()) or "fixed shape"
-    m = report.machine
-    out.print(
-        f"[bold]{escape(report.model)}[/]: {report.objective} at {escape(shape)} on {escape(m.cpu)}, "
-        f"{m.cores} CPUs, onnxruntime {m.runtime} (fingerprint {m.id})"
-    )
-    out.print(
-        f"\n[bold]Parity gate[/] against the model as given under ONNX Runtime's defaults, "
-        f"{report.parity_samples} sample(s), {escape(report.parity_rule)}"
-    )
-    for v in report.gate:
-        mark = "[green]pass[/]" if v.passed else "[red]REJECTED[/]"
-        worst = v.outputs[0] if v.outputs else None
-        figures = (
-            f"{worst.output}: {worst.mismatches}/{worst.elements} outside, max |Δ| {worst.max_abs:.3g}"
-            if worst is not None and worst.max_abs is not None
-            else escape(v.reason or "")
-        )
-        out.print(f"  {mark}  {escape(v.graph)} @ {v.level}  {escape(figures)}")
-    out.print(f"\n[bold]Search[/]: {report.candidates} candidates, successive halving")
-    for i, r in enumerate(report.rounds, 1):
-        unit = "ms p50" if report.objective == "latency" else "samples/s"
-        out.print(
-            f"  round {i}: {r.candidates} × {r.runs} runs, best {r.best_score:.4g} {unit}: "
-            f"{escape(r.best)}"
-        )
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("", "p50 ms", "p90 ms", "cv", "samples/s", "runs"):
-        table.add_column(column, justify="left" if not column else "right", no_wrap=True)
-    table.add_row("defaults", *_row(report.defaults))
-    if report.best.label != report.defaults.label:
-        table.add_row("best", *_row(report.best))
-    out.print("\n[bold]Contest[/] (one worker process each, runs interleaved)")
-    out.print(table)
-    if report.best.label != report.defaults.label:
-        out.print(f"  best: {escape(report.best.label)}")
-        low, high = report.interval
-        out.print(
-            f"  improvement {report.ratio:.3f}× (90% interval {low:.3f}–{high:.3f}; needs an "
-            f"interval above 1 and at least {1 + report.min_gain:.2f}×)"
-        )
-    verdict = (
-        f"[green]tuned:[/] {escape(report.best.label)}"
-        if report.replaced_defaults
-        else "[yellow]defaults kept[/]"
-    )
-    out.print(f"\n{verdict}")
-    for note in report.notes:
-        out.print(f"[dim]note:[/] {escape(note)}")
-    for path in report.written:
-        out.print(f"wrote {escape(path)}")
-
-
 @handles_errors
 def tune_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
@@ -104,7 +44,11 @@ def tune_command(
     batch: Annotated[
         int | None,
         typer.Option(
-            "--batch", "-b", help="Batch size (the first input's axis 0).", show_default=False
+            "--batch",
+            "-b",
+            help="Batch size (the first input's axis 0).",
+            show_default=False,
+            rich_help_panel=FEEDS,
         ),
     ] = None,
     dim: Annotated[
@@ -114,6 +58,7 @@ def tune_command(
             "-d",
             help="Size of another symbolic dimension, NAME=SIZE (repeatable); unnamed ones are 3.",
             show_default=False,
+            rich_help_panel=FEEDS,
         ),
     ] = None,
     min_gain: Annotated[
@@ -150,7 +95,7 @@ def tune_command(
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
     providers: ProvidersOpt = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
+    fmt: FormatOpt = Format.text,
 ) -> None:
     """Find the fastest ONNX Runtime settings (and graph) that still give the model's answers.
 
@@ -182,24 +127,25 @@ def tune_command(
     itself (it misses its contract's golden outputs, or does not reproduce its own), so nothing
     can be judged; 2 bad input or no contract; 3 a provider is missing.
     """
-    config = TuneConfig(
-        objective=objective,  # type: ignore[arg-type]  (checked by TuneConfig)
+    one_size = [f"{name}={size}" for name, size in _dims(dim).items()]
+    config = build(
+        TuneConfig,
+        objective=objective,
         batch=batch,
-        dims=_dims(dim),
+        feeds=feed_settings(None, one_size, value_range, seed),
         providers=tuple(
             p.strip() for item in providers or () for p in item.split(",") if p.strip()
         ),
         min_gain=min_gain,
         write=write,
         fusions=fusions,
-        threads=threads or None,
-        budget_s=budget,
-        ranges=parse_ranges(value_range),
-        seed=seed,
+        threads=tuple(threads) if threads else None,
+        budget=budget,
     )
-    with progress_bar(fmt == Format.text, bar=False) as progress:
-        report = tune(model, config, progress=progress)
-    if fmt == Format.json:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        render(report)
+    run(
+        fmt,
+        lambda progress: tune(model, config, progress=progress),
+        render_tune,
+        progress="steps",
+        passed=None,
+    )

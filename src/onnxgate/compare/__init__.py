@@ -7,9 +7,11 @@ from onnxgate.compare._metrics import (
     METRICS,
     RULE,
     Criterion,
+    Drift,
     Figures,
     Tolerance,
     default_tolerance,
+    drift,
     figures,
     parse_metric,
     parse_tolerance,
@@ -21,6 +23,7 @@ from onnxgate.compare._report import (
     SampleResult,
     TensorError,
 )
+from onnxgate.settings import Tolerances
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -30,14 +33,17 @@ __all__ = [
     "CompareReport",
     "Criterion",
     "Divergence",
+    "Drift",
     "Figures",
     "OutputComparison",
     "SampleResult",
     "TensorError",
     "Tolerance",
+    "Tolerances",
     "compare",
     "compare_runners",
     "default_tolerance",
+    "drift",
     "figures",
     "localize",
     "parse_metric",

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +18,10 @@ from onnxgate.compare._metrics import (
     Figures,
     Tolerance,
     as_array,
-    default_tolerance,
+    drift,
     figures,
     kind,
+    merge_drift,
     reorder,
     structure,
 )
@@ -31,7 +30,6 @@ from onnxgate.compare._report import CompareReport, Divergence, OutputComparison
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.data import (
     Sample,
-    ValueRange,
     chosen_ranges,
     load_feeds,
     numpy_dtype,
@@ -41,6 +39,7 @@ from onnxgate.data import (
 from onnxgate.errors import ConfigError, FeedError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import Runner, RunnerInfo, TensorTap, make_runner
+from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances
 
 if TYPE_CHECKING:
     from onnxgate.runners import OrtOptions
@@ -48,54 +47,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class CompareConfig:
-    """How outputs are judged.
+class CompareConfig(Part):
+    """What ``compare`` runs against what, on which feeds, and how it judges the outputs."""
 
-    ``atol``/``rtol`` replace the per-dtype defaults for every float output; ``tolerances`` set
-    them per output; ``metrics`` replace the element rule of an output by a rule on one figure
-    (the key None applies to every output without its own).
-    """
-
-    atol: float | None = None
-    rtol: float | None = None
-    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
-    metrics: Mapping[str | None, Criterion] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for option, value in (("--atol", self.atol), ("--rtol", self.rtol)):
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"{option} {value} must be a finite number of 0 or more.")
-
-    def tolerance(self, name: str, *dtypes: np.dtype) -> Tolerance:
-        """The tolerance an output is judged with, given the dtypes of both sides (and declared)."""
-        if name in self.tolerances:
-            return self.tolerances[name]
-        base = default_tolerance(*dtypes)
-        if all(kind(d) != "float" for d in dtypes):
-            return base
-        return Tolerance(
-            self.atol if self.atol is not None else base.atol,
-            self.rtol if self.rtol is not None else base.rtol,
-        )
-
-    def criterion(self, name: str) -> Criterion | None:
-        """The metric rule replacing the element rule for this output, if any."""
-        return self.metrics.get(name, self.metrics.get(None))
-
-    def check_names(self, outputs: Sequence[str]) -> None:
-        """Refuse per-output settings for outputs the model does not have.
-
-        Raises:
-            ConfigError: naming the unknown output and the model's outputs.
-        """
-        named = [*self.tolerances, *(k for k in self.metrics if k is not None)]
-        for name in named:
-            if name not in outputs:
-                raise ConfigError(
-                    f"output {name!r} in --tol/--metric is not an output of the model; outputs: "
-                    f"{', '.join(outputs)}."
-                )
+    against: str = "reference"
+    """The reference execution (see ``onnxgate.runners.SPEC_HELP``): ``reference``,
+    ``ort:disable``, ``torch:package.module:factory``, another ``.onnx`` file ..."""
+    candidate: str = "ort"
+    """The execution under test; ONNX Runtime with ``session`` by default."""
+    feeds: FeedSettings = FeedSettings()
+    session: SessionSettings = SessionSettings()
+    """Session settings of ONNX Runtime runners (candidate and reference)."""
+    tolerances: Tolerances = Tolerances()
+    localize: bool = False
+    """When an output fails, find the first node whose outputs diverge, and replay it."""
+    runtime: str = "installed"
+    """Run an ONNX Runtime candidate on another release or package (``onnxruntime==1.20.1``,
+    ``onnxruntime-openvino==1.24.1``) in its isolated environment, with the same settings."""
+    save_optimized: Path | None = None
+    """Save the model as ONNX Runtime optimised it for the candidate."""
+    trust_pickle: bool = False
+    """Allow ``sklearn:`` references to be unpickled (unpickling runs code from the file)."""
 
 
 def declared_dtype(type_string: str | None) -> np.dtype | None:
@@ -126,7 +98,7 @@ def _judge(
     name: str,
     a_value: Any,
     b_value: Any,
-    config: CompareConfig,
+    config: Tolerances,
     label: str,
     declared: str | None = None,
 ) -> OutputComparison:
@@ -191,7 +163,8 @@ def _judge(
         )
     found = figures(a, b, tol)
     passed, reason = _verdict(found, criterion, tol, over="")
-    return base.model_copy(update=found.model_dump() | {"passed": passed, "reason": reason})
+    update = {"passed": passed, "reason": reason, "drift": drift([(a, b)])}
+    return base.model_copy(update=found.model_dump() | update)
 
 
 def _verdict(
@@ -215,10 +188,15 @@ def _verdict(
     )
 
 
-def _failed(name: str, config: CompareConfig, label: str, reason: str) -> OutputComparison:
-    tol = config.tolerances.get(name) or Tolerance(
-        config.atol if config.atol is not None else DEFAULT_TOLERANCES["float32"].atol,
-        config.rtol if config.rtol is not None else DEFAULT_TOLERANCES["float32"].rtol,
+def _failed(name: str, config: Tolerances, label: str, reason: str) -> OutputComparison:
+    pair = config.per_output.get(name)
+    tol = (
+        Tolerance(*pair)
+        if pair
+        else Tolerance(
+            config.atol if config.atol is not None else DEFAULT_TOLERANCES["float32"].atol,
+            config.rtol if config.rtol is not None else DEFAULT_TOLERANCES["float32"].rtol,
+        )
     )
     return OutputComparison(
         name=name,
@@ -269,6 +247,7 @@ def _merge(results: list[OutputComparison], criterion: Criterion | None) -> Outp
             "inf": (sum(r.inf[0] for r in results), sum(r.inf[1] for r in results)),
             "dtype_equal": all(r.dtype_equal for r in results),
             "shape_equal": all(r.shape_equal for r in results),
+            "drift": merge_drift(r.drift for r in results),
         }
     )
     if criterion is None or broken:
@@ -320,7 +299,7 @@ def compare_runners(
     samples: Sequence[Sample],
     *,
     signature: Signature,
-    config: CompareConfig | None = None,
+    tolerances: Tolerances | None = None,
     localize: bool = False,
     model_label: str = "",
     progress: Callable[[str], None] | None = None,
@@ -333,7 +312,7 @@ def compare_runners(
         reference: the execution it must agree with (``b``).
         samples: feeds; each is checked against ``signature`` first.
         signature: the model's signature (inputs, and the outputs' declared types).
-        config: tolerances and metrics, keyed by the model's output names.
+        tolerances: tolerances and metrics, keyed by the model's output names.
         localize: when an output fails, look for the first diverging node of the candidate's
             graph (both runners must expose intermediate tensors).
         model_label: the model's path, for the report.
@@ -344,7 +323,7 @@ def compare_runners(
         ConfigError: a runner's model takes other inputs.
         RunFailed: a runner cannot load or run the model.
     """
-    config = config or CompareConfig()
+    config = tolerances or Tolerances()
     config.check_names([o.name for o in signature.outputs])
     if not samples:
         raise FeedError("there is no sample to compare on; the input data holds none.")
@@ -417,7 +396,7 @@ def _localize_worst(
     reference: Runner,
     outputs: list[OutputComparison],
     samples: list[Sample],
-    config: CompareConfig,
+    config: Tolerances,
     notes: list[str],
     say: Callable[[str], None],
 ) -> Divergence | None:
@@ -436,7 +415,7 @@ def _localize_worst(
     say(f"localising on sample {sample.label}")
     # intermediate tensors are judged by the element rule at the global tolerance, whatever
     # rule the failing output has
-    plain = CompareConfig(atol=config.atol, rtol=config.rtol)
+    plain = config.element_rule()
     try:
         return localize(candidate, reference, sample, config=plain, failing_output=failed.name)
     except GateError as err:
@@ -457,97 +436,93 @@ def _isolated(
 
     if not isinstance(runner, OrtRunner) or runner.model is not model:
         raise ConfigError(
-            f"--runtime {spec} runs the candidate on another ONNX Runtime; the candidate "
+            f"runtime {spec} runs the candidate on another ONNX Runtime; the candidate "
             f"{runner.name} is not ONNX Runtime on this model.",
-            hint="Leave out --candidate (or use ort / ort:LEVEL,PROVIDERS) with --runtime.",
+            hint="Leave out candidate (or use ort / ort:LEVEL,PROVIDERS) with runtime.",
+            field="runtime",
+            related=["candidate"],
         )
     if runner.options.optimized_model_path is not None:
         raise ConfigError(
-            "--save-optimized saves what the installed ONNX Runtime optimised; "
-            "it cannot go with --runtime."
+            "save_optimized saves what the installed ONNX Runtime optimised; "
+            "it cannot go with runtime.",
+            field="save_optimized",
+            related=["runtime"],
         )
     return IsolatedOrtRunner(model, spec, samples, runner.options, progress=progress)
 
 
 def compare(
     model: str | Path | LoadedModel,
-    against: str = "reference",
-    *,
-    candidate: str = "ort",
-    inputs: str | Path | None = None,
-    dims: Mapping[str, int | Sequence[int]] | None = None,
-    ranges: Mapping[str, ValueRange] | None = None,
-    seed: int = 0,
-    ort_options: OrtOptions | None = None,
-    trust_pickle: bool = False,
     config: CompareConfig | None = None,
-    localize: bool = False,
-    runtime: str | RuntimeSpec | None = None,
+    *,
     progress: Callable[[str], None] | None = None,
 ) -> CompareReport:
     """Do two executions of a model agree? The library function behind ``onnxgate compare``.
 
     Args:
         model: the ONNX model.
-        against: the reference execution (see ``onnxgate.runners.SPEC_HELP``).
-        candidate: the execution under test; ONNX Runtime with ``ort_options`` by default.
-        inputs: a data file or folder (see ``onnxgate.data.load_feeds``); synthetic feeds when None.
-        dims: sizes of symbolic dimensions for synthetic feeds (several sizes, several samples).
-        ranges: value ranges per input for synthetic feeds.
-        seed: seed of synthetic feeds.
-        ort_options: ``OrtOptions`` for ONNX Runtime runners.
-        trust_pickle: allow ``sklearn:`` references to be unpickled.
-        config: tolerances and metrics.
-        localize: when an output fails, find the first node whose outputs diverge.
-        runtime: run an ONNX Runtime candidate on another release or package
-            (``onnxruntime==1.20.1``, ``onnxruntime-openvino==1.24.1``) in its isolated
-            environment, with the same session settings.
+        config: who runs against whom, on which feeds, with which session and tolerances.
         progress: called with a short message before each step.
+
+    Raises:
+        ConfigError: contradicting settings (``feeds.dims`` with ``feeds.inputs``, ``runtime``
+            with a candidate that is not ONNX Runtime ...), or per-output rules for outputs the
+            model does not have.
+        FeedError: the feeds do not fit the model.
+        RunFailed: a runner cannot load or run the model.
     """
+    config = config or CompareConfig()
+    feeds = config.feeds
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     signature = Signature.from_graph(loaded.proto.graph)
     value_ranges: dict[str, str] = {}
-    if inputs is not None:
-        if dims or ranges:
-            raise ConfigError(
-                "--dim and --range shape synthetic feeds; they cannot go with --inputs."
-            )
-        samples = load_feeds(inputs, signature=signature)
-        data = str(inputs)
+    candidate = config.candidate
+    ranges = feeds.value_ranges()
+    if feeds.inputs is not None:
+        feeds.refuse_with_inputs()
+        samples = load_feeds(feeds.inputs, signature=signature)
+        data = str(feeds.inputs)
     else:
         samples = synthetic_samples(
-            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed
+            signature, model=loaded.proto, dims=feeds.sizes(), ranges=ranges, seed=feeds.seed
         )
         chosen = chosen_ranges(signature, loaded.proto, ranges)
         value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}
-        data = f"synthetic (seed {seed})"
+        data = f"synthetic (seed {feeds.seed})"
+    ort_options: OrtOptions = config.session.ort_options(optimized_model_path=config.save_optimized)
+    trust_pickle = config.trust_pickle
     cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
-    spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    spec = RuntimeSpec.parse(config.runtime)
     if not spec.installed:
         cand = _isolated(cand, loaded, spec, samples, progress)
     reference_options = ort_options
-    if ort_options is not None and ort_options.optimized_model_path is not None:
+    if ort_options.optimized_model_path is not None:
         if not candidate.startswith("ort") and not candidate.endswith(".onnx"):
             raise ConfigError(
-                f"--save-optimized saves what ONNX Runtime optimised; the candidate {candidate!r} "
-                "is not ONNX Runtime."
+                f"save_optimized saves what ONNX Runtime optimised; the candidate {candidate!r} "
+                "is not ONNX Runtime.",
+                field="save_optimized",
+                related=["candidate"],
             )
         # only the candidate's optimised model is saved; the reference must not overwrite it
         reference_options = dataclasses.replace(ort_options, optimized_model_path=None)
-    if not spec.installed and reference_options is not None:
+    if not spec.installed:
         # the providers were asked of the other runtime; the installed one runs on its own
-        # providers unless --against names them (ort:cuda)
+        # providers unless against names them (ort:cuda)
         reference_options = dataclasses.replace(
             reference_options, providers=(), provider_options={}
         )
-    ref = make_runner(against, loaded, ort_options=reference_options, trust_pickle=trust_pickle)
+    ref = make_runner(
+        config.against, loaded, ort_options=reference_options, trust_pickle=trust_pickle
+    )
     report = compare_runners(
         cand,
         ref,
         samples,
         signature=signature,
-        config=config,
-        localize=localize,
+        tolerances=config.tolerances,
+        localize=config.localize,
         model_label=str(loaded.path),
         progress=progress,
     )

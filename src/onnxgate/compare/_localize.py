@@ -37,13 +37,13 @@ from onnxgate.model import (
 )
 
 if TYPE_CHECKING:
-    from onnxgate.compare._compare import CompareConfig
     from onnxgate.runners import TensorTap
+    from onnxgate.settings import Tolerances
 
 MAX_CHAIN = 50
 
 
-def _tensor_error(name: str, a: Any, b: Any, config: CompareConfig) -> TensorError:
+def _tensor_error(name: str, a: Any, b: Any, config: Tolerances) -> TensorError:
     try:
         x, _ = as_array(a)
         y, _ = as_array(b)
@@ -79,7 +79,7 @@ def localize(
     reference: TensorTap,
     sample: Sample,
     *,
-    config: CompareConfig,
+    config: Tolerances,
     failing_output: str | None = None,
 ) -> Divergence:
     """The first diverging node of the candidate's main graph on one sample.
@@ -172,7 +172,7 @@ def localize(
 
 
 def _weight_errors(
-    candidate: TensorTap, reference: TensorTap, node: NodeProto, config: CompareConfig
+    candidate: TensorTap, reference: TensorTap, node: NodeProto, config: Tolerances
 ) -> list[TensorError]:
     """The node's weights, compared between the two model files when they are two files."""
     mine, theirs = candidate.model, reference.model

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +225,112 @@ class Figures(BaseModel):
     """NaN count in (candidate, reference)."""
     inf: tuple[int, int] = (0, 0)
     """Infinity count in (candidate, reference)."""
+
+
+DRIFT_EDGES: tuple[float, ...] = tuple(float(e) for e in np.logspace(-15, 3, 55))
+"""Bin edges of ``Drift.counts``: fixed, three a decade from 1e-15 to 1e3, so the histograms of
+several samples (or outputs) add up bin by bin; a renderer shows the span that holds counts."""
+DRIFT_ROWS = 1000
+"""Row cosines a ``Drift`` keeps, in row order (its ``rows`` counts them all)."""
+
+
+class Drift(BaseModel):
+    """How the error of one float output spreads, for plots: not a verdict.
+
+    ``counts[i]`` counts the elements whose absolute error ``|a - b|`` lies in
+    ``[edges[i], edges[i + 1])`` (errors below the first edge fall in the first bin, above the
+    last in the last); exact agreement is counted in ``zeros``. Only places where both sides are
+    finite count. A row is one index along axis 0 of a sample's output, flattened (an output of
+    one axis or none is one row), and ``row_cosine`` is its cosine similarity, rows counted across
+    samples in order.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    edges: list[float]
+    counts: list[int]
+    zeros: int = 0
+    rows: int = 0
+    """Rows over all samples (``row_cosine`` keeps the first ``DRIFT_ROWS``)."""
+    row_cosine: list[float] = []
+    row_cosine_min: float | None = None
+    """The lowest row cosine over all rows."""
+
+    @property
+    def elements(self) -> int:
+        """Elements counted: the histogram's and the zeros."""
+        return self.zeros + sum(self.counts)
+
+
+def _row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine per row of two same-shaped float64 arrays, non-finite places left out."""
+    a2 = a.reshape(a.shape[0], -1) if a.ndim >= 2 else a.reshape(1, -1)
+    b2 = b.reshape(b.shape[0], -1) if b.ndim >= 2 else b.reshape(1, -1)
+    finite = np.isfinite(a2) & np.isfinite(b2)
+    fa, fb = np.where(finite, a2, 0.0), np.where(finite, b2, 0.0)
+    norms = np.linalg.norm(fa, axis=1) * np.linalg.norm(fb, axis=1)
+    both_zero = ~fa.any(axis=1) & ~fb.any(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        row = np.where(norms > 0, np.sum(fa * fb, axis=1) / norms, np.where(both_zero, 1.0, 0.0))
+    return np.clip(row, -1.0, 1.0)
+
+
+def drift(pairs: Iterable[tuple[Any, Any]]) -> Drift | None:
+    """The ``Drift`` of candidate against reference over (candidate, reference) array pairs.
+
+    Each pair is one sample's output on both sides. None when any pair is not two float arrays of
+    one shape, or there is nothing to count.
+    """
+    counts = np.zeros(len(DRIFT_EDGES) - 1, dtype=np.int64)
+    edges = np.asarray(DRIFT_EDGES)
+    zeros = rows = 0
+    cosines: list[float] = []
+    lowest: float | None = None
+    for a_value, b_value in pairs:
+        a, b = np.asarray(a_value), np.asarray(b_value)
+        if a.shape != b.shape or kind(a.dtype) != "float" or kind(b.dtype) != "float":
+            return None
+        if a.size == 0:
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(a64 - b64)
+        diff = diff[np.isfinite(a64) & np.isfinite(b64)]
+        zeros += int((diff == 0).sum())
+        bins = np.searchsorted(edges, diff[diff > 0], side="right") - 1
+        counts += np.bincount(np.clip(bins, 0, counts.size - 1), minlength=counts.size)
+        row = _row_cosines(a64, b64)
+        rows += int(row.size)
+        cosines.extend(float(c) for c in row[: max(DRIFT_ROWS - len(cosines), 0)])
+        low = float(row.min())
+        lowest = low if lowest is None else min(lowest, low)
+    if rows == 0:
+        return None
+    return Drift(
+        edges=list(DRIFT_EDGES),
+        counts=[int(c) for c in counts],
+        zeros=zeros,
+        rows=rows,
+        row_cosine=cosines,
+        row_cosine_min=lowest,
+    )
+
+
+def merge_drift(parts: Iterable[Drift | None]) -> Drift | None:
+    """One ``Drift`` of several (the samples of one output, in order), skipping Nones."""
+    known = [p for p in parts if p is not None]
+    if not known:
+        return None
+    cosines = [c for p in known for c in p.row_cosine][:DRIFT_ROWS]
+    lows = [p.row_cosine_min for p in known if p.row_cosine_min is not None]
+    return Drift(
+        edges=known[0].edges,
+        counts=[int(sum(column)) for column in zip(*(p.counts for p in known), strict=True)],
+        zeros=sum(p.zeros for p in known),
+        rows=sum(p.rows for p in known),
+        row_cosine=cosines,
+        row_cosine_min=min(lows) if lows else None,
+    )
 
 
 def _counted(elements: int, mismatches: int) -> dict[str, float | int]:

@@ -29,8 +29,8 @@ from onnxgate.errors import GateError, first_line
 from onnxgate.model import LoadedModel, constant_values, node_reads
 
 if TYPE_CHECKING:
-    from onnxgate.compare._compare import CompareConfig
     from onnxgate.runners import TensorTap
+    from onnxgate.settings import Tolerances
 
 
 def operator_label(node: NodeProto, model: onnx.ModelProto) -> tuple[str, int | None]:
@@ -167,7 +167,7 @@ def replay(
     a_all: Mapping[str, Any],
     b_all: Mapping[str, Any],
     *,
-    config: CompareConfig,
+    config: Tolerances,
     tensor_error: Any,
     used: set[str] | None = None,
 ) -> Replay:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.compare._metrics import RULE, Figures
+from onnxgate.compare._metrics import RULE, Drift, Figures
 from onnxgate.runners._base import RunnerInfo
 
 
@@ -39,6 +39,8 @@ class OutputComparison(Figures):
     worst_sample: str | None = None
     reason: str | None = None
     """Why it failed, in words."""
+    drift: Drift | None = None
+    """How the error spreads (histogram, row cosines) over all samples, for float outputs."""
 
 
 class SampleResult(BaseModel):

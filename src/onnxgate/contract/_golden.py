@@ -5,19 +5,16 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import zipfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
 
-from onnxgate._fs import atomic_write_bytes, atomic_write_text
 from onnxgate._version import __version__
-from onnxgate.compare import CompareConfig, CompareReport, compare_runners
+from onnxgate.compare import CompareReport, compare_runners
 from onnxgate.compare._compare import declared_dtype
 from onnxgate.contract._schema import (
-    CONTRACT_FORMAT,
     Contract,
     Golden,
     GoldenSample,
@@ -32,11 +29,13 @@ from onnxgate.contract._schema import (
     identity,
     sha256_file,
 )
+from onnxgate.contract._store import SIDECAR, ContractStore
 from onnxgate.data import Sample, chosen_ranges, feeds_digest, validate_feeds
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners import Inference, Runner, RunnerInfo, TensorTap
+from onnxgate.settings import Tolerances
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,9 @@ def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def read_golden(contract: Contract, model: Path) -> list[tuple[Sample, dict[str, np.ndarray]]]:
+def read_golden(
+    contract: Contract, model: Path, *, store: ContractStore = SIDECAR
+) -> list[tuple[Sample, dict[str, np.ndarray]]]:
     """The golden samples with their expected outputs.
 
     Raises:
@@ -90,38 +91,23 @@ def read_golden(contract: Contract, model: Path) -> list[tuple[Sample, dict[str,
     """
     if contract.golden is None:
         return []
-    name = contract.golden.file
-    if Path(name).name != name or name in ("", ".", ".."):
-        raise ModelLoadError(
-            f"{model}: the contract names golden file {name!r}, which is not a plain file name in "
-            "the model's folder; refused."
-        )
-    path = model.parent / name
-    if not path.is_file():
-        raise ModelLoadError(f"{path}: the golden file the contract names is missing.")
-    if sha256_file(path) != contract.golden.sha256:
-        raise ModelLoadError(
-            f"{path}: changed since the contract was written (sha256 differs).",
-            hint="Re-create the contract with `onnxgate contract init --force`.",
-        )
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as err:
-        raise ModelLoadError(f"{path}: is not a readable golden file ({err}).") from err
+    arrays = store.read_golden(model, contract)
     samples = []
     for g in contract.golden.samples:
         try:
             feeds = {n: arrays[f"{g.key}/in/{n}"] for n in g.inputs}
             outputs = {n: arrays[f"{g.key}/out/{n}"] for n in g.outputs}
         except KeyError as err:
-            raise ModelLoadError(f"{path}: has no array {err} that the contract lists.") from err
+            raise ModelLoadError(
+                f"{store.location(model)}: the golden samples have no array {err} that the "
+                "contract lists."
+            ) from err
         samples.append((Sample(g.label, feeds, dict(g.dims)), outputs))
     return samples
 
 
 def rules_for(
-    signature: Signature, outputs: Mapping[str, np.ndarray], config: CompareConfig
+    signature: Signature, outputs: Mapping[str, np.ndarray], config: Tolerances
 ) -> list[OutputRule]:
     """The tolerance (and metric) each output will be verified with, resolved now and recorded."""
     declared = {o.name: o.type for o in signature.outputs}
@@ -139,13 +125,11 @@ def rules_for(
     return rules
 
 
-def config_from_rules(rules: Sequence[OutputRule]) -> CompareConfig:
-    """The CompareConfig a contract's rules describe."""
-    from onnxgate.compare import Tolerance, parse_metric
-
-    return CompareConfig(
-        tolerances={r.output: Tolerance(r.atol, r.rtol) for r in rules},
-        metrics={r.output: parse_metric(r.metric)[1] for r in rules if r.metric},
+def config_from_rules(rules: Sequence[OutputRule]) -> Tolerances:
+    """The tolerances a contract's rules describe."""
+    return Tolerances(
+        per_output={r.output: (r.atol, r.rtol) for r in rules},
+        metrics=tuple(f"{r.output}:{r.metric}" for r in rules if r.metric),
     )
 
 
@@ -155,12 +139,13 @@ def write_contract(
     samples: Sequence[Sample],
     *,
     provenance: Provenance | None = None,
-    config: CompareConfig | None = None,
+    config: Tolerances | None = None,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
     outputs: Collection[str] | None = None,
     lineage: dict[str, Any] | None = None,
     second_opinion: Runner | SecondOpinion | None = None,
+    store: ContractStore = SIDECAR,
 ) -> Contract:
     """Run ``reference`` on the samples and write ``<model>.contract.json`` and ``.golden.npz``.
 
@@ -183,6 +168,7 @@ def write_contract(
         second_opinion: a runner that must agree with ``reference`` on the samples (see
             ``second_opinion_for``), or the record of a cross-check made elsewhere (an export's
             parity check) or of why none was taken.
+        store: where the contract and golden samples are kept.
 
     Raises:
         ConfigError: a contract exists already and ``force`` is not set.
@@ -190,13 +176,15 @@ def write_contract(
         RunFailed: the reference cannot run the model.
         ParityError: the second opinion disagrees with the golden outputs (nothing is written).
     """
-    contract_path, golden_path = contract_paths(loaded.path)
-    if contract_path.exists() and not force:
+    _, golden_path = contract_paths(loaded.path)
+    if store.exists(loaded.path) and not force:
         raise ConfigError(
-            f"{contract_path}: a contract exists already.", hint="Pass --force to replace it."
+            f"{store.location(loaded.path)}: a contract exists already.",
+            hint="Replace it with force.",
+            field="force",
         )
     signature = Signature.from_graph(loaded.proto.graph)
-    config = config or CompareConfig()
+    config = config or Tolerances()
     say = progress or (lambda message: log.info("%s", message))
     arrays: dict[str, np.ndarray] = {}
     golden: list[GoldenSample] = []
@@ -280,8 +268,7 @@ def write_contract(
             second_opinion=opinion,
         ),
     )
-    atomic_write_bytes(golden_path, data)
-    atomic_write_text(contract_path, contract.model_dump_json(indent=2) + "\n")
+    store.write(loaded.path, contract, data)
     return contract
 
 
@@ -335,7 +322,7 @@ def cross_check(
     samples = [sample for sample, _ in produced]
     say(f"second opinion: {second.name} on {len(samples)} golden sample(s)")
     try:
-        report = compare_runners(second, golden, samples, signature=signature, config=config)
+        report = compare_runners(second, golden, samples, signature=signature, tolerances=config)
     except GateError as err:
         raise type(err)(
             f"the second opinion on the golden outputs, {second.name}, could not run: "
@@ -357,7 +344,7 @@ def cross_check(
         sample = next(s for s in samples if s.label == failed.worst_sample)
         say(f"localising the disagreement on {sample.label}")
         located = compare_runners(
-            second, source, [sample], signature=signature, config=config, localize=True
+            second, source, [sample], signature=signature, tolerances=config, localize=True
         )
         found = located.first_divergence
         if found is not None and found.found:
@@ -387,54 +374,35 @@ def _disagreement_hint(source: Runner) -> str:
     )
 
 
-def drop_stale_contract(model: Path) -> list[str]:
-    """Remove a contract beside a model that was just replaced; notices saying so."""
-    notices = []
-    for path in contract_paths(model):
-        if path.exists():
-            path.unlink()
-            notices.append(f"removed {path.name}: it described the model this export replaced")
-    return notices
+def drop_stale_contract(model: Path, *, store: ContractStore = SIDECAR) -> list[str]:
+    """Remove the contract of a model that was just replaced; notices saying so."""
+    return store.remove(model)
 
 
-def contract_samples(model: Path) -> list[Sample] | None:
+def contract_samples(model: Path, *, store: ContractStore = SIDECAR) -> list[Sample] | None:
     """The golden samples of the contract beside ``model``, or None when there is none to use.
 
     Inputs at shapes the model was proven at, for steps that run the model without being given
     data: never made-up shapes that do not fit it. A contract of other bytes (the model was
     replaced since) or one that cannot be read is not used, and the log says why.
     """
-    if not contract_paths(model)[0].is_file():
+    if not store.exists(model):
         return None
     try:
-        contract = load_contract(model)
+        contract = store.read(model)
         if sha256_file(model) != contract.identity.model.sha256:
             log.info("%s: its contract describes other bytes; its samples are not used", model)
             return None
-        return [sample for sample, _ in read_golden(contract, model)] or None
+        return [sample for sample, _ in read_golden(contract, model, store=store)] or None
     except ModelLoadError as err:
         log.warning("%s: its contract's samples are not used: %s", model, err.message)
         return None
 
 
-def load_contract(model: Path) -> Contract:
-    """The contract beside a model.
+def load_contract(model: Path, *, store: ContractStore = SIDECAR) -> Contract:
+    """The contract of a model (beside it, by default).
 
     Raises:
         ModelLoadError: there is none, or it is not a valid contract of a known format.
     """
-    path, _ = contract_paths(model)
-    if not path.is_file():
-        raise ModelLoadError(
-            f"{path}: no contract beside {model.name}.",
-            hint=f"Create one with `onnxgate contract init {model}`.",
-        )
-    try:
-        contract = Contract.model_validate_json(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as err:
-        raise ModelLoadError(f"{path}: is not a valid contract ({err}).") from err
-    if contract.format != CONTRACT_FORMAT:
-        raise ModelLoadError(
-            f"{path}: contract format {contract.format}; this onnxgate reads {CONTRACT_FORMAT}."
-        )
-    return contract
+    return store.read(Path(model))

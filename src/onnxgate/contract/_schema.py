@@ -73,6 +73,22 @@ class Requirements(_Strict):
     """The oldest ONNX Runtime release whose limits admit the model, e.g. ``1.16``."""
 
 
+class Lineage(_Strict):
+    """Which artefact a step made this one from, and with which settings.
+
+    The registry links versions by ``parent_sha256``, and a step whose parent and
+    ``config_hash`` have not changed may reuse its result.
+    """
+
+    parent_sha256: str | None
+    """The model this one was made from (the float model of an int8 one); None when the parent
+    is not an ONNX model (an export from PyTorch or scikit-learn)."""
+    step: str
+    """The step that made it: ``export``, ``quantize``, ``tune``."""
+    config_hash: str
+    """``onnxgate.settings.config_hash`` of the step's config."""
+
+
 class Provenance(_Strict):
     """Where the model came from."""
 
@@ -82,6 +98,9 @@ class Provenance(_Strict):
     options: dict[str, Any] = {}
     onnxgate: str
     created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    lineage: Lineage | None = None
+    """The step and parent that made the model (absent in contracts written before onnxgate
+    recorded it, and for models exported elsewhere)."""
 
 
 class OutputRule(_Strict):
@@ -177,6 +196,9 @@ class TunedSettings(_Strict):
     graph: str
     optimized_model: FileDigest | None = None
     """An optimised graph beside the model, when the recorded settings run one."""
+    lineage: Lineage | None = None
+    """How the optimised graph was made: from the contract's model, by ``tune``, with which
+    config (absent when the settings run the model as given, and in older contracts)."""
     replaced_defaults: bool
     defaults: Timing
     best: Timing
@@ -210,7 +232,8 @@ class Contract(_Strict):
     performance: Performance = Field(default_factory=Performance)
     """Tuned settings and measured latency per machine fingerprint (written by ``tune``)."""
     lineage: dict[str, Any] | None = None
-    """The parent model and the step that made this one (quantised from, optimised from)."""
+    """The step's details about the parent (``quantize``: the float model, the gate's figures,
+    the speed gate); the typed link to the parent is ``provenance.lineage``."""
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -7,22 +7,20 @@ the contract's: a contract proves things about bytes, not about a file name.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate._version import __version__
-from onnxgate.compare import CompareConfig, compare_runners
+from onnxgate.compare import compare_runners
 from onnxgate.compat.providers import CPU, names
 from onnxgate.compat.runtime import RuntimeSpec, installed_runtime
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
-    load_contract,
     read_golden,
     second_opinion_for,
     write_contract,
@@ -31,16 +29,17 @@ from onnxgate.contract._schema import (
     Contract,
     Provenance,
     SecondOpinion,
-    contract_paths,
     identity,
     sha256_file,
 )
+from onnxgate.contract._store import SIDECAR
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
 from onnxgate.errors import ConfigError, GateError, RunFailed, RuntimeEnvError, SessionFailed
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.placement import placement
+from onnxgate.placement import PlacementConfig, placement
 from onnxgate.runners import Runner, RunnerInfo, make_runner
 from onnxgate.runners._isolated import IsolatedOrtRunner
+from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances
 
 if TYPE_CHECKING:
     from onnxgate.runners import OrtOptions
@@ -49,6 +48,37 @@ log = logging.getLogger(__name__)
 
 GOLDEN_SIZES = (1, 7)
 """Sizes every symbolic dimension takes in the default golden samples: the edge, and a prime."""
+
+
+class ContractConfig(Part):
+    """How ``contract init`` makes the golden samples of a model exported elsewhere."""
+
+    reference: str = "reference"
+    """Who computes the golden outputs: the ONNX reference evaluator (with onnxgate's
+    corrections), or any runner spec such as ``ort:disable`` or ``torch:pkg.mod:factory``."""
+    feeds: FeedSettings = FeedSettings()
+    """The golden samples' inputs; synthetic ones with every symbolic dimension at 1 and at 7
+    by default."""
+    tolerances: Tolerances = Tolerances()
+    """Recorded per output as the rule ``verify`` holds the model to."""
+    second_opinion: bool = True
+    """Check the golden outputs with a runner that shares no code with ``reference`` before
+    anything is written."""
+    force: bool = False
+    """Replace an existing contract."""
+    trust_pickle: bool = False
+    """Allow a ``sklearn:`` reference to be unpickled (unpickling runs code from the file)."""
+
+
+class VerifyConfig(Part):
+    """Where ``verify`` holds a model to its contract."""
+
+    runtimes: tuple[str, ...] = ("installed",)
+    """``installed`` and/or releases or packages (``onnxruntime==1.20.1``,
+    ``onnxruntime-openvino==1.24.1``), each in an isolated environment."""
+    session: SessionSettings = SessionSettings()
+    """Session settings, applied the same way on every runtime and by every check; every
+    compute node must be on the first provider."""
 
 
 class Cell(BaseModel):
@@ -124,44 +154,45 @@ def golden_samples(
 
 def init_contract(
     model: str | Path,
+    config: ContractConfig | None = None,
     *,
-    reference: str = "reference",
-    inputs: str | Path | None = None,
-    dims: Mapping[str, int | Sequence[int]] | None = None,
-    ranges: Mapping[str, ValueRange] | None = None,
-    seed: int = 0,
-    config: CompareConfig | None = None,
-    trust_pickle: bool = False,
-    force: bool = False,
-    second_opinion: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> Contract:
     """Create the contract of a model exported elsewhere; the library side of ``contract init``.
 
-    Golden outputs come from ``reference`` (the ONNX reference evaluator by default, with
-    onnxgate's corrections, which shares no code with ONNX Runtime; or any runner spec such as
-    ``ort:disable`` or ``torch:pkg.mod:factory``). Unless ``second_opinion`` is off they must agree
-    with a second runner that shares no code with the first (``second_opinion_for``) before
-    anything is written; the contract records which was used.
+    Golden outputs come from ``config.reference``, which shares no code with ONNX Runtime by
+    default. Unless ``config.second_opinion`` is off they must agree with a second runner that
+    shares no code with the first (``second_opinion_for``) before anything is written; the
+    contract records which was used.
 
     Raises:
+        ConfigError: a contract exists and ``force`` is not set, or contradicting feeds.
         ParityError: the second opinion disagrees (the message names the first diverging node).
         ReferenceFailed: the reference evaluator crashed on the model (exit 3; use ONNX Runtime).
     """
+    config = config or ContractConfig()
+    feeds = config.feeds
+    feeds.refuse_with_inputs()
     loaded = load_model(model)
-    samples = golden_samples(loaded, inputs=inputs, dims=dims, ranges=ranges, seed=seed)
-    runner = make_runner(reference, loaded, trust_pickle=trust_pickle)
+    samples = golden_samples(
+        loaded,
+        inputs=feeds.inputs,
+        dims=feeds.sizes() or None,
+        ranges=feeds.value_ranges() or None,
+        seed=feeds.seed,
+    )
+    runner = make_runner(config.reference, loaded, trust_pickle=config.trust_pickle)
     second: Runner | SecondOpinion = (
         second_opinion_for(runner, loaded)
-        if second_opinion
+        if config.second_opinion
         else SecondOpinion(detail="not taken: --no-second-opinion")
     )
     return write_contract(
         loaded,
         runner,
         samples,
-        config=config,
-        force=force,
+        config=config.tolerances,
+        force=config.force,
         progress=progress,
         provenance=Provenance(onnxgate=__version__, exporter=None),
         second_opinion=second,
@@ -203,6 +234,7 @@ def _one_runtime(
     samples: list[Sample],
     expected: list,
     contract: Contract,
+    session: SessionSettings,
     options: OrtOptions,
     progress: Callable[[str], None] | None,
 ) -> RuntimeResult:
@@ -224,7 +256,7 @@ def _one_runtime(
     config = config_from_rules(contract.golden.rules if contract.golden else [])
     not_run = Cell(passed=None, reason="not run: the model does not load")
     try:
-        report = compare_runners(candidate, golden, samples, signature=signature, config=config)
+        report = compare_runners(candidate, golden, samples, signature=signature, tolerances=config)
     except SessionFailed as err:
         why = _why_not_loaded(loaded, spec)
         reason = f"{why}; {err.message}" if why else err.message
@@ -239,7 +271,7 @@ def _one_runtime(
         return RuntimeResult(
             runtime=label,
             loads=Cell(passed=True),
-            placement=_placement_cell(loaded, spec, options, samples),
+            placement=_placement_cell(loaded, spec, session, options, samples),
             parity=Cell(passed=False, reason=err.message),
             ran=candidate.info(),
         )
@@ -257,7 +289,7 @@ def _one_runtime(
     return RuntimeResult(
         runtime=label,
         loads=Cell(passed=True),
-        placement=_placement_cell(loaded, spec, options, samples),
+        placement=_placement_cell(loaded, spec, session, options, samples),
         parity=parity,
         ran=report.ran.get("candidate"),
     )
@@ -269,7 +301,7 @@ def _why_not_loaded(loaded: LoadedModel, spec: RuntimeSpec) -> str | None:
     from onnxgate.compat.runtime import runtime_profile
 
     try:
-        report = check_model(loaded, runtime=runtime_profile(spec))
+        report = check_model(loaded, profile=runtime_profile(spec))
     except GateError:
         return None
     blocking = [f for f in report.findings if f.blocks_load]
@@ -277,7 +309,11 @@ def _why_not_loaded(loaded: LoadedModel, spec: RuntimeSpec) -> str | None:
 
 
 def _placement_cell(
-    loaded: LoadedModel, spec: RuntimeSpec, options: OrtOptions, samples: list[Sample]
+    loaded: LoadedModel,
+    spec: RuntimeSpec,
+    session: SessionSettings,
+    options: OrtOptions,
+    samples: list[Sample],
 ) -> Cell:
     """Every compute node on the first provider asked for, by a session with the same settings.
 
@@ -286,7 +322,11 @@ def _placement_cell(
     """
     required = options.providers[0] if options.providers else CPU
     try:
-        audit = placement(loaded, require=required, runtime=spec, options=options, samples=samples)
+        audit = placement(
+            loaded,
+            PlacementConfig(session=session, require=required, runtime=str(spec)),
+            samples=samples,
+        )
     except RunFailed as err:
         return Cell(passed=False, reason=err.message)
     required = audit.required or required
@@ -303,21 +343,15 @@ def _placement_cell(
 
 def verify(
     model: str | Path,
+    config: VerifyConfig | None = None,
     *,
-    runtimes: Iterable[str] = ("installed",),
-    providers: Iterable[str] | str | None = None,
-    options: OrtOptions | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> VerifyReport:
     """Check a model against its contract on each runtime; the library side of ``verify``.
 
     Args:
         model: the model beside its contract.
-        runtimes: ``installed`` and/or releases or packages (``onnxruntime==1.20.1``,
-            ``onnxruntime-openvino==1.24.1``), each in an isolated environment.
-        providers: providers in preference order, replacing those of ``options``; every compute
-            node must be on the first.
-        options: session settings, applied the same way on every runtime and by every check.
+        config: the runtimes, and the session settings applied on each of them.
         progress: called with a short message before slow steps.
 
     Raises:
@@ -325,20 +359,20 @@ def verify(
         ProviderUnavailable: a requested provider is not in a runtime's build.
         ProviderFailed: a requested provider did not start on a runtime.
     """
-    from onnxgate.runners import OrtOptions
-
+    config = config or VerifyConfig()
+    session = config.session
     loaded = load_model(model)
-    contract = load_contract(loaded.path)
+    contract = SIDECAR.read(loaded.path)
     if contract.golden is None:
         raise ConfigError(f"{loaded.path}: the contract has no golden samples to verify.")
-    options = options or OrtOptions()
-    if providers is not None:
-        options = dataclasses.replace(options, providers=tuple(names(providers)))
+    options = session.ort_options()
     wanted = options.resolved_providers()  # full names, CPU appended
-    specs = [RuntimeSpec.parse(r) for r in names(list(runtimes))]
+    specs = [RuntimeSpec.parse(r) for r in names(list(config.runtimes))]
     if not specs:
-        raise ConfigError("--runtime names no runtime; use 'installed' or onnxruntime==X.Y.Z.")
-    contract_file = str(contract_paths(loaded.path)[0])
+        raise ConfigError(
+            "runtimes names no runtime; use 'installed' or onnxruntime==X.Y.Z.", field="runtimes"
+        )
+    contract_file = SIDECAR.location(loaded.path)
     # the bytes first: a contract proves things about these files, not about a file name
     ident = _identity_cell(loaded, contract)
     if not ident.passed:
@@ -364,7 +398,7 @@ def verify(
             progress(f"verifying on {spec}")
         try:
             results.append(
-                _one_runtime(loaded, spec, samples, expected, contract, options, progress)
+                _one_runtime(loaded, spec, samples, expected, contract, session, options, progress)
             )
         except RuntimeEnvError as err:  # one release that cannot be installed is one failed row
             cell = Cell(passed=False, reason=err.message)

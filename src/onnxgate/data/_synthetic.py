@@ -190,18 +190,20 @@ def synthetic_samples(
     if unknown:
         raise ConfigError(
             f"dimension {unknown[0]!r} is not a symbolic dimension of the model's inputs; "
-            f"it has: {', '.join(sorted(known_dims)) or 'none (all inputs are fixed)'}."
+            f"it has: {', '.join(sorted(known_dims)) or 'none (all inputs are fixed)'}.",
+            field="feeds.dims",
         )
     given = dict(ranges or {})
     names = {spec.name for spec in signature.inputs}
     stray = sorted(set(given) - names)
     if stray:
         raise ConfigError(
-            f"--range names {stray[0]!r}, which is not an input of the model; inputs: "
-            f"{', '.join(sorted(names))}."
+            f"feeds.ranges names {stray[0]!r}, which is not an input of the model; inputs: "
+            f"{', '.join(sorted(names))}.",
+            field="feeds.ranges",
         )
     if seed < 0:
-        raise ConfigError(f"--seed {seed} must be 0 or more.")
+        raise ConfigError(f"feeds.seed {seed} must be 0 or more.", field="feeds.seed")
     for spec in signature.inputs:
         if spec.type is not None and spec.type.startswith("tensor(") and spec.shape is None:
             raise FeedError(
@@ -217,7 +219,10 @@ def synthetic_samples(
     chosen = chosen_ranges(signature, model, given)
     combos = list(itertools.product(*wanted.values())) or [()]
     if len(combos) > MAX_SHAPES:
-        raise ConfigError(f"--dim asks for {len(combos)} shapes; at most {MAX_SHAPES} per run.")
+        raise ConfigError(
+            f"feeds.dims asks for {len(combos)} shapes; at most {MAX_SHAPES} per run.",
+            field="feeds.dims",
+        )
     samples = []
     for combo in combos:
         sizes = dict(zip(wanted, combo, strict=True))

@@ -1,16 +1,15 @@
 """Exporters: PyTorch (torch.onnx) and scikit-learn (skl2onnx), each proved by parity checks."""
 
 from onnxgate.export._diagnose import diagnose, failing_ops
+from onnxgate.export._report import ExportReport
 from onnxgate.export._sklearn import (
     SklearnExportConfig,
-    SklearnExportResult,
     export_sklearn,
     read_matrix,
 )
 from onnxgate.export._torch import (
     PARITY_SIZES,
     TorchExportConfig,
-    TorchExportResult,
     export_torch,
     parity_samples,
     parse_dynamic,
@@ -18,12 +17,11 @@ from onnxgate.export._torch import (
 
 __all__ = [
     "PARITY_SIZES",
+    "ExportReport",
     "SklearnExportConfig",
-    "SklearnExportResult",
     "export_sklearn",
     "read_matrix",
     "TorchExportConfig",
-    "TorchExportResult",
     "diagnose",
     "failing_ops",
     "export_torch",

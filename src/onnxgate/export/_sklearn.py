@@ -12,56 +12,57 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from onnxgate._fs import staged_file
 from onnxgate._version import __version__
-from onnxgate.compare import CompareConfig, CompareReport, compare_runners
+from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
-    Contract,
+    Lineage,
     Provenance,
     drop_stale_contract,
     opinion_from,
     write_contract,
 )
 from onnxgate.data import Sample
-from onnxgate.errors import ConfigError, ExportError, ExtraMissing, FeedError, ParityError
+from onnxgate.errors import ExportError, ExtraMissing, FeedError
+from onnxgate.export._report import ExportReport
 from onnxgate.model import Signature, load_model
 from onnxgate.runners import SklearnRunner, load_estimator
+from onnxgate.settings import Part, Tolerances, config_hash
 
 
-@dataclass(frozen=True)
-class SklearnExportConfig:
-    """What ``export sklearn`` was asked to do."""
+class SklearnExportConfig(Part):
+    """What ``export sklearn`` is asked to do with an estimator."""
 
     out: Path
+    """The ``.onnx`` file to write."""
     data: Path
     """Rows to prove parity on: an .npy matrix, or an .npz with one array (or ``X``)."""
-    dtype: str = "float32"
-    opset: int | None = None
+    dtype: Literal["float32", "float64"] = "float32"
+    """The inputs' element type."""
+    opset: int | None = Field(None, ge=1)
     runtime: str | None = None
-    compare: CompareConfig = field(default_factory=CompareConfig)
+    """Target ONNX Runtime release: the opset and IR are the highest it loads."""
+    tolerances: Tolerances = Tolerances()
     """Tolerances and metrics of the parity check, recorded in the contract."""
-    golden_rows: int = 64
+    golden_rows: int = Field(64, ge=1)
     """Rows of the data kept as golden samples in the contract."""
     contract: bool = True
+    """Write the contract and golden samples beside the model."""
 
 
-@dataclass
-class SklearnExportResult:
-    """The exported model, the choices made and the parity proved."""
+class _Missed(Exception):
+    """Leaves the staged file unwritten: the export did not pass."""
 
-    path: Path
-    opset: int
-    dtype: str
-    parity: CompareReport
-    contract: Contract | None
-    notices: list[str] = field(default_factory=list)
+    def __init__(self, report: ExportReport) -> None:
+        super().__init__(report.reason)
+        self.report = report
 
 
 def read_matrix(path: Path) -> np.ndarray:
@@ -127,13 +128,16 @@ def export_sklearn(
     *,
     trust_pickle: bool = False,
     progress: Callable[[str], None] | None = None,
-) -> SklearnExportResult:
+) -> ExportReport:
     """Convert an estimator (an object, or a joblib/pickle path) and prove it on ``config.data``.
+
+    Returns:
+        The report; ``passed`` is False when labels differ or probabilities are outside
+        tolerance (``reason`` says which), and then nothing is written.
 
     Raises:
         ConfigError: a pickle without ``trust_pickle``, or a bad option.
         ExportError: skl2onnx cannot convert the estimator.
-        ParityError: labels differ or probabilities are outside tolerance.
     """
     skl2onnx = _skl2onnx()
     import onnx
@@ -143,8 +147,6 @@ def export_sklearn(
     say = progress or (lambda message: None)
     if isinstance(estimator, str | os.PathLike):
         estimator = load_estimator(estimator, trust_pickle=trust_pickle)
-    if config.dtype not in ("float32", "float64"):
-        raise ConfigError(f"--dtype {config.dtype!r} is not float32 or float64.")
     notices = [
         f"inputs are {config.dtype}"
         + (
@@ -185,31 +187,43 @@ def export_sklearn(
     if config.runtime:
         profile = runtime_profile(RuntimeSpec.parse(config.runtime))
         proto.ir_version = min(proto.ir_version, profile.max_ir)
-    with staged_file(config.out) as tmp:
-        onnx.save_model(proto, str(tmp))
-        loaded = load_model(tmp)
-        signature = Signature.from_graph(loaded.proto.graph)
-        name = signature.inputs[0].name
-        say(f"checking parity on {len(x)} rows")
-        reference = SklearnRunner.from_estimator(
-            estimator, signature, name=type(estimator).__name__
-        )
-        from onnxgate.runners import OrtRunner
+    try:
+        with staged_file(config.out) as tmp:
+            onnx.save_model(proto, str(tmp))
+            loaded = load_model(tmp)
+            signature = Signature.from_graph(loaded.proto.graph)
+            name = signature.inputs[0].name
+            say(f"checking parity on {len(x)} rows")
+            reference = SklearnRunner.from_estimator(
+                estimator, signature, name=type(estimator).__name__
+            )
+            from onnxgate.runners import OrtRunner
 
-        cfg = config.compare
-        report = compare_runners(
-            OrtRunner(loaded),
-            reference,
-            [Sample(config.data.name, {name: x})],
-            signature=signature,
-            config=cfg,
-        )
-        if not report.passed:
-            detail = "; ".join(f"{o.name}: {o.reason}" for o in report.outputs if not o.passed)
-            raise ParityError(
-                f"the exported model disagrees with {type(estimator).__name__} on {config.data}: "
-                f"{detail}. The model was not written to {config.out}.",
-                hint=(
+            report = compare_runners(
+                OrtRunner(loaded),
+                reference,
+                [Sample(config.data.name, {name: x})],
+                signature=signature,
+                tolerances=config.tolerances,
+            )
+            result = ExportReport(
+                passed=report.passed,
+                source=type(estimator).__name__,
+                path=config.out,
+                exporter="skl2onnx",
+                opset=opset,
+                ir_version=loaded.proto.ir_version,
+                dtype=config.dtype,
+                parity=report,
+                notices=notices,
+            )
+            if not report.passed:
+                detail = "; ".join(f"{o.name}: {o.reason}" for o in report.outputs if not o.passed)
+                reason = (
+                    f"the exported model disagrees with {type(estimator).__name__} on {config.data}: "
+                    f"{detail}. The model was not written to {config.out}."
+                )
+                hint = (
                     "ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
                     "value computed in float64 by scikit-learn (a scaler before a forest) can fall "
                     "on the other side of a split and flip a tree. Labels may still agree; if they "
@@ -217,8 +231,10 @@ def export_sklearn(
                     "probabilities:0.05,0)."
                     if re.search(r"Tree|Forest|Boost", repr(estimator))
                     else "Compare in float64 (--dtype float64) to see whether precision explains it."
-                ),
-            )
+                )
+                raise _Missed(result.model_copy(update={"reason": reason, "hint": hint}))
+    except _Missed as missed:
+        return missed.report
     final = load_model(config.out)
     contract = None
     if not config.contract:
@@ -243,16 +259,10 @@ def export_sklearn(
                     "runtime": config.runtime,
                 },
                 onnxgate=__version__,
+                lineage=Lineage(parent_sha256=None, step="export", config_hash=config_hash(config)),
             ),
-            config=config.compare,
+            config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check on every row"),
         )
-    return SklearnExportResult(
-        path=config.out,
-        opset=opset,
-        dtype=config.dtype,
-        parity=report,
-        contract=contract,
-        notices=notices,
-    )
+    return result.model_copy(update={"contract": contract, "notices": notices})

@@ -8,8 +8,8 @@ after a printed notice with ``exporter="auto"``). Three traps are closed on purp
 - every requested dynamic axis must still be symbolic in the exported signature, or the export
   fails;
 - parity with the module is checked at three sizes of every dynamic axis (1, 7 and a larger one)
-  with seeded inputs, and a miss is a ``ParityError``: the file is not left where it was asked
-  for. Values the exporter froze (a NumPy call in ``forward``) show up here.
+  with seeded inputs, and a miss comes back as a report that did not pass: the file is not left
+  where it was asked for. Values the exporter froze (a NumPy call in ``forward``) show up here.
 """
 
 from __future__ import annotations
@@ -19,33 +19,35 @@ import logging
 import re
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from onnxgate._fs import staged_file
 from onnxgate._stdout import stdout_to_stderr
 from onnxgate._version import __version__
-from onnxgate.compare import CompareConfig, CompareReport, compare_runners
+from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
-    Contract,
+    Lineage,
     Provenance,
     drop_stale_contract,
     opinion_from,
     write_contract,
 )
 from onnxgate.data import Sample, load_feeds
-from onnxgate.errors import ConfigError, ExportError, ParityError
+from onnxgate.errors import ConfigError, ExportError
 from onnxgate.export._diagnose import (
     diagnose,
     quiet_exporter,
     torch_module,
 )
+from onnxgate.export._report import ExportReport
 from onnxgate.model import Signature, load_model
 from onnxgate.runners import TorchRunner, load_entry
+from onnxgate.settings import Part, Tolerances, config_hash
 
 log = logging.getLogger(__name__)
 
@@ -56,40 +58,47 @@ DYNAMO_MIN_OPSET = 18
 """The dynamo exporter writes opset 18 and later."""
 
 
-@dataclass(frozen=True)
-class TorchExportConfig:
-    """What ``export torch`` was asked to do."""
+class TorchExportConfig(Part):
+    """What ``export torch`` is asked to do with a module."""
 
-    entry: str
-    """``package.module:factory``; the factory returns the module, or (module, example inputs)."""
     out: Path
+    """The ``.onnx`` file to write."""
     example_inputs: Path | None = None
-    """An .npz of example inputs (names are the input names, in forward's order)."""
-    dynamic: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
-    """Input name → {axis: label}, e.g. {"input_ids": {0: "batch", 1: "seq"}}."""
-    output_names: Sequence[str] = ()
-    opset: int | None = None
+    """An .npz of example inputs (names are the input names, in forward's order); needed when
+    the factory returns the module alone."""
+    dynamic: dict[str, dict[int, str]] = {}
+    """Input name → {axis: label}, e.g. ``{"input_ids": {0: "batch", 1: "seq"}}``; axes with
+    one label share a size. ``["input_ids:0=batch"]`` is read as well."""
+    output_names: tuple[str, ...] = ()
+    opset: int | None = Field(None, ge=1)
     runtime: str | None = None
     """Target ONNX Runtime release: the opset and IR are the highest it loads."""
-    exporter: str = "dynamo"
+    exporter: Literal["dynamo", "torchscript", "auto"] = "dynamo"
     """dynamo, torchscript, or auto (dynamo, then TorchScript after a printed notice)."""
-    compare: CompareConfig = field(default_factory=CompareConfig)
+    tolerances: Tolerances = Tolerances()
     """Tolerances and metrics of the parity check, recorded in the contract."""
     seed: int = 0
+    """Seed of the parity inputs."""
     contract: bool = True
+    """Write the contract and golden samples beside the model."""
+
+    @field_validator("dynamic", mode="before")
+    @classmethod
+    def _dynamic(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            try:
+                return parse_dynamic(value)
+            except ConfigError as err:
+                raise ValueError(err.message) from err
+        return value
 
 
-@dataclass
-class TorchExportResult:
-    """The exported model, how it was made and what was proved."""
+class _Missed(Exception):
+    """Leaves the staged file unwritten: the export did not pass."""
 
-    path: Path
-    exporter: str
-    opset: int
-    ir_version: int
-    parity: CompareReport
-    contract: Contract | None
-    notices: list[str]
+    def __init__(self, report: ExportReport) -> None:
+        super().__init__(report.reason)
+        self.report = report
 
 
 def parse_dynamic(items: Sequence[str] | None) -> dict[str, dict[int, str]]:
@@ -103,8 +112,9 @@ def parse_dynamic(items: Sequence[str] | None) -> dict[str, dict[int, str]]:
         found = re.fullmatch(r"\s*([^:]+):(\d+)=(\w+)\s*", item)
         if not found:
             raise ConfigError(
-                f"--dynamic {item!r} is not INPUT:AXIS=LABEL.",
-                hint="For example --dynamic input_ids:0=batch --dynamic input_ids:1=seq.",
+                f"dynamic {item!r} is not INPUT:AXIS=LABEL.",
+                hint="For example input_ids:0=batch and input_ids:1=seq.",
+                field="dynamic",
             )
         dynamic.setdefault(found[1], {})[int(found[2])] = found[3]
     return dynamic
@@ -154,14 +164,18 @@ def _in_forward_order(
     return {k: named[k] for k in params if k in named}
 
 
-def _examples(config: TorchExportConfig, module: Any, example: Any) -> dict[str, np.ndarray]:
+def _examples(
+    entry: str, config: TorchExportConfig, module: Any, example: Any
+) -> dict[str, np.ndarray]:
     if config.example_inputs is not None:
         sample = load_feeds(config.example_inputs)[0]
         return _in_forward_order(dict(sample.feeds), module, str(config.example_inputs))
     if example is None:
         raise ConfigError(
-            f"{config.entry} returned no example inputs and --example-inputs was not given.",
-            hint="Return (module, example_inputs) from the factory, or pass --example-inputs x.npz.",
+            f"{entry} returned no example inputs and example_inputs was not given.",
+            hint="Return (module, example_inputs) from the factory, or name an .npz of them in "
+            "example_inputs.",
+            field="example_inputs",
         )
     torch = torch_module()
 
@@ -169,11 +183,11 @@ def _examples(config: TorchExportConfig, module: Any, example: Any) -> dict[str,
         return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
 
     if isinstance(example, Mapping):
-        return _in_forward_order({k: as_np(v) for k, v in example.items()}, module, config.entry)
+        return _in_forward_order({k: as_np(v) for k, v in example.items()}, module, entry)
     values = list(example) if isinstance(example, tuple | list) else [example]
     if not all(isinstance(v, torch.Tensor | np.ndarray) for v in values):
         raise ConfigError(
-            f"{config.entry}: example inputs must be tensors or arrays (a tuple, or a dict by "
+            f"{entry}: example inputs must be tensors or arrays (a tuple, or a dict by "
             f"parameter name); got {', '.join(type(v).__name__ for v in values)}."
         )
     params = _forward_params(module)
@@ -196,13 +210,16 @@ def _widen_size_one(
         for axis, label in axes.items():
             rank = widened[name].ndim
             if not 0 <= axis < rank:
-                raise ConfigError(f"--dynamic {name}:{axis}: input {name!r} has {rank} axes.")
+                raise ConfigError(
+                    f"dynamic {name}:{axis}: input {name!r} has {rank} axes.", field="dynamic"
+                )
             size = widened[name].shape[axis]
             seen = sizes.setdefault(label, (size, name))
             if seen[0] != size:
                 raise ConfigError(
-                    f"--dynamic label {label!r} is axis {axis} of {name!r} (size {size}) and also an "
-                    f"axis of {seen[1]!r} (size {seen[0]}) in the example; one label, one size."
+                    f"dynamic label {label!r} is axis {axis} of {name!r} (size {size}) and also an "
+                    f"axis of {seen[1]!r} (size {seen[0]}) in the example; one label, one size.",
+                    field="dynamic",
                 )
     for name, axes in dynamic.items():
         for axis in axes:
@@ -362,23 +379,40 @@ def _check_runnable_here(proto: Any) -> None:
 
 
 def export_torch(
-    config: TorchExportConfig, *, progress: Callable[[str], None] | None = None
-) -> TorchExportResult:
+    entry: str,
+    config: TorchExportConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> ExportReport:
     """Export, check dynamic axes, prove parity at three shapes, and write the contract.
 
+    Args:
+        entry: ``package.module:factory``; the factory returns the module, or (module, example
+            inputs).
+        config: where to write, the dynamic axes, the opset or target runtime, the exporter, the
+            parity check's tolerances.
+        progress: called with a short message before each step.
+
+    Returns:
+        The report; ``passed`` is False when the ONNX model disagrees with the module at some
+        shape (``reason`` says where and by how much), and then nothing is written.
+
     Raises:
+        ConfigError: a bad setting or entry point.
         ExportError: the exporter failed (diagnosed) or fixed a dynamic axis.
-        ParityError: the ONNX model disagrees with the module at some shape.
         ExtraMissing: torch is not installed.
     """
     torch = torch_module()
     say = progress or (lambda message: log.info("%s", message))
     notices: list[str] = []
-    module, example = _build(config.entry)
-    examples = _examples(config, module, example)
+    module, example = _build(entry)
+    examples = _examples(entry, config, module, example)
     unknown = sorted(set(config.dynamic) - set(examples))
     if unknown:
-        raise ConfigError(f"--dynamic names {unknown[0]!r}; the inputs are {', '.join(examples)}.")
+        raise ConfigError(
+            f"dynamic names {unknown[0]!r}; the inputs are {', '.join(examples)}.",
+            field="dynamic",
+        )
     exported_examples = _widen_size_one(examples, config.dynamic, notices)
     opset, max_ir = _opset_for(config, notices)
     here = runtime_profile(RuntimeSpec.parse(None))
@@ -387,96 +421,124 @@ def export_torch(
         raise ConfigError(
             f"opset {opset} is above what the installed {here.label} loads ({top_here}); parity "
             "is checked on it, so the export could not be proved.",
-            hint=f"Use --opset {top_here} or lower, or install a newer onnxruntime.",
+            hint=f"Use opset {top_here} or lower, or install a newer onnxruntime.",
+            field="opset",
         )
     if opset is not None and opset < DYNAMO_MIN_OPSET and config.exporter != "torchscript":
         raise ConfigError(
             f"opset {opset} is below what the dynamo exporter writes ({DYNAMO_MIN_OPSET} and "
             "later; it would silently write 18).",
-            hint="Export with --exporter torchscript for opsets before 18.",
+            hint="Use exporter torchscript for opsets before 18.",
+            field="opset",
+            related=["exporter"],
         )
     order = ["dynamo", "torchscript"] if config.exporter == "auto" else [config.exporter]
-    if config.exporter not in ("dynamo", "torchscript", "auto"):
-        raise ConfigError(f"--exporter {config.exporter!r} is not dynamo, torchscript or auto.")
     if config.out.is_dir():
-        raise ConfigError(f"--out {config.out} is a folder; name the .onnx file to write.")
-    with staged_file(config.out) as tmp:
-        used = None
-        for exporter in order:
-            say(f"exporting {config.entry} with the {exporter} exporter")
-            try:
-                with stdout_to_stderr(), quiet_exporter():
-                    _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
-            except Exception as err:  # the exporters raise many unrelated types
-                log.info("exporter trace:\n%s", traceback.format_exc())
-                diagnosis = diagnose(
-                    err,
-                    exporter,
-                    module=module,
-                    args=tuple(
-                        torch.from_numpy(np.ascontiguousarray(v))
-                        for v in exported_examples.values()
-                    ),
-                )
-                if exporter != order[-1]:
-                    notices.append(f"{diagnosis.message} Falling back to the TorchScript exporter.")
-                    log.warning("%s Falling back to the TorchScript exporter.", diagnosis.message)
-                    continue
-                raise diagnosis from err
-            used = exporter
-            if exporter == "torchscript":
-                notices.append(
-                    "the TorchScript exporter traces one path through Python control flow: parity "
-                    "covers the branches the parity inputs take, not others"
-                )
-            break
-        loaded = load_model(tmp, load_weights=True)
-        proto = loaded.proto
-        if max_ir is not None and proto.ir_version > max_ir:
-            notices.append(
-                f"IR stamped down from {proto.ir_version} to {max_ir} for {config.runtime}"
-            )
-            proto.ir_version = max_ir
-            import onnx
-
-            onnx.save_model(proto, str(tmp))
-        _check_dynamic(tmp, config.dynamic)
-        written = load_model(tmp).proto
-        got = next((o.version for o in written.opset_import if o.domain in ("", "ai.onnx")), None)
-        if opset is not None and got != opset:
-            raise ExportError(
-                f"asked for opset {opset}, the {used} exporter wrote opset {got}.",
-                hint="The dynamo exporter writes opsets 18 and later and may fall back to 18 "
-                "without an error; pick an opset it supports, or --exporter torchscript.",
-            )
-        _check_runnable_here(written)
-        say("checking parity with the module at three shapes")
-        loaded = load_model(tmp)
-        signature = Signature.from_graph(loaded.proto.graph)
-        samples = parity_samples(examples, config.dynamic, seed=config.seed)
-        reference = TorchRunner.from_module(module, signature, name=config.entry)
-        from onnxgate.runners import OrtRunner
-
-        report = compare_runners(
-            OrtRunner(loaded),
-            reference,
-            samples,
-            signature=signature,
-            config=config.compare,
+        raise ConfigError(
+            f"out {config.out} is a folder; name the .onnx file to write.", field="out"
         )
-        if not report.passed:
-            failing = [o for o in report.outputs if not o.passed]
-            detail = "; ".join(
-                f"{o.name} at {o.worst_sample}: max_abs {o.max_abs}, {o.mismatches}/{o.elements} "
-                f"mismatches ({o.reason})"
-                for o in failing
+    try:
+        with staged_file(config.out) as tmp:
+            used = None
+            for exporter in order:
+                say(f"exporting {entry} with the {exporter} exporter")
+                try:
+                    with stdout_to_stderr(), quiet_exporter():
+                        _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
+                except Exception as err:  # the exporters raise many unrelated types
+                    log.info("exporter trace:\n%s", traceback.format_exc())
+                    diagnosis = diagnose(
+                        err,
+                        exporter,
+                        module=module,
+                        args=tuple(
+                            torch.from_numpy(np.ascontiguousarray(v))
+                            for v in exported_examples.values()
+                        ),
+                    )
+                    if exporter != order[-1]:
+                        notices.append(
+                            f"{diagnosis.message} Falling back to the TorchScript exporter."
+                        )
+                        log.warning(
+                            "%s Falling back to the TorchScript exporter.", diagnosis.message
+                        )
+                        continue
+                    raise diagnosis from err
+                used = exporter
+                if exporter == "torchscript":
+                    notices.append(
+                        "the TorchScript exporter traces one path through Python control flow: parity "
+                        "covers the branches the parity inputs take, not others"
+                    )
+                break
+            loaded = load_model(tmp, load_weights=True)
+            proto = loaded.proto
+            if max_ir is not None and proto.ir_version > max_ir:
+                notices.append(
+                    f"IR stamped down from {proto.ir_version} to {max_ir} for {config.runtime}"
+                )
+                proto.ir_version = max_ir
+                import onnx
+
+                onnx.save_model(proto, str(tmp))
+            _check_dynamic(tmp, config.dynamic)
+            written = load_model(tmp).proto
+            got = next(
+                (o.version for o in written.opset_import if o.domain in ("", "ai.onnx")), None
             )
-            raise ParityError(
-                f"the exported model disagrees with {config.entry}: {detail}. The model was not "
-                f"written to {config.out}.",
-                hint="A value computed in Python (NumPy, .item(), a shape used as an int) was "
-                "frozen at the example's shape; compute it with torch operations instead.",
+            if opset is not None and got != opset:
+                raise ExportError(
+                    f"asked for opset {opset}, the {used} exporter wrote opset {got}.",
+                    hint="The dynamo exporter writes opsets 18 and later and may fall back to 18 "
+                    "without an error; pick an opset it supports, or --exporter torchscript.",
+                )
+            _check_runnable_here(written)
+            say("checking parity with the module at three shapes")
+            loaded = load_model(tmp)
+            signature = Signature.from_graph(loaded.proto.graph)
+            samples = parity_samples(examples, config.dynamic, seed=config.seed)
+            reference = TorchRunner.from_module(module, signature, name=entry)
+            from onnxgate.runners import OrtRunner
+
+            report = compare_runners(
+                OrtRunner(loaded),
+                reference,
+                samples,
+                signature=signature,
+                tolerances=config.tolerances,
             )
+            written_opsets = {o.domain or "ai.onnx": o.version for o in loaded.proto.opset_import}
+            result = ExportReport(
+                passed=report.passed,
+                source=entry,
+                path=config.out,
+                exporter=used or "",
+                opset=written_opsets.get("ai.onnx", 0),
+                ir_version=loaded.proto.ir_version,
+                parity=report,
+                notices=notices,
+            )
+            if not report.passed:
+                failing = [o for o in report.outputs if not o.passed]
+                detail = "; ".join(
+                    f"{o.name} at {o.worst_sample}: max_abs {o.max_abs}, {o.mismatches}/{o.elements} "
+                    f"mismatches ({o.reason})"
+                    for o in failing
+                )
+                raise _Missed(
+                    result.model_copy(
+                        update={
+                            "reason": f"the exported model disagrees with {entry}: {detail}. The "
+                            f"model was not written to {config.out}.",
+                            "hint": "A value computed in Python (NumPy, .item(), a shape used as an "
+                            "int) was frozen at the example's shape; compute it with torch "
+                            "operations instead.",
+                        }
+                    )
+                )
+    except _Missed as missed:
+        return missed.report
     final = load_model(config.out)
     contract = None
     if not config.contract:
@@ -485,9 +547,7 @@ def export_torch(
         say("writing the contract and golden samples")
         contract = write_contract(
             final,
-            TorchRunner.from_module(
-                module, Signature.from_graph(final.proto.graph), name=config.entry
-            ),
+            TorchRunner.from_module(module, Signature.from_graph(final.proto.graph), name=entry),
             samples,
             provenance=Provenance(
                 framework=f"torch {torch.__version__}",
@@ -503,18 +563,10 @@ def export_torch(
                     "runtime": config.runtime,
                 },
                 onnxgate=__version__,
+                lineage=Lineage(parent_sha256=None, step="export", config_hash=config_hash(config)),
             ),
-            config=config.compare,
+            config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check"),
         )
-    opsets = {o.domain or "ai.onnx": o.version for o in final.proto.opset_import}
-    return TorchExportResult(
-        path=config.out,
-        exporter=used or "",
-        opset=opsets.get("ai.onnx", 0),
-        ir_version=final.proto.ir_version,
-        parity=report,
-        contract=contract,
-        notices=notices,
-    )
+    return result.model_copy(update={"contract": contract, "notices": notices})

@@ -16,19 +16,19 @@ import dataclasses
 import logging
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.contract import contract_samples
-from onnxgate.data import Sample, ValueRange, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._contest import Contender, Contest
+from onnxgate.settings import FeedSettings, Part, SessionSettings
 
 if TYPE_CHECKING:
     from onnxgate.runners import OrtOptions
@@ -37,73 +37,66 @@ log = logging.getLogger(__name__)
 
 NOISY_CV = 0.10
 """A coefficient of variation above this marks a configuration as too noisy to compare."""
+KEPT_LATENCIES = 2000
+"""Per-run latencies a ``BenchResult`` keeps (``latencies_ms``): enough for a distribution."""
 
 
-@dataclass(frozen=True)
-class BenchConfig:
-    """What to measure."""
+class BenchConfig(Part):
+    """What to measure, on which session."""
 
-    batches: Sequence[int] = ()
+    batches: tuple[Annotated[int, Field(ge=1)], ...] = ()
     """Sizes of the batch dimension (the first input's axis 0, when symbolic)."""
-    dims: Mapping[str, Sequence[int]] = field(default_factory=dict)
-    """Sizes of other symbolic dimensions; every combination is measured."""
-    threads: Sequence[int] = (0,)
-    """Intra-op thread counts; 0 lets ONNX Runtime choose."""
-    warmup: int = 10
-    runs: int | None = None
-    """A fixed number of timed runs; otherwise ``budget_s`` decides."""
-    budget_s: float = 2.0
+    feeds: FeedSettings = FeedSettings()
+    """Sizes of other symbolic dimensions (every combination is measured), value ranges and
+    seed of synthetic feeds, or a data file. Without any, a model with a contract is timed at
+    the shapes of its golden samples."""
+    threads: tuple[Annotated[int, Field(ge=0)], ...] = ()
+    """Intra-op thread counts to sweep; empty: ``session.threads``."""
+    warmup: int = Field(10, ge=0)
+    """Runs before timing starts, not counted."""
+    runs: int | None = Field(None, ge=1)
+    """A fixed number of timed runs; otherwise ``budget`` decides."""
+    budget: float = Field(2.0, gt=0, allow_inf_nan=False)
     """Seconds of timed runs per configuration (at least ``min_runs``)."""
-    min_runs: int = 10
-    ranges: Mapping[str, ValueRange] = field(default_factory=dict)
-    seed: int = 0
-    providers: tuple[str, ...] = ()
-    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    optimization: str = "all"
-    inter_op_threads: int = 0
-    parallel: bool = False
-    cpu_mem_arena: bool = True
-    session_config: Mapping[str, str] = field(default_factory=dict)
-    """ONNX Runtime session config entries, e.g. ``session.intra_op.allow_spinning`` → ``0``."""
+    min_runs: int = Field(10, ge=1)
+    session: SessionSettings = SessionSettings()
     vs: str | None = None
     """A contender: ``torch:package.module:factory`` or another ``.onnx`` file."""
     tuned: bool = False
     """Run with what ``tune`` recorded in the contract for this machine (settings and graph)."""
-    objective: str | None = None
+    objective: Literal["latency", "throughput"] | None = None
     """With ``tuned``: which tuning to use when the contract holds several."""
-    timeout_s: float = 600.0
-    """Longest wait for one answer of a contender's worker process."""
-    runtime: str | None = None
+    timeout: float = Field(600.0, gt=0, allow_inf_nan=False)
+    """Seconds a contender's worker process may take for one answer."""
+    runtime: str = "installed"
     """Time the model on another release or package (``onnxruntime-openvino==1.24.1``), in a
     worker inside its isolated environment; a ``vs`` ONNX model then runs on the installed
     runtime with the same settings on its own providers."""
 
-    def __post_init__(self) -> None:
-        if self.warmup < 0 or self.min_runs < 1 or (self.runs is not None and self.runs < 1):
-            raise ConfigError("--warmup must be 0 or more and --runs 1 or more.")
-        if self.budget_s <= 0:
-            raise ConfigError("--budget must be a positive number of seconds.")
-        if any(b < 1 for b in self.batches):
-            raise ConfigError("--batch sizes must be 1 or more.")
-        if self.timeout_s <= 0:
-            raise ConfigError("--timeout must be a positive number of seconds.")
-        if self.tuned and list(self.threads) != [0]:
-            raise ConfigError("--tuned runs the tuned thread count; leave out --threads.")
+    def _refuse_contradictions(self) -> None:
+        if self.tuned and (self.threads or self.session.threads):
+            field = "threads" if self.threads else "session.threads"
+            raise ConfigError(
+                f"tuned runs the tuned thread count; leave out {field}.",
+                field=field,
+                related=["tuned"],
+            )
+        if self.feeds.inputs is not None and self.batches:
+            raise ConfigError(
+                f"batches shape synthetic feeds; they cannot go with feeds.inputs "
+                f"{self.feeds.inputs}.",
+                field="batches",
+                related=["feeds.inputs"],
+            )
+        self.feeds.refuse_with_inputs()
+
+    def thread_counts(self) -> list[int]:
+        """The intra-op thread counts measured, one session each."""
+        return list(self.threads) or [self.session.threads]
 
     def ort_options(self, threads: int) -> OrtOptions:
         """The session options of one thread count."""
-        from onnxgate.runners import OrtOptions
-
-        return OrtOptions(
-            providers=self.providers,
-            provider_options=self.provider_options,
-            optimization=self.optimization,
-            intra_op_threads=threads,
-            inter_op_threads=self.inter_op_threads,
-            parallel=self.parallel,
-            cpu_mem_arena=self.cpu_mem_arena,
-            config=self.session_config,
-        )
+        return self.session.ort_options(intra_op_threads=threads)
 
 
 class BenchResult(BaseModel):
@@ -125,6 +118,9 @@ class BenchResult(BaseModel):
     cv: float
     """Coefficient of variation of the latencies (standard deviation / mean)."""
     noisy: bool
+    latencies_ms: list[float] = []
+    """The timed runs' latencies in run order, for distribution plots; beyond ``KEPT_LATENCIES``
+    runs, that many spread evenly over the whole run (the figures above use every run)."""
 
 
 class Contestant(BaseModel):
@@ -167,6 +163,11 @@ class BenchReport(BaseModel):
     ratio: list[Ratio] = []
     warnings: list[str] = []
 
+    @property
+    def passed(self) -> bool:
+        """Always True: bench measures and has no thresholds (noisy figures are warnings)."""
+        return True
+
 
 def batch_dim(signature: Signature) -> str | None:
     """The name of the batch dimension: the first input's axis 0, when it is symbolic."""
@@ -191,27 +192,33 @@ def bench(
     ``progress`` is called with a message and, as the keyword ``fraction``, the share done.
 
     Raises:
-        ConfigError: ``--batch`` on a model without a symbolic batch dimension, or bad options.
+        ConfigError: ``batches`` on a model without a symbolic batch dimension, or bad settings.
         RunFailed: ONNX Runtime cannot load or run the model.
     """
     config = config or BenchConfig()
+    feeds = config.feeds
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     signature = Signature.from_graph(loaded.proto.graph)
-    dims = {k: list(v) for k, v in config.dims.items()}
+    dims = feeds.sizes()
+    ranges = feeds.value_ranges()
     batch_name = batch_dim(signature)
     if config.batches:
         if batch_name is None:
             raise ConfigError(
-                f"{loaded.path}: the first input has no symbolic batch dimension, so --batch "
+                f"{loaded.path}: the first input has no symbolic batch dimension, so batches "
                 "cannot change it.",
-                hint="Use --dim NAME=SIZE for the model's symbolic dimensions (see `inspect`).",
+                hint="Size the model's symbolic dimensions with feeds.dims (see `inspect`).",
+                field="batches",
+                related=["feeds.dims"],
             )
         dims[batch_name] = list(config.batches)
     notes: list[str] = []
     golden = None
-    if not dims and not config.ranges:
+    if feeds.inputs is None and not dims and not ranges:
         golden = contract_samples(loaded.path)
-    if golden:
+    if feeds.inputs is not None:
+        samples = load_feeds(feeds.inputs, signature=signature)
+    elif golden:
         samples = golden
         notes.append(
             "timed at the shapes of the contract's golden samples ("
@@ -220,11 +227,11 @@ def bench(
         )
     else:
         samples = synthetic_samples(
-            signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
+            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=feeds.seed
         )
     for sample in samples:
         validate_feeds(signature, sample.feeds, where=sample.label)
-    options = [config.ort_options(threads) for threads in config.threads]
+    options = [config.ort_options(threads) for threads in config.thread_counts()]
     if config.tuned:
         loaded, options = _tuned(loaded, config, samples, notes)
     total = len(options) * len(samples)
@@ -252,7 +259,7 @@ def _tuned(
     from onnxgate.runners import OrtOptions
 
     # The shape asked for picks the record; with none asked, a single record needs no picking.
-    asked = bool(config.batches or config.dims)
+    asked = bool(config.batches or config.feeds.dims)
     dims = samples[0].dims if asked and len(samples) == 1 else None
     settings, path = tuned_for(loaded.path, objective=config.objective, dims=dims)
     options = OrtOptions.from_settings(settings)
@@ -280,7 +287,16 @@ def _result(
         throughput=(batch or 1) * 1000.0 / mean if mean > 0 else 0.0,
         cv=cv,
         noisy=cv > NOISY_CV,
+        latencies_ms=kept_latencies(latencies),
     )
+
+
+def kept_latencies(latencies: Sequence[float], limit: int = KEPT_LATENCIES) -> list[float]:
+    """At most ``limit`` latencies in run order, evenly spread over all runs, rounded to 10 ns."""
+    values = np.asarray(latencies, dtype=np.float64)
+    if values.size > limit:
+        values = values[np.linspace(0, values.size - 1, limit).round().astype(np.int64)]
+    return [round(float(v), 5) for v in values]
 
 
 def _noise(result: BenchResult, label: str, who: str = "") -> str | None:
@@ -317,7 +333,7 @@ def _bench_here(
                     runner.infer(sample.feeds)
                 say(f"{sample.label}, threads={threads or 'auto'}: timing")
                 latencies: list[float] = []
-                deadline = time.perf_counter() + config.budget_s
+                deadline = time.perf_counter() + config.budget
                 while True:
                     latencies.append(runner.infer(sample.feeds).latency_ns / 1e6)
                     if config.runs is not None:
@@ -357,8 +373,8 @@ def _other_feeds(
             theirs,
             model=other.proto,
             dims={k: v for k, v in sample.dims.items() if k in known},
-            ranges={k: v for k, v in config.ranges.items() if k in wanted},
-            seed=config.seed,
+            ranges={k: v for k, v in config.feeds.value_ranges().items() if k in wanted},
+            seed=config.feeds.seed,
         )[0]
         feeds.update({k: made.feeds[k] for k in missing})
     for name in dropped:
@@ -372,7 +388,7 @@ def _other_feeds(
     return dict(validate_feeds(theirs, feeds, where=f"{other.path.name}, {sample.label}"))
 
 
-def _installed(runtime: str | None) -> bool:
+def _installed(runtime: str) -> bool:
     from onnxgate.compat.runtime import RuntimeSpec
 
     return RuntimeSpec.parse(runtime).installed
@@ -431,7 +447,7 @@ def _bench_workers(
     ratios: list[Ratio] = []
     warnings: list[str] = []
     notes: list[str] = []
-    with Contest(sides(options[0]), timeout_s=config.timeout_s) as contest:
+    with Contest(sides(options[0]), timeout_s=config.timeout) as contest:
         for index, option in enumerate(options):
             threads = option.intra_op_threads
             loaded_sides = contest.loaded if index == 0 else contest.load(sides(option))
@@ -447,7 +463,7 @@ def _bench_workers(
                 timings = contest.race(
                     feeds,
                     warmup=config.warmup,
-                    budget_s=config.budget_s,
+                    budget_s=config.budget,
                     runs=config.runs,
                     min_runs=config.min_runs,
                     progress=lambda message, label=label: say(f"{label}: {message}"),

@@ -20,20 +20,20 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import contract_samples
-from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, FeedError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim
 from onnxgate.placement import MEMCPY, _trace
+from onnxgate.settings import FeedSettings, Part, SessionSettings
 
 if TYPE_CHECKING:
     from onnxgate.runners import OrtOptions
@@ -44,70 +44,43 @@ SPREAD = 2.0
 """A counted run slower in kernels than this many times the median run earns a note."""
 
 
-@dataclass(frozen=True)
-class ProfileConfig:
+class ProfileConfig(Part):
     """What to profile, and on which session."""
 
-    dims: Mapping[str, int] = field(default_factory=dict)
-    """Sizes of symbolic dimensions for synthetic feeds (one size each: one shape is profiled)."""
-    batch: int | None = None
+    feeds: FeedSettings = FeedSettings()
+    """A data file (its first sample is profiled), or synthetic feeds at one size per symbolic
+    dimension. Without any, a model with a contract is profiled on its largest golden sample."""
+    batch: int | None = Field(None, ge=1)
     """Size of the batch dimension (the first input's axis 0, when symbolic)."""
-    ranges: Mapping[str, ValueRange] = field(default_factory=dict)
-    seed: int = 0
-    inputs: Path | None = None
-    """Input data (``.npz``, JSON, ``.pb`` folders) instead of synthetic feeds; the first sample."""
-    providers: tuple[str, ...] = ()
-    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    optimization: str = "all"
-    threads: int = 0
-    """Intra-op threads; 0 lets ONNX Runtime choose."""
-    session_config: Mapping[str, str] = field(default_factory=dict)
-    warmup: int = 5
+    session: SessionSettings = SessionSettings()
+    warmup: int = Field(5, ge=0)
     """Runs profiled but not counted (the first run allocates and tunes)."""
-    runs: int = 10
+    runs: int = Field(10, ge=1)
     """Runs counted; figures are per run, averaged over them."""
-    top: int = 10
+    top: int = Field(10, ge=0)
     """How many of the slowest nodes to list; 0 lists every node."""
     trace: Path | None = None
     """Keep ONNX Runtime's Chrome trace (all runs, warm-up included) here; otherwise deleted."""
 
-    def __post_init__(self) -> None:
-        if self.warmup < 0:
-            raise ConfigError(f"--warmup {self.warmup} must be 0 or more.")
-        if self.runs < 1:
-            raise ConfigError(f"--runs {self.runs} must be 1 or more.")
-        if self.top < 0:
-            raise ConfigError(f"--top {self.top} must be 0 (every node) or more.")
-        if self.batch is not None and self.batch < 1:
-            raise ConfigError(f"--batch {self.batch} must be 1 or more.")
-        if self.inputs is not None and (self.dims or self.batch is not None or self.ranges):
-            raise ConfigError(
-                f"--dim, --batch and --range shape synthetic feeds; --inputs {self.inputs} "
-                "gives the data itself.",
-                hint="Drop --inputs to profile synthetic feeds, or drop the other options.",
-            )
+    def _refuse_contradictions(self) -> None:
+        self.feeds.one_size()
+        self.feeds.refuse_with_inputs(*(["batch"] if self.batch is not None else []))
         if self.trace is not None:
             if self.trace.is_dir():
                 raise ConfigError(
-                    f"--trace {self.trace} is a folder; it takes a file path.",
-                    hint=f"Use e.g. --trace {self.trace / 'profile.json'}.",
+                    f"trace {self.trace} is a folder; it takes a file path.",
+                    hint=f"Use e.g. {self.trace / 'profile.json'}.",
+                    field="trace",
                 )
             if not self.trace.parent.is_dir():
                 raise ConfigError(
-                    f"--trace {self.trace}: the folder {self.trace.parent} does not exist."
+                    f"trace {self.trace}: the folder {self.trace.parent} does not exist.",
+                    field="trace",
                 )
 
     def ort_options(self) -> OrtOptions:
         """The session options (validated: level, threads, provider options)."""
-        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
-
-        return OrtOptions(
-            providers=self.providers,
-            provider_options=self.provider_options,
-            optimization=self.optimization,
-            intra_op_threads=self.threads,
-            config=self.session_config,
-        )
+        return self.session.ort_options()
 
 
 class TensorShape(BaseModel):
@@ -196,6 +169,11 @@ class ProfileReport(BaseModel):
     trace: str | None = None
     """ONNX Runtime's Chrome trace, when kept (open it in chrome://tracing or Perfetto)."""
     notes: list[str] = []
+
+    @property
+    def passed(self) -> bool:
+        """Always True: a profile describes where the time goes and judges nothing."""
+        return True
 
 
 def bridge(op_type: str, provider: str) -> tuple[str, str]:
@@ -395,17 +373,18 @@ def _elements(sample: Sample) -> int:
 def _sample(
     loaded: LoadedModel, signature: Signature, config: ProfileConfig, notes: list[str]
 ) -> Sample:
-    if config.inputs is not None:
-        samples = load_feeds(config.inputs, signature=signature)
+    feeds = config.feeds
+    if feeds.inputs is not None:
+        samples = load_feeds(feeds.inputs, signature=signature)
         if not samples:
-            raise FeedError(f"--inputs {config.inputs} holds no sample.")
+            raise FeedError(f"{feeds.inputs} holds no sample.")
         if len(samples) > 1:
             notes.append(
-                f"{config.inputs} holds {len(samples)} samples; the first "
+                f"{feeds.inputs} holds {len(samples)} samples; the first "
                 f"({samples[0].label}) was profiled"
             )
         return samples[0]
-    if not config.dims and config.batch is None and not config.ranges:
+    if not feeds.dims and config.batch is None and not feeds.ranges:
         golden = contract_samples(loaded.path)
         if golden:
             sample = max(golden, key=_elements)
@@ -414,18 +393,20 @@ def _sample(
                 f"{len(golden)}): shapes the model was proven at; --dim or --inputs choose others"
             )
             return sample
-    dims: dict[str, int] = dict(config.dims)
+    dims: dict[str, int] = feeds.one_size()
     if config.batch is not None:
         name = batch_dim(signature)
         if name is None:
             raise ConfigError(
-                f"{loaded.path}: the first input has no symbolic batch dimension, so --batch "
+                f"{loaded.path}: the first input has no symbolic batch dimension, so batch "
                 "cannot change it.",
-                hint="Use --dim NAME=SIZE for the model's symbolic dimensions (see `inspect`).",
+                hint="Size the model's symbolic dimensions with feeds.dims (see `inspect`).",
+                field="batch",
+                related=["feeds.dims"],
             )
         dims[name] = config.batch
     return synthetic_samples(
-        signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
+        signature, model=loaded.proto, dims=dims, ranges=feeds.value_ranges(), seed=feeds.seed
     )[0]
 
 
@@ -443,8 +424,9 @@ def _keep(path: Path, destination: Path) -> str:
         shutil.move(path, destination)
     except OSError as err:
         raise ConfigError(
-            f"cannot write the trace to --trace {destination}: {err.strerror or err}.",
-            hint="Choose a writable file path for --trace.",
+            f"cannot write the trace to trace {destination}: {err.strerror or err}.",
+            hint="Choose a writable file path for trace.",
+            field="trace",
         ) from err
     return str(destination)
 
@@ -500,7 +482,7 @@ def profile(
         model=str(loaded.path),
         runtime=f"onnxruntime {runtime_version()}",
         providers=providers,
-        optimization=config.optimization,
+        optimization=config.session.opt_level,
         feeds=sample.label,
         shapes=sample.shapes(),
         trace=kept,

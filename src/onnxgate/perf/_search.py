@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -151,6 +152,7 @@ def successive_halving(
     max_runs: int | None = None,
     describe: Callable[[Candidate], str] = lambda c: c.graph,
     progress: Callable[[str], None] | None = None,
+    deadline: float | None = None,
 ) -> tuple[Candidate, list[Round]]:
     """The best candidate, and what each round measured.
 
@@ -165,6 +167,9 @@ def successive_halving(
         max_runs: at most this many timed runs per candidate in a round.
         describe: a label for a candidate, for progress and rounds.
         progress: called with a short message per measurement.
+        deadline: a ``time.monotonic()`` after which no further candidate is measured: the
+            round in progress ranks the candidates it measured (the first of the grid, the
+            defaults, always is), and the search ends with its best.
     """
     if not candidates:
         raise ValueError("successive halving needs at least one candidate")
@@ -173,22 +178,29 @@ def successive_halving(
     rounds: list[Round] = []
     number = 0
     while len(alive) > 1:
+        if deadline is not None and rounds and time.monotonic() > deadline:
+            break  # the last full round's best stands
         shift = number % len(alive)
         order = alive[shift:] + alive[:shift]
         scores: dict[tuple[str, str], float] = {}
         for index, candidate in enumerate(order, 1):
+            if deadline is not None and scores and time.monotonic() > deadline:
+                break
             if progress:
                 progress(
                     f"round {number + 1}: {index}/{len(order)} × {runs} runs: {describe(candidate)}"
                 )
             scores[candidate.key] = score(measure(candidate, runs), objective, batch)
+        out_of_time = len(scores) < len(order)
         # ties keep the grid's order, so the defaults (first) win a tie
-        alive.sort(key=lambda c: scores[c.key])
+        alive = sorted((c for c in alive if c.key in scores), key=lambda c: scores[c.key])
         best = alive[0]
         shown = scores[best.key] if objective == "latency" else -scores[best.key]
         rounds.append(
-            Round(candidates=len(order), runs=runs, best=describe(best), best_score=shown)
+            Round(candidates=len(scores), runs=runs, best=describe(best), best_score=shown)
         )
+        if out_of_time:
+            return best, rounds
         alive = alive[: max(1, math.ceil(len(alive) / eta))]
         runs = min(runs * eta, max_runs or runs * eta)
         number += 1

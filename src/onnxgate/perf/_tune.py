@@ -26,29 +26,28 @@ import re
 import statistics
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._version import __version__
-from onnxgate.compare import CompareConfig, compare_runners
+from onnxgate.compare import compare_runners
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import (
+    SIDECAR,
     Contract,
     GoldenRunner,
+    Lineage,
     Machine,
     Timing,
     TunedSettings,
     config_from_rules,
-    contract_paths,
     identity,
-    load_contract,
     read_golden,
 )
-from onnxgate.data import Sample, ValueRange, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim
@@ -57,6 +56,7 @@ from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
 from onnxgate.perf._stats import improvement
 from onnxgate.perf._tuned import record_tuning
+from onnxgate.settings import FeedSettings, OptLevel, Part, Tolerances, config_hash
 
 log = logging.getLogger(__name__)
 
@@ -64,55 +64,50 @@ LEVELS = ("all", "extended", "basic")
 """ONNX Runtime optimisation levels searched by default."""
 
 
-@dataclass(frozen=True)
-class TuneConfig:
+class TuneConfig(Part):
     """What to tune for, and how much to spend on it."""
 
     objective: Objective = "latency"
     """``latency`` (p50 at the batch) or ``throughput`` (samples/s at the batch)."""
-    batch: int | None = None
+    batch: int | None = Field(None, ge=1)
     """Size of the batch dimension (the first input's axis 0, when symbolic)."""
-    dims: Mapping[str, int] = field(default_factory=dict)
-    """Sizes of other symbolic dimensions; unnamed ones are 3."""
+    feeds: FeedSettings = FeedSettings()
+    """The tuning shape's synthetic feeds: one size per symbolic dimension (unnamed ones are 3),
+    value ranges, and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
-    min_gain: float = 0.02
+    """Execution providers in preference order; CPU is appended."""
+    min_gain: float = Field(0.02, ge=0, lt=10)
     """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
     write: bool = True
     """Record the result in the contract (which must exist and describe this model)."""
     fusions: bool = True
     """Try ONNX Runtime's transformer fusions when the graph is a BERT-like encoder."""
-    levels: Sequence[str] = LEVELS
-    threads: Sequence[int] | None = None
+    levels: tuple[OptLevel, ...] = Field(LEVELS, min_length=1)
+    """ONNX Runtime optimisation levels searched."""
+    threads: tuple[Annotated[int, Field(ge=1)], ...] | None = None
     """Intra-op thread counts to search instead of 1, 2, 4 ... up to the usable CPUs."""
-    search_warmup: int = 2
-    first_runs: int = 3
+    search_warmup: int = Field(2, ge=0)
+    first_runs: int = Field(3, ge=1)
     """Timed runs per candidate in the first round of successive halving."""
-    eta: int = 3
+    eta: int = Field(3, ge=2)
     """Each round keeps the best third, which then gets three times the runs."""
-    max_runs: int = 60
-    warmup: int = 10
+    max_runs: int = Field(60, ge=1)
+    """The most timed runs one candidate gets in the search."""
+    warmup: int = Field(10, ge=0)
     """Uncounted runs of each side of the final contest."""
-    budget_s: float = 3.0
+    budget: float = Field(3.0, gt=0, allow_inf_nan=False)
     """Seconds of timed runs per side in the final contest (at least ``min_runs``)."""
-    min_runs: int = 30
-    ranges: Mapping[str, ValueRange] = field(default_factory=dict)
-    seed: int = 0
+    min_runs: int = Field(30, ge=2)
 
-    def __post_init__(self) -> None:
-        if self.objective not in ("latency", "throughput"):
-            raise ConfigError(f"--objective {self.objective!r} is not latency or throughput.")
-        if self.batch is not None and self.batch < 1:
-            raise ConfigError("--batch must be 1 or more.")
-        if any(v < 1 for v in self.dims.values()):
-            raise ConfigError("--dim sizes must be 1 or more.")
-        if not 0 <= self.min_gain < 10:
-            raise ConfigError("--min-gain is a fraction (0.02 = 2%) between 0 and 10.")
-        if self.first_runs < 1 or self.eta < 2 or self.max_runs < 1 or self.min_runs < 2:
-            raise ConfigError("runs must be 1 or more (2 or more in the contest), eta 2 or more.")
-        if self.budget_s <= 0 or self.warmup < 0 or self.search_warmup < 0:
-            raise ConfigError("--budget must be positive and warm-ups 0 or more.")
-        if not self.levels:
-            raise ConfigError("at least one optimisation level must be searched.")
+    def _refuse_contradictions(self) -> None:
+        self.feeds.one_size()
+        if self.feeds.inputs is not None:
+            raise ConfigError(
+                "tune times synthetic feeds at one shape (and the contract's golden samples); "
+                "feeds.inputs is not used.",
+                hint="Set the shape with batch and feeds.dims.",
+                field="feeds.inputs",
+            )
 
 
 class OutputVerdict(BaseModel):
@@ -191,7 +186,7 @@ def _contest_race(config: TuneConfig, say: Callable[[str], None]) -> Racer:
             return contest.race(
                 [feeds] * len(contenders),
                 warmup=config.warmup,
-                budget_s=config.budget_s,
+                budget_s=config.budget,
                 min_runs=config.min_runs,
                 progress=say,
             )
@@ -221,18 +216,21 @@ def _tuning_sample(
     loaded: LoadedModel, signature: Signature, config: TuneConfig
 ) -> tuple[Sample, dict[str, int], int]:
     """The sample timed, the size of every symbolic dim in it, and its batch size."""
-    dims: dict[str, int] = dict(config.dims)
+    feeds = config.feeds
+    dims: dict[str, int] = feeds.one_size()
     name = batch_dim(signature)
     if config.batch is not None:
         if name is None:
             raise ConfigError(
-                f"{loaded.path}: the first input has no symbolic batch dimension, so --batch "
+                f"{loaded.path}: the first input has no symbolic batch dimension, so batch "
                 "cannot change it.",
-                hint="Use --dim NAME=SIZE for the model's symbolic dimensions (see `inspect`).",
+                hint="Size the model's symbolic dimensions with feeds.dims (see `inspect`).",
+                field="batch",
+                related=["feeds.dims"],
             )
         dims[name] = config.batch
     samples = synthetic_samples(
-        signature, model=loaded.proto, dims=dims, ranges=config.ranges, seed=config.seed
+        signature, model=loaded.proto, dims=dims, ranges=feeds.value_ranges(), seed=feeds.seed
     )
     sample = samples[0]
     feeds = validate_feeds(signature, sample.feeds, where=sample.label)
@@ -250,17 +248,17 @@ def _tuning_sample(
 
 
 def _contract(loaded: LoadedModel, write: bool) -> Contract | None:
-    """The contract beside the model, refused when it describes other bytes."""
-    path, _ = contract_paths(loaded.path)
-    if not path.is_file():
+    """The model's contract, refused when it describes other bytes."""
+    path = SIDECAR.location(loaded.path)
+    if not SIDECAR.exists(loaded.path):
         if write:
             raise ConfigError(
-                f"{loaded.path}: there is no contract to record the tuning in ({path.name}).",
+                f"{loaded.path}: there is no contract to record the tuning in ({Path(path).name}).",
                 hint=f"Create one with `onnxgate contract init {loaded.path}` (its tolerances "
                 "become the parity gate), or pass --no-write to tune without recording.",
             )
         return None
-    contract = load_contract(loaded.path)
+    contract = SIDECAR.read(loaded.path)
     now = identity(loaded)
     if now.model.sha256 != contract.identity.model.sha256 or {
         f.path: f.sha256 for f in now.external_data
@@ -336,7 +334,7 @@ def tune(
     contract = _contract(loaded, config.write)
     sample, shape, batch = _tuning_sample(loaded, signature, config)
     notes: list[str] = []
-    compare_config = CompareConfig()
+    compare_config = Tolerances()
     rule = "compare's default tolerances per dtype (no contract)"
     stored: list[tuple[Sample, dict[str, Any]]] = []
     if contract is not None and contract.golden is not None:
@@ -345,7 +343,7 @@ def tune(
             (Sample(s.label, validate_feeds(signature, s.feeds, where=s.label), s.dims), outputs)
             for s, outputs in read_golden(contract, loaded.path)
         ]
-        rule = f"the contract's rules per output ({contract_paths(loaded.path)[0].name})"
+        rule = f"the contract's rules per output ({Path(SIDECAR.location(loaded.path)).name})"
     samples = [sample, *(s for s, _ in stored)]
     # Resolved as the grid resolves them, so the defaults and their twin in the grid are one.
     resolved = OrtOptions(providers=config.providers).resolved_providers()
@@ -392,7 +390,7 @@ def tune(
                 candidate = OrtRunner(files[g.label], options, name=f"{g.label} @ {level}")
                 try:
                     report = compare_runners(
-                        candidate, golden, samples, signature=signature, config=compare_config
+                        candidate, golden, samples, signature=signature, tolerances=compare_config
                     )
                 except RunFailed as err:
                     gate.append(
@@ -455,7 +453,7 @@ def tune(
             say(f"parity gate: the winner's exact settings ({describe(best)})")
             runner = OrtRunner(files[best.graph], OrtOptions.from_settings(best.settings))
             report = compare_runners(
-                runner, golden, samples, signature=signature, config=compare_config
+                runner, golden, samples, signature=signature, tolerances=compare_config
             )
             if not report.passed:
                 verdict = _verdict(by_label[best.graph], best.settings["optimization"], report)
@@ -483,7 +481,9 @@ def tune(
     if best.key == grid[0].key:
         ratio, interval = 1.0, (1.0, 1.0)
     else:
-        ratio, interval = improvement(latencies, best_latencies, config.objective, seed=config.seed)
+        ratio, interval = improvement(
+            latencies, best_latencies, config.objective, seed=config.feeds.seed
+        )
     replaced = interval[0] > 1.0 and ratio >= 1.0 + config.min_gain
     if best.key != grid[0].key and not replaced:
         notes.append(
@@ -510,6 +510,16 @@ def tune(
             onnxgate=__version__,
         )
         proto = by_label[kept.graph].proto
+        if proto is not None:
+            record = record.model_copy(
+                update={
+                    "lineage": Lineage(
+                        parent_sha256=contract.identity.model.sha256,
+                        step="tune",
+                        config_hash=config_hash(config),
+                    )
+                }
+            )
         _, paths = record_tuning(loaded.path, contract, record, proto)
         written = [str(p) for p in paths]
     return TuneReport(

@@ -15,8 +15,8 @@ from typing import Any
 
 import onnx
 
-from onnxgate._fs import atomic_write_bytes, atomic_write_text
-from onnxgate.contract import Contract, TunedSettings, contract_paths, load_contract, sha256_file
+from onnxgate._fs import atomic_write_bytes
+from onnxgate.contract import SIDECAR, Contract, ContractStore, TunedSettings, sha256_file
 from onnxgate.contract._schema import digest
 from onnxgate.errors import ConfigError
 from onnxgate.perf._machine import fingerprint
@@ -39,7 +39,12 @@ def _same_key(a: TunedSettings, b: TunedSettings) -> bool:
 
 
 def record_tuning(
-    model: Path, contract: Contract, record: TunedSettings, graph: onnx.ModelProto | None
+    model: Path,
+    contract: Contract,
+    record: TunedSettings,
+    graph: onnx.ModelProto | None,
+    *,
+    store: ContractStore = SIDECAR,
 ) -> tuple[Contract, list[Path]]:
     """Write the optimised graph (if any), then the contract with ``record`` in it, atomically.
 
@@ -48,14 +53,14 @@ def record_tuning(
     names a file that is not complete.
 
     Returns:
-        The contract as written, and the files written.
+        The contract as written, and the files written (the contract by its location).
     """
     # Re-read: tuning takes minutes, and the contract may have gained a record (another tune)
     # meanwhile. Merge into what is on disk now, unless it describes other bytes or rules.
-    current = load_contract(model)
+    current = store.read(model)
     if current.identity != contract.identity or current.golden != contract.golden:
         raise ConfigError(
-            f"{contract_paths(model)[0]}: the contract changed while tuning ran (new model "
+            f"{store.location(model)}: the contract changed while tuning ran (new model "
             "bytes or golden samples), so this result was judged against rules it no longer "
             "holds; nothing was recorded.",
             hint=f"Run `onnxgate tune {model}` again.",
@@ -70,9 +75,8 @@ def record_tuning(
     named = {r.optimized_model.path for r in [*kept, record] if r.optimized_model}
     performance = current.performance.model_copy(update={"tuned": [*kept, record]})
     updated = current.model_copy(update={"performance": performance})
-    path, _ = contract_paths(model)
-    atomic_write_text(path, updated.model_dump_json(indent=2) + "\n")
-    written.append(path)
+    store.write(model, updated)
+    written.append(Path(store.location(model)))
     # only once the contract no longer names it: a file the replaced record alone named
     for old in current.performance.tuned:
         if _same_key(old, record) and old.optimized_model and old.optimized_model.path not in named:
@@ -81,7 +85,11 @@ def record_tuning(
 
 
 def tuned_for(
-    model: str | Path, *, objective: str | None = None, dims: Mapping[str, int] | None = None
+    model: str | Path,
+    *,
+    objective: str | None = None,
+    dims: Mapping[str, int] | None = None,
+    store: ContractStore = SIDECAR,
 ) -> tuple[dict[str, Any], Path]:
     """The tuned session settings for this machine and the model file to run them on.
 
@@ -90,6 +98,7 @@ def tuned_for(
         objective: ``latency`` or ``throughput``; needed when both were tuned.
         dims: sizes the record must have been tuned at (e.g. ``{"batch": 8}``); needed when
             several shapes were tuned.
+        store: where the contract is kept.
 
     Returns:
         ``OrtOptions.settings()`` as recorded (``OrtOptions.from_settings`` takes them), and the
@@ -102,7 +111,7 @@ def tuned_for(
             more than one) matches.
     """
     model = Path(model)
-    contract = load_contract(model)
+    contract = store.read(model)
     source = sha256_file(model)
     if source != contract.identity.model.sha256:
         raise ConfigError(

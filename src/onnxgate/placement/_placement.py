@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate.compat.providers import CPU, canonical, names
+from onnxgate.compat.providers import CPU, canonical
 from onnxgate.compat.runtime import (
     RuntimeSpec,
     ensure_env,
@@ -22,13 +21,11 @@ from onnxgate.compat.runtime import (
     runtime_profile,
 )
 from onnxgate.compat.versions import parse_release
-from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._refusal import refusal
-
-if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions
+from onnxgate.settings import FeedSettings, Part, SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +33,33 @@ MEMCPY = frozenset({"MemcpyToHost", "MemcpyFromHost"})
 """Copies ONNX Runtime inserts between providers: not compute nodes."""
 
 Method = Literal["auto", "assignment", "profiling"]
-_METHODS = ("auto", "assignment", "profiling")
 
 ASSIGNMENT_SINCE = "1.24"
 """First release that records the partition (1.23.2 does not, 1.24.4 does)."""
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+class PlacementConfig(Part):
+    """Which session to audit, where, and what every node must run on."""
+
+    session: SessionSettings = SessionSettings()
+    """The session settings (providers in preference order, level, threads, config entries),
+    applied by the same applier as every other session, here or in the isolated environment.
+    Without providers: ``require``, else CPU."""
+    require: str | None = None
+    """A provider every compute node must be on (Memcpy nodes and ``allow_ops`` aside)."""
+    allow_ops: tuple[str, ...] = ()
+    """Op types allowed off the required provider (``Shape``, which ONNX Runtime keeps on CPU on
+    purpose); ``com.microsoft:Gelu`` names one domain's op only."""
+    runtime: str = "installed"
+    """``installed`` or another release or package (``onnxruntime==1.20.1``,
+    ``onnxruntime-openvino==1.24.1``), run in an isolated environment."""
+    method: Method = "auto"
+    """``assignment`` (the recorded partition; 1.24 and later), ``profiling`` (one profiled run
+    on feeds; sees only the nodes that ran), or ``auto`` (assignment where the runtime has it)."""
+    feeds: FeedSettings = FeedSettings()
+    """Feeds of the profiled run (the first sample)."""
 
 
 class NodePlacement(BaseModel):
@@ -109,35 +127,33 @@ def _run_isolated(python: Path, request: dict[str, Any], feeds: Mapping[str, Any
 
 
 def _feeds(
-    loaded: LoadedModel,
-    inputs: str | Path | None,
-    dims: Mapping[str, int | Sequence[int]] | None,
-    ranges: Mapping[str, ValueRange] | None,
-    seed: int,
-    samples: Sequence[Sample] | None,
+    loaded: LoadedModel, feeds: FeedSettings, samples: Sequence[Sample] | None
 ) -> dict[str, Any]:
     """Feeds for the profiled run: given samples (the largest), a data file, or synthetic ones."""
     signature = Signature.from_graph(loaded.proto.graph)
-    if samples and (inputs is not None or dims):
-        raise ConfigError("give samples, or --inputs/--dim for feeds, not both.")
+    if samples and (feeds.inputs is not None or feeds.dims):
+        raise ConfigError(
+            "samples were given; feeds.inputs and feeds.dims cannot choose others.",
+            field="feeds.inputs" if feeds.inputs is not None else "feeds.dims",
+        )
     if samples:
         sample = max(samples, key=lambda s: sum(np.asarray(v).size for v in s.feeds.values()))
-    elif inputs is not None:
-        sample = load_feeds(inputs, signature=signature)[0]
+    elif feeds.inputs is not None:
+        feeds.refuse_with_inputs()
+        sample = load_feeds(feeds.inputs, signature=signature)[0]
     else:
         sample = synthetic_samples(
-            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed
+            signature,
+            model=loaded.proto,
+            dims=feeds.sizes(),
+            ranges=feeds.value_ranges(),
+            seed=feeds.seed,
         )[0]
     return validate_feeds(signature, sample.feeds, where=sample.label)
 
 
 def _resolve_method(method: str, spec: RuntimeSpec) -> str:
     """``assignment`` or ``profiling``: decided here, so feeds are built only when needed."""
-    if method not in _METHODS:
-        raise ConfigError(
-            f"method {method!r} is not one of {', '.join(_METHODS)}.",
-            hint="Use --method auto (the default), assignment or profiling.",
-        )
     if method != "auto":
         return method
     if spec.installed:
@@ -153,17 +169,8 @@ def _resolve_method(method: str, spec: RuntimeSpec) -> str:
 
 def placement(
     model: str | Path | LoadedModel,
-    providers: Iterable[str] | str | None = None,
+    config: PlacementConfig | None = None,
     *,
-    require: str | None = None,
-    runtime: str | RuntimeSpec | None = None,
-    method: Method = "auto",
-    options: OrtOptions | None = None,
-    allow_ops: Iterable[str] = (),
-    inputs: str | Path | None = None,
-    dims: Mapping[str, int | Sequence[int]] | None = None,
-    ranges: Mapping[str, ValueRange] | None = None,
-    seed: int = 0,
     samples: Sequence[Sample] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PlacementReport:
@@ -171,44 +178,27 @@ def placement(
 
     Args:
         model: the ONNX model.
-        providers: providers in preference order, replacing those of ``options``; CPU is
-            appended. Defaults to ``options``' providers, else ``require``, else CPU.
-        require: a provider every compute node must be on (Memcpy nodes and ``allow_ops`` aside).
-        runtime: ``installed`` (default) or another release or package such as
-            ``onnxruntime==1.20.1`` or ``onnxruntime-openvino==1.24.1``, run in an isolated
-            environment.
-        method: ``assignment`` (recorded partition; 1.24 and later), ``profiling`` (one profiled
-            run on feeds; sees only the nodes that ran), or ``auto`` (assignment where the runtime
-            has it).
-        options: the session settings (level, threads, config entries, provider options), applied
-            by the same applier as every other session, here or in the isolated environment.
-        allow_ops: op types allowed off the required provider (e.g. Shape, which ONNX Runtime
-            keeps on CPU on purpose); ``com.microsoft:Gelu`` names one domain's op only.
-        inputs: data for the profiled run; synthetic feeds otherwise.
-        dims: sizes of symbolic dimensions for synthetic feeds.
-        ranges: value ranges of synthetic feeds.
-        seed: seed of synthetic feeds.
+        config: the session, the runtime, the required provider and the audit's method and feeds.
         samples: samples for the profiled run (the largest is used), such as a contract's golden
-            samples; instead of ``inputs`` and ``dims``.
+            samples; instead of ``config.feeds``.
         progress: called with a short message before slow steps.
 
     Raises:
-        ConfigError: an unknown method or level, or one the runtime does not have (assignment
-            before 1.24, layout before 1.23), or ``require`` not among the providers.
+        ConfigError: a level the runtime does not have (layout before 1.23), the assignment
+            method before 1.24, or ``require`` not among the providers.
         ProviderUnavailable: a requested provider is not in the runtime's build (exit 3).
         ProviderFailed: a requested provider did not start (exit 3): nothing is placed silently
             on CPU in its stead.
         RunFailed: the runtime cannot create a session for the model or run it.
     """
-    from onnxgate.runners import OrtOptions
-
-    options = options or OrtOptions()
-    if providers is not None:
-        options = dataclasses.replace(options, providers=tuple(names(providers)))
-    elif not options.providers and require:
-        options = dataclasses.replace(options, providers=(require,))
-    spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
-    chosen = _resolve_method(method, spec)
+    config = config or PlacementConfig()
+    require = config.require
+    session = config.session
+    if not session.providers and require:
+        session = session.model_copy(update={"providers": (require,)})
+    options = session.ort_options()
+    spec = RuntimeSpec.parse(config.runtime)
+    chosen = _resolve_method(config.method, spec)
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     if spec.installed:
         from onnxgate.placement import _assign
@@ -221,10 +211,12 @@ def placement(
     required = canonical(require, known) if require else None
     if required and required not in requested:
         raise ConfigError(
-            f"--require {required} is not among the providers {', '.join(requested)}."
+            f"require {required} is not among the providers {', '.join(requested)}.",
+            field="require",
+            related=["session.providers"],
         )
     request = {"model": str(loaded.path), "settings": settings, "method": chosen}
-    feeds = _feeds(loaded, inputs, dims, ranges, seed, samples) if chosen == "profiling" else None
+    feeds = _feeds(loaded, config.feeds, samples) if chosen == "profiling" else None
     if progress:
         progress(f"placing {loaded.path.name} on {', '.join(requested)}")
     if spec.installed:
@@ -240,11 +232,12 @@ def placement(
         raise ConfigError(
             f"the assignment method needs ONNX Runtime {ASSIGNMENT_SINCE} or later; "
             f"{runtime_label} cannot record which provider each node was assigned to.",
-            hint="Use --method profiling (one profiled run on feeds), or a newer runtime.",
+            hint="Use method profiling (one profiled run on feeds), or a newer runtime.",
+            field="method",
         )
     if error:
         raise refusal(answer, runtime=runtime_label, what=str(loaded.path), providers=requested)
-    return _report(loaded, answer, requested, required, set(allow_ops), runtime_label)
+    return _report(loaded, answer, requested, required, set(config.allow_ops), runtime_label)
 
 
 def _report(

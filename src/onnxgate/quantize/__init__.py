@@ -8,7 +8,6 @@ ONNX Runtime's ``onnxruntime.quantization`` is imported only when a model is qua
 
 from onnxgate.quantize._config import (
     DEFAULT_OP_TYPES,
-    OPTION_NAMES,
     PRESET_HELP,
     PRESETS,
     Preset,
@@ -34,7 +33,6 @@ from onnxgate.quantize._report import (
 
 __all__ = [
     "DEFAULT_OP_TYPES",
-    "OPTION_NAMES",
     "PRESETS",
     "PRESET_HELP",
     "Attempt",

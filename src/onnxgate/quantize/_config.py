@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from onnxgate.errors import ConfigError
+from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
 
@@ -37,36 +38,6 @@ ConvTranspose): ``resolve`` keeps those the chosen mode can quantise.
 
 Quantisable = Callable[[str, str], Collection[str]]
 """(mode, format) -> the op types ONNX Runtime's quantiser handles in that mode."""
-
-OPTION_NAMES = {
-    "out": "--out",
-    "mode": "--mode",
-    "format": "--quant-format",
-    "preset": "--preset",
-    "per_channel": "--per-channel",
-    "reduce_range": "--reduce-range",
-    "activation_type": "--activation-type",
-    "weight_type": "--weight-type",
-    "op_types": "--op-types",
-    "calibration": "--calibration",
-    "calibration_method": "--calibration-method",
-    "eval": "--eval",
-    "labels": "--labels",
-    "max_drop": "--max-drop",
-    "gate_metric": "--gate-metric",
-    "metrics": "--metric",
-    "outputs": "--output",
-    "search": "--search",
-    "max_excluded": "--max-excluded",
-    "bench": "--no-bench",
-    "allow_slower": "--allow-slower",
-    "bench_budget_s": "--bench-budget",
-    "bench_batches": "--bench-batch",
-    "contract": "--no-contract",
-    "second_opinion": "--no-second-opinion",
-    "seed": "--seed",
-}
-"""The command-line option of each ``QuantizeConfig`` field, for error messages."""
 
 
 class Preset(BaseModel):
@@ -150,10 +121,8 @@ PRESET_HELP = (
 )
 
 
-class QuantizeConfig(BaseModel):
+class QuantizeConfig(Part):
     """How to quantise and how the result is judged. ``None`` means "from the preset"."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     out: Path
     mode: Mode = "dynamic"
@@ -203,23 +172,21 @@ class QuantizeConfig(BaseModel):
     @classmethod
     def _drop(cls, value: float) -> float:
         if not (math.isfinite(value) and 0 <= value < 1):
-            raise ValueError("--max-drop must be a number in [0, 1), e.g. 0.01 for one point")
+            raise ValueError("must be a number in [0, 1), e.g. 0.01 for one point")
         return value
 
     @field_validator("max_excluded")
     @classmethod
     def _excluded(cls, value: int | None) -> int | None:
         if value is not None and value < 0:
-            raise ValueError(
-                "--max-excluded must be 0 or more (0 keeps every node in int8: no search)"
-            )
+            raise ValueError("must be 0 or more (0 keeps every node in int8: no search)")
         return value
 
     @field_validator("bench_budget_s")
     @classmethod
     def _budget(cls, value: float) -> float:
         if not (math.isfinite(value) and value > 0):
-            raise ValueError("--bench-budget must be a positive number of seconds")
+            raise ValueError("must be a positive number of seconds")
         return value
 
 

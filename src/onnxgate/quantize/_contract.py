@@ -15,11 +15,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from onnxgate._version import __version__
-from onnxgate.compare import CompareConfig, Criterion, compare_runners
+from onnxgate.compare import Criterion, compare_runners
 from onnxgate.contract import (
+    SIDECAR,
+    ContractStore,
+    Lineage,
     Provenance,
     SecondOpinion,
-    contract_paths,
     cross_check,
     write_contract,
 )
@@ -30,6 +32,7 @@ from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.quantize._gate import Judge
 from onnxgate.quantize._report import QuantizeReport
+from onnxgate.settings import Tolerances
 
 GOLDEN_SAMPLES = 4
 """Evaluation samples kept as the quantised model's golden samples."""
@@ -56,7 +59,7 @@ def contract_rules(
     signature: Signature,
     golden: Sequence[Sample],
     max_drop: float,
-) -> tuple[CompareConfig, list[str]]:
+) -> tuple[Tolerances, list[str]]:
     """The gate's rules as ``verify`` will apply them, measured on the golden samples.
 
     ``verify`` judges with ``compare``'s figures (cosine over each sample's whole output, top-1
@@ -73,13 +76,13 @@ def contract_rules(
         judge.reference,
         list(golden),
         signature=signature,
-        config=wanted,
+        tolerances=wanted,
     )
     by_name = {o.name: o for o in report.outputs}
     metrics: dict[str | None, Criterion] = {}
     notices: list[str] = []
     for rule in judge.rules:
-        criterion = wanted.metrics[rule.output]
+        criterion = wanted.criteria()[rule.output]
         found = by_name[rule.output]
         measured = getattr(found, criterion.metric, None)
         if measured is None and criterion.metric == "top1":
@@ -106,7 +109,7 @@ def contract_rules(
             f"golden sample is {measured:.6g}, below the gate's {criterion}; the gate's figure "
             "is taken per row over all evaluation rows)"
         )
-    return CompareConfig(metrics=metrics), notices
+    return Tolerances.from_criteria(metrics), notices
 
 
 def second_opinion(
@@ -132,7 +135,7 @@ def second_opinion(
     for sample in samples:
         outputs = judge.reference.infer(sample.feeds).outputs
         produced.append((sample, {k: v for k, v in outputs.items() if k in gated}))
-    rules = rules_for(signature, produced[0][1], CompareConfig())
+    rules = rules_for(signature, produced[0][1], Tolerances())
     return cross_check(OrtRunner(parent), ReferenceRunner(parent), produced, signature, rules, say)
 
 
@@ -142,22 +145,27 @@ def write_quantized_contract(
     judge: Judge,
     evaluation: list[Sample],
     report: QuantizeReport,
-    config: CompareConfig,
+    config: Tolerances,
     opinion: SecondOpinion,
-) -> Path:
-    """The quantised model's contract, with its lineage, written once.
+    *,
+    config_hash: str,
+    store: ContractStore = SIDECAR,
+) -> str:
+    """The quantised model's contract, with its lineage, written once; where it is kept.
 
     Golden samples are the float parent's outputs of the gated outputs (the others are recorded
-    as skipped), judged by the gate's rules as ``contract_rules`` measured them; the lineage
-    names the parent, the gate result and the speed gate (with the latencies behind it).
+    as skipped), judged by the gate's rules as ``contract_rules`` measured them. The provenance's
+    lineage links the parent by sha256 with the quantize config's hash; the contract's
+    ``lineage`` details name the parent, the gate result and the speed gate (with the latencies
+    behind it).
     """
-    parent_contract = contract_paths(parent.path)[0]
+    parent_sha256 = sha256_file(parent.path)
     lineage = {
         "step": "quantize",
         "parent": {
             "model": str(parent.path),
-            "sha256": sha256_file(parent.path),
-            "contract": str(parent_contract) if parent_contract.is_file() else None,
+            "sha256": parent_sha256,
+            "contract": store.location(parent.path) if store.exists(parent.path) else None,
         },
         "settings": report.settings.model_dump(mode="json"),
         "excluded_nodes": [s.node for s in report.excluded],
@@ -168,7 +176,7 @@ def write_quantized_contract(
             "evaluation": report.evaluation.model_dump(mode="json"),
             "overlap_rows": report.overlap_rows,
             "ranked_on": report.ranked_on,
-            "figures": [f.model_dump(mode="json") for f in report.gate],
+            "figures": [f.model_dump(mode="json", exclude={"drift"}) for f in report.gate],
         },
         # whether it was timed, and when it is slower (written under --allow-slower), by how much
         "speed": report.speed.model_dump(mode="json")
@@ -182,11 +190,13 @@ def write_quantized_contract(
             exporter=f"onnxruntime.quantization {_ort_version()}",
             options=report.settings.model_dump(mode="json"),
             onnxgate=__version__,
+            lineage=Lineage(parent_sha256=parent_sha256, step="quantize", config_hash=config_hash),
         ),
         config=config,
         force=True,
         outputs={r.output for r in judge.rules},
         lineage=lineage,
         second_opinion=opinion,
+        store=store,
     )
-    return contract_paths(out)[0]
+    return store.location(out)

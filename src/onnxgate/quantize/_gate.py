@@ -25,7 +25,13 @@ from typing import Any, Self
 import numpy as np
 import onnx
 
-from onnxgate.compare import CompareConfig, Criterion, compare_runners, parse_metric
+from onnxgate.compare import (
+    Criterion,
+    Drift,
+    compare_runners,
+    drift,
+    parse_metric,
+)
 from onnxgate.contract import GoldenRunner
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError
@@ -33,6 +39,7 @@ from onnxgate.model import Signature, load_model
 from onnxgate.quantize._config import QuantizeConfig
 from onnxgate.quantize._report import GateFigure
 from onnxgate.runners import Inference, Runner, RunnerInfo
+from onnxgate.settings import Tolerances
 
 log = logging.getLogger(__name__)
 
@@ -292,12 +299,12 @@ class Judge:
             )
         return float(np.mean(predicted == self.labels))
 
-    def compare_config(self) -> CompareConfig:
+    def compare_config(self) -> Tolerances:
         """The gate's rules in ``compare`` terms (accuracy becomes top-1 agreement)."""
         metrics: dict[str | None, Criterion] = {}
         for rule in self.rules:
             metrics[rule.output] = rule.criterion or Criterion("top1", ">=", 1.0 - self.max_drop)
-        return CompareConfig(metrics=metrics)
+        return Tolerances.from_criteria(metrics)
 
     def _run(self, candidate: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The candidate's outputs per sample, and compare's verdicts on ``--metric`` rules."""
@@ -313,7 +320,7 @@ class Judge:
             self.reference,
             self.samples,
             signature=self.signature,
-            config=CompareConfig(metrics=explicit),  # type: ignore[arg-type]
+            tolerances=Tolerances.from_criteria(explicit),  # type: ignore[arg-type]
         )
         return recorder.outputs, {o.name: o for o in report.outputs}
 
@@ -332,8 +339,21 @@ class Judge:
         """The gate's figures for a quantised model, and its error (see ``error``)."""
         outputs, compared = self._run(candidate)
         rows = {r.output: row_figures(self._float_outputs, outputs, r.output) for r in self.rules}
-        figures = [self._figure(rule, rows[rule.output], outputs, compared) for rule in self.rules]
+        figures = [
+            self._figure(rule, rows[rule.output], outputs, compared).model_copy(
+                update={"drift": self._drift(outputs, rule.output)}
+            )
+            for rule in self.rules
+        ]
         return figures, self._error(rows)
+
+    def _drift(self, outputs: Sequence[Mapping[str, Any]], name: str) -> Drift | None:
+        """How the int8 model's error on one output spreads, as ``compare`` measures it."""
+        return drift(
+            (cand.get(name), ref[name])
+            for ref, cand in zip(self._float_outputs, outputs, strict=True)
+            if cand.get(name) is not None
+        )
 
     def _figure(
         self,

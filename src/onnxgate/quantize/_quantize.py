@@ -70,6 +70,7 @@ from onnxgate.quantize._speed import (
     profile_cost,
     timing_samples,
 )
+from onnxgate.settings import config_hash
 
 log = logging.getLogger(__name__)
 
@@ -455,7 +456,14 @@ def _quantize(
         return report.model_copy(update={"notices": report.notices + dropped})
     try:
         path = write_quantized_contract(
-            out, loaded, judge, evaluation, report, contract_config, opinion
+            out,
+            loaded,
+            judge,
+            evaluation,
+            report,
+            contract_config,
+            opinion,
+            config_hash=config_hash(config),
         )
     except BaseException:
         # a model without its contract, or beside an older model's, would mislead: neither stays

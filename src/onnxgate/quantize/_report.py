@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate.compare import Drift
 from onnxgate.quantize._config import Settings
 
 
@@ -34,6 +35,9 @@ class GateFigure(_Strict):
     mean row cosine, ``value``."""
     worst_row: int | None = None
     """The index of that row, counting rows across samples in order."""
+    drift: Drift | None = None
+    """How the error spreads over the evaluation data (histogram, row cosines), for float
+    outputs (``compare``'s ``Drift``)."""
 
 
 class NodeScore(_Strict):

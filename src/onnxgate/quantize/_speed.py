@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxgate.contract import contract_paths, load_contract
+from onnxgate.contract import SIDECAR
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import GateError
 from onnxgate.model import LoadedModel, Signature
@@ -205,10 +205,9 @@ def timing_samples(
     name = batch_dim(signature)
     batches = list(config.bench_batches)
     if not batches and name is not None:
-        contract_file = contract_paths(loaded.path)[0]
-        if contract_file.is_file():
+        if SIDECAR.exists(loaded.path):
             try:
-                bound = load_contract(loaded.path).signature.dims.get(name)
+                bound = SIDECAR.read(loaded.path).signature.dims.get(name)
             except GateError:
                 bound = None
             if bound is not None and bound.min is not None and bound.max is not None:
@@ -412,13 +411,16 @@ def profile_cost(
     """
     from onnxgate.perf import ProfileConfig, profile
     from onnxgate.perf._contest import save_arrays
+    from onnxgate.settings import FeedSettings
 
     with tempfile.TemporaryDirectory(prefix="onnxgate-quantize-profile-") as folder:
         feeds = Path(folder) / "feeds.npz"
         save_arrays(feeds, sample.feeds)
         fewest, most = PROFILE_RUNS
         runs = min(most, max(fewest, int(PROFILE_SECONDS * 1000 / max(quantized_ms, 1e-3))))
-        config = ProfileConfig(inputs=feeds, warmup=PROFILE_WARMUP, runs=runs, top=TOP_NODES)
+        config = ProfileConfig(
+            feeds=FeedSettings(inputs=feeds), warmup=PROFILE_WARMUP, runs=runs, top=TOP_NODES
+        )
         reports = []
         for label, path in (("float", float_path), ("quantised", quantized_path)):
             progress(f"profiling the {label} model at {shape_text(sample.dims)}")

@@ -58,23 +58,26 @@ class OrtOptions:
     def __post_init__(self) -> None:
         if self.optimization not in OPT_LEVELS:
             raise ConfigError(
-                f"optimisation level {self.optimization!r} is not one of "
-                f"{', '.join(OPT_LEVELS)} in ONNX Runtime {ort.__version__}."
+                f"session.opt_level {self.optimization!r} is not one of "
+                f"{', '.join(OPT_LEVELS)} in ONNX Runtime {ort.__version__}.",
+                field="session.opt_level",
             )
         limit = 4 * (os.cpu_count() or 1)
-        for option, threads in (
-            ("--threads", self.intra_op_threads),
-            ("inter-op threads", self.inter_op_threads),
+        for setting, threads in (
+            ("session.threads", self.intra_op_threads),
+            ("session.inter_op_threads", self.inter_op_threads),
         ):
             if not 0 <= threads <= limit:
                 raise ConfigError(
-                    f"{option} {threads} is outside 0..{limit} (4 per CPU on this machine); "
-                    "0 lets ONNX Runtime choose."
+                    f"{setting} {threads} is outside 0..{limit} (4 per CPU on this machine); "
+                    "0 lets ONNX Runtime choose.",
+                    field=setting,
                 )
         if self.optimized_model_path is not None and not self.optimized_model_path.parent.is_dir():
             raise ConfigError(
-                f"--save-optimized {self.optimized_model_path}: the folder "
-                f"{self.optimized_model_path.parent} does not exist."
+                f"save_optimized {self.optimized_model_path}: the folder "
+                f"{self.optimized_model_path.parent} does not exist.",
+                field="save_optimized",
             )
         known = ort.get_all_providers()
         requested = self.resolved_providers()
@@ -84,7 +87,9 @@ class OrtOptions:
                 raise ConfigError(
                     f"options are given for {provider}, which is not among the providers "
                     f"{', '.join(requested)}.",
-                    hint="Add it to --providers, or drop its --provider-option.",
+                    hint="Add it to session.providers, or drop its session.provider_options.",
+                    field="session.provider_options",
+                    related=["session.providers"],
                 )
 
     def label(self) -> str:

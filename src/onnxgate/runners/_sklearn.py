@@ -26,7 +26,8 @@ def load_estimator(path: str | Path, *, trust_pickle: bool) -> Any:
         raise ConfigError(
             f"{path}: loading a pickle or joblib file runs code from that file, so onnxgate does "
             "it only when asked.",
-            hint="Pass --trust-pickle if you trust where this file came from.",
+            hint="Set trust_pickle if you trust where this file came from.",
+            field="trust_pickle",
         )
     if not path.is_file():
         raise ConfigError(f"{path}: no such file.")

@@ -1,0 +1,76 @@
+"""A ``ModelInfo`` (``inspect``) as text for people."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from onnxgate._rich import Lines, line
+from onnxgate.inspection import ModelInfo
+from onnxgate.model import TensorSpec
+
+MAX_OPS = 12
+"""Op types named in the histogram line before the rest are counted."""
+
+
+def _shape(spec: TensorSpec) -> str:
+    if spec.shape is None:
+        return "unknown rank"
+    return "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_text(info: ModelInfo) -> Lines:
+    """Versions, producer, sizes, the signature as a table, and the op histogram."""
+    producer = " ".join(v for v in info.producer.values() if v) or "unknown"
+    opsets = ", ".join(f"{d} {v}" for d, v in info.opsets.items()) or "none"
+    rt = info.min_runtime
+    oldest = (
+        f"onnxruntime {rt['onnxruntime']} ({rt['source']})" if rt["onnxruntime"] else rt["reason"]
+    )
+    ext = info.external_data
+    size = _size(info.size_bytes)
+    if ext.tensors:
+        size += (
+            f" + {_size(ext.bytes)} external data in {len(ext.files)} file(s) "
+            f"({ext.tensors} tensors)"
+        )
+    lines: Lines = [
+        line(f"[bold]{escape(info.model)}[/]"),
+        line(escape(f"  IR {info.ir_version} · opsets {opsets} · producer {producer}")),
+        line(f"  {info.nodes} nodes · {info.parameters:,} parameters · {size}"),
+    ]
+    extras = []
+    if info.subgraphs:
+        extras.append(f"{info.subgraphs} subgraph(s)")
+    if info.functions:
+        extras.append(f"{info.functions} local function(s)")
+    if info.custom_domains:
+        extras.append("custom domains " + ", ".join(info.custom_domains))
+    if info.initializer_inputs:
+        extras.append(
+            f"{len(info.initializer_inputs)} initializer(s) also listed as inputs "
+            "(not counted as inputs)"
+        )
+    lines.extend(line(f"  {escape(extra)}") for extra in extras)
+    lines.append(line(escape(f"  oldest ONNX Runtime that loads it: {oldest}")))
+    table = Table(show_edge=False, box=None, padding=(0, 2))
+    for column in ("", "name", "dtype", "shape"):
+        table.add_column(column)
+    for kind, specs in (("input", info.inputs), ("output", info.outputs)):
+        for spec in specs:
+            table.add_row(kind, escape(spec.name), escape(spec.dtype or "?"), escape(_shape(spec)))
+    lines.append(table)
+    top = list(info.op_counts.items())
+    ops = ", ".join(f"{op} {n}" for op, n in top[:MAX_OPS]) + (
+        f", … {len(top) - MAX_OPS} more" if len(top) > MAX_OPS else ""
+    )
+    lines.append(line(f"  ops: {escape(ops) or 'none'}"))
+    return lines

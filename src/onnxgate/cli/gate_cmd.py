@@ -1,0 +1,181 @@
+"""``onnxgate gate CONFIG.toml`` and ``onnxgate gate init MODEL``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import click
+import typer
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from onnxgate.cli._common import emit_json, handles_errors, out, run, show
+
+if TYPE_CHECKING:
+    from onnxgate.gate import GateReport
+
+
+class _RunByDefault(TyperGroup):
+    """``gate CONFIG`` runs a config; ``gate init MODEL`` is the one subcommand besides it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+gate_app = typer.Typer(
+    cls=_RunByDefault,
+    help=(
+        "The main job: run every step of a gate.toml (export, check, compare, verify, "
+        "placement, tune, quantize, bench), write one report, and register the version when "
+        "all passed.\n\n"
+        "`onnxgate gate gate.toml` runs a config; `onnxgate gate init MODEL` writes one.\n\n"
+        "Exit codes: 0 every step passed · 1 a step failed or could not run (the report names "
+        "it) · 2 the config is invalid · 3 the registry cannot be reached."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class GateFormat(StrEnum):
+    """Output formats of ``gate``."""
+
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+@gate_app.command("run")
+@handles_errors
+def run_command(
+    config: Annotated[
+        Path, typer.Argument(help="The gate.toml to run.", show_default=False, metavar="CONFIG")
+    ],
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="The run folder (created, must be empty); default: [output] dir/NAME-TIMESTAMP.",
+            show_default=False,
+        ),
+    ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            "--registry",
+            help="Registry URL (sqlite:///path.db, postgresql+psycopg://user@host/db); replaces "
+            "[register] registry and $ONNXGATE_REGISTRY.",
+            show_default=False,
+        ),
+    ] = None,
+    no_register: Annotated[
+        bool, typer.Option("--no-register", help="Do not register, even when every step passed.")
+    ] = False,
+    no_cache: Annotated[
+        bool,
+        typer.Option("--no-cache", help="Run every step, even those whose inputs are unchanged."),
+    ] = False,
+    junit: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit",
+            help="Also copy the JUnit XML here (for CI test reports).",
+            show_default=False,
+        ),
+    ] = None,
+    fmt: Annotated[
+        GateFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            help="text; json (the report.json document); github (workflow annotations).",
+        ),
+    ] = GateFormat.text,
+) -> None:
+    """Run every step of CONFIG; exit 0 when all passed, 1 when one failed.
+
+    Writes a run folder with the model(s), contract, golden samples, report.json, report.html and
+    junit.xml; registers the version when every step passed and the config has [register].
+
+    Examples:
+        onnxgate gate gate.toml
+
+        onnxgate gate gate.toml --format github --junit junit.xml   # in CI
+
+        onnxgate gate gate.toml --registry postgresql+psycopg://ci@db/models
+
+    Exit codes: 0 every step passed · 1 a step failed or could not run (the report names it)
+    · 2 the config is invalid or the run folder not empty · 3 the registry cannot be reached.
+    """
+    from onnxgate.gate import run_gate
+    from onnxgate.gate._github import render_github
+    from onnxgate.gate._render import render_step, render_text
+
+    def call(progress: Callable[[str], None]) -> GateReport:
+        report = run_gate(
+            config,
+            out=out_dir,
+            registry=registry,
+            register=not no_register,
+            cache=not no_cache,
+            progress=progress,
+            on_step=(lambda result: show(render_step(result))) if fmt == "text" else None,
+        )
+        if junit is not None:
+            shutil.copyfile(Path(report.run_dir) / "junit.xml", junit)
+        return report
+
+    def github(report: GateReport) -> None:
+        print(render_github(report, str(config)), end="")
+
+    run(fmt, call, render_text, formats={"github": github})
+
+
+@gate_app.command("init")
+@handles_errors
+def init_command(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="An .onnx file, torch:package.module:factory or sklearn:estimator.joblib.",
+            show_default=False,
+        ),
+    ],
+    runtime: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runtime",
+            "-r",
+            help="Another runtime the model must run on, repeatable (onnxruntime==1.20.1); "
+            "the installed one is always a target.",
+            show_default=False,
+        ),
+    ] = None,
+    out_file: Annotated[
+        Path, typer.Option("--out", "-o", help="Where to write the config.")
+    ] = Path("gate.toml"),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> None:
+    """Write a starter gate.toml for MODEL with every step, commented, that passes on a healthy model.
+
+    Example:
+        onnxgate gate init model.onnx --runtime onnxruntime==1.20.1 --out gate.toml
+
+    Exit codes: 0 written · 2 the model is not a model, or the file exists (use --force).
+    """
+    from onnxgate.gate import write_starter
+
+    path = write_starter(model, out_file, runtime or (), force=force)
+    if fmt == "json":
+        emit_json({"config": str(path)})
+    else:
+        out.print(f"wrote {escape(str(path))}; run it with: onnxgate gate {escape(str(path))}")

@@ -1,0 +1,299 @@
+"""``onnxgate registry list|show|promote|fetch|fsck``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, finish, handles_errors, out
+
+if TYPE_CHECKING:
+    from onnxgate._rich import Lines
+    from onnxgate.registry import Registry
+
+registry_app = typer.Typer(
+    name="registry",
+    help=(
+        "Gated model versions, their aliases, gate runs and artefacts.\n\n"
+        "A passing `onnxgate gate` registers a version (config `[register]`); versions are "
+        "numbered 1, 2, 3 … per model and named `NAME@NUMBER`, `NAME@ALIAS` "
+        "(`bert@champion`) or `NAME` (the latest). The database is a SQLite file by default, "
+        "or any SQLAlchemy URL (`--registry` or `$ONNXGATE_REGISTRY`, e.g. "
+        "`postgresql+psycopg://user@host/db`); artefacts live in a content-addressed store "
+        "folder (`--store`, `$ONNXGATE_STORE`; by default beside the SQLite file).\n\n"
+        "Exit codes: 0 done · 1 refused promotion, inconsistent registry or damaged artefact "
+        "· 2 bad reference or unknown model, version or alias · 3 the registry cannot be reached."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+RegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        help="Registry database URL (sqlite:////path/registry.db, "
+        "postgresql+psycopg://user:pw@host:5432/db) or a SQLite file path. Default: "
+        "$ONNXGATE_REGISTRY, else registry.db in onnxgate's user data folder.",
+        show_default=False,
+    ),
+]
+StoreOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--store",
+        help="Artefact store folder. Default: $ONNXGATE_STORE, else DB-store beside a SQLite "
+        "file, else store/ in onnxgate's user data folder.",
+        show_default=False,
+    ),
+]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)]
+
+
+def _open(registry: str | None, store: Path | None) -> Registry:
+    from onnxgate.registry import open_registry
+
+    return open_registry(registry, store)
+
+
+def _print(lines: Lines) -> None:
+    for item in lines:
+        out.print(item)
+
+
+@registry_app.command("list")
+@handles_errors
+def list_command(
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            help="A model: list its versions instead of the models.", show_default=False
+        ),
+    ] = None,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """List registered models, or the versions of one.
+
+    For example:
+
+        onnxgate registry list
+
+        onnxgate registry list bert --format json
+
+    Exit codes: 0 listed · 2 unknown model · 3 the registry cannot be reached.
+    """
+    from onnxgate.registry._render import render_models, render_versions
+
+    with _open(registry, store) as reg:
+        if name is None:
+            models = reg.models()
+            if fmt == Format.json:
+                emit_json([m.model_dump(mode="json") for m in models])
+                return
+            _print(render_models(models, reg.url_masked))
+            return
+        versions = reg.versions(name)
+    if fmt == Format.json:
+        emit_json([v.model_dump(mode="json") for v in versions])
+        return
+    _print(render_versions(name, versions))
+
+
+@registry_app.command("show")
+@handles_errors
+def show_command(
+    ref: Annotated[
+        str,
+        typer.Argument(help="NAME@NUMBER, NAME@ALIAS or NAME (the latest).", show_default=False),
+    ],
+    report: Annotated[
+        bool,
+        typer.Option(
+            "--report", help="Print the whole stored gate report (JSON) of the registering run."
+        ),
+    ] = False,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Show one version: status, aliases, artefacts, gate run steps, performance, promotions.
+
+    Forced promotions are shown with their reason.
+
+    For example:
+
+        onnxgate registry show bert@champion
+
+        onnxgate registry show bert@3 --format json
+
+        onnxgate registry show bert --report > report.json
+
+    Exit codes: 0 shown · 2 bad reference or unknown model, version or alias · 3 the registry cannot be reached.
+    """
+    from onnxgate.registry._render import render_detail
+
+    with _open(registry, store) as reg:
+        if report:
+            emit_json(reg.gate_report(ref))
+            return
+        detail = reg.show(ref)
+    if fmt == Format.json:
+        emit_json(detail.model_dump(mode="json"))
+        return
+    _print(render_detail(detail))
+
+
+@registry_app.command("promote")
+@handles_errors
+def promote_command(
+    ref: Annotated[
+        str,
+        typer.Argument(help="The version: NAME@NUMBER or NAME@OTHER-ALIAS.", show_default=False),
+    ],
+    alias: Annotated[
+        str,
+        typer.Argument(
+            help="The alias to point at it (champion, prod): letters, digits, _ and -.",
+            show_default=False,
+        ),
+    ],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Promote a version whose gate did not pass (needs --reason)."),
+    ] = False,
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            "--reason", help="Why; recorded with the promotion and shown by `registry show`."
+        ),
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="Who promotes (default: the login name).", show_default=False),
+    ] = None,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Point NAME@ALIAS at a version; every move is recorded.
+
+    A version whose gate did not pass is refused (exit 1) unless --force --reason TEXT; the
+    forced promotion and its reason are recorded and shown by `registry show`.
+
+    For example:
+
+        onnxgate registry promote bert@7 champion
+
+        onnxgate registry promote bert@champion prod
+
+        onnxgate registry promote bert@8 champion --force --reason "p99 gate flaky on CI runner; measured 11 ms by hand"
+
+    Exit codes: 0 promoted · 1 refused (the version's gate did not pass; --force --reason overrides) · 2 bad reference or alias · 3 the registry cannot be reached.
+    """
+    from onnxgate.registry._render import render_promoted
+
+    with _open(registry, store) as reg:
+        version = reg.promote(ref, alias, force=force, reason=reason, by=by)
+    if fmt == Format.json:
+        emit_json(version.model_dump(mode="json"))
+        return
+    _print(render_promoted(version, alias, forced=force and not version.passed))
+
+
+@registry_app.command("fetch")
+@handles_errors
+def fetch_command(
+    ref: Annotated[
+        str,
+        typer.Argument(help="NAME@ALIAS, NAME@NUMBER or NAME (the latest).", show_default=False),
+    ],
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="Folder to write into (created).", show_default=False),
+    ],
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Write a version's model, contract and golden samples into a folder, checking each sha256.
+
+    Files are named NAME.onnx, NAME.contract.json and NAME.golden.npz (NAME.int8.onnx ... for a
+    quantised variant), so `onnxgate verify OUT/NAME.onnx` runs on them as they are. Each file
+    is checked against the registry's sha256 while copied and again after it is written; a
+    damaged artefact is exit 1.
+
+    For example:
+
+        onnxgate registry fetch bert@champion --out deploy/
+
+        onnxgate verify deploy/bert.onnx
+
+    Exit codes: 0 fetched and checked · 1 an artefact's bytes are not the ones recorded · 2 bad reference · 3 the registry cannot be reached.
+    """
+    from onnxgate.registry._render import render_fetch
+
+    with _open(registry, store) as reg:
+        result = reg.fetch(ref, out_dir)
+    if fmt == Format.json:
+        emit_json(result.model_dump(mode="json"))
+        return
+    _print(render_fetch(result))
+
+
+@registry_app.command("fsck")
+@handles_errors
+def fsck_command(
+    remove: Annotated[
+        bool,
+        typer.Option(
+            "--remove",
+            help="Remove orphan blobs and temporary files older than --min-age.",
+        ),
+    ] = False,
+    min_age: Annotated[
+        float,
+        typer.Option(
+            "--min-age",
+            help="Seconds a leftover must be old before --remove takes it; protects "
+            "registrations in progress.",
+            min=0,
+        ),
+    ] = 3600.0,
+    no_hash: Annotated[
+        bool,
+        typer.Option("--no-hash", help="Check blob sizes only, not their sha256 (faster)."),
+    ] = False,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Check the registry: every version whole, every blob it names present and intact.
+
+    Inconsistencies (exit 1): a version naming a missing, truncated or changed blob; a version
+    with fewer artefact rows than it was registered with, or without its gate run; a gap in a
+    model's version numbers; an alias pointing at no version of its model. Reported without
+    failing: orphan blobs (a registration killed before its commit, or one in progress) and
+    temporary files (a write a kill interrupted); --remove deletes those older than --min-age.
+
+    For example:
+
+        onnxgate registry fsck
+
+        onnxgate registry fsck --remove --min-age 600 --format json
+
+    Exit codes: 0 consistent · 1 inconsistent (a version names a missing or damaged blob) · 3 the registry cannot be reached.
+    """
+    from onnxgate.registry._render import render_fsck
+
+    with _open(registry, store) as reg:
+        report = reg.fsck(remove=remove, min_age=min_age, rehash=not no_hash)
+    if fmt == Format.json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        _print(render_fsck(report))
+    finish(report.consistent)

@@ -1,0 +1,83 @@
+"""Contracts and ``VerifyReport``s as text for people."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+
+from onnxgate._rich import Lines, line, verdict
+from onnxgate.contract._schema import Contract, contract_paths
+from onnxgate.contract._verify import Cell, VerifyReport
+
+MAX_REASON = 320
+"""Characters of a failing cell's reason shown; the JSON keeps the runtime's whole message."""
+
+
+def render_written(contract: Contract, model: Path) -> Lines:
+    """What ``contract init`` wrote beside ``model``: files, golden samples, rules, requirements."""
+    contract_path, golden_path = contract_paths(Path(model))
+    golden = contract.golden
+    lines: Lines = [line(f"wrote {escape(str(contract_path))} and {escape(str(golden_path))}")]
+    if golden:
+        shapes = ", ".join(escape(s.label) for s in golden.samples)
+        lines.append(
+            line(
+                f"  {len(golden.samples)} golden sample(s) from {escape(golden.produced_by)}: "
+                f"{shapes}"
+            )
+        )
+        for rule in golden.rules:
+            how = rule.metric or f"allclose(atol={rule.atol:g}, rtol={rule.rtol:g})"
+            lines.append(line(f"  {escape(rule.output)}: {escape(how)}"))
+        if golden.skipped_outputs:
+            lines.append(
+                line(f"  not kept (not tensors): {escape(', '.join(golden.skipped_outputs))}")
+            )
+        opinion = golden.second_opinion
+        if opinion is not None:
+            who = f"{opinion.runner} agreed: " if opinion.agreed else ""
+            lines.append(line(f"  second opinion: {escape(who + opinion.detail)}"))
+    r = contract.requirements
+    lines.append(
+        line(
+            f"  requires IR {r.ir_version}, opsets {r.opsets}; oldest ONNX Runtime: "
+            f"{r.min_runtime or 'unknown'}"
+        )
+    )
+    return lines
+
+
+def _cell(cell: Cell) -> str:
+    if cell.passed is None:
+        return "[dim]-[/]"
+    return "[green]ok[/]" if cell.passed else "[bold red]FAIL[/]"
+
+
+def render_verify(report: VerifyReport) -> Lines:
+    """The verification matrix: identity, then per runtime loads, placement and parity."""
+    lines: Lines = [
+        line(f"[bold]{escape(report.model)}[/] against {escape(report.contract)}"),
+        line(
+            f"  identity (sha256): {_cell(report.identity)} {escape(report.identity.reason or '')}"
+        ),
+    ]
+    for result in report.results:
+        lines.append(
+            line(
+                f"  {escape(result.runtime)}: loads {_cell(result.loads)}  placement "
+                f"{_cell(result.placement)}  parity {_cell(result.parity)}"
+            )
+        )
+        for name, cell in (
+            ("loads", result.loads),
+            ("placement", result.placement),
+            ("parity", result.parity),
+        ):
+            if cell.passed is False or (cell.reason and cell.passed):
+                reason = cell.reason or ""
+                if len(reason) > MAX_REASON:
+                    reason = reason[: MAX_REASON - 1] + "…"
+                lines.append(line(f"      {name}: [dim]{escape(reason)}[/]"))
+    lines.append(line(f"{verdict(report.passed)}  on {', '.join(report.providers)}"))
+    return lines

@@ -1,0 +1,38 @@
+"""The main job: run a ``gate.toml`` end to end, write one report, register what passed."""
+
+from onnxgate.gate._config import (
+    CONFIG_VERSION,
+    GateConfig,
+    load_config,
+)
+from onnxgate.gate._init import starter_config, write_starter
+from onnxgate.gate._pipeline import NEEDS, ORDER, environment, run_gate, write_outputs
+from onnxgate.gate._report import (
+    GATE_REPORT_FORMAT,
+    Artefact,
+    Environment,
+    GateReport,
+    Registration,
+    StepResult,
+)
+from onnxgate.settings import config_hash
+
+__all__ = [
+    "CONFIG_VERSION",
+    "GATE_REPORT_FORMAT",
+    "NEEDS",
+    "ORDER",
+    "Artefact",
+    "Environment",
+    "GateConfig",
+    "GateReport",
+    "Registration",
+    "StepResult",
+    "config_hash",
+    "environment",
+    "load_config",
+    "run_gate",
+    "starter_config",
+    "write_outputs",
+    "write_starter",
+]

@@ -1,0 +1,376 @@
+"""``gate.toml``: a strict, versioned description of one deployment gate.
+
+The file names the model's source, the targets it must run on, the steps with their settings and
+thresholds, and where a passing version is registered. Every table is a frozen pydantic model that
+refuses unknown keys, and a mistake is reported with the key's path (``steps.bench.runz``), so a
+typo can never turn a threshold off silently.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from onnxgate.errors import ConfigError
+from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances, config_hash
+
+CONFIG_VERSION = 1
+"""The version of the file format this onnxgate reads (``version = 1`` at the top)."""
+
+SourceKind = Literal["onnx", "torch", "sklearn"]
+
+
+class ModelSection(Part):
+    """``[model]``: what the gate judges and the name it is registered under."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    """The registry's name of the model (letters, digits, ``.``, ``_``, ``-``)."""
+    source: str
+    """An ``.onnx`` file, ``torch:package.module:factory``, or ``sklearn:estimator.joblib``."""
+    dynamic: list[str] = []
+    """torch: dynamic axes as ``INPUT:AXIS=LABEL`` (``input_ids:0=batch``)."""
+    output_names: list[str] = []
+    """torch: names of the exported outputs."""
+    example_inputs: Path | None = None
+    """torch: an .npz of example inputs when the factory does not return them."""
+    opset: int | None = None
+    """torch/sklearn: the opset to export at (default: the exporter's, capped by the runtimes)."""
+    exporter: Literal["dynamo", "torchscript", "auto"] = "dynamo"
+    data: Path | None = None
+    """sklearn: the rows (.npz, .npy or .csv) the conversion is proved on."""
+    trust_pickle: bool = False
+    """sklearn: load a pickled estimator (runs code from the file; only for files you made)."""
+
+    @property
+    def kind(self) -> SourceKind:
+        """Which exporter, if any, turns the source into ONNX."""
+        if self.source.startswith("torch:"):
+            return "torch"
+        if self.source.startswith("sklearn:"):
+            return "sklearn"
+        return "onnx"
+
+    @property
+    def location(self) -> str:
+        """The source without its ``torch:``/``sklearn:`` prefix."""
+        return self.source.split(":", 1)[1] if self.kind != "onnx" else self.source
+
+    @model_validator(mode="after")
+    def _source(self) -> ModelSection:
+        if self.kind == "onnx" and not self.source.endswith(".onnx"):
+            raise ValueError(
+                f"source {self.source!r} is not an .onnx file, torch:package.module:factory "
+                "or sklearn:estimator.joblib"
+            )
+        if self.kind == "sklearn" and self.data is None:
+            raise ValueError("an sklearn source needs data = 'rows.npz' to prove the conversion on")
+        if self.kind != "torch" and (self.dynamic or self.output_names or self.example_inputs):
+            raise ValueError("dynamic, output_names and example_inputs apply to torch sources only")
+        return self
+
+
+class TargetsSection(Part):
+    """``[targets]``: where the model must run."""
+
+    runtimes: list[str] = ["installed"]
+    """``installed`` and/or releases or packages (``onnxruntime==1.20.1``,
+    ``onnxruntime-openvino==1.24.1``), each installed once into an isolated environment."""
+    providers: list[str] = []
+    """Execution providers in preference order; CPU is appended."""
+
+
+class Step(Part):
+    """What every step table has."""
+
+    enabled: bool = True
+
+
+class CheckStep(Step):
+    """``[steps.check]``: static checks against every target runtime."""
+
+    ignore: list[str] = []
+    """Rule codes to ignore (``SHP001``)."""
+    fail_on: Literal["error", "warning", "info"] = "error"
+
+
+class ExportStep(Step):
+    """``[steps.export]``: parity of the export (torch/sklearn) or the golden samples (.onnx)."""
+
+    tolerances: Tolerances = Tolerances()
+
+    feeds: FeedSettings = FeedSettings()
+    """For an .onnx source: the golden samples' feeds (the contract's)."""
+    reference: str = "reference"
+    """For an .onnx source: who computes the golden outputs."""
+    second_opinion: bool = True
+
+
+class CompareStep(Step):
+    """``[steps.compare]``: ONNX Runtime (as deployed) against a reference."""
+
+    tolerances: Tolerances = Tolerances()
+
+    against: str = "reference"
+    """``reference``, ``ort:disable``, ``torch:package.module:factory`` or another .onnx file."""
+    feeds: FeedSettings = FeedSettings()
+    session: SessionSettings = SessionSettings()
+    localize: bool = True
+    """On a miss, find the first diverging node and replay it."""
+
+
+class VerifyStep(Step):
+    """``[steps.verify]``: the contract's golden samples on every runtime of the release matrix."""
+
+    runtimes: list[str] | None = None
+    """Default: ``targets.runtimes``."""
+
+
+class PlacementStep(Step):
+    """``[steps.placement]``: where each node runs; fail when it is not on the required provider."""
+
+    require: str | None = None
+    """Every node must run on this provider (``cuda``, ``openvino``); default: the first target
+    provider, or none."""
+    allow_ops: list[str] = []
+    """Op types allowed elsewhere (``Shape``)."""
+    runtime: str | None = None
+    """Default: the first target runtime."""
+    feeds: FeedSettings = FeedSettings()
+
+
+class TuneStep(Step):
+    """``[steps.tune]``: the fastest session settings that keep parity, recorded in the contract."""
+
+    objective: Literal["latency", "throughput"] = "latency"
+    batch: int | None = Field(None, ge=1)
+    dims: dict[str, int] = {}
+    budget: float = Field(3.0, gt=0)
+    """Seconds of timed runs per side of the final contest."""
+    max_runs: int = Field(60, ge=1)
+    """The most timed runs one candidate gets in the search."""
+    threads: list[int] | None = None
+    fusions: bool = True
+    min_gain: float = Field(0.02, ge=0)
+
+
+class QuantizeStep(Step):
+    """``[steps.quantize]``: int8 inside an accuracy budget, never slower than float."""
+
+    mode: Literal["dynamic", "static"] = "dynamic"
+    preset: str = "auto"
+    per_channel: bool | None = None
+    max_drop: float = Field(0.01, ge=0, lt=1)
+    """The budget: 1 - cosine, 1 - top-1 agreement, or accuracy points lost."""
+    metrics: list[str] = []
+    eval: str | None = None
+    """Held-apart evaluation feeds (.npz, folder, JSON or ``package.module:function``)."""
+    calibration: str | None = None
+    """static: calibration feeds."""
+    labels: Path | None = None
+    max_excluded: int | None = Field(None, ge=0)
+    bench: bool = True
+    bench_budget: float = Field(1.0, gt=0)
+    allow_slower: bool = False
+    required: bool = True
+    """When False, a model that cannot be quantised inside the budget does not fail the gate."""
+
+
+class BenchStep(Step):
+    """``[steps.bench]``: latency, throughput and size, with thresholds, against a contender."""
+
+    batches: list[int] = []
+    dims: dict[str, list[int]] = {}
+    budget: float = Field(2.0, gt=0)
+    """Seconds of timed runs per configuration (interleaved with the contender's)."""
+    vs: str | None = None
+    """A contender: ``torch:package.module:factory`` or another .onnx file."""
+    tuned: bool = True
+    """Use what ``tune`` recorded for this machine, when the tune step ran."""
+    session: SessionSettings = SessionSettings()
+    max_p50_ms: float | None = Field(None, gt=0)
+    """Fail when the median latency of any configuration is above this."""
+    max_p99_ms: float | None = Field(None, gt=0)
+    min_speedup: float | None = Field(None, gt=0)
+    """Fail when the model is not at least this many times faster than ``vs`` (1.0: not slower)."""
+    max_size_mb: float | None = Field(None, gt=0)
+    """Fail when the model (with external data) is larger than this."""
+
+
+class StepsSection(Part):
+    """``[steps]``: every step has its table; a missing table runs with its defaults."""
+
+    check: CheckStep = CheckStep()
+    export: ExportStep = ExportStep()
+    compare: CompareStep = CompareStep()
+    verify: VerifyStep = VerifyStep()
+    placement: PlacementStep = PlacementStep()
+    tune: TuneStep = TuneStep(enabled=False)
+    quantize: QuantizeStep = QuantizeStep(enabled=False)
+    bench: BenchStep = BenchStep()
+
+
+class RegisterSection(Part):
+    """``[register]``: where a passing version goes."""
+
+    enabled: bool = True
+    name: str | None = None
+    """Default: ``model.name``."""
+    alias: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+    """Point ``name@alias`` at the new version (``champion``)."""
+    registry: str | None = None
+    """A SQLAlchemy URL; default: ``$ONNXGATE_REGISTRY``, else the embedded SQLite registry."""
+    store: Path | None = None
+    description: str | None = None
+    tags: dict[str, str] = {}
+
+
+class OutputSection(Part):
+    """``[output]``: where run folders go."""
+
+    dir: Path = Path("gate-runs")
+    """Each run writes ``DIR/NAME-YYYYmmdd-HHMMSS/``."""
+
+
+class GateConfig(Part):
+    """A whole ``gate.toml``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    version: int
+    model: ModelSection
+    targets: TargetsSection = TargetsSection()
+    steps: StepsSection = StepsSection()
+    registration: RegisterSection | None = Field(None, alias="register")
+    """``[register]`` (``register`` is a name pydantic keeps for itself)."""
+    output: OutputSection = OutputSection()
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: int) -> int:
+        if value != CONFIG_VERSION:
+            raise ValueError(f"this onnxgate reads version {CONFIG_VERSION}; the file says {value}")
+        return value
+
+    def digest(self) -> str:
+        """sha256 of the config's canonical JSON (defaults filled in)."""
+        return config_hash(self)
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
+def _explain(error: ValidationError, path: Path) -> ConfigError:
+    lines = []
+    for item in error.errors():
+        where = _where(item["loc"])
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown key")
+        elif item["type"] == "missing":
+            lines.append(f"{where}: missing")
+        else:
+            message = re.sub(r"^(Value error|Assertion failed), ", "", item["msg"])
+            lines.append(f"{where}: {message} (got {item.get('input')!r})")
+    shown = "\n  ".join(lines[:12]) + (f"\n  ... {len(lines) - 12} more" if len(lines) > 12 else "")
+    return ConfigError(
+        f"{path} is not a valid gate config:\n  {shown}",
+        hint="`onnxgate gate init MODEL` writes a complete config with every key commented.",
+    )
+
+
+def load_config(path: str | Path) -> GateConfig:
+    """Read and validate a ``gate.toml``; relative paths in it are relative to its folder.
+
+    Raises:
+        ConfigError: the file is missing, is not TOML, or has an unknown, missing or bad key
+            (named by its path, e.g. ``steps.bench.max_p50_ms``).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such gate config.", hint="`onnxgate gate init MODEL` writes one."
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read the gate config: {error}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    if "version" not in data:
+        raise ConfigError(
+            f"{path} has no `version = {CONFIG_VERSION}` line at the top.",
+            hint="The version says which format the file is written in, so a newer onnxgate "
+            "can read it or refuse it clearly.",
+        )
+    try:
+        config = GateConfig.model_validate(data)
+    except ValidationError as error:
+        raise _explain(error, path) from None
+    return _resolve_paths(config, path.parent)
+
+
+def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
+    """Make file paths in the config relative to the config's folder, as a reader expects."""
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, Path) and not value.is_absolute():
+            return base / value
+        return value
+
+    def local(text: str | None) -> str | None:
+        # data specs may be package.module:function; only existing-looking files are rebased
+        if text and not Path(text).is_absolute() and (base / text).exists():
+            return str(base / text)
+        return text
+
+    model = config.model
+    source = model.source
+    if model.kind == "onnx":
+        source = str(fix(Path(source)))
+    elif model.kind == "sklearn":
+        source = f"sklearn:{fix(Path(model.location))}"
+    model = model.model_copy(
+        update={
+            "source": source,
+            "example_inputs": fix(model.example_inputs),
+            "data": fix(model.data),
+        }
+    )
+    steps = config.steps
+
+    def feeds(f: FeedSettings) -> FeedSettings:
+        return f.model_copy(update={"inputs": fix(f.inputs)})
+
+    steps = steps.model_copy(
+        update={
+            "export": steps.export.model_copy(update={"feeds": feeds(steps.export.feeds)}),
+            "compare": steps.compare.model_copy(
+                update={
+                    "feeds": feeds(steps.compare.feeds),
+                    "against": local(steps.compare.against),
+                }
+            ),
+            "placement": steps.placement.model_copy(update={"feeds": feeds(steps.placement.feeds)}),
+            "quantize": steps.quantize.model_copy(
+                update={
+                    "eval": local(steps.quantize.eval),
+                    "calibration": local(steps.quantize.calibration),
+                    "labels": fix(steps.quantize.labels),
+                }
+            ),
+            "bench": steps.bench.model_copy(update={"vs": local(steps.bench.vs)}),
+        }
+    )
+    update: dict[str, Any] = {"model": model, "steps": steps}
+    update["output"] = config.output.model_copy(update={"dir": fix(config.output.dir)})
+    if config.registration is not None:
+        update["registration"] = config.registration.model_copy(
+            update={"store": fix(config.registration.store)}
+        )
+    return config.model_copy(update=update)

@@ -1,0 +1,418 @@
+"""``onnxgate gate``: run the steps of a ``gate.toml`` in order, write one report, register a pass.
+
+The steps run in a fixed order; each names the steps whose artefacts it reads (``NEEDS``), and
+when one of those did not pass it is reported as not run, with the reason, instead of running on
+an artefact nobody vouched for. A step whose inputs are unchanged (the same files by sha256, the
+same settings by hash, the same machine and runtime) is taken from the cache with the files it
+wrote, and says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from onnxgate import __version__
+from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate.errors import ConfigError, GateError
+from onnxgate.gate import _steps
+from onnxgate.gate._config import GateConfig, Step, load_config
+from onnxgate.gate._report import (
+    Artefact,
+    Environment,
+    GateReport,
+    Registration,
+    StepName,
+    StepResult,
+)
+from onnxgate.settings import config_hash
+
+log = logging.getLogger(__name__)
+
+ORDER: tuple[StepName, ...] = (
+    "export",
+    "check",
+    "compare",
+    "verify",
+    "placement",
+    "tune",
+    "quantize",
+    "bench",
+)
+NEEDS: dict[str, tuple[str, ...]] = {
+    "export": (),
+    "check": ("export",),
+    "compare": ("export",),
+    "verify": ("export",),
+    "placement": ("export",),
+    "tune": ("export", "verify"),
+    "quantize": ("export", "verify"),
+    "bench": ("export",),
+}
+"""The steps whose artefacts a step reads; it does not run unless they passed (or are disabled,
+which only ``verify`` may be: ``export`` always runs)."""
+
+RUNNERS: dict[str, Callable[..., _steps.Outcome]] = {
+    "export": _steps.export,
+    "check": _steps.check,
+    "compare": _steps.compare,
+    "verify": _steps.verify,
+    "placement": _steps.placement,
+    "tune": _steps.tune,
+    "quantize": _steps.quantize,
+    "bench": _steps.bench,
+}
+
+CACHE_FORMAT = "onnxgate.gate-cache/1"
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+
+
+def environment() -> Environment:
+    """Where this run happens, with a fingerprint figures are filed under."""
+    import onnx
+
+    from onnxgate.doctor._facts import cpu_facts
+    from onnxgate.runners._ort import runtime_version
+
+    cpu = cpu_facts()
+    cores = cpu.affinity or cpu.logical or 1
+    isa = [f for f in cpu.features if f in ISA_FLAGS or f.startswith(("asimd", "sve", "i8mm"))]
+    model = cpu.model_name or platform.processor() or platform.machine()
+    runtime = runtime_version()
+    plat = f"{platform.system()} {platform.machine()}"
+    key = "\n".join([model, ",".join(isa), str(cores), runtime, plat])
+    return Environment(
+        onnxgate=__version__,
+        onnxruntime=runtime,
+        onnx=onnx.__version__,
+        python=platform.python_version(),
+        platform=plat,
+        cpu=model,
+        isa=isa,
+        cores=cores,
+        fingerprint=hashlib.sha256(key.encode()).hexdigest()[:16],
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    """Every file of the run folder (but the reports) by relative path → sha256."""
+    return {
+        str(p.relative_to(folder)): _sha256(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(("report.", "junit.")) and ".tmp" not in p.name
+    }
+
+
+def _role(name: str, model: str) -> str:
+    """``minilm.int8.contract.json`` → ``contract.int8``: what a file is, for the registry."""
+    stem = name.removeprefix(f"{model}.")
+    kinds = {"onnx": "model", "contract.json": "contract", "golden.npz": "golden"}
+    for suffix, kind in kinds.items():
+        if stem == suffix:
+            return kind
+        if stem.endswith(f".{suffix}"):
+            return f"{kind}.{stem.removesuffix(f'.{suffix}')}"
+    return name
+
+
+class _Cache:
+    """Step results and the files they wrote, keyed by what the step read and how."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+
+    def get(self, key: str, run_dir: Path) -> StepResult | None:
+        if self.folder is None:
+            return None
+        entry = self.folder / key
+        try:
+            data = json.loads((entry / "result.json").read_text())
+            if data.get("format") != CACHE_FORMAT:
+                return None
+            result = StepResult.model_validate(data["result"])
+            for artefact in result.artefacts:
+                blob = entry / "files" / artefact.sha256
+                if _sha256(blob) != artefact.sha256:
+                    return None
+            for artefact in result.artefacts:
+                target = run_dir / artefact.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(entry / "files" / artefact.sha256, target)
+        except (OSError, ValueError, KeyError):
+            return None
+        return result.model_copy(update={"cached": True})
+
+    def put(self, key: str, result: StepResult, run_dir: Path) -> None:
+        if self.folder is None or result.status != "passed":
+            return
+        entry = self.folder / key
+        try:
+            (entry / "files").mkdir(parents=True, exist_ok=True)
+            for artefact in result.artefacts:
+                blob = entry / "files" / artefact.sha256
+                if not blob.exists():
+                    tmp = blob.with_name(f"{blob.name}.tmp-{os.getpid()}")
+                    shutil.copyfile(run_dir / artefact.path, tmp)
+                    os.replace(tmp, blob)
+            document = {"format": CACHE_FORMAT, "result": result.model_dump(mode="json")}
+            atomic_write_text(entry / "result.json", json.dumps(document))
+        except OSError as error:  # a cache that cannot be written costs time, not results
+            log.warning("cannot cache step %s in %s: %s", result.name, entry, error)
+
+
+def _cache_key(
+    name: str, section: Step, ctx: _steps.Context, env: Environment, config: GateConfig
+) -> str:
+    """What a step's result depends on: its settings, the files it reads, runtime and machine."""
+    files = _snapshot(ctx.run_dir)
+    key = {
+        "step": name,
+        "settings": config_hash(section),
+        "targets": config.targets.model_dump(mode="json"),
+        "model": config.model.model_dump(mode="json") if name == "export" else None,
+        "files": files,
+        "onnxgate": __version__,
+        "machine": env.fingerprint,
+        "tuned": ctx.passed.get("tune") if name == "bench" else None,
+    }
+    if name == "export" and config.model.kind == "onnx":
+        key["source"] = _sha256(Path(config.model.source))
+    return config_hash(key)
+
+
+def _cacheable(name: str, config: GateConfig) -> bool:
+    # A module's code and weights are not files the gate can hash: torch/sklearn exports always
+    # run, and the steps after them hit the cache when the exported bytes are the same.
+    return not (name == "export" and config.model.kind != "onnx")
+
+
+def _run_dir(config: GateConfig, out: Path | None) -> Path:
+    if out is not None:
+        folder = out
+    else:
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        folder = config.output.dir / f"{config.model.name}-{stamp}"
+        n = 1
+        while folder.exists():
+            n += 1
+            folder = config.output.dir / f"{config.model.name}-{stamp}-{n}"
+    if folder.exists() and any(folder.iterdir()):
+        raise ConfigError(
+            f"the run folder {folder} exists and is not empty.",
+            hint="Give another --out, or remove it: a run folder holds exactly one run.",
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _not_run(name: StepName, ctx: _steps.Context, config: GateConfig) -> str | None:
+    for need in NEEDS[name]:
+        section = getattr(config.steps, need)
+        if need != "export" and not section.enabled:
+            continue
+        if not ctx.passed.get(need, False):
+            status = "did not pass" if need in ctx.passed else "did not run"
+            return f"{need} {status}"
+    return None
+
+
+def run_gate(
+    config: GateConfig | str | Path,
+    *,
+    out: Path | None = None,
+    registry: str | None = None,
+    register: bool = True,
+    cache: bool = True,
+    progress: Callable[[str], None] | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+) -> GateReport:
+    """Run a gate: every step of the config, one report, and registration when it passed.
+
+    Args:
+        config: a validated config, or the path of a ``gate.toml``.
+        out: the run folder (created; must be empty); default ``[output] dir``/NAME-TIMESTAMP.
+        registry: a registry URL that replaces ``[register] registry``.
+        register: False leaves the registry alone even when the gate passes.
+        cache: False runs every step even when its inputs are unchanged.
+        progress: called with a short message before slow work.
+        on_step: called with each step's result as soon as it is known.
+
+    Raises:
+        ConfigError: the config is invalid, or the run folder is not empty.
+        RegistryUnreachable: the gate passed and the registry cannot be reached (exit 3).
+    """
+    path = Path(config) if not isinstance(config, GateConfig) else None
+    if path is not None:
+        config = load_config(path)
+    assert isinstance(config, GateConfig)
+    say = progress or (lambda message: log.info("%s", message))
+    started = datetime.now(UTC)
+    clock = time.perf_counter()
+    env = environment()
+    run_dir = _run_dir(config, out)
+    ctx = _steps.Context(config=config, run_dir=run_dir, progress=say)
+    store = _Cache(cache_dir() / "gate" if cache else None)
+    results: list[StepResult] = []
+    for name in ORDER:
+        section = getattr(config.steps, name)
+        if not section.enabled and name != "export":
+            result = StepResult(name=name, status="not_run", reason="disabled in the config")
+        elif (why := _not_run(name, ctx, config)) is not None:
+            result = StepResult(name=name, status="not_run", reason=why)
+        else:
+            result = _run_step(name, section, ctx, env, config, store, say)
+            ctx.passed[name] = result.passed
+        results.append(result)
+        if on_step is not None:
+            on_step(result)
+    passed = ctx.passed.get("export", False) and not any(
+        r.status in ("failed", "error") for r in results
+    )
+    artefacts = [
+        _artefact(run_dir, rel, digest, config.model.name)
+        for rel, digest in _snapshot(run_dir).items()
+    ]
+    model_sha = next((a.sha256 for a in artefacts if a.role == "model"), None)
+    report = GateReport(
+        name=config.model.name,
+        passed=passed,
+        config_path=str(path) if path else "",
+        config_hash=config.digest(),
+        config=config.model_dump(mode="json", by_alias=True),
+        source=config.model.source,
+        model_sha256=model_sha,
+        run_dir=str(run_dir),
+        started=started.isoformat(timespec="seconds"),
+        seconds=round(time.perf_counter() - clock, 3),
+        environment=env,
+        steps=results,
+        artefacts=artefacts,
+    )
+    write_outputs(report, run_dir)  # before registering: an unreachable registry loses nothing
+    if passed and register and config.registration is not None and config.registration.enabled:
+        say("registering")
+        report = report.model_copy(update={"registered": _register(report, config, registry)})
+        write_outputs(report, run_dir)
+    return report
+
+
+def _artefact(run_dir: Path, rel: str, digest: str, model: str) -> Artefact:
+    return Artefact(
+        role=_role(Path(rel).name, model),
+        path=rel,
+        sha256=digest,
+        size=(run_dir / rel).stat().st_size,
+    )
+
+
+def _run_step(
+    name: StepName,
+    section: Step,
+    ctx: _steps.Context,
+    env: Environment,
+    config: GateConfig,
+    store: _Cache,
+    say: Callable[[str], None],
+) -> StepResult:
+    key = _cache_key(name, section, ctx, env, config) if _cacheable(name, config) else None
+    if key is not None and (hit := store.get(key, ctx.run_dir)) is not None:
+        say(f"{name}: unchanged since an earlier run, taken from the cache")
+        return hit
+    say(name)
+    before = _snapshot(ctx.run_dir)
+    clock = time.perf_counter()
+    settings = config_hash(section)
+    try:
+        outcome = RUNNERS[name](ctx, section)
+    except GateError as error:
+        reason = error.message + (f" ({error.hint})" if error.hint else "")
+        return StepResult(
+            name=name,
+            status="error",
+            seconds=round(time.perf_counter() - clock, 3),
+            summary=error.message.splitlines()[0],
+            reason=reason,
+            exit_code=int(error.exit_code),
+            config_hash=settings,
+        )
+    after = _snapshot(ctx.run_dir)
+    written = [
+        _artefact(ctx.run_dir, rel, digest, config.model.name)
+        for rel, digest in after.items()
+        if before.get(rel) != digest
+    ]
+    report = outcome.report
+    result = StepResult(
+        name=name,
+        status="passed" if outcome.passed else "failed",
+        seconds=round(time.perf_counter() - clock, 3),
+        summary=outcome.summary,
+        reason=None if outcome.passed else (outcome.reason or outcome.summary),
+        figures={k: _scalar(v) for k, v in outcome.figures.items()},
+        report=report.model_dump(mode="json") if hasattr(report, "model_dump") else report,
+        config_hash=settings,
+        artefacts=written,
+    )
+    if key is not None:
+        store.put(key, result, ctx.run_dir)
+    return result
+
+
+def _scalar(value: Any) -> float | int | str | bool | None:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def _register(report: GateReport, config: GateConfig, url: str | None) -> Registration:
+    from onnxgate.registry import open_registry
+
+    section = config.registration
+    assert section is not None
+    run_dir = Path(report.run_dir)
+    registry = open_registry(url or section.registry, section.store)
+    try:
+        version = registry.register(
+            section.name or config.model.name,
+            artefacts={a.role: run_dir / a.path for a in report.artefacts},
+            gate=report,
+            alias=section.alias,
+            description=section.description,
+            tags=section.tags,
+            source={"source": config.model.source, "config": report.config_path},
+        )
+        return Registration(
+            registry=registry.url_masked,
+            name=version.name,
+            version=version.number,
+            aliases=list(version.aliases),
+        )
+    finally:
+        registry.close()
+
+
+def write_outputs(report: GateReport, run_dir: Path) -> None:
+    """``report.json``, ``junit.xml`` and ``report.html`` in the run folder, each atomically."""
+    from onnxgate.gate._html import render_html
+    from onnxgate.gate._junit import render_junit
+
+    atomic_write_text(run_dir / "report.json", report.model_dump_json(indent=2) + "\n")
+    atomic_write_text(run_dir / "junit.xml", render_junit(report))
+    atomic_write_text(run_dir / "report.html", render_html(report))

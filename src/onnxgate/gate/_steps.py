@@ -1,0 +1,437 @@
+"""The gate's steps: each calls the library (never the CLI) and turns its report into a verdict.
+
+A step gets the run's context and its table of ``gate.toml`` and returns an ``Outcome``: passed or
+failed, a one-line summary, flat figures and the library's report. It raises a ``GateError`` when
+it cannot run at all; the pipeline records that as an error of this step.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from onnxgate.compat.providers import short_name
+from onnxgate.errors import ConfigError, ParityError
+
+if TYPE_CHECKING:
+    from onnxgate.gate._config import (
+        BenchStep,
+        CheckStep,
+        CompareStep,
+        ExportStep,
+        GateConfig,
+        PlacementStep,
+        QuantizeStep,
+        TuneStep,
+        VerifyStep,
+    )
+
+
+@dataclass
+class Context:
+    """What every step of one run can see."""
+
+    config: GateConfig
+    run_dir: Path
+    progress: Callable[[str], None]
+    passed: dict[str, bool] = field(default_factory=dict)
+    """Steps that ran so far, and whether they passed."""
+
+    @property
+    def name(self) -> str:
+        return self.config.model.name
+
+    @property
+    def model(self) -> Path:
+        """The model under test, in the run folder."""
+        return self.run_dir / f"{self.name}.onnx"
+
+    @property
+    def int8_model(self) -> Path:
+        return self.run_dir / f"{self.name}.int8.onnx"
+
+    @property
+    def runtimes(self) -> list[str]:
+        return list(self.config.targets.runtimes) or ["installed"]
+
+
+@dataclass
+class Outcome:
+    """What a step found."""
+
+    passed: bool
+    summary: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    report: BaseModel | dict[str, Any] | None = None
+    reason: str | None = None
+
+
+def _oldest_release(runtimes: list[str]) -> str | None:
+    """The oldest pinned ``onnxruntime==X`` among the targets: the release an export must suit."""
+    from onnxgate.compat.versions import parse_release
+
+    pinned = [r for r in runtimes if r.startswith("onnxruntime==")]
+    if not pinned:
+        return None
+    return min(pinned, key=lambda r: parse_release(r.split("==", 1)[1]))
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+def export(ctx: Context, step: ExportStep) -> Outcome:
+    """Make ``NAME.onnx`` with its contract and golden samples in the run folder."""
+    source = ctx.config.model
+    if source.kind == "torch":
+        return _export_torch(ctx, step)
+    if source.kind == "sklearn":
+        return _export_sklearn(ctx, step)
+    return _adopt_onnx(ctx, step)
+
+
+def _parity_figures(parity: Any) -> dict[str, Any]:
+    figures: dict[str, Any] = {"samples": len(parity.samples)}
+    for output in parity.outputs:
+        if output.max_abs is not None:
+            figures[f"{output.name}.max_abs"] = output.max_abs
+        cosine = getattr(output, "cosine", None)
+        if cosine is not None:
+            figures[f"{output.name}.cosine"] = cosine
+    return figures
+
+
+def _exported(report: Any, what: str) -> Outcome:
+    figures = {"opset": report.opset, "ir_version": report.ir_version, "exporter": report.exporter}
+    figures |= _parity_figures(report.parity)
+    if not report.passed:
+        reason = report.reason or "the exported model disagrees with its source"
+        if report.hint:
+            reason += f" ({report.hint})"
+        return Outcome(False, reason.splitlines()[0], figures, report, reason=reason)
+    summary = (
+        f"{report.exporter}, opset {report.opset}; parity at {len(report.parity.samples)} "
+        f"sample(s) against {what}"
+    )
+    return Outcome(True, summary, figures, report)
+
+
+def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
+    from onnxgate.export import TorchExportConfig, export_torch
+    from onnxgate.export._torch import parse_dynamic
+
+    model = ctx.config.model
+    config = TorchExportConfig(
+        out=ctx.model,
+        example_inputs=model.example_inputs,
+        dynamic=parse_dynamic(model.dynamic),
+        output_names=tuple(model.output_names),
+        opset=model.opset,
+        runtime=_oldest_release(ctx.runtimes),
+        exporter=model.exporter,
+        tolerances=step.tolerances,
+    )
+    return _exported(export_torch(model.location, config, progress=ctx.progress), "PyTorch")
+
+
+def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
+    from onnxgate.export import SklearnExportConfig, export_sklearn
+
+    model = ctx.config.model
+    assert model.data is not None  # the config requires it
+    config = SklearnExportConfig(
+        out=ctx.model,
+        data=model.data,
+        opset=model.opset,
+        runtime=_oldest_release(ctx.runtimes),
+        tolerances=step.tolerances,
+    )
+    report = export_sklearn(
+        model.location, config, trust_pickle=model.trust_pickle, progress=ctx.progress
+    )
+    return _exported(report, "scikit-learn")
+
+
+def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
+    """Copy the model (and its external data) in, then write its contract and golden samples."""
+    from onnxgate.contract import ContractConfig, init_contract
+    from onnxgate.model import load_model
+
+    source = Path(ctx.config.model.source)
+    loaded = load_model(source)  # refuses unsafe external data before anything is copied
+    shutil.copyfile(source, ctx.model)
+    for ref in {ref.location: ref for ref in loaded.external_data}.values():
+        target = ctx.run_dir / ref.location
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ref.path, target)
+    config = ContractConfig(
+        reference=step.reference,
+        feeds=step.feeds,
+        tolerances=step.tolerances,
+        second_opinion=step.second_opinion,
+        force=True,
+    )
+    try:
+        contract = init_contract(ctx.model, config, progress=ctx.progress)
+    except ParityError as error:
+        return Outcome(False, error.message.splitlines()[0], reason=error.message)
+    golden = contract.golden
+    samples = len(golden.samples) if golden else 0
+    opinion = golden.second_opinion if golden else None
+    summary = f"golden outputs of {samples} samples from {step.reference}"
+    if opinion is not None and opinion.runner:
+        summary += f", confirmed by {opinion.runner}"
+    return Outcome(True, summary, {"samples": samples}, contract)
+
+
+# --- check, compare, verify, placement ----------------------------------------------------------
+
+
+def check(ctx: Context, step: CheckStep) -> Outcome:
+    """Static checks against every target runtime."""
+    from onnxgate.check import CheckConfig, check_model
+
+    reports, failing, counts = {}, [], {"errors": 0, "warnings": 0}
+    for runtime in ctx.runtimes:
+        ctx.progress(f"check against {runtime}")
+        config = CheckConfig(
+            runtime=runtime,
+            providers=tuple(ctx.config.targets.providers),
+            ignore=tuple(step.ignore),
+            fail_on=step.fail_on,
+        )
+        report = check_model(ctx.model, config)
+        reports[runtime] = report.model_dump(mode="json")
+        counts["errors"] += sum(1 for f in report.findings if f.severity == "error")
+        counts["warnings"] += sum(1 for f in report.findings if f.severity == "warning")
+        if not report.passed:
+            failing.append(runtime)
+    summary = (
+        f"fails on {', '.join(failing)}"
+        if failing
+        else f"loads and runs on {', '.join(ctx.runtimes)} (static checks)"
+    )
+    return Outcome(not failing, summary, counts, {"runtimes": reports})
+
+
+def compare(ctx: Context, step: CompareStep) -> Outcome:
+    """ONNX Runtime as deployed against a reference, on the step's feeds."""
+    from onnxgate.compare import CompareConfig
+    from onnxgate.compare import compare as run_compare
+
+    session = step.session
+    if not session.providers and ctx.config.targets.providers:
+        session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
+    config = CompareConfig(
+        against=step.against,
+        feeds=step.feeds,
+        session=session,
+        tolerances=step.tolerances,
+        localize=step.localize,
+    )
+    report = run_compare(ctx.model, config, progress=ctx.progress)
+    failing = [o.name for o in report.outputs if not o.passed]
+    summary = (
+        f"{', '.join(failing)} differ from {step.against}"
+        if failing
+        else f"{len(report.outputs)} outputs agree with {step.against} on "
+        f"{len(report.samples)} samples"
+    )
+    if report.first_divergence is not None and report.first_divergence.node:
+        summary += f"; first diverging node {report.first_divergence.node}"
+    return Outcome(report.passed, summary, _parity_figures(report), report)
+
+
+def verify(ctx: Context, step: VerifyStep) -> Outcome:
+    """The contract's golden samples on each runtime of the release matrix."""
+    from onnxgate.contract import VerifyConfig
+    from onnxgate.contract import verify as run_verify
+    from onnxgate.settings import SessionSettings
+
+    config = VerifyConfig(
+        runtimes=tuple(step.runtimes or ctx.runtimes),
+        session=SessionSettings(providers=tuple(ctx.config.targets.providers)),
+    )
+    report = run_verify(ctx.model, config, progress=ctx.progress)
+    failing = [r.runtime for r in report.results if not r.passed]
+    figures = {f"{r.runtime}.passed": r.passed for r in report.results}
+    if not report.identity.passed:
+        summary = f"the files are not the ones the contract describes: {report.identity.reason}"
+    elif failing:
+        summary = f"fails on {', '.join(failing)}"
+    else:
+        summary = f"golden samples pass on {', '.join(r.runtime for r in report.results)}"
+    return Outcome(report.passed, summary, figures, report)
+
+
+def placement(ctx: Context, step: PlacementStep) -> Outcome:
+    """Where each node runs; fails when a node is not on the required provider."""
+    from onnxgate.placement import PlacementConfig
+    from onnxgate.placement import placement as run_placement
+    from onnxgate.settings import SessionSettings
+
+    providers = ctx.config.targets.providers
+    require = step.require or (providers[0].split(":", 1)[0] if providers else None)
+    runtime = step.runtime or ctx.runtimes[0]
+    config = PlacementConfig(
+        session=SessionSettings(providers=tuple(providers)),
+        require=require,
+        allow_ops=tuple(step.allow_ops),
+        runtime=runtime,
+        feeds=step.feeds,
+    )
+    report = run_placement(ctx.model, config, progress=ctx.progress)
+    figures: dict[str, Any] = {f"nodes.{k}": v for k, v in report.assignments.items()}
+    figures["fallback"] = len(report.fallback)
+    where = ", ".join(f"{v} nodes on {short_name(k)}" for k, v in report.assignments.items())
+    if report.passed:
+        summary = where + (f" (required: {short_name(require)})" if require else "")
+    else:
+        summary = f"{len(report.violations)} nodes not on {short_name(require or '')}: {where}"
+    return Outcome(report.passed, summary, figures, report)
+
+
+# --- tune, quantize, bench ----------------------------------------------------------------------
+
+
+def tune(ctx: Context, step: TuneStep) -> Outcome:
+    """Search session settings; record the winner in the contract for this machine."""
+    from onnxgate.perf import TuneConfig
+    from onnxgate.perf import tune as run_tune
+    from onnxgate.settings import FeedSettings
+
+    config = TuneConfig(
+        objective=step.objective,
+        batch=step.batch,
+        feeds=FeedSettings(dims={name: [size] for name, size in step.dims.items()}),
+        providers=tuple(ctx.config.targets.providers),
+        min_gain=step.min_gain,
+        fusions=step.fusions,
+        threads=tuple(step.threads) if step.threads else None,
+        max_runs=step.max_runs,
+        budget=step.budget,
+    )
+    report = run_tune(ctx.model, config, progress=ctx.progress)
+    figures = {
+        "defaults_p50_ms": report.defaults.p50_ms,
+        "best_p50_ms": report.best.p50_ms,
+        "ratio": report.ratio,
+        "replaced_defaults": report.replaced_defaults,
+    }
+    kept = "the winner" if report.replaced_defaults else "ONNX Runtime's defaults"
+    summary = (
+        f"{report.candidates} candidates; {kept} kept: p50 {report.best.p50_ms:.2f} ms "
+        f"(defaults {report.defaults.p50_ms:.2f} ms)"
+    )
+    return Outcome(report.passed, summary, figures, report)
+
+
+def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
+    """int8 inside the accuracy budget and not slower; written beside the float model."""
+    from onnxgate.quantize import QuantizeConfig
+    from onnxgate.quantize import quantize as run_quantize
+
+    config = QuantizeConfig(
+        out=ctx.int8_model,
+        mode=step.mode,
+        preset=step.preset,
+        per_channel=step.per_channel,
+        max_drop=step.max_drop,
+        metrics=tuple(step.metrics),
+        eval=step.eval,
+        calibration=step.calibration,
+        labels=step.labels,
+        max_excluded=step.max_excluded,
+        bench=step.bench,
+        bench_budget_s=step.bench_budget,
+        allow_slower=step.allow_slower,
+    )
+    report = run_quantize(ctx.model, config, progress=ctx.progress)
+    figures: dict[str, Any] = {
+        "excluded": len(report.excluded),
+        "quantized_nodes": report.quantized_nodes,
+        "size_before_mb": round(report.size_before / 1e6, 3),
+    }
+    if report.size_after is not None:
+        figures["size_after_mb"] = round(report.size_after / 1e6, 3)
+    for figure in report.gate:
+        figures[f"{figure.output}.{figure.metric}"] = figure.value
+    if report.speed.verdict is not None:
+        figures["speed"] = str(report.speed.verdict)
+    if report.passed:
+        size = f", {report.size_after / 1e6:.1f} MB" if report.size_after else ""
+        judged = ", ".join(
+            f"{f.output} {f.metric} {f.value:.4f}" for f in report.gate if f.value is not None
+        )
+        summary = (
+            f"int8 within max_drop {step.max_drop:g} ({judged}); {len(report.excluded)} "
+            f"node(s) kept in float{size}; {report.speed.note}"
+        )
+    else:
+        summary = report.reason or "outside the budget"
+    passed = report.passed or not step.required
+    return Outcome(passed, summary, figures, report, reason=None if passed else summary)
+
+
+def _size_mb(model: Path) -> float:
+    from onnxgate.model import load_model
+
+    loaded = load_model(model)
+    return (model.stat().st_size + sum(loaded.external_files.values())) / 1e6
+
+
+def bench(ctx: Context, step: BenchStep) -> Outcome:
+    """Latency and throughput against thresholds and, with ``vs``, against a contender."""
+    from onnxgate.perf import BenchConfig
+    from onnxgate.perf import bench as run_bench
+    from onnxgate.settings import FeedSettings
+
+    session = step.session
+    tuned = step.tuned and ctx.passed.get("tune", False)
+    if tuned and session.threads:
+        raise ConfigError(
+            "steps.bench.session.threads conflicts with steps.bench.tuned: the tuned thread "
+            "count is used; drop one of them."
+        )
+    if not session.providers and ctx.config.targets.providers:
+        session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
+    config = BenchConfig(
+        batches=tuple(step.batches),
+        feeds=FeedSettings(dims=dict(step.dims)),
+        budget=step.budget,
+        session=session,
+        vs=step.vs,
+        tuned=tuned,
+    )
+    report = run_bench(
+        ctx.model, config, progress=lambda message, fraction=None: ctx.progress(message)
+    )
+    worst_p50 = max(r.p50_ms for r in report.results)
+    worst_p99 = max(r.p99_ms for r in report.results)
+    size = _size_mb(ctx.model)
+    figures: dict[str, Any] = {"p50_ms": worst_p50, "p99_ms": worst_p99, "size_mb": round(size, 3)}
+    if report.ratio:
+        figures["speedup"] = min(r.ratio for r in report.ratio)
+    misses = []
+    if step.max_p50_ms is not None and worst_p50 > step.max_p50_ms:
+        misses.append(f"p50 {worst_p50:.2f} ms > {step.max_p50_ms:g} ms")
+    if step.max_p99_ms is not None and worst_p99 > step.max_p99_ms:
+        misses.append(f"p99 {worst_p99:.2f} ms > {step.max_p99_ms:g} ms")
+    if step.max_size_mb is not None and size > step.max_size_mb:
+        misses.append(f"size {size:.1f} MB > {step.max_size_mb:g} MB")
+    if step.min_speedup is not None:
+        if not report.ratio:
+            misses.append("min_speedup is set but no contender ran (set steps.bench.vs)")
+        elif figures["speedup"] < step.min_speedup:
+            misses.append(
+                f"speed-up {figures['speedup']:.2f}x < {step.min_speedup:g}x vs {step.vs}"
+            )
+    shown = f"p50 {worst_p50:.2f} ms, p99 {worst_p99:.2f} ms, {size:.1f} MB"
+    if "speedup" in figures:
+        shown += f", {figures['speedup']:.2f}x vs {report.vs.name if report.vs else step.vs}"
+    summary = "; ".join(misses) if misses else shown
+    return Outcome(not misses, summary, figures, report, reason="; ".join(misses) or None)

@@ -1,0 +1,46 @@
+"""The model registry: gated versions, aliases, gate runs and a content-addressed artefact store.
+
+SQLite is the embedded default (``$ONNXGATE_REGISTRY`` or a URL for PostgreSQL); artefacts live
+in a store folder by sha256. Open with :func:`open_registry`::
+
+    from onnxgate.registry import open_registry
+
+    with open_registry() as registry:
+        version = registry.register("bert", {"model": path}, gate=report, alias="champion")
+        registry.fetch("bert@champion", "deploy/")
+"""
+
+from onnxgate.registry._records import (
+    ArtefactRecord,
+    FetchedFile,
+    FetchResult,
+    FsckProblem,
+    FsckReport,
+    GateRunRecord,
+    ModelSummary,
+    ModelVersion,
+    PerformanceRecord,
+    PromotionRecord,
+    StepRecord,
+    VersionDetail,
+    parse_ref,
+)
+from onnxgate.registry._registry import Registry, open_registry
+
+__all__ = [
+    "ArtefactRecord",
+    "FetchResult",
+    "FetchedFile",
+    "FsckProblem",
+    "FsckReport",
+    "GateRunRecord",
+    "ModelSummary",
+    "ModelVersion",
+    "PerformanceRecord",
+    "PromotionRecord",
+    "Registry",
+    "StepRecord",
+    "VersionDetail",
+    "open_registry",
+    "parse_ref",
+]

@@ -1,0 +1,193 @@
+"""Text renderings of registry records: rich renderables that fit 80 columns, printed by the CLI."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from onnxgate._rich import Lines, line
+from onnxgate.registry._records import (
+    FetchResult,
+    FsckReport,
+    ModelSummary,
+    ModelVersion,
+    VersionDetail,
+)
+
+_STATUS = {"ready": "[green]ready[/]", "failed": "[red]failed[/]"}
+_STEP = {
+    "passed": "[green]passed[/]",
+    "failed": "[bold red]failed[/]",
+    "error": "[bold red]error[/]",
+    "not_run": "[dim]not run[/]",
+}
+
+
+def _when(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M")
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _figures(figures: dict[str, Any], limit: int = 6) -> str:
+    shown = [
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in list(figures.items())[:limit]
+    ]
+    more = len(figures) - limit
+    return ", ".join(shown) + (f", … (+{more})" if more > 0 else "")
+
+
+def render_models(models: list[ModelSummary], registry: str) -> Lines:
+    """The table of ``registry list``."""
+    if not models:
+        return [line(f"no registered models in {escape(registry)}")]
+    table = _table("MODEL", "VERSIONS", "LATEST", "ALIASES", "UPDATED")
+    for m in models:
+        aliases = ", ".join(f"{escape(a)}→{n}" for a, n in m.aliases.items()) or "[dim]-[/]"
+        table.add_row(
+            escape(m.name), str(m.versions), str(m.latest or "-"), aliases, _when(m.updated_at)
+        )
+    return [table]
+
+
+def render_versions(name: str, versions: list[ModelVersion]) -> Lines:
+    """The table of ``registry list NAME``."""
+    table = _table("VERSION", "STATUS", "ALIASES", "CREATED", "BY", "MODEL SHA256")
+    for v in versions:
+        table.add_row(
+            f"{escape(name)}@{v.number}",
+            _STATUS.get(v.status, escape(v.status)),
+            escape(", ".join(v.aliases)) or "[dim]-[/]",
+            _when(v.created_at),
+            escape(v.created_by),
+            (v.artefacts.get("model") or "-")[:12],
+        )
+    return [table]
+
+
+def render_detail(detail: VersionDetail) -> Lines:
+    """The page of ``registry show``."""
+    v = detail.version
+    aliases = f"  [bold]@{escape(', @'.join(v.aliases))}[/]" if v.aliases else ""
+    lines: Lines = [
+        line(f"[bold]{escape(v.ref)}[/]  {_STATUS.get(v.status, escape(v.status))}{aliases}"),
+        line(f"  registered {_when(v.created_at)} UTC by {escape(v.created_by)}"),
+    ]
+    if detail.description:
+        lines.append(line(f"  {escape(detail.description)}"))
+    if detail.tags:
+        tags = ", ".join(f"{k}={val}" for k, val in sorted(detail.tags.items()))
+        lines.append(line(f"  tags: {escape(tags)}"))
+    source = ", ".join(f"{k}={val}" for k, val in detail.source.items() if val is not None)
+    if source:
+        lines.append(line(f"  source: {escape(source)}"))
+    lines.append(line())
+    artefacts = _table("ROLE", "FILE", "SIZE", "SHA256")
+    for a in detail.artefacts:
+        artefacts.add_row(escape(a.role), escape(a.filename), _size(a.size), a.sha256[:16])
+    lines += [line("[bold]artefacts[/]"), artefacts]
+    for index, run in enumerate(detail.gate_runs):
+        verdict = "[bold green]PASS[/]" if run.passed else "[bold red]FAIL[/]"
+        which = "registering gate run" if index == 0 else f"gate run {run.id}"
+        lines += [
+            line(),
+            line(f"[bold]{which}[/] {verdict}  {run.seconds:.1f}s"),
+            line(f"  started {escape(run.started)}, machine {escape(run.fingerprint)}"),
+        ]
+        steps = _table("STEP", "STATUS", "SECONDS", "SUMMARY")
+        for s in run.steps:
+            steps.add_row(
+                escape(s.name),
+                _STEP.get(s.status, escape(s.status)),
+                f"{s.seconds:.1f}",
+                escape(s.reason if s.status in ("failed", "error") and s.reason else s.summary),
+            )
+        lines.append(steps)
+    if detail.performance:
+        table = _table("MACHINE", "STEP", "FIGURES")
+        for p in detail.performance:
+            table.add_row(escape(p.fingerprint), escape(p.step), escape(_figures(p.figures)))
+        lines += [line(), line("[bold]performance[/] (per machine fingerprint)"), table]
+    if detail.promotions:
+        table = _table("ALIAS", "WHEN", "BY", "FROM", "NOTE")
+        for p in detail.promotions:
+            note = f"[bold red]FORCED[/]: {escape(p.reason or '')}" if p.forced else ""
+            if not p.forced and p.reason:
+                note = escape(p.reason)
+            table.add_row(
+                "@" + escape(p.alias),
+                _when(p.at),
+                escape(p.by),
+                str(p.previous) if p.previous else "-",
+                note,
+            )
+        lines += [line(), line("[bold]promotions[/] onto this version"), table]
+    return lines
+
+
+def render_promoted(version: ModelVersion, alias: str, forced: bool) -> Lines:
+    """The line ``registry promote`` prints."""
+    how = " [bold red](forced; reason recorded)[/]" if forced else ""
+    return [line(f"{escape(version.name)}@{escape(alias)} → version {version.number}{how}")]
+
+
+def render_fetch(result: FetchResult) -> Lines:
+    """What ``registry fetch`` wrote."""
+    lines: Lines = [
+        line(f"fetched [bold]{escape(result.version.ref)}[/] into {escape(result.out)}")
+    ]
+    table = _table("ROLE", "FILE", "SIZE", "SHA256 (checked)")
+    for f in result.files:
+        table.add_row(escape(f.role), escape(f.path), _size(f.size), f.sha256[:16])
+    lines.append(table)
+    if result.model_path:
+        lines.append(line(f"verify it here: onnxgate verify {escape(result.model_path)}"))
+    return lines
+
+
+def render_fsck(report: FsckReport) -> Lines:
+    """The verdict of ``registry fsck``."""
+    lines: Lines = [
+        line(f"registry {escape(report.registry)}"),
+        line(f"store    {escape(report.store)}"),
+        line(
+            f"  {report.models} model(s), {report.versions} version(s), {report.artefacts} "
+            f"artefact(s); {report.blobs} blob(s), {_size(report.blob_bytes)}"
+            + ("" if report.hashed else " (sizes checked, not sha256)")
+        ),
+    ]
+    if report.problems:
+        table = _table("PROBLEM", "WHERE", "DETAIL")
+        for p in report.problems:
+            table.add_row(f"[red]{escape(p.kind)}[/]", escape(p.where), escape(p.detail))
+        lines.append(table)
+    for label, items in (
+        ("orphan blob(s), referenced by no version", report.orphans),
+        ("temporary file(s) in the store", report.temp_files),
+        ("stray file(s) in the blob folder", report.stray),
+    ):
+        if items:
+            lines.append(line(f"  {len(items)} {label}"))
+    if report.removed:
+        lines.append(line(f"  removed {len(report.removed)} file(s)"))
+    elif report.orphans or report.temp_files:
+        lines.append(line("  [dim]remove them with --remove (older than --min-age only)[/]"))
+    verdict = "[bold green]CONSISTENT[/]" if report.consistent else "[bold red]INCONSISTENT[/]"
+    lines.append(line(verdict))
+    return lines

@@ -1,0 +1,230 @@
+"""The content-addressed store: every artefact's bytes once, named by their sha256.
+
+Layout: ``STORE/sha256/ab/ab12…ef`` (the full digest, fanned out by its first two hex digits) and
+``STORE/tmp/`` for files being written. A blob is written to ``tmp/``, flushed and fsynced, then
+renamed to its name, and the folder that gained it is fsynced: a blob under ``sha256/`` is always
+whole, and a process killed while writing leaves only a temporary file behind (``fsck`` reports
+it). Registration puts every blob in place *before* the database transaction that refers to
+them, so a version can never name a blob that is not there; a registration killed in between
+leaves unreferenced ("orphan") blobs, which are harmless and removable.
+
+Blobs are read-only (mode 0444) and never rewritten: identical content is stored once. When a
+registration finds its blob already present it refreshes the blob's mtime, so that ``fsck
+--remove`` (which removes only orphans older than a grace period) cannot delete a blob between
+the moment a registration relied on it and the moment its transaction commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 20
+DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A blob in the store: its digest, size and whether this call wrote it."""
+
+    sha256: str
+    size: int
+    written: bool
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_path(path: Path) -> tuple[str, int]:
+    """The sha256 and size of a file, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
+class Store:
+    """A folder of blobs named by their sha256."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.blobs = self.root / "sha256"
+        self.tmp = self.root / "tmp"
+
+    def ensure(self) -> None:
+        """Create the store's folders.
+
+        Raises:
+            RegistryUnreachable: the folder cannot be created (permissions, read-only disk).
+        """
+        try:
+            self.blobs.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RegistryUnreachable(
+                f"cannot create the registry's artefact store at {self.root}: {err.strerror}.",
+                hint="Pass --store DIR (or set ONNXGATE_STORE) to a writable folder.",
+            ) from err
+
+    def path(self, sha256: str) -> Path:
+        """Where the blob of ``sha256`` lives (whether or not it exists)."""
+        if not DIGEST.match(sha256):
+            raise ConfigError(f"{sha256!r} is not a sha256 digest (64 lowercase hex digits).")
+        return self.blobs / sha256[:2] / sha256
+
+    def has(self, sha256: str, size: int | None = None) -> bool:
+        """Whether the blob exists (with ``size`` bytes, when given)."""
+        try:
+            st = self.path(sha256).stat()
+        except FileNotFoundError:
+            return False
+        return size is None or st.st_size == size
+
+    def put(self, source: Path) -> Blob:
+        """Put a file's bytes in the store (once) and return their digest.
+
+        The file is hashed first; when the store has the blob already, nothing is copied. Else it
+        is copied to a temporary file while being hashed again (so the stored bytes are the
+        hashed ones even if the source changed meanwhile), fsynced and renamed into place.
+
+        Raises:
+            ArtefactCorrupt: the file changed while it was being stored.
+            ConfigError: the file cannot be read.
+        """
+        try:
+            sha256, size = sha256_path(source)
+        except OSError as err:
+            raise ConfigError(f"cannot read artefact {source}: {err.strerror}.") from err
+        target = self.path(sha256)
+        if self.has(sha256, size):
+            with contextlib.suppress(OSError):  # a read-only store still serves reads
+                os.utime(target)
+            return Blob(sha256, size, written=False)
+        self.ensure()
+        folder = target.parent
+        created = not folder.exists()
+        folder.mkdir(exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f"{sha256[:12]}.", suffix=".tmp", dir=self.tmp)
+        tmp = Path(name)
+        try:
+            digest = hashlib.sha256()
+            copied = 0
+            with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+                while block := src.read(CHUNK):
+                    digest.update(block)
+                    copied += len(block)
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+            if digest.hexdigest() != sha256 or copied != size:
+                raise ArtefactCorrupt(
+                    f"{source} changed while it was being stored (sha256 {sha256[:12]}… then "
+                    f"{digest.hexdigest()[:12]}…).",
+                    hint="Register files that nothing else is writing.",
+                )
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(folder)
+        if created:
+            _fsync_dir(folder.parent)
+        log.debug("stored %s (%d bytes) from %s", sha256, size, source)
+        return Blob(sha256, size, written=True)
+
+    def copy_out(self, sha256: str, size: int, target: Path) -> None:
+        """Write the blob to ``target`` atomically, checking its sha256 and size on the way.
+
+        Raises:
+            ArtefactCorrupt: the blob is missing, truncated or its bytes are not ``sha256``'s.
+        """
+        source = self.path(sha256)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(name)
+        try:
+            digest = hashlib.sha256()
+            copied = 0
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    src = source.open("rb")
+                except FileNotFoundError as err:
+                    raise ArtefactCorrupt(
+                        f"blob {sha256} is missing from the store {self.root}.",
+                        hint="Run `onnxgate registry fsck` to list every damaged version.",
+                    ) from err
+                with src:
+                    while block := src.read(CHUNK):
+                        digest.update(block)
+                        copied += len(block)
+                        out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+            if digest.hexdigest() != sha256 or copied != size:
+                raise ArtefactCorrupt(
+                    f"blob {sha256} in {self.root} is damaged: {copied} bytes with sha256 "
+                    f"{digest.hexdigest()}, expected {size} bytes.",
+                    hint="Run `onnxgate registry fsck` to list every damaged version.",
+                )
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(target.parent)
+
+    def iter_blobs(self) -> Iterator[tuple[str, Path]]:
+        """Every file under ``sha256/`` as (name, path); names that are not digests included."""
+        if not self.blobs.is_dir():
+            return
+        for folder in sorted(self.blobs.iterdir()):
+            if not folder.is_dir():
+                yield folder.name, folder
+                continue
+            for path in sorted(folder.iterdir()):
+                yield path.name, path
+
+    def iter_temp(self) -> Iterator[Path]:
+        """Temporary files left in ``tmp/`` (a write in progress, or one a kill interrupted)."""
+        if self.tmp.is_dir():
+            yield from sorted(p for p in self.tmp.iterdir())
+
+    def remove(self, path: Path) -> None:
+        """Remove a blob or temporary file (fsck's cleanup)."""
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+        _fsync_dir(path.parent)
+
+
+def age_seconds(path: Path) -> float:
+    """How long ago a file was last modified (0 when it vanished meanwhile)."""
+    try:
+        return max(0.0, time.time() - path.stat().st_mtime)
+    except FileNotFoundError:
+        return 0.0

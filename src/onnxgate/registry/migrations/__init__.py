@@ -1,0 +1,1 @@
+"""Alembic migrations of the registry (run programmatically; see ``onnxgate.registry._db``)."""

@@ -1,0 +1,340 @@
+"""The parts every step's config is built from: how a session is made and where feeds come from.
+
+Each is a frozen pydantic model that refuses unknown fields, so a gate config, a library call and
+a CLI command describe a session or a feed in one way. Neither imports ONNX Runtime: a config can
+be validated on a machine that cannot run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from onnxgate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from onnxgate.compare._metrics import Criterion, Tolerance
+    from onnxgate.data._synthetic import ValueRange
+    from onnxgate.runners import OrtOptions
+
+OptLevel = Literal["disable", "basic", "extended", "layout", "all"]
+
+
+class Part(BaseModel):
+    """Base of every config: frozen, and an unknown field is an error that names it.
+
+    A refused value raises pydantic's ``ValidationError`` with the value's path, as pydantic
+    does (the gate reports it as ``steps.bench.runs``); ``invalid`` turns one into a
+    ``ConfigError`` whose ``field`` is that path, so the CLI can name its flag. Settings that
+    contradict each other are refused with ``conflict``, which keeps the fields they name.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        try:
+            self._refuse_contradictions()
+        except ConfigError as err:
+            raise conflict(err) from err
+        return self
+
+    def _refuse_contradictions(self) -> None:
+        """Raise a ``ConfigError`` naming the fields when settings contradict each other."""
+
+
+CONFLICT = "config_conflict"
+"""The pydantic error type of settings that contradict each other (see ``conflict``)."""
+
+
+def conflict(error: ConfigError) -> PydanticCustomError:
+    """A ``ConfigError`` raised inside a validator, as the error pydantic collects with its path.
+
+    Its fields stay in the error's context, relative to the model that raised it, so ``invalid``
+    can prefix them with where that model sits (``steps.bench.`` in a gate file).
+    """
+    text = str(error).replace("{", "{{").replace("}", "}}")
+    return PydanticCustomError(CONFLICT, text, {"fields": list(error.fields)})
+
+
+def field_path(loc: Sequence[int | str]) -> str:
+    """``("session", "threads")`` → ``session.threads``."""
+    return ".".join(str(part) for part in loc)
+
+
+def invalid(error: ValidationError, part: type[BaseModel] | None = None) -> ConfigError:
+    """The first refused value of a validation, as a ``ConfigError`` naming its field path."""
+    first = error.errors()[0]
+    where = field_path(first["loc"])
+    given = first.get("input")
+    more = len(error.errors()) - 1
+    tail = f" ({more} more value(s) refused)" if more else ""
+    hint = None
+    if first["type"] == CONFLICT:
+        fields = [f"{where}.{f}" if where else f for f in first["ctx"]["fields"]]
+        message = (f"{where}: " if where else "") + first["msg"] + tail
+        return ConfigError(message, field=fields[0] if fields else None, related=fields[1:])
+    if first["type"] == "extra_forbidden":
+        message = f"{where}: unknown setting{tail}."
+        if part is not None and len(first["loc"]) == 1:
+            hint = f"{part.__name__} takes {', '.join(part.model_fields)}."
+    elif first["type"] == "missing":
+        message = f"{where} is required{tail}."
+    elif first["type"] == "literal_error":
+        message = f"{where} {given!r} is not one of {first['ctx']['expected']}{tail}."
+    else:
+        text = first["msg"].removeprefix("Value error, ").replace("Input should", "should")
+        message = f"{where} {given!r}: {text.rstrip('.')}{tail}."
+    return ConfigError(message, hint=hint, field=where or None)
+
+
+def config_hash(config: BaseModel | dict[str, Any]) -> str:
+    """sha256 of a config's canonical JSON (defaults filled in): same settings, same hash.
+
+    The key a step's result is cached and its lineage recorded under.
+    """
+    data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class SessionSettings(Part):
+    """How an ONNX Runtime session is built. The defaults are ONNX Runtime's own."""
+
+    providers: tuple[str, ...] = ()
+    """Providers in preference order (``cuda``, ``openvino:precision=FP32``); CPU is appended."""
+    provider_options: dict[str, dict[str, str]] = {}
+    """Options per provider, e.g. ``{"cuda": {"device_id": "1"}}``."""
+    opt_level: OptLevel = "all"
+    """Graph optimisation level."""
+    threads: int = Field(0, ge=0)
+    """Intra-op threads; 0 lets ONNX Runtime choose."""
+    inter_op_threads: int = Field(0, ge=0)
+    """Threads across operators (with ``parallel``); 0 lets ONNX Runtime choose."""
+    parallel: bool = False
+    """Run independent branches of the graph in parallel."""
+    cpu_mem_arena: bool = True
+    """ONNX Runtime's CPU memory arena (pre-allocated, grown in chunks)."""
+    session_config: dict[str, str] = {}
+    """Session config entries, e.g. ``{"session.intra_op.allow_spinning": "0"}``."""
+
+    def ort_options(self, **overrides: Any) -> OrtOptions:
+        """The runner's ``OrtOptions`` (imports ONNX Runtime); ``overrides`` replace fields of it.
+
+        Raises:
+            ConfigError: a provider, level or thread count ONNX Runtime would refuse.
+        """
+        from onnxgate.compat.providers import parse_providers
+        from onnxgate.runners import OrtOptions
+
+        names, inline = parse_providers(list(self.providers))
+        options = {name: dict(pairs) for name, pairs in inline.items()}
+        for provider, pairs in self.provider_options.items():
+            options.setdefault(provider, {}).update(pairs)
+        fields: dict[str, Any] = {
+            "providers": tuple(names),
+            "provider_options": options,
+            "optimization": self.opt_level,
+            "intra_op_threads": self.threads,
+            "inter_op_threads": self.inter_op_threads,
+            "parallel": self.parallel,
+            "cpu_mem_arena": self.cpu_mem_arena,
+            "config": dict(self.session_config),
+        }
+        return OrtOptions(**(fields | overrides))
+
+
+class FeedSettings(Part):
+    """Where a step's input feeds come from: a file, or seeded synthetic values."""
+
+    inputs: Path | None = None
+    """An .npz, JSON, test_data_set folder or folder of them; None for synthetic feeds."""
+    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = {}
+    """Sizes of symbolic dimensions for synthetic feeds; several sizes give several samples."""
+    ranges: dict[str, str] = {}
+    """Values per input for synthetic feeds: ``"LOW:HIGH"`` (HIGH excluded) or ``"VALUE"``."""
+    seed: int = 0
+
+    @field_validator("dims", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        # ``seq = 128`` reads better in a file than ``seq = [128]``: one size is a list of one
+        if isinstance(value, Mapping):
+            return {k: [v] if isinstance(v, int) else v for k, v in value.items()}
+        return value
+
+    @field_validator("ranges", mode="before")
+    @classmethod
+    def _as_text(cls, value: Any) -> Any:
+        # ``[0, 30522]``, ``1`` or a ValueRange say the same as ``"0:30522"`` and ``"1"``
+        if not isinstance(value, Mapping):
+            return value
+        texts = {}
+        for name, given in value.items():
+            if hasattr(given, "low") and hasattr(given, "high"):
+                given = [given.low, given.high]
+            if isinstance(given, list | tuple) and len(given) == 2:
+                given = f"{given[0]!r}:{given[1]!r}"
+            elif isinstance(given, int | float) and not isinstance(given, bool):
+                given = repr(given)
+            texts[name] = given
+        return texts
+
+    @field_validator("ranges")
+    @classmethod
+    def _ranges_parse(cls, value: dict[str, str]) -> dict[str, str]:
+        from onnxgate.data._synthetic import parse_ranges
+
+        for name, text in value.items():
+            try:
+                parse_ranges([f"{name}={text}"])
+            except ConfigError as err:
+                raise ValueError(
+                    f"{name} = {text!r} is not LOW:HIGH (HIGH excluded) or VALUE"
+                ) from err
+        return value
+
+    def value_ranges(self) -> dict[str, ValueRange]:
+        """``ranges`` parsed.
+
+        Raises:
+            ConfigError: a range is not ``LOW:HIGH`` or ``VALUE``.
+        """
+        from onnxgate.data._synthetic import parse_ranges
+
+        return parse_ranges(f"{name}={value}" for name, value in self.ranges.items())
+
+    def sizes(self) -> dict[str, list[int]]:
+        """``dims`` as the feed builders take them."""
+        return {name: list(sizes) for name, sizes in self.dims.items()}
+
+    @property
+    def synthetic(self) -> bool:
+        """No data file is named: feeds are generated from the signature."""
+        return self.inputs is None
+
+    def one_size(self, *, field: str = "feeds.dims") -> dict[str, int]:
+        """``dims`` for a step that runs one shape: each dimension must have a single size.
+
+        Raises:
+            ConfigError: a dimension is given several sizes.
+        """
+        several = {name: sizes for name, sizes in self.dims.items() if len(sizes) != 1}
+        if several:
+            name, sizes = next(iter(several.items()))
+            raise ConfigError(
+                f"{field} gives {name} the sizes {sizes}; this step runs one shape.",
+                hint="Give each dimension one size.",
+                field=field,
+            )
+        return {name: sizes[0] for name, sizes in self.dims.items()}
+
+    def refuse_with_inputs(self, *others: str, prefix: str = "feeds.") -> None:
+        """Refuse synthetic-feed settings (and ``others``, already set) together with ``inputs``.
+
+        Raises:
+            ConfigError: naming the fields that cannot go with ``inputs``.
+        """
+        if self.inputs is None:
+            return
+        given = [f"{prefix}{name}" for name in ("dims", "ranges") if getattr(self, name)]
+        given += list(others)
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} shape synthetic feeds; they cannot go with "
+                f"{prefix}inputs {self.inputs}.",
+                hint="Drop the data file to use synthetic feeds, or drop the others.",
+                field=given[0],
+                related=[*given[1:], f"{prefix}inputs"],
+            )
+
+
+Bound = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class Tolerances(Part):
+    """How a step judges outputs: the element rule's tolerances, and rules on one figure.
+
+    ``atol``/``rtol`` replace the per-dtype defaults for every float output; ``per_output`` sets
+    both for one output; ``metrics`` judge an output by one figure instead of the element rule.
+    """
+
+    atol: Bound | None = None
+    rtol: Bound | None = None
+    per_output: dict[str, tuple[Bound, Bound]] = {}
+    """``{"logits": (ATOL, RTOL)}``: the tolerance of one output, any dtype."""
+    metrics: tuple[str, ...] = ()
+    """``[OUTPUT:]METRIC OP VALUE`` (``sentence_embedding:cosine>=0.999``); a rule without an
+    output applies to every output without its own."""
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from onnxgate.compare._metrics import parse_metric
+
+        for text in value:
+            try:
+                parse_metric(text)
+            except ConfigError as err:
+                raise ValueError(f"{err.message} {err.hint or ''}".strip()) from err
+        return value
+
+    @classmethod
+    def from_criteria(cls, criteria: Mapping[str | None, Criterion], **fields: Any) -> Tolerances:
+        """Tolerances whose metric rules are ``criteria`` (None: every output), values exact."""
+        texts = [
+            f"{output + ':' if output else ''}{c.metric}{c.op}{c.value!r}"
+            for output, c in criteria.items()
+        ]
+        return cls(metrics=tuple(texts), **fields)
+
+    def criteria(self) -> dict[str | None, Criterion]:
+        """The metric rules by output (None: every output without its own)."""
+        from onnxgate.compare._metrics import parse_metric
+
+        return dict(parse_metric(text) for text in self.metrics)
+
+    def tolerance(self, name: str, *dtypes: np.dtype) -> Tolerance:
+        """The tolerance an output is judged with, given the dtypes of both sides (and declared)."""
+        from onnxgate.compare._metrics import Tolerance, default_tolerance, kind
+
+        if name in self.per_output:
+            return Tolerance(*self.per_output[name])
+        base = default_tolerance(*dtypes)
+        if all(kind(d) != "float" for d in dtypes):
+            return base
+        return Tolerance(
+            self.atol if self.atol is not None else base.atol,
+            self.rtol if self.rtol is not None else base.rtol,
+        )
+
+    def criterion(self, name: str) -> Criterion | None:
+        """The metric rule replacing the element rule for this output, if any."""
+        criteria = self.criteria()
+        return criteria.get(name, criteria.get(None))
+
+    def element_rule(self) -> Tolerances:
+        """Only the global ``atol``/``rtol``: how intermediate tensors are judged."""
+        return Tolerances(atol=self.atol, rtol=self.rtol)
+
+    def check_names(self, outputs: Sequence[str]) -> None:
+        """Refuse per-output settings for outputs the model does not have.
+
+        Raises:
+            ConfigError: naming the unknown output and the model's outputs.
+        """
+        for name in [*self.per_output, *(k for k in self.criteria() if k is not None)]:
+            if name not in outputs:
+                field = "tolerances." + ("per_output" if name in self.per_output else "metrics")
+                raise ConfigError(
+                    f"output {name!r} in {field} is not an output of the model; outputs: "
+                    f"{', '.join(outputs)}.",
+                    field=field,
+                )

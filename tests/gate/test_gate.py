@@ -1,0 +1,201 @@
+"""``onnxgate gate``: the config, the pipeline, its cache, its verdict and its CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from models import mlp, save
+from onnxgate.cli import app
+from onnxgate.errors import ConfigError
+from onnxgate.gate import load_config, run_gate, write_starter
+
+FAST = """
+[steps.tune]
+enabled = false
+
+[steps.bench]
+batches = [1]
+budget = 0.2
+"""
+
+
+def _config(folder: Path, body: str = FAST, *, source: str = "mlp.onnx") -> Path:
+    save(mlp(), folder / "mlp.onnx")
+    path = folder / "gate.toml"
+    head = f'version = 1\n[model]\nname = "mlp"\nsource = "{source}"\n'
+    path.write_text(head + body)
+    return path
+
+
+def test_unknown_keys_are_errors_named_by_their_path(tmp_path: Path) -> None:
+    path = _config(tmp_path, FAST + "\n[steps.check]\nfail_onn = 'error'\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert "steps.check.fail_onn: unknown key" in caught.value.message
+    assert str(path) in caught.value.message
+
+
+def test_bad_values_and_versions_are_named(tmp_path: Path) -> None:
+    path = _config(tmp_path, "[steps.bench]\nbudget = -1\n")
+    with pytest.raises(ConfigError, match=r"steps\.bench\.budget: .*greater than 0"):
+        load_config(path)
+    path.write_text('version = 2\n[model]\nname = "m"\nsource = "m.onnx"\n')
+    with pytest.raises(ConfigError, match="reads version 1; the file says 2"):
+        load_config(path)
+    path.write_text('[model]\nname = "m"\nsource = "m.onnx"\n')
+    with pytest.raises(ConfigError, match="no `version = 1`"):
+        load_config(path)
+    path.write_text('version = 1\n[model]\nname = "m"\nsource = "sklearn:m.joblib"\n')
+    with pytest.raises(ConfigError, match="model: .*needs data"):
+        load_config(path)
+    path.write_text("version = 1\n[model\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(path)
+
+
+def test_paths_are_relative_to_the_config(tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path))
+    assert Path(config.model.source) == tmp_path / "mlp.onnx"
+    assert config.output.dir == tmp_path / "gate-runs"
+
+
+def test_a_healthy_model_passes_every_step_and_the_second_run_is_cached(tmp_path: Path) -> None:
+    path = _config(tmp_path)
+    seen: list[str] = []
+    report = run_gate(path, on_step=lambda result: seen.append(result.name))
+    assert report.passed, [(s.name, s.status, s.reason) for s in report.steps]
+    assert seen == [
+        "export",
+        "check",
+        "compare",
+        "verify",
+        "placement",
+        "tune",
+        "quantize",
+        "bench",
+    ]
+    status = {s.name: s.status for s in report.steps}
+    assert status["tune"] == status["quantize"] == "not_run"
+    assert report.step("tune").reason == "disabled in the config"
+    run = Path(report.run_dir)
+    for name in ("mlp.onnx", "mlp.contract.json", "mlp.golden.npz", "report.json", "junit.xml"):
+        assert (run / name).is_file(), name
+    assert {a.role for a in report.artefacts} == {"model", "contract", "golden"}
+    saved = json.loads((run / "report.json").read_text())
+    assert saved["passed"] is True and saved["steps"][7]["figures"]["p50_ms"] > 0
+    assert not any(s.cached for s in report.steps)
+
+    again = run_gate(path)
+    cached = {s.name for s in again.steps if s.cached}
+    assert {"export", "check", "compare", "verify", "placement", "bench"} <= cached
+    # the cached export restored its files, byte for byte
+    assert {a.sha256 for a in again.artefacts} == {a.sha256 for a in report.artefacts}
+    fresh = run_gate(path, cache=False)
+    assert not any(s.cached for s in fresh.steps)
+
+
+def test_a_failing_threshold_fails_the_gate_and_names_the_step(tmp_path: Path) -> None:
+    path = _config(tmp_path, FAST + "max_p50_ms = 0.000001\n")
+    report = run_gate(path)
+    assert not report.passed
+    assert report.failed_steps == ["bench"]
+    assert "p50" in report.step("bench").reason and "> 1e-06 ms" in report.step("bench").reason
+
+
+def test_steps_after_a_failed_step_are_not_run_with_the_reason(tmp_path: Path) -> None:
+    path = _config(tmp_path, FAST.replace("enabled = false", "enabled = true"))
+    (tmp_path / "mlp.onnx").write_bytes(b"not a model")
+    report = run_gate(path)
+    assert not report.passed
+    export = report.step("export")
+    assert export.status == "error" and export.exit_code == 2
+    for step in report.steps[1:]:
+        why = "disabled in the config" if step.name == "quantize" else "export did not pass"
+        assert step.status == "not_run" and step.reason == why, step
+
+
+def test_cli_runs_a_config_and_exits_by_the_verdict(tmp_path: Path) -> None:
+    runner = CliRunner()
+    path = _config(tmp_path)
+    result = runner.invoke(app, ["gate", str(path), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "GATE PASSED" in result.output and "✔ passed  verify" in result.output
+    failing = _config(tmp_path, FAST + "max_p50_ms = 0.000001\n")
+    result = runner.invoke(app, ["gate", str(failing), "--format", "json", "--no-cache"])
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert document["passed"] is False and document["steps"][-1]["status"] == "failed"
+    result = runner.invoke(app, ["gate", str(tmp_path / "missing.toml")])
+    assert result.exit_code == 2 and "no such gate config" in " ".join(result.output.split())
+
+
+def test_a_run_folder_holds_one_run(tmp_path: Path) -> None:
+    path = _config(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "old.txt").write_text("x")
+    with pytest.raises(ConfigError, match="exists and is not empty"):
+        run_gate(path, out=tmp_path / "run")
+
+
+def test_init_writes_a_config_that_validates_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "mlp.onnx")
+    out = write_starter(str(tmp_path / "mlp.onnx"), tmp_path / "gate.toml", ["onnxruntime==1.20.1"])
+    config = load_config(out)
+    assert config.model.source == str(tmp_path / "mlp.onnx")
+    assert config.targets.runtimes == ["installed", "onnxruntime==1.20.1"]
+    assert 'source = "mlp.onnx"' in out.read_text()  # portable: relative to the config
+    result = CliRunner().invoke(app, ["gate", "init", str(tmp_path / "mlp.onnx"), "-o", str(out)])
+    assert result.exit_code == 2 and "exists" in result.output
+    text = write_starter("sklearn:model.joblib", tmp_path / "sk.toml").read_text()
+    assert 'source = "sklearn:model.joblib"' in text and 'data = "rows.npz"' in text
+    result = CliRunner().invoke(app, ["gate", "init", "model.pt"])
+    assert result.exit_code == 2 and "not an .onnx file" in result.output
+
+
+@pytest.mark.torch
+def test_init_for_a_torch_source_shows_the_export_settings(tmp_path: Path) -> None:
+    text = write_starter("torch:pkg.mod:factory", tmp_path / "gate.toml").read_text()
+    assert 'source = "torch:pkg.mod:factory"' in text and "# dynamic = [" in text
+
+
+def test_a_passing_gate_registers_a_version_and_moves_the_alias(tmp_path: Path) -> None:
+    from onnxgate.registry import open_registry
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    path = _config(tmp_path, FAST + '\n[register]\nalias = "champion"\ntags = { team = "x" }\n')
+    first = run_gate(path, registry=url)
+    assert first.registered is not None and first.registered.version == 1
+    assert first.registered.aliases == ["champion"]
+    second = run_gate(path, registry=url)
+    assert second.registered.version == 2
+    with open_registry(url) as registry:
+        fetched = registry.fetch("mlp@champion", tmp_path / "fetched")
+        assert (tmp_path / "fetched" / "mlp.onnx").read_bytes() == (
+            tmp_path / "mlp.onnx"
+        ).read_bytes()
+    assert fetched is not None
+    # the saved report says what was registered
+    saved = json.loads((Path(second.run_dir) / "report.json").read_text())
+    assert saved["registered"]["version"] == 2
+
+    failing = _config(
+        tmp_path, FAST + "max_p50_ms = 0.000001\n" + '[register]\nalias = "champion"\n'
+    )
+    report = run_gate(failing, registry=url)
+    assert not report.passed and report.registered is None
+
+
+def test_an_unreachable_registry_is_exit_3_and_the_run_is_kept(tmp_path: Path) -> None:
+    path = _config(tmp_path, FAST + '\n[register]\nalias = "champion"\n')
+    url = "postgresql+psycopg://gate:s3cret@127.0.0.1:1/nowhere"
+    result = CliRunner().invoke(
+        app, ["gate", str(path), "--out", str(tmp_path / "run"), "--registry", url]
+    )
+    assert result.exit_code == 3, result.output
+    assert "s3cret" not in result.output and "127.0.0.1:1" in result.output
+    saved = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert saved["passed"] is True and saved["registered"] is None
