@@ -450,3 +450,15 @@ def test_a_record_written_by_another_tune_meanwhile_is_kept(model):
     tune(model, TuneConfig(batch=4, **FAST), measure=Timer(), race=Meanwhile())
     shapes = sorted(r.shape["batch"] for r in load_contract(model).performance.tuned)
     assert shapes == [2, 4]
+
+
+def test_a_search_budget_cuts_the_search_and_says_so(model):
+    timer = Timer()
+    # a budget that runs out at once: only the first candidate (the defaults) is measured
+    config = TuneConfig(batch=4, search_budget=1e-9, **FAST)
+    report = tune(model, config, measure=timer, race=Race(best=1.0))
+    assert len(timer.timed) == 1 and report.rounds[0].candidates == 1
+    assert any(
+        "search_budget" in note and f"1 of {report.candidates}" in note for note in report.notes
+    )
+    assert not report.replaced_defaults

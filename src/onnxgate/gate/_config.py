@@ -150,6 +150,8 @@ class TuneStep(Step):
     dims: dict[str, int] = {}
     budget: float = Field(3.0, gt=0)
     """Seconds of timed runs per side of the final contest."""
+    search_budget: float | None = Field(None, gt=0)
+    """Seconds the search may take; past them the best candidate measured so far goes on."""
     max_runs: int = Field(60, ge=1)
     """The most timed runs one candidate gets in the search."""
     threads: list[int] | None = None

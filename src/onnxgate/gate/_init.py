@@ -142,6 +142,7 @@ allow_ops = []
 enabled = true
 objective = "latency"
 budget = 2.0                   # seconds per side of the final contest
+search_budget = 60.0           # seconds the search may take
 max_runs = 30
 {"batch = 1" if batch else "# batch = 1"}
 

@@ -314,6 +314,7 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
         threads=tuple(step.threads) if step.threads else None,
         max_runs=step.max_runs,
         budget=step.budget,
+        search_budget=step.search_budget,
     )
     report = run_tune(ctx.model, config, progress=ctx.progress)
     figures = {

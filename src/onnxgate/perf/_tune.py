@@ -25,6 +25,7 @@ import logging
 import re
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -98,6 +99,9 @@ class TuneConfig(Part):
     budget: float = Field(3.0, gt=0, allow_inf_nan=False)
     """Seconds of timed runs per side in the final contest (at least ``min_runs``)."""
     min_runs: int = Field(30, ge=2)
+    search_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Seconds the search may take: past them no further candidate is measured and the best of
+    those measured goes to the final contest (the defaults are always measured first)."""
 
     def _refuse_contradictions(self) -> None:
         self.feeds.one_size()
@@ -435,6 +439,9 @@ def tune(
         timer = measure or in_process
 
         say(f"searching {len(grid)} candidates by successive halving")
+        deadline = (
+            time.monotonic() + config.search_budget if config.search_budget is not None else None
+        )
         best, rounds = successive_halving(
             grid,
             timer,
@@ -445,7 +452,14 @@ def tune(
             max_runs=config.max_runs,
             describe=describe,
             progress=say,
+            deadline=deadline,
         )
+        measured = rounds[0].candidates if rounds else len(grid)
+        if measured < len(grid):
+            notes.append(
+                f"search_budget {config.search_budget:g} s: {measured} of {len(grid)} candidates "
+                "measured before it ran out"
+            )
         if best.key != grid[0].key and best.settings != defaults.settings() | {
             "optimization": best.settings["optimization"]
         }:
