@@ -15,6 +15,7 @@ EXPECTED = {
     "BenchConfig", "BenchReport", "ProfileConfig", "ProfileReport", "TuneConfig", "TuneReport",
     "bench", "profile", "tune", "tuned_for",
     "DoctorReport", "doctor",
+    "GateConfig", "GateReport", "load_config", "open_registry", "run_gate",
     "QuantizeConfig", "QuantizeReport", "quantize",
     "Contract", "ContractConfig", "ExportReport", "SklearnExportConfig", "TorchExportConfig",
     "VerifyConfig", "VerifyReport", "export_sklearn", "export_torch", "init_contract",

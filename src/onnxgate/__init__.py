@@ -47,6 +47,7 @@ from onnxgate.export import (
     export_sklearn,
     export_torch,
 )
+from onnxgate.gate import GateConfig, GateReport, load_config, run_gate
 from onnxgate.inspection import ModelInfo, describe, inspect_model
 from onnxgate.model import LoadedModel, Signature, TensorSpec, load_model
 from onnxgate.perf import (
@@ -132,6 +133,12 @@ __all__ = [
     "QuantizeConfig",
     "QuantizeReport",
     "quantize",
+    # the main job: a gate.toml end to end (open_registry is loaded on first use)
+    "GateConfig",
+    "GateReport",
+    "load_config",
+    "open_registry",
+    "run_gate",
     # is this machine ready
     "DoctorReport",
     "doctor",
@@ -170,6 +177,10 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # OrtOptions lives beside ONNX Runtime, which is imported only when something runs a model.
+    if name == "open_registry":  # SQLAlchemy loads only when a registry is opened
+        from onnxgate.registry import open_registry
+
+        return open_registry
     if name == "OrtOptions":
         from onnxgate.runners import OrtOptions
 
