@@ -199,3 +199,30 @@ def test_an_unreachable_registry_is_exit_3_and_the_run_is_kept(tmp_path: Path) -
     assert "s3cret" not in result.output and "127.0.0.1:1" in result.output
     saved = json.loads((tmp_path / "run" / "report.json").read_text())
     assert saved["passed"] is True and saved["registered"] is None
+
+
+def test_a_changed_input_file_outside_the_run_misses_the_cache(tmp_path: Path) -> None:
+    import numpy as np
+
+    np.savez(tmp_path / "feeds.npz", x=np.ones((2, 4), np.float32))
+    path = _config(tmp_path, FAST + '\n[steps.compare.feeds]\ninputs = "feeds.npz"\n')
+    run_gate(path)
+    assert run_gate(path).step("compare").cached
+    np.savez(tmp_path / "feeds.npz", x=np.zeros((2, 4), np.float32))  # same path, new bytes
+    again = run_gate(path)
+    assert not again.step("compare").cached and again.step("check").cached
+
+
+def test_odd_names_and_missing_sources_are_errors_in_the_report(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "m.onnx")
+    path = tmp_path / "gate.toml"
+    path.write_text('version = 1\n[model]\nname = "report"\nsource = "m.onnx"\n' + FAST)
+    report = run_gate(path)  # a model named "report" is still the model
+    assert report.passed and {a.role for a in report.artefacts} >= {"model", "contract"}
+    path.write_text('version = 1\n[model]\nname = "m"\nsource = "missing.onnx"\n' + FAST)
+    report = run_gate(path)
+    assert report.step("export").status == "error" and report.step("export").exit_code == 2
+    assert (Path(report.run_dir) / "report.json").is_file()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        run_gate(path, out=tmp_path / "afile")

@@ -130,6 +130,7 @@ def run_command(
             on_step=(lambda result: show(render_step(result))) if fmt == "text" else None,
         )
         if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(Path(report.run_dir) / "junit.xml", junit)
         return report
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from onnxgate import __version__
 from onnxgate._fs import atomic_write_text, cache_dir
-from onnxgate.errors import ConfigError, GateError
+from onnxgate.errors import ConfigError, ExitCode, GateError
 from onnxgate.gate import _steps
 from onnxgate.gate._config import GateConfig, Step, load_config
 from onnxgate.gate._report import (
@@ -111,17 +111,31 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+REPORTS = frozenset({"report.json", "report.html", "junit.xml"})
+
+
 def _snapshot(folder: Path) -> dict[str, str]:
-    """Every file of the run folder (but the reports) by relative path → sha256."""
-    return {
-        str(p.relative_to(folder)): _sha256(p)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and not p.name.startswith(("report.", "junit.")) and ".tmp" not in p.name
-    }
+    """Every file of the run folder by relative path → sha256, but the reports and temp files.
+
+    Temp files (``_fs.staged_file``'s and the cache's) start with a dot.
+    """
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if not path.is_file() or str(rel) in REPORTS or path.name.startswith("."):
+            continue
+        found[str(rel)] = _sha256(path)
+    return found
 
 
-def _role(name: str, model: str) -> str:
-    """``minilm.int8.contract.json`` → ``contract.int8``: what a file is, for the registry."""
+def _role(rel: str, model: str) -> str:
+    """``minilm.int8.contract.json`` → ``contract.int8``: what a file is, for the registry.
+
+    Other files (external data) are named by their path in the run folder, which is unique.
+    """
+    if "/" in rel:
+        return rel
+    name = rel
     stem = name.removeprefix(f"{model}.")
     kinds = {"onnx": "model", "contract.json": "contract", "golden.npz": "golden"}
     for suffix, kind in kinds.items():
@@ -179,11 +193,15 @@ class _Cache:
 
 def _cache_key(
     name: str, section: Step, ctx: _steps.Context, env: Environment, config: GateConfig
-) -> str:
+) -> str | None:
     """What a step's result depends on: its settings, the files it reads, runtime and machine."""
     files = _snapshot(ctx.run_dir)
+    outside = _outside_files(name, section, config)
+    if outside is None:
+        return None
     key = {
         "step": name,
+        "outside": outside,
         "settings": config_hash(section),
         "targets": config.targets.model_dump(mode="json"),
         "model": config.model.model_dump(mode="json") if name == "export" else None,
@@ -192,15 +210,42 @@ def _cache_key(
         "machine": env.fingerprint,
         "tuned": ctx.passed.get("tune") if name == "bench" else None,
     }
-    if name == "export" and config.model.kind == "onnx":
-        key["source"] = _sha256(Path(config.model.source))
     return config_hash(key)
 
 
-def _cacheable(name: str, config: GateConfig) -> bool:
-    # A module's code and weights are not files the gate can hash: torch/sklearn exports always
-    # run, and the steps after them hit the cache when the exported bytes are the same.
-    return not (name == "export" and config.model.kind != "onnx")
+def _outside_files(name: str, section: Step, config: GateConfig) -> list[str] | None:
+    """Files outside the run folder a step reads, with their sha256, for its cache key.
+
+    None when the step reads something the gate cannot hash (a module's code: ``torch:``,
+    ``sklearn:``, ``package.module:function``): such a step always runs.
+    """
+    specs: list[str | None] = []
+    if name == "export":
+        if config.model.kind != "onnx":
+            return None  # the module or estimator is code; the exported bytes key what follows
+        specs.append(config.model.source)
+    for attribute in ("feeds",):
+        feeds = getattr(section, attribute, None)
+        if feeds is not None and feeds.inputs is not None:
+            specs.append(str(feeds.inputs))
+    for attribute in ("against", "vs", "eval", "calibration", "labels"):
+        value = getattr(section, attribute, None)
+        if value is not None:
+            specs.append(str(value))
+    files: list[str] = []
+    for spec in specs:
+        if spec is None or spec in ("reference", "ort") or spec.startswith("ort:"):
+            continue
+        path = Path(spec)
+        if not path.exists():
+            return None  # torch:..., sklearn:..., package.module:function: code, not a file
+        inside = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        if path.suffix == ".onnx" and path.is_file():
+            from onnxgate.model import load_model  # its external data, checked as safe
+
+            inside += sorted({ref.path for ref in load_model(path).external_data})
+        files += [f"{p}:{_sha256(p)}" for p in inside]
+    return files
 
 
 def _run_dir(config: GateConfig, out: Path | None) -> Path:
@@ -213,6 +258,8 @@ def _run_dir(config: GateConfig, out: Path | None) -> Path:
         while folder.exists():
             n += 1
             folder = config.output.dir / f"{config.model.name}-{stamp}-{n}"
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"the run folder {folder} is a file.", hint="Give another --out.")
     if folder.exists() and any(folder.iterdir()):
         raise ConfigError(
             f"the run folder {folder} exists and is not empty.",
@@ -315,7 +362,7 @@ def run_gate(
 
 def _artefact(run_dir: Path, rel: str, digest: str, model: str) -> Artefact:
     return Artefact(
-        role=_role(Path(rel).name, model),
+        role=_role(rel, model),
         path=rel,
         sha256=digest,
         size=(run_dir / rel).stat().st_size,
@@ -331,16 +378,26 @@ def _run_step(
     store: _Cache,
     say: Callable[[str], None],
 ) -> StepResult:
-    key = _cache_key(name, section, ctx, env, config) if _cacheable(name, config) else None
-    if key is not None and (hit := store.get(key, ctx.run_dir)) is not None:
-        say(f"{name}: unchanged since an earlier run, taken from the cache")
-        return hit
-    say(name)
-    before = _snapshot(ctx.run_dir)
     clock = time.perf_counter()
     settings = config_hash(section)
     try:
+        key = _cache_key(name, section, ctx, env, config)
+        if key is not None and (hit := store.get(key, ctx.run_dir)) is not None:
+            say(f"{name}: unchanged since an earlier run, taken from the cache")
+            return hit
+        say(name)
+        before = _snapshot(ctx.run_dir)
         outcome = RUNNERS[name](ctx, section)
+    except OSError as error:  # a file the step reads or writes: the user's to fix
+        return StepResult(
+            name=name,
+            status="error",
+            seconds=round(time.perf_counter() - clock, 3),
+            summary=f"{error.strerror or error}: {error.filename or ''}".strip(),
+            reason=str(error),
+            exit_code=int(ExitCode.USAGE),
+            config_hash=settings,
+        )
     except GateError as error:
         reason = error.message + (f" ({error.hint})" if error.hint else "")
         return StepResult(
@@ -350,6 +407,17 @@ def _run_step(
             summary=error.message.splitlines()[0],
             reason=reason,
             exit_code=int(error.exit_code),
+            config_hash=settings,
+        )
+    except Exception as error:  # a bug in onnxgate: this step's error, and the run goes on
+        log.debug("step %s failed", name, exc_info=True)
+        return StepResult(
+            name=name,
+            status="error",
+            seconds=round(time.perf_counter() - clock, 3),
+            summary=f"internal error: {type(error).__name__}: {error}",
+            reason="a bug in onnxgate; run again with -vv for the traceback and report it",
+            exit_code=int(ExitCode.INTERNAL),
             config_hash=settings,
         )
     after = _snapshot(ctx.run_dir)
