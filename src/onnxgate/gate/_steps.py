@@ -324,8 +324,14 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
         "replaced_defaults": report.replaced_defaults,
     }
     kept = "the winner" if report.replaced_defaults else "ONNX Runtime's defaults"
+    measured = report.rounds[0].candidates if report.rounds else report.candidates
+    searched = (
+        f"{measured} of {report.candidates} candidates (search_budget)"
+        if measured < report.candidates
+        else f"{report.candidates} candidates"
+    )
     summary = (
-        f"{report.candidates} candidates; {kept} kept: p50 {report.best.p50_ms:.2f} ms "
+        f"{searched}; {kept} kept: p50 {report.best.p50_ms:.2f} ms "
         f"(defaults {report.defaults.p50_ms:.2f} ms)"
     )
     return Outcome(report.passed, summary, figures, report)
