@@ -402,7 +402,15 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     from onnxgate.settings import FeedSettings
 
     session = step.session
-    tuned = step.tuned and ctx.passed.get("tune", False)
+    tune_step = ctx.config.steps.tune
+    same_shape = (
+        list(step.batches) == ([tune_step.batch] if tune_step.batch else [])
+        and {name: sizes[0] for name, sizes in step.dims.items() if len(sizes) == 1}
+        == dict(tune_step.dims)
+        and all(len(sizes) == 1 for sizes in step.dims.values())
+    )
+    # tune records its settings for one shape: bench runs them only at that shape
+    tuned = step.tuned and ctx.passed.get("tune", False) and same_shape
     if tuned and session.threads:
         raise ConfigError(
             "steps.bench.session.threads conflicts with steps.bench.tuned: the tuned thread "
