@@ -16,7 +16,14 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from onnxgate.errors import ConfigError
-from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances, config_hash
+from onnxgate.settings import (
+    FeedSettings,
+    Part,
+    SessionSettings,
+    Tolerances,
+    config_hash,
+    field_path,
+)
 
 CONFIG_VERSION = 1
 """The version of the file format this onnxgate reads (``version = 1`` at the top)."""
@@ -262,14 +269,10 @@ class GateConfig(Part):
         return config_hash(self)
 
 
-def _where(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"
-
-
 def _explain(error: ValidationError, path: Path) -> ConfigError:
     lines = []
     for item in error.errors():
-        where = _where(item["loc"])
+        where = field_path(item["loc"]) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key")
         elif item["type"] == "missing":

@@ -9,6 +9,7 @@ wrote, and says so.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -23,6 +24,7 @@ from typing import Any
 
 from onnxgate import __version__
 from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate.contract._schema import sha256_file
 from onnxgate.errors import ConfigError, ExitCode, GateError
 from onnxgate.gate import _steps
 from onnxgate.gate._config import GateConfig, Step, load_config
@@ -103,12 +105,19 @@ def environment() -> Environment:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(Path(path))
+
+
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """A file's sha256, hashed once while its size and modification time stay the same.
+
+    Every step snapshots the run folder before and after it runs and for its cache key; the
+    models in it are tens of MB, and only the files a step wrote are read again.
+    """
+    stat = path.stat()
+    return _digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 REPORTS = frozenset({"report.json", "report.html", "junit.xml"})

@@ -27,12 +27,28 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+
+
+def _copy_hashed(src: BinaryIO, out: BinaryIO) -> tuple[str, int]:
+    """Copy ``src`` to ``out`` and fsync it; the sha256 and byte count of what was copied."""
+    digest = hashlib.sha256()
+    copied = 0
+    while block := src.read(CHUNK):
+        digest.update(block)
+        copied += len(block)
+        out.write(block)
+    out.flush()
+    os.fsync(out.fileno())
+    return digest.hexdigest(), copied
+
+
 DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -128,19 +144,12 @@ class Store:
         fd, name = tempfile.mkstemp(prefix=f"{sha256[:12]}.", suffix=".tmp", dir=self.tmp)
         tmp = Path(name)
         try:
-            digest = hashlib.sha256()
-            copied = 0
             with os.fdopen(fd, "wb") as out, source.open("rb") as src:
-                while block := src.read(CHUNK):
-                    digest.update(block)
-                    copied += len(block)
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
-            if digest.hexdigest() != sha256 or copied != size:
+                got, copied = _copy_hashed(src, out)
+            if got != sha256 or copied != size:
                 raise ArtefactCorrupt(
                     f"{source} changed while it was being stored (sha256 {sha256[:12]}… then "
-                    f"{digest.hexdigest()[:12]}…).",
+                    f"{got[:12]}…).",
                     hint="Register files that nothing else is writing.",
                 )
             os.chmod(tmp, 0o444)
@@ -165,8 +174,6 @@ class Store:
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         tmp = Path(name)
         try:
-            digest = hashlib.sha256()
-            copied = 0
             with os.fdopen(fd, "wb") as out:
                 try:
                     src = source.open("rb")
@@ -176,16 +183,11 @@ class Store:
                         hint="Run `onnxgate registry fsck` to list every damaged version.",
                     ) from err
                 with src:
-                    while block := src.read(CHUNK):
-                        digest.update(block)
-                        copied += len(block)
-                        out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
-            if digest.hexdigest() != sha256 or copied != size:
+                    got, copied = _copy_hashed(src, out)
+            if got != sha256 or copied != size:
                 raise ArtefactCorrupt(
                     f"blob {sha256} in {self.root} is damaged: {copied} bytes with sha256 "
-                    f"{digest.hexdigest()}, expected {size} bytes.",
+                    f"{got}, expected {size} bytes.",
                     hint="Run `onnxgate registry fsck` to list every damaged version.",
                 )
             umask = os.umask(0)
