@@ -253,9 +253,16 @@ def migrate(engine: Engine, url: URL, revision: str = "head") -> None:
 
     script = ScriptDirectory.from_config(alembic_config(None))  # type: ignore[arg-type]
     target = script.get_current_head() if revision == "head" else revision
-    with engine.connect() as conn:
-        current = current_revision(conn)
-        conn.rollback()
+
+    def read() -> str | None:
+        # connecting runs the pragmas; switching a fresh file to WAL can meet another opener's
+        # lock without the busy handler's wait, so the read is retried like a transaction
+        with engine.connect() as conn:
+            found = current_revision(conn)
+            conn.rollback()
+            return found
+
+    current = retrying(read)
     if current == target:
         return
     if current is not None and current not in {r.revision for r in script.walk_revisions()}:

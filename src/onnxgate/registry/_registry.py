@@ -453,10 +453,14 @@ def open_registry(url: str | None = None, store: str | os.PathLike[str] | None =
         engine = _db.create(parsed)
     except OSError as err:  # the SQLite file's folder cannot be made
         raise _db.unreachable(parsed, err) from err
-    try:
-        with engine.connect() as conn:
+
+    def probe() -> None:
+        with engine.connect() as conn:  # connecting runs the pragmas (WAL may meet a lock)
             conn.exec_driver_sql("SELECT 1")
             conn.rollback()
+
+    try:
+        _db.retrying(probe)
         _db.migrate(engine, parsed)
     except DBAPIError as err:
         engine.dispose()
