@@ -224,3 +224,49 @@ class ArtefactCorrupt(GateError):
 
     exit_code = ExitCode.FAILED
     code = "artefact-corrupt"
+
+
+class RequestRefused(GateError):
+    """A server request refused on purpose; ``status`` says how both protocols answer it.
+
+    ``invalid`` → HTTP 400 / gRPC ``INVALID_ARGUMENT``, ``not_found`` → 404 / ``NOT_FOUND``,
+    ``too_large`` → 413 / ``RESOURCE_EXHAUSTED``, ``unavailable`` → 503 / ``UNAVAILABLE``.
+    """
+
+    status = "invalid"
+    code = "request-refused"
+
+
+class InvalidRequest(RequestRefused):
+    """A request does not fit the model's contract (datatype, rank, dims, values) or the protocol."""
+
+    code = "invalid-request"
+
+
+class ModelNotServed(RequestRefused):
+    """A request names a model or version this server does not serve."""
+
+    status = "not_found"
+    code = "model-not-served"
+
+
+class PayloadTooLarge(RequestRefused):
+    """A request is larger than the server's limit."""
+
+    status = "too_large"
+    code = "payload-too-large"
+
+
+class Unavailable(RequestRefused):
+    """The model is not ready, its queue is full, or the server is shutting down."""
+
+    exit_code = ExitCode.ENVIRONMENT
+    status = "unavailable"
+    code = "unavailable"
+
+
+class NotGated(GateError):
+    """A model to serve has no passing gate (``--allow-ungated`` serves it anyway)."""
+
+    exit_code = ExitCode.FAILED
+    code = "not-gated"

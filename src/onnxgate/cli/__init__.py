@@ -21,6 +21,8 @@ from onnxgate.cli.profile_cmd import profile_command
 from onnxgate.cli.quantize_cmd import quantize_command
 from onnxgate.cli.registry_cmd import registry_app
 from onnxgate.cli.runtimes_cmd import runtimes_command
+from onnxgate.cli.serve_cmd import HELP as SERVE_HELP
+from onnxgate.cli.serve_cmd import serve_command
 from onnxgate.cli.tune_cmd import tune_command
 
 app = typer.Typer(
@@ -75,6 +77,7 @@ app.add_typer(contract_app, name="contract")
 app.add_typer(export_app, name="export")
 app.add_typer(gate_app, name="gate")
 app.add_typer(registry_app, name="registry")
+app.command("serve", help=SERVE_HELP)(serve_command)
 app.command("runtimes")(runtimes_command)
 app.command("doctor")(doctor_command)
 

@@ -199,7 +199,7 @@ def init_contract(
     )
 
 
-def _identity_cell(loaded: LoadedModel, contract: Contract) -> Cell:
+def identity_cell(loaded: LoadedModel, contract: Contract) -> Cell:
     now = identity(loaded)
     problems = []
     if now.model.sha256 != contract.identity.model.sha256:
@@ -271,7 +271,7 @@ def _one_runtime(
         return RuntimeResult(
             runtime=label,
             loads=Cell(passed=True),
-            placement=_placement_cell(loaded, spec, session, options, samples),
+            placement=placement_cell(loaded, spec, session, options, samples),
             parity=Cell(passed=False, reason=err.message),
             ran=candidate.info(),
         )
@@ -289,7 +289,7 @@ def _one_runtime(
     return RuntimeResult(
         runtime=label,
         loads=Cell(passed=True),
-        placement=_placement_cell(loaded, spec, session, options, samples),
+        placement=placement_cell(loaded, spec, session, options, samples),
         parity=parity,
         ran=report.ran.get("candidate"),
     )
@@ -308,7 +308,7 @@ def _why_not_loaded(loaded: LoadedModel, spec: RuntimeSpec) -> str | None:
     return "; ".join(f"{f.code}: {f.message}" for f in blocking) or None
 
 
-def _placement_cell(
+def placement_cell(
     loaded: LoadedModel,
     spec: RuntimeSpec,
     session: SessionSettings,
@@ -374,7 +374,7 @@ def verify(
         )
     contract_file = SIDECAR.location(loaded.path)
     # the bytes first: a contract proves things about these files, not about a file name
-    ident = _identity_cell(loaded, contract)
+    ident = identity_cell(loaded, contract)
     if not ident.passed:
         skipped = Cell(
             passed=None, reason="not run: the files are not the ones the contract describes"

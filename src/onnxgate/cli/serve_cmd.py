@@ -1,0 +1,223 @@
+"""``onnxgate serve REF [REF ...]``: the Open Inference Protocol over REST and gRPC."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from onnxgate.cli._common import err, handles_errors
+from onnxgate.cli._options import (
+    OptLevelOpt,
+    ProviderOptionOpt,
+    ProvidersOpt,
+    SessionConfigOpt,
+    ThreadsOpt,
+    build,
+    session_settings,
+)
+from onnxgate.errors import ExitCode, ExtraMissing
+
+SERVING = "Serving"
+BATCHING = "Batching and limits"
+
+HELP = """Serve gated models over the Open Inference Protocol (KServe v2), REST and gRPC.
+
+`tritonclient.http` and `tritonclient.grpc` work against it unchanged: health, readiness,
+metadata, inference with JSON or binary tensors, requested outputs, request ids, versions.
+Prometheus metrics are at `/metrics` on the HTTP port.
+
+REF is a registry version (`NAME@ALIAS`, `NAME@3`, `NAME:3`, `NAME` for the latest) or a model
+file beside its contract; `NAME=REF` serves it under another name. A registry version whose gate
+did not pass is refused (so is a file without a passing gate `report.json` beside it) unless
+`--allow-ungated`.
+
+At load each model is proven on this host with the session that will serve it (its files are the
+contract's by sha256, every node is on the provider the gate required, every golden sample is
+within its rule); a model that fails stays NOT READY, with the reason in the log and in its
+metadata, and the server's readiness is false. Every request is held to the contract: datatype,
+rank, fixed dims, symbolic dims within the sizes the contract proved, value bounds (token ids
+below the vocabulary), size; a refusal is a 400 / INVALID_ARGUMENT naming the input and the rule.
+
+Requests are batched along the batch axis the contract proves. A reference that follows an alias
+is looked up every `--poll` seconds: when the alias moves to another passing version, that
+version is loaded and proven beside the old one and requests switch to it without failing.
+SIGTERM stops gracefully: readiness turns false, in-flight requests finish (`--grace`).
+
+Example: `onnxgate serve minilm@champion --registry sqlite:///registry.db`, then
+`curl localhost:8000/v2/health/ready`.
+
+Exit codes: 0 stopped cleanly · 1 a model's gate did not pass · 2 bad reference or option ·
+3 a port, provider, extra or the registry is unavailable."""
+
+
+@handles_errors
+def serve_command(
+    refs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Registry references (NAME@ALIAS, NAME@3, NAME:3) or model files; NAME=REF renames.",
+            metavar="REF...",
+            show_default=False,
+        ),
+    ],
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            "--registry",
+            help="Registry database URL or SQLite path. Default: $ONNXGATE_REGISTRY, else "
+            "onnxgate's user data folder.",
+            show_default=False,
+            rich_help_panel=SERVING,
+        ),
+    ] = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on.", rich_help_panel=SERVING)
+    ] = "127.0.0.1",
+    http_port: Annotated[
+        int,
+        typer.Option("--http-port", help="REST port; 0 turns REST off.", rich_help_panel=SERVING),
+    ] = 8000,
+    grpc_port: Annotated[
+        int,
+        typer.Option("--grpc-port", help="gRPC port; 0 turns gRPC off.", rich_help_panel=SERVING),
+    ] = 8001,
+    allow_ungated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-ungated",
+            help="Serve versions whose gate did not pass, and files without a gate report.",
+            rich_help_panel=SERVING,
+        ),
+    ] = False,
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            "--variant",
+            help="Serve the version's model.VARIANT artefact (e.g. int8) instead of its model.",
+            show_default=False,
+            rich_help_panel=SERVING,
+        ),
+    ] = None,
+    poll: Annotated[
+        float,
+        typer.Option(
+            "--poll",
+            help="Seconds between registry lookups of followed aliases; 0 never.",
+            rich_help_panel=SERVING,
+        ),
+    ] = 5.0,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="Seconds a stop or an alias switch waits for requests in flight.",
+            rich_help_panel=SERVING,
+        ),
+    ] = 30.0,
+    tuned: Annotated[
+        bool,
+        typer.Option(
+            "--tuned/--no-tuned",
+            help="Use the settings `tune` recorded for this machine in the contract, if one "
+            "record matches.",
+            rich_help_panel=SERVING,
+        ),
+    ] = True,
+    batching: Annotated[
+        bool,
+        typer.Option(
+            "--batching/--no-batching", help="Dynamic batching.", rich_help_panel=BATCHING
+        ),
+    ] = True,
+    max_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--max-batch",
+            help="Samples per execution at most. Default: the largest batch the contract "
+            "proved, at most 32 (never above what the contract proved).",
+            show_default=False,
+            rich_help_panel=BATCHING,
+        ),
+    ] = None,
+    max_delay_ms: Annotated[
+        float,
+        typer.Option(
+            "--max-delay-ms",
+            help="How long the oldest request waits for others to join its batch.",
+            rich_help_panel=BATCHING,
+        ),
+    ] = 2.0,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            "--max-queue",
+            help="Requests pending per model at most; beyond, 503 / UNAVAILABLE.",
+            rich_help_panel=BATCHING,
+        ),
+    ] = 256,
+    instances: Annotated[
+        int,
+        typer.Option("--instances", help="Executions at once per model.", rich_help_panel=BATCHING),
+    ] = 1,
+    max_request_mb: Annotated[
+        float,
+        typer.Option(
+            "--max-request-mb",
+            help="Largest request: tensors (in memory) and body (on the wire, up to 4x for "
+            "JSON); beyond, 413 / RESOURCE_EXHAUSTED.",
+            rich_help_panel=BATCHING,
+        ),
+    ] = 64.0,
+    providers: ProvidersOpt = None,
+    provider_option: ProviderOptionOpt = None,
+    opt_level: OptLevelOpt = "all",
+    threads: ThreadsOpt = 0,
+    session_config: SessionConfigOpt = None,
+    fmt: Annotated[str, typer.Option(hidden=True)] = "text",
+) -> None:
+    """Serve gated models over the Open Inference Protocol (REST and gRPC)."""
+    try:
+        import grpc  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as missing:
+        raise ExtraMissing(
+            f"onnxgate serve needs the serve extra ({missing.name} is not installed).",
+            hint="pip install 'onnxgate[serve]'",
+        ) from None
+    from onnxgate.serve import ModelSettings, PredictorConfig, ServeConfig, serve
+
+    session = session_settings(providers, provider_option, opt_level, threads, session_config)
+    limit = int(max_request_mb * (1 << 20))
+    config = build(
+        ServeConfig,
+        predictor=build(
+            PredictorConfig,
+            session=session,
+            tuned=tuned,
+            max_request_bytes=max(limit, 1),
+            allow_ungated=allow_ungated,
+            variant=variant,
+            registry=registry,
+        ),
+        model=build(
+            ModelSettings,
+            batching=batching,
+            max_batch=max_batch,
+            max_delay_ms=max_delay_ms,
+            max_queue=max_queue,
+            instances=instances,
+        ),
+        poll_seconds=poll,
+        grace_seconds=grace,
+        max_body_bytes=max(4 * limit, 1024),
+    )
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("onnxgate").setLevel(logging.INFO)  # a server says what it serves
+    err.print(f"onnxgate serve: loading {', '.join(refs)}", highlight=False)
+    serve(refs, config, host=host, http_port=http_port, grpc_port=grpc_port)
+    sys.stderr.flush()
+    raise typer.Exit(int(ExitCode.PASSED))

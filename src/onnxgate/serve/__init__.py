@@ -1,0 +1,66 @@
+"""Serving gated models: a thread-safe predictor, and an Open Inference Protocol server.
+
+``Predictor`` is the library's production wrapper (open, prove, validate, run, count);
+``serve`` runs the REST and gRPC server on top of it. The server's parts need the ``serve``
+extra (uvicorn, grpcio, prometheus-client); the predictor needs only onnxgate itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from onnxgate.serve._predictor import Counts, Predictor, PredictorConfig, Proof
+from onnxgate.serve._types import InferRequest, InferResponse, RequestTensor
+
+if TYPE_CHECKING:
+    from onnxgate.serve._hub import Hub, ModelSettings, ServeConfig
+
+__all__ = [
+    "Counts",
+    "Hub",
+    "InferRequest",
+    "InferResponse",
+    "ModelSettings",
+    "Predictor",
+    "PredictorConfig",
+    "Proof",
+    "RequestTensor",
+    "ServeConfig",
+    "serve",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name in ("Hub", "ModelSettings", "ServeConfig"):
+        from onnxgate.serve import _hub
+
+        return getattr(_hub, name)
+    raise AttributeError(f"module 'onnxgate.serve' has no attribute {name!r}")
+
+
+def serve(
+    refs: Sequence[str],
+    config: ServeConfig | None = None,
+    *,
+    host: str = "127.0.0.1",
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+) -> None:
+    """Serve ``refs`` over REST and gRPC until SIGTERM or SIGINT; the library side of ``serve``.
+
+    Raises:
+        NotGated: a version's gate did not pass and ``allow_ungated`` is off.
+        GateError: a reference cannot be opened, or a port cannot be bound.
+    """
+    from onnxgate.serve._app import Listen, run_server
+    from onnxgate.serve._hub import ServeConfig
+
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # uvloop is optional: asyncio's own loop works, a little slower
+        runner = asyncio.run
+    runner(run_server(list(refs), config or ServeConfig(), Listen(host, http_port, grpc_port)))

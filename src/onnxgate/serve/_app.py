@@ -1,0 +1,141 @@
+"""One process, one event loop: the REST server (uvicorn) and the gRPC server over one ``Hub``.
+
+SIGTERM or SIGINT starts a graceful stop: readiness turns false at once (a load balancer stops
+sending), both servers stop accepting, requests already in flight finish within the grace
+period, then the models are unloaded. A second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from onnxgate.errors import EnvironmentProblem
+from onnxgate.serve._hub import Hub, ServeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the server listens; a port of 0 turns that protocol off."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+
+
+def _uvicorn_server(app: object, listen: Listen, grace: float) -> object:
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # the app owns SIGTERM, not uvicorn
+            yield
+
+    config = uvicorn.Config(
+        app,
+        host=listen.host,
+        port=listen.http_port,
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=max(1, int(grace)),
+        timeout_keep_alive=30,
+    )
+    return _Server(config)
+
+
+async def run_server(
+    items: Sequence[str],
+    config: ServeConfig,
+    listen: Listen,
+    *,
+    on_ready: Callable[[Hub], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> Hub:
+    """Load and prove every model, serve both protocols until a signal (or ``stop``), stop.
+
+    Raises:
+        GateError: a model cannot be opened (not gated, not found, no session).
+        EnvironmentProblem: a port cannot be bound.
+    """
+    from onnxgate.serve._grpc import make_server
+    from onnxgate.serve._rest import make_app
+
+    hub = Hub(config)
+    await hub.load(items)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.warning(
+                "stopping: finishing requests in flight (up to %.0f s)", config.grace_seconds
+            )
+            hub.stopping = True
+            stop.set()
+        else:
+            log.warning("stopping now")
+            raise SystemExit(1)
+
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+    grpc_server = None
+    http_server = None
+    http_task = None
+    try:
+        if listen.grpc_port:
+            grpc_server = make_server(hub, f"{listen.host}:{listen.grpc_port}")
+            await grpc_server.start()
+        if listen.http_port:
+            http_server = _uvicorn_server(make_app(hub), listen, config.grace_seconds)
+            http_task = loop.create_task(http_server.serve())  # type: ignore[attr-defined]
+            while not http_server.started and not http_task.done():  # type: ignore[attr-defined]
+                await asyncio.sleep(0.01)
+            if http_task.done():  # uvicorn exits with SystemExit when it cannot bind
+                with contextlib.suppress(SystemExit, OSError):
+                    http_task.result()
+                raise EnvironmentProblem(
+                    f"cannot listen for HTTP on {listen.host}:{listen.http_port}.",
+                    hint="Is another server on that port? Pick another --http-port.",
+                )
+        log.info(
+            "serving %s on http://%s:%s and grpc %s:%s",
+            ", ".join(sorted(hub.entries)),
+            listen.host,
+            listen.http_port or "-",
+            listen.host,
+            listen.grpc_port or "-",
+        )
+        if on_ready:
+            on_ready(hub)
+        waiters = [loop.create_task(stop.wait())]
+        if http_task is not None:
+            waiters.append(http_task)
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hub.stopping = True
+        grace = config.grace_seconds
+        if http_server is not None:
+            http_server.should_exit = True  # type: ignore[attr-defined]
+        if grpc_server is not None:
+            await grpc_server.stop(grace)
+        if http_task is not None:
+            with contextlib.suppress(BaseException):
+                await http_task
+        await hub.stop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    log.info("stopped")
+    return hub

@@ -1,0 +1,332 @@
+"""The Open Inference Protocol v2 over gRPC, as ``tritonclient.grpc`` expects it.
+
+Six RPCs of ``inference.GRPCInferenceService`` are served (ServerLive, ServerReady, ModelReady,
+ServerMetadata, ModelMetadata, ModelInfer); any other (Triton's ModelConfig, ModelStatistics,
+streaming, shared memory) is answered ``UNIMPLEMENTED`` by gRPC itself, and the client's
+``infer()`` needs none of them.
+
+What the wire requires, and why the code looks the way it does:
+
+- tritonclient sends every input's bytes in ``raw_input_contents``, one entry per input in
+  order, and reads outputs *only* from ``raw_output_contents`` (a reply with typed
+  ``contents`` alone decodes to empty arrays). So replies always carry raw bytes; requests may
+  use either form, but never both for one input.
+- Refusals become status codes through the error's ``status`` (``invalid`` ->
+  ``INVALID_ARGUMENT``, ``not_found`` -> ``NOT_FOUND``, ``too_large`` -> ``RESOURCE_EXHAUSTED``,
+  ``unavailable`` -> ``UNAVAILABLE``); ONNX Runtime failing on valid input is ``INTERNAL``, and
+  so is a bug here, with a generic message: the traceback goes to the log, never to the client.
+- gRPC's default 4 MB receive limit would refuse ordinary tensors; the server accepts messages
+  up to the configured body limit and sends replies of any size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+import numpy as np
+
+from onnxgate.errors import (
+    EnvironmentProblem,
+    ExtraMissing,
+    GateError,
+    InternalError,
+    InvalidRequest,
+    RequestRefused,
+    first_line,
+)
+from onnxgate.serve import _proto
+from onnxgate.serve._hub import Hub
+from onnxgate.serve._tensors import check_shape, from_bytes, numpy_dtype, output_datatype, to_bytes
+from onnxgate.serve._types import InferRequest, InferResponse, RequestTensor
+
+try:
+    import grpc
+    import grpc.aio
+except ImportError as err:  # pragma: no cover - depends on the environment
+    raise ExtraMissing(
+        "serving gRPC needs grpcio: pip install 'onnxgate[serve]' (or pip install grpcio)."
+    ) from err
+
+log = logging.getLogger(__name__)
+
+_CODES: dict[str, grpc.StatusCode] = {
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+    "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
+}
+
+_CONTENTS: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+"""Which ``InferTensorContents`` field carries each datatype (FP16 has none: raw bytes only)."""
+
+_UNSUPPORTED_PARAMETERS = {
+    "shared_memory_region": "shared memory is not supported; send the data in the request",
+    "classification": "classification outputs are not supported; ask for the raw output",
+}
+
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+def make_server(hub: Hub, address: str) -> grpc.aio.Server:
+    """A gRPC server for ``hub`` bound to ``address`` (``host:port``), not started yet.
+
+    Call it inside the event loop that serves the hub, then ``await server.start()``; stop it
+    with ``await server.stop(grace)``.
+
+    Raises:
+        EnvironmentProblem: the address cannot be bound (in use, or not a ``host:port``).
+    """
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", hub.max_body_bytes),
+            ("grpc.max_send_message_length", -1),
+            # without this, a second server on a port in use binds it too and shares its traffic
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    server.add_generic_rpc_handlers((_generic_handler(hub),))
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as err:
+        port, cause = 0, err
+    else:
+        cause = None
+    if not port:
+        raise EnvironmentProblem(
+            f"gRPC cannot listen on {address!r}: the port is in use or the address is not "
+            "host:port.",
+            hint="Choose another --grpc-port.",
+        ) from cause
+    log.info("gRPC (Open Inference Protocol v2) on %s", address)
+    return server
+
+
+def _generic_handler(hub: Hub) -> grpc.GenericRpcHandler:
+    service = _Service(hub)
+    handlers: dict[str, Handler] = {
+        "ServerLive": service.server_live,
+        "ServerReady": service.server_ready,
+        "ModelReady": service.model_ready,
+        "ServerMetadata": service.server_metadata,
+        "ModelMetadata": service.model_metadata,
+        "ModelInfer": service.model_infer,
+    }
+    methods = {
+        name: grpc.unary_unary_rpc_method_handler(
+            handlers[name],
+            request_deserializer=request_cls.FromString,
+            response_serializer=response_cls.SerializeToString,
+        )
+        for name, (request_cls, response_cls) in _proto.METHODS.items()
+    }
+    return grpc.method_handlers_generic_handler(_proto.SERVICE, methods)
+
+
+def _status(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and message a failure is answered with."""
+    if isinstance(error, RequestRefused):
+        return _CODES.get(error.status, grpc.StatusCode.INVALID_ARGUMENT), str(error)
+    if isinstance(error, GateError):  # RunFailed and the like: the server's fault, said on purpose
+        return grpc.StatusCode.INTERNAL, str(error)
+    return grpc.StatusCode.INTERNAL, "internal server error; the server's log has the details."
+
+
+class _Service:
+    """The RPC handlers; every failure ends in ``context.abort`` with a mapped status."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def _fail(
+        self, context: grpc.aio.ServicerContext, rpc: str, error: BaseException
+    ) -> NoReturn:
+        """Answer ``error``'s status; raises (``context.abort`` always does)."""
+        code, message = _status(error)
+        if not isinstance(error, GateError):
+            log.error("gRPC %s failed", rpc, exc_info=error)
+        elif not isinstance(error, RequestRefused):
+            log.warning("gRPC %s failed: %s", rpc, error)
+        await context.abort(code, message)
+        raise AssertionError("context.abort returned")  # never: it raises
+
+    async def server_live(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return _proto.ServerLiveResponse(live=self.hub.live())
+
+    async def server_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return _proto.ServerReadyResponse(ready=self.hub.ready())
+
+    async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            ready = self.hub.model_ready(request.name, request.version or None)
+        except Exception as err:
+            await self._fail(context, "ModelReady", err)
+        return _proto.ModelReadyResponse(ready=ready)
+
+    async def server_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        meta = self.hub.server_metadata()
+        extensions = meta["extensions"]
+        assert isinstance(extensions, list)
+        return _proto.ServerMetadataResponse(
+            name=str(meta["name"]), version=str(meta["version"]), extensions=extensions
+        )
+
+    async def model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            meta = self.hub.model_metadata(request.name, request.version or None)
+        except Exception as err:
+            await self._fail(context, "ModelMetadata", err)
+        reply = _proto.ModelMetadataResponse(
+            name=meta.name, versions=meta.versions, platform=meta.platform
+        )
+        for tensors, into in ((meta.inputs, reply.inputs), (meta.outputs, reply.outputs)):
+            for tensor in tensors:
+                into.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        return reply
+
+    async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        hub = self.hub
+        name, version = request.model_name, request.model_version or None
+        try:
+            served = hub.served(name, version)  # an unknown model is NOT_FOUND before anything
+            decoded = decode_request(request, hub.max_body_bytes)
+        except Exception as err:
+            known = hub.entries.get(name)
+            hub.count_failure(name, version or (known.current if known else ""), err)
+            await self._fail(context, "ModelInfer", err)
+        try:
+            response = await hub.infer(decoded)  # counts its own failures
+        except Exception as err:
+            await self._fail(context, "ModelInfer", err)
+        try:
+            return encode_response(response, served.version)
+        except Exception as err:  # an output the protocol cannot carry: the model's fault
+            failed = InternalError(f"{name}: an output cannot be sent: {first_line(err)}")
+            failed.__cause__ = err
+            await self._fail(context, "ModelInfer", failed)
+
+
+def encode_response(response: InferResponse, version: str) -> Any:
+    """The hub's answer as a ``ModelInferResponse``, outputs always in ``raw_output_contents``."""
+    reply = _proto.ModelInferResponse(
+        model_name=response.model,
+        model_version=response.version or version,
+        id=response.id or "",
+    )
+    for output, array in response.outputs:
+        reply.outputs.add(name=output, datatype=output_datatype(array), shape=array.shape)
+        reply.raw_output_contents.append(to_bytes(array))
+    return reply
+
+
+def decode_request(request: Any, limit: int) -> InferRequest:
+    """A ``ModelInferRequest`` as the hub's ``InferRequest``.
+
+    Args:
+        request: the message (ours or tritonclient's ``service_pb2`` one).
+        limit: the largest tensor a declared shape may describe, in bytes.
+
+    Raises:
+        InvalidRequest: the request is malformed (raw contents count, data length, both forms).
+        PayloadTooLarge: a declared shape is above ``limit``.
+    """
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidRequest(
+            f"the request has {len(request.inputs)} input(s) and {len(raw)} raw_input_contents; "
+            "send one raw_input_contents per input, in the order of the inputs."
+        )
+    tensors = []
+    for index, tensor in enumerate(request.inputs):
+        _refuse_parameters(f"input {tensor.name!r}", tensor.parameters)
+        shape = list(tensor.shape)
+        if raw:
+            if _has_contents(tensor):
+                raise InvalidRequest(
+                    f"input {tensor.name!r} has both contents and raw_input_contents; "
+                    "send one of them."
+                )
+            array = from_bytes(tensor.name, tensor.datatype, shape, raw[index], limit)
+        else:
+            array = _from_contents(tensor, shape, limit)
+        tensors.append(RequestTensor(tensor.name, tensor.datatype, array))
+    outputs = []
+    for output in request.outputs:
+        _refuse_parameters(f"output {output.name!r}", output.parameters)
+        outputs.append(output.name)
+    return InferRequest(
+        model=request.model_name,
+        version=request.model_version or None,
+        inputs=tensors,
+        outputs=outputs or None,
+        id=request.id or None,
+        parameters={key: _parameter(value) for key, value in request.parameters.items()},
+    )
+
+
+def _refuse_parameters(what: str, parameters: Any) -> None:
+    for key, why in _UNSUPPORTED_PARAMETERS.items():
+        if key in parameters:
+            raise InvalidRequest(f"{what}: parameter {key!r}: {why}.")
+
+
+def _parameter(value: Any) -> Any:
+    choice = value.WhichOneof("parameter_choice")
+    return getattr(value, choice) if choice else None
+
+
+def _has_contents(tensor: Any) -> bool:
+    return tensor.HasField("contents") and any(
+        len(getattr(tensor.contents, field)) for field in set(_CONTENTS.values())
+    )
+
+
+def _from_contents(tensor: Any, shape: list[int], limit: int) -> np.ndarray:
+    """An input's typed ``contents`` as an array of ``shape``, checked like raw bytes."""
+    name, datatype = tensor.name, tensor.datatype
+    count = check_shape(name, shape, datatype, limit)
+    dtype = numpy_dtype(datatype)
+    field = _CONTENTS.get(datatype)
+    given = [f for f in sorted(set(_CONTENTS.values())) if len(getattr(tensor.contents, f))]
+    if field is None:
+        if count == 0 and not given:
+            return np.zeros(shape, dtype=dtype)
+        raise InvalidRequest(
+            f"input {name!r}: {datatype} has no typed contents field; send it in "
+            "raw_input_contents."
+        )
+    wrong = [f for f in given if f != field]
+    if wrong:
+        raise InvalidRequest(
+            f"input {name!r} is declared {datatype}, whose values go in contents.{field}; the "
+            f"request fills contents.{wrong[0]}."
+        )
+    values = getattr(tensor.contents, field)
+    if len(values) != count:
+        what = "no data" if not given else f"{len(values)} values in contents.{field}"
+        raise InvalidRequest(
+            f"input {name!r}: shape {shape} holds {count} values, the request has {what}."
+        )
+    if datatype == "BYTES":
+        return np.array(list(values), dtype=object).reshape(shape)
+    if field in ("int_contents", "uint_contents") and dtype.itemsize < 4 and count:
+        wide = np.fromiter(values, dtype=np.int64, count=count)
+        info = np.iinfo(dtype)
+        if int(wide.min()) < info.min or int(wide.max()) > info.max:
+            raise InvalidRequest(f"input {name!r}: a value does not fit {datatype}.")
+        return wide.astype(dtype).reshape(shape)
+    return np.fromiter(values, dtype=dtype, count=count).reshape(shape)

@@ -1,0 +1,440 @@
+"""The server's core, below both protocols: which versions are served, readiness, inference.
+
+``Hub`` holds, for every served name, its versions (a ``Predictor`` and a ``Batcher`` each) and
+the one requests go to when they name no version. A reference that follows an alias
+(``name@champion``, or a bare name for the latest version) is polled in the registry; when the
+alias moves to another version whose gate passed, the new version is opened and proven beside the
+old one, requests switch to it only once it is ready, and the old one is unloaded after its
+pending requests finished. A version that fails its proof never takes traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from onnxgate._version import __version__
+from onnxgate.errors import (
+    GateError,
+    InvalidRequest,
+    ModelNotServed,
+    RequestRefused,
+    Unavailable,
+)
+from onnxgate.serve._batcher import Batcher, Observer
+from onnxgate.serve._metrics import Metrics
+from onnxgate.serve._predictor import Predictor, PredictorConfig
+from onnxgate.serve._source import current_number
+from onnxgate.serve._tensors import datatype_of
+from onnxgate.serve._types import (
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    TensorMetadata,
+)
+from onnxgate.settings import Part
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "onnxruntime_onnx"
+"""What Triton reports for an ONNX model served by ONNX Runtime."""
+EXTENSIONS = ("binary_tensor_data", "onnxgate_contract_validation")
+
+
+class ModelSettings(Part):
+    """How one model is batched and bounded."""
+
+    batching: bool = True
+    """Stack requests along the batch axis the contract proves (models without one run alone)."""
+    max_batch: int | None = Field(None, ge=1)
+    """Samples per execution at most; default: the largest batch the contract proved, at most 32."""
+    max_delay_ms: float = Field(2.0, ge=0)
+    """How long the oldest request may wait for others to join its batch."""
+    max_queue: int = Field(256, ge=1)
+    """Requests pending at most; beyond, 503 / UNAVAILABLE."""
+    instances: int = Field(1, ge=1)
+    """Executions at once (each uses ONNX Runtime's intra-op threads)."""
+
+
+class ServeConfig(Part):
+    """Everything ``onnxgate serve`` is told, as one config (the CLI builds it from flags)."""
+
+    predictor: PredictorConfig = PredictorConfig()
+    model: ModelSettings = ModelSettings()
+    """Settings of every model not named in ``models``."""
+    models: dict[str, ModelSettings] = {}
+    """Settings per served model name."""
+    poll_seconds: float = Field(5.0, ge=0)
+    """How often aliases are looked up in the registry; 0 never."""
+    grace_seconds: float = Field(30.0, ge=0)
+    """How long shutdown and an alias switch wait for pending requests."""
+    max_body_bytes: int = Field(256 << 20, ge=1024)
+    """The largest request body (JSON or binary) the protocols accept; beyond, 413."""
+
+    def settings_for(self, name: str) -> ModelSettings:
+        """The settings of one served model."""
+        return self.models.get(name, self.model)
+
+
+DEFAULT_MAX_BATCH = 32
+
+
+class _Observer(Observer):
+    def __init__(self, metrics: Metrics, name: str, version: str) -> None:
+        self._queue = metrics.queue_seconds.labels(name, version)
+        self._compute = metrics.compute_seconds.labels(name, version)
+        self._batch = metrics.batch_size.labels(name, version)
+        self._exec = metrics.executions.labels(name, version)
+        self._count = metrics.inferences.labels(name, version)
+        self._pending = metrics.pending.labels(name, version)
+
+    def queued(self, seconds: float) -> None:
+        self._queue.observe(seconds)
+
+    def executed(self, seconds: float, rows: int, requests: int) -> None:
+        self._compute.observe(seconds)
+        self._batch.observe(rows)
+        self._exec.inc()
+        self._count.inc(rows)
+
+    def pending(self, count: int) -> None:
+        self._pending.set(count)
+
+
+@dataclass
+class Served:
+    """One loaded version: its predictor and its batcher."""
+
+    predictor: Predictor
+    batcher: Batcher
+
+    @property
+    def version(self) -> str:
+        return self.predictor.version
+
+
+@dataclass
+class Entry:
+    """A served name: its versions and the default one."""
+
+    name: str
+    item: str
+    """What the user asked to serve (``NAME=REF``, a ref, a file)."""
+    versions: dict[str, Served] = field(default_factory=dict)
+    current: str = ""
+    follow: str | None = None
+    """The registry reference to poll (``name@champion``), when it follows an alias."""
+    refused: set[int] = field(default_factory=set)
+    """Versions the alias pointed at that failed to open or prove (not retried)."""
+
+
+class Hub:
+    """The served models, their readiness, and inference; used by both protocol front ends."""
+
+    def __init__(self, config: ServeConfig | None = None) -> None:
+        self.config = config or ServeConfig()
+        self.metrics = Metrics()
+        self.entries: dict[str, Entry] = {}
+        self.stopping = False
+        self.started = time.time()
+        self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="onnxgate-run")
+        self._watchers: list[asyncio.Task[None]] = []
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body either protocol accepts."""
+        return self.config.max_body_bytes
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def _batcher(self, predictor: Predictor) -> Batcher:
+        settings = self.config.settings_for(predictor.name)
+        proven = predictor.max_batch
+        max_batch = settings.max_batch or min(proven or DEFAULT_MAX_BATCH, DEFAULT_MAX_BATCH)
+        if proven is not None and max_batch > proven:
+            log.warning(
+                "%s: max_batch %d is above the largest batch the contract proved (%d); using %d",
+                predictor.name,
+                max_batch,
+                proven,
+                proven,
+            )
+            max_batch = proven
+        batched = settings.batching and predictor.batch_dim is not None
+        if settings.batching and predictor.batch_dim is None:
+            log.info(
+                "%s: no batch axis in the contract; requests run one at a time", predictor.name
+            )
+        batcher = Batcher(
+            predictor.run,
+            batched=batched,
+            max_batch=max_batch,
+            max_delay=settings.max_delay_ms / 1000,
+            max_queue=settings.max_queue,
+            instances=settings.instances,
+            executor=self._executor,
+            observer=_Observer(self.metrics, predictor.name, predictor.version),
+            label=f"{predictor.name}@{predictor.version}",
+        )
+        batcher.start()
+        return batcher
+
+    def _open(self, item: str) -> Predictor:
+        return Predictor.open(item, self.config.predictor)
+
+    async def load(self, items: Sequence[str]) -> None:
+        """Open and prove every item, one after another; start following aliases.
+
+        A model whose proof fails is kept, not ready, with the reason in its metadata.
+
+        Raises:
+            GateError: an item cannot be opened at all (not gated, not found, no session).
+            ConfigError: two items are served under one name.
+        """
+        loop = asyncio.get_running_loop()
+        for item in items:
+            predictor = await loop.run_in_executor(self._executor, self._open, item)
+            if predictor.name in self.entries:
+                predictor.close()
+                from onnxgate.errors import ConfigError
+
+                raise ConfigError(
+                    f"two models would be served as {predictor.name!r}; name one NAME=REF."
+                )
+            entry = Entry(predictor.name, item, follow=predictor.source.alias and item)
+            self._add(entry, predictor)
+            self.entries[predictor.name] = entry
+        if self.config.poll_seconds > 0:
+            for entry in self.entries.values():
+                if entry.follow:
+                    self._watchers.append(loop.create_task(self._watch(entry)))
+
+    def _add(self, entry: Entry, predictor: Predictor) -> None:
+        entry.versions[predictor.version] = Served(predictor, self._batcher(predictor))
+        self.metrics.ready.labels(predictor.name, predictor.version).set(int(predictor.ready))
+        if predictor.ready or not entry.current:
+            entry.current = predictor.version
+
+    async def _watch(self, entry: Entry) -> None:
+        while not self.stopping:
+            await asyncio.sleep(self.config.poll_seconds)
+            try:
+                await self.check_alias(entry)
+            except asyncio.CancelledError:
+                raise
+            except GateError as err:
+                log.warning("%s: looking up %s failed: %s", entry.name, entry.follow, err)
+            except Exception:  # a watcher must not die: the server keeps serving what it has
+                log.exception("%s: following %s failed", entry.name, entry.follow)
+
+    async def check_alias(self, entry: Entry) -> bool:
+        """Look the alias up once; switch to the version it names if it is new and proven.
+
+        Returns:
+            True when a switch happened.
+        """
+        assert entry.follow is not None
+        loop = asyncio.get_running_loop()
+        registry = self.config.predictor.registry
+        _, ref = entry.follow.partition("=")[::2] if "=" in entry.follow else ("", entry.follow)
+        number, passed = await loop.run_in_executor(self._executor, current_number, ref, registry)
+        if str(number) == entry.current or number in entry.refused:
+            return False
+        if not passed and not self.config.predictor.allow_ungated:
+            log.error("%s: %s points at version %d, whose gate did not pass; staying on %s",
+                      entry.name, ref, number, entry.current)  # fmt: skip
+            entry.refused.add(number)
+            return False
+        base = ref.partition("@")[0].partition(":")[0]
+        item = f"{entry.name}={base}@{number}"
+        log.info("%s: %s now points at version %d; opening and proving it", entry.name, ref, number)
+        try:
+            predictor = await loop.run_in_executor(self._executor, self._open, item)
+        except GateError as err:
+            log.error("%s: version %d cannot be opened: %s", entry.name, number, err)
+            entry.refused.add(number)
+            return False
+        if not predictor.ready:
+            log.error("%s: version %d is not ready here (%s); staying on %s",
+                      entry.name, number, predictor.why_not(), entry.current)  # fmt: skip
+            entry.refused.add(number)
+            predictor.close()
+            return False
+        old = entry.versions.get(entry.current)
+        self._add(entry, predictor)
+        entry.current = predictor.version
+        log.info("%s: switched to version %s", entry.name, predictor.version)
+        if old is not None:
+            await self._retire(entry, old)
+        return True
+
+    async def _retire(self, entry: Entry, served: Served) -> None:
+        drained = await served.batcher.drain(self.config.grace_seconds)
+        if not drained:
+            log.warning("%s@%s: %d request(s) still pending after %.0f s; unloading anyway",
+                        entry.name, served.version, served.batcher.pending,
+                        self.config.grace_seconds)  # fmt: skip
+        entry.versions.pop(served.version, None)
+        await served.batcher.close()
+        served.predictor.close()
+        self.metrics.ready.labels(entry.name, served.version).set(0)
+
+    # -- health and metadata ---------------------------------------------------------------------
+
+    def live(self) -> bool:
+        """The process is up and answering."""
+        return True
+
+    def ready(self) -> bool:
+        """Every served name's default version is proven here, and the server is not stopping."""
+        return (
+            not self.stopping
+            and bool(self.entries)
+            and all(e.versions[e.current].predictor.ready for e in self.entries.values())
+        )
+
+    def served(self, name: str, version: str | None = None) -> Served:
+        """The version a request names (the default one without ``version``).
+
+        Raises:
+            ModelNotServed: no such name or version here.
+        """
+        entry = self.entries.get(name)
+        if entry is None:
+            raise ModelNotServed(
+                f"model {name!r} is not served here; this server serves "
+                f"{', '.join(sorted(self.entries)) or 'nothing'}."
+            )
+        found = entry.versions.get(version or entry.current)
+        if found is None:
+            raise ModelNotServed(
+                f"model {name!r} has no version {version!r} here; it serves "
+                f"{', '.join(sorted(entry.versions))}."
+            )
+        return found
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Whether that version is proven here.
+
+        Raises:
+            ModelNotServed: no such name or version here.
+        """
+        return not self.stopping and self.served(name, version).predictor.ready
+
+    def server_metadata(self) -> dict[str, object]:
+        """``{"name", "version", "extensions"}``."""
+        return {"name": "onnxgate", "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        """Inputs and outputs with -1 for symbolic dims, and whether (and why not) it is ready.
+
+        Raises:
+            ModelNotServed: no such name or version here.
+        """
+        served = self.served(name, version)
+        predictor = served.predictor
+
+        def tensors(specs: Sequence) -> list[TensorMetadata]:
+            return [
+                TensorMetadata(
+                    s.name,
+                    datatype_of(s.dtype),
+                    [d if isinstance(d, int) and d > 0 else -1 for d in (s.shape or ())],
+                )
+                for s in specs
+            ]
+
+        ready = predictor.ready and not self.stopping
+        reason = predictor.proof.reason if predictor.proof else predictor.why_not()
+        return ModelMetadata(
+            name=name,
+            versions=sorted(self.entries[name].versions, key=_number),
+            platform=PLATFORM,
+            inputs=tensors(predictor.inputs),
+            outputs=tensors(predictor.outputs),
+            ready=ready,
+            reason="shutting down" if self.stopping else reason,
+            source=f"{predictor.source.ref} ({predictor.source.gate})",
+        )
+
+    # -- inference -------------------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate against the contract, queue, batch, run; the outputs asked for.
+
+        Raises:
+            ModelNotServed: unknown model or version (404).
+            InvalidRequest: the request breaks the contract (400).
+            PayloadTooLarge: the tensors are above the limit (413).
+            Unavailable: not ready, queue full, or shutting down (503).
+            RunFailed: ONNX Runtime failed on valid input (500).
+        """
+        start = time.perf_counter()
+        name = request.model
+        version = request.version or ""
+        try:
+            served = self.served(name, request.version)
+            version = served.version
+            predictor = served.predictor
+            if self.stopping:
+                raise Unavailable("the server is shutting down; retry on another replica.")
+            if not predictor.ready:
+                raise Unavailable(f"{name}@{version} is not ready: {predictor.why_not()}")
+            feeds = predictor.validate(request.inputs)
+            names = request.outputs or predictor.output_names
+            unknown = [n for n in names if n not in predictor.output_names]
+            if unknown:
+                raise InvalidRequest(
+                    f"output {unknown[0]!r} is not an output of {name}; it has "
+                    f"{', '.join(predictor.output_names)} (rule output.unknown)"
+                )
+            result = await served.batcher.submit(feeds, request.outputs)
+        except GateError as err:
+            self.count_failure(name, version, err)
+            raise
+        except Exception as err:
+            self.count_failure(name, version, err)
+            raise
+        self.metrics.success.labels(name, version).inc()
+        self.metrics.request_seconds.labels(name, version).observe(time.perf_counter() - start)
+        return InferResponse(name, version, [(n, result[n]) for n in names], request.id)
+
+    def count_failure(self, name: str, version: str, error: BaseException) -> None:
+        """Count a refused or failed request (front ends call it for what they refuse)."""
+        if name not in self.entries:
+            name, version = "", ""  # unknown names must not grow the label set
+        elif version not in self.entries[name].versions:
+            version = ""
+        reason = error.status if isinstance(error, RequestRefused) else "internal"
+        self.metrics.failure.labels(name, version, reason).inc()
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Refuse new requests, let pending ones finish within the grace period, unload."""
+        self.stopping = True
+        for task in self._watchers:
+            task.cancel()
+        for task in self._watchers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        grace = self.config.grace_seconds
+        everything = [s for e in self.entries.values() for s in e.versions.values()]
+        drained = await asyncio.gather(*(s.batcher.drain(grace) for s in everything))
+        if not all(drained):
+            log.warning("stopping with requests still pending after %.0f s", grace)
+        for served in everything:
+            await served.batcher.close()
+            served.predictor.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _number(version: str) -> tuple[int, str]:
+    return (int(version), version) if version.isdigit() else (1 << 62, version)

@@ -1,0 +1,428 @@
+"""The production wrapper, done once: a thread-safe predictor that serves only what was proven.
+
+``Predictor.open(REF)`` takes a registry version or a model file with its contract, refuses a
+version whose gate did not pass (unless told to serve it anyway), builds ONE session with the
+settings the model was gated and tuned with, and then proves the model here before it calls
+itself ready: the files are the contract's by sha256, every compute node is on the provider the
+gate required, and every golden sample is within its rule when run by that same session. Each
+request is held to the contract (``RequestValidator``) and counted.
+
+ONNX Runtime's ``InferenceSession.run`` may be called from several threads at once, so the
+predictor holds no lock around it; its counters are the only shared state it guards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from onnxgate.compare import compare_runners
+from onnxgate.compat.runtime import RuntimeSpec
+from onnxgate.contract import SIDECAR, config_from_rules, read_golden
+from onnxgate.contract._verify import identity_cell, placement_cell
+from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
+from onnxgate.model import Signature, TensorSpec, load_model
+from onnxgate.runners import Inference, RunnerInfo
+from onnxgate.serve._source import Source, resolve
+from onnxgate.serve._tensors import output_datatype
+from onnxgate.serve._types import RequestTensor
+from onnxgate.serve._validate import RequestValidator
+from onnxgate.settings import Part, SessionSettings
+
+if TYPE_CHECKING:
+    from onnxgate.runners import OrtOptions, OrtRunner
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+
+
+class PredictorConfig(Part):
+    """How a predictor opens and runs a model."""
+
+    session: SessionSettings = SessionSettings()
+    """Session settings; without providers, the ones the model was gated with."""
+    tuned: bool = True
+    """Run the settings ``tune`` recorded for this machine, when the contract has exactly one
+    record for it (or one for ``objective``)."""
+    objective: Literal["latency", "throughput"] | None = None
+    """Which tuned record to use when the contract holds both."""
+    max_request_bytes: int = Field(64 * MiB, ge=1)
+    """The largest request's tensors, in bytes."""
+    allow_ungated: bool = False
+    """Serve a version whose gate did not pass (or a file with no gate report beside it)."""
+    variant: str | None = None
+    """Serve ``model.VARIANT`` of a registry version (``int8``) instead of ``model``."""
+    registry: str | None = None
+    """The registry URL for references (default: ``$ONNXGATE_REGISTRY`` or the user's)."""
+
+
+class Proof(BaseModel):
+    """Whether the model holds its contract here, with the session that serves it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ready: bool
+    identity: str
+    placement: str
+    parity: str
+    seconds: float
+
+    @property
+    def reason(self) -> str:
+        """One line: what failed, or what was proven."""
+        return f"identity: {self.identity}; placement: {self.placement}; parity: {self.parity}"
+
+
+@dataclass
+class Counts:
+    """What a predictor has done since it opened."""
+
+    requests: int = 0
+    """Requests validated (``validate``, which serving and ``predict`` both call)."""
+    failures: int = 0
+    """Requests refused by validation, and runs ONNX Runtime failed."""
+    runs: int = 0
+    samples: int = 0
+
+
+class _Live:
+    """The predictor's own session as a ``Runner``, for the golden-sample comparison."""
+
+    def __init__(self, predictor: Predictor) -> None:
+        self._predictor = predictor
+        self.name = predictor.runner.name
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def input_specs(self) -> Signature:
+        return self._predictor.runner.input_specs()
+
+    def infer(self, feeds: Mapping[str, Any]) -> Inference:
+        start = time.perf_counter_ns()
+        outputs = self._predictor.run(dict(feeds))
+        return Inference(outputs, time.perf_counter_ns() - start)
+
+    def info(self) -> RunnerInfo:
+        return self._predictor.runner.info()
+
+
+def batch_axis(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
+    """The symbolic dim that is axis 0 of every input and every output, if there is one.
+
+    Requests can be stacked along it and the outputs sliced back, because every output's first
+    axis is the same dimension as every input's.
+    """
+    heads = {spec.shape[0] if spec.shape else None for spec in (*inputs, *outputs)}
+    if len(heads) != 1:
+        return None
+    (head,) = heads
+    return head if isinstance(head, str) and head else None
+
+
+class Predictor:
+    """One model, one session, proven here; safe to call from several threads.
+
+    Use :meth:`open`; ``ready`` is True only after :meth:`prove` passed.
+    """
+
+    def __init__(self, source: Source, config: PredictorConfig, runner: OrtRunner) -> None:
+        self.source = source
+        self.config = config
+        self.runner = runner
+        self.loaded = runner.model
+        self.contract = SIDECAR.read(source.model)
+        signature = self.contract.signature
+        self.inputs = list(signature.inputs)
+        self.outputs = list(signature.outputs)
+        self.validator = RequestValidator.from_contract(self.contract, config.max_request_bytes)
+        self.output_names = [o.name for o in self.outputs]
+        self.batch_dim = batch_axis(self.inputs, self.outputs)
+        bound = signature.dims.get(self.batch_dim) if self.batch_dim else None
+        self.max_batch = bound.max if bound and bound.max is not None else None
+        """The largest batch the contract proved (None: no batch axis, or unbounded)."""
+        self.proof: Proof | None = None
+        self.counts = Counts()
+        self._lock = threading.Lock()
+        self._closed = False
+        self.notes: list[str] = []
+        """How the settings were chosen (gated providers, tuned settings used or why not)."""
+
+    @property
+    def name(self) -> str:
+        """The name clients use."""
+        return self.source.name
+
+    @property
+    def version(self) -> str:
+        """The version clients may name."""
+        return self.source.version
+
+    @property
+    def ready(self) -> bool:
+        """Proven here and not closed."""
+        return bool(self.proof and self.proof.ready) and not self._closed
+
+    @classmethod
+    def open(
+        cls,
+        ref: str | Path,
+        config: PredictorConfig | None = None,
+        *,
+        prove: bool = True,
+        progress: Callable[[str], None] | None = None,
+    ) -> Predictor:
+        """Open ``ref`` (``NAME@ALIAS``, ``NAME@3``, ``NAME:3``, ``NAME=REF``, or a model file).
+
+        Args:
+            ref: what to serve.
+            config: settings; the defaults serve the gated providers with the tuned settings.
+            prove: run the proof now (``ready`` tells the outcome; nothing is raised for it).
+            progress: called with a short message before slow steps.
+
+        Raises:
+            NotGated: the gate did not pass (or is unknown) and ``allow_ungated`` is off.
+            NotFound, RegistryUnreachable, ArtefactCorrupt: the registry reference failed.
+            ModelLoadError: the model or its contract is missing or damaged.
+            ProviderUnavailable, ProviderFailed, SessionFailed: the session cannot be built.
+        """
+        config = config or PredictorConfig()
+        say = progress or (lambda message: log.info("%s", message))
+        say(f"opening {ref}")
+        source = resolve(str(ref), config.registry, variant=config.variant)
+        if not source.gated and not config.allow_ungated:
+            raise NotGated(
+                f"{source.ref}: not serving it without a passing gate ({source.gate}).",
+                hint="Serve a version that passed its gate, or pass --allow-ungated.",
+            )
+        options, path, notes = _settings(source, config)
+        from onnxgate.runners import OrtRunner  # imports ONNX Runtime
+
+        loaded = load_model(path)
+        runner = OrtRunner(loaded, options, name=f"onnxruntime[{options.label()}]")
+        runner.__enter__()
+        predictor = cls(source, config, runner)
+        predictor.notes = [*source.notes, *notes]
+        for note in predictor.notes:
+            log.info("%s: %s", source.ref, note)
+        if prove:
+            say(f"proving {source.name}@{source.version} here")
+            predictor.prove()
+        return predictor
+
+    def prove(self) -> Proof:
+        """Identity, placement and every golden sample, with the serving session; sets ``ready``."""
+        start = time.perf_counter()
+        model = load_model(
+            self.source.model
+        )  # the contract's model (the runner may run a tuned graph)
+        ident = identity_cell(model, self.contract)
+        placement = parity = "not run: the files are not the ones the contract describes"
+        passed = bool(ident.passed)
+        if passed and self.contract.golden is None:
+            placement = parity = "not run: the contract has no golden samples"
+            passed = False
+        if passed:
+            expected = read_golden(self.contract, self.source.model)
+            samples = [sample for sample, _ in expected]
+            options = self.runner.options
+            cell = placement_cell(
+                self.loaded,
+                RuntimeSpec.parse("installed"),
+                _session_of(options),
+                options,
+                samples,
+            )
+            placement = cell.reason or ("passed" if cell.passed else "failed")
+            from onnxgate.contract import GoldenRunner
+
+            signature = Signature.from_graph(model.proto.graph)
+            golden = GoldenRunner(expected, self.contract.golden.produced_by, signature)
+            try:
+                report = compare_runners(
+                    _Live(self),
+                    golden,
+                    samples,
+                    signature=signature,
+                    tolerances=config_from_rules(self.contract.golden.rules),
+                    progress=lambda message: log.debug("%s", message),
+                )
+            except GateError as err:
+                parity, ok = f"failed: {err.message}", False
+            else:
+                ok = report.passed
+                failing = [f"{o.name}: {o.reason}" for o in report.outputs if not o.passed]
+                parity = (
+                    f"{len(samples)} golden sample(s) within their rules"
+                    if ok
+                    else "failed: " + "; ".join(failing)
+                )
+            passed = bool(cell.passed) and ok
+            if not cell.passed:
+                placement = f"failed: {placement}"
+        proof = Proof(
+            ready=passed,
+            identity="the files are the contract's" if ident.passed else f"failed: {ident.reason}",
+            placement=placement,
+            parity=parity,
+            seconds=round(time.perf_counter() - start, 3),
+        )
+        with self._lock:
+            self.counts.requests = self.counts.failures = self.counts.runs = 0
+            self.counts.samples = 0
+        self.proof = proof
+        level = logging.INFO if proof.ready else logging.ERROR
+        log.log(
+            level,
+            "%s@%s %s: %s",
+            self.name,
+            self.version,
+            "ready" if proof.ready else "NOT READY",
+            proof.reason,
+        )
+        return proof
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def validate(self, tensors: Sequence[RequestTensor]) -> dict[str, np.ndarray]:
+        """A request's feeds, held to the contract (see ``RequestValidator``)."""
+        with self._lock:
+            self.counts.requests += 1
+        try:
+            return self.validator.check(tensors)
+        except GateError:
+            with self._lock:
+                self.counts.failures += 1
+            raise
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict:
+        """Run validated feeds once; every output (or ``outputs``) by name.
+
+        Raises:
+            InvalidRequest: an output name the model does not have.
+            RunFailed: ONNX Runtime failed on feeds that passed validation.
+        """
+        names = list(outputs) if outputs else self.output_names
+        unknown = [n for n in names if n not in self.output_names]
+        if unknown:
+            raise InvalidRequest(
+                f"output {unknown[0]!r} is not an output of {self.name}; it has "
+                f"{', '.join(self.output_names)} (rule output.unknown)"
+            )
+        first = next(iter(feeds.values()), None)
+        rows = int(first.shape[0]) if self.batch_dim and first is not None and first.ndim else 1
+        try:
+            values = self.runner.session.run(names, dict(feeds), self.runner._run_options)
+        except Exception as err:  # ORT raises its own exception types, not a shared base
+            with self._lock:
+                self.counts.failures += 1
+            raise RunFailed(f"{self.name}@{self.version} failed to run: {err}") from err
+        with self._lock:
+            self.counts.runs += 1
+            self.counts.samples += rows
+        return dict(zip(names, values, strict=True))
+
+    def predict(
+        self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Validate and run, from Python: the arrays' dtypes are the declared datatypes.
+
+        Raises:
+            InvalidRequest: the inputs break the contract.
+            Unavailable: the model is not ready (its proof failed or it is closed).
+        """
+        from onnxgate.errors import Unavailable
+
+        if not self.ready:
+            raise Unavailable(f"{self.name}@{self.version} is not ready: {self.why_not()}")
+        tensors = [
+            RequestTensor(name, _datatype(name, np.asarray(array)), np.asarray(array))
+            for name, array in inputs.items()
+        ]
+        return self.run(self.validate(tensors), outputs)
+
+    def why_not(self) -> str:
+        """Why the model is not ready (empty when it is)."""
+        if self._closed:
+            return "closed"
+        if self.proof is None:
+            return "not proven yet"
+        return "" if self.proof.ready else self.proof.reason
+
+    def close(self) -> None:
+        """Release the session; ``ready`` turns False."""
+        self._closed = True
+        self.runner.__exit__(None, None, None)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Predictor({self.name}@{self.version}, ready={self.ready})"
+
+
+def _datatype(name: str, array: np.ndarray) -> str:
+    try:
+        return output_datatype(array)
+    except GateError:
+        raise InvalidRequest(f"input {name!r}: dtype {array.dtype} has no datatype.") from None
+
+
+def _session_of(options: OrtOptions) -> SessionSettings:
+    """The ``SessionSettings`` that give ``options`` (for the placement audit's own session)."""
+    return SessionSettings(
+        providers=tuple(options.providers),
+        provider_options={k: dict(v) for k, v in options.provider_options.items()},
+        opt_level=options.optimization,  # type: ignore[arg-type]
+        threads=options.intra_op_threads,
+        inter_op_threads=options.inter_op_threads,
+        parallel=options.parallel,
+        cpu_mem_arena=options.cpu_mem_arena,
+        session_config=dict(options.config),
+    )
+
+
+def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path, list[str]]:
+    """The session options and the graph to run: gated providers, tuned settings if they apply."""
+    from onnxgate.runners import OrtOptions
+
+    session = config.session
+    notes = []
+    if not session.providers and source.providers:
+        session = session.model_copy(update={"providers": source.providers})
+        notes.append(f"providers {', '.join(source.providers)}, as gated")
+    options = session.ort_options()
+    path = source.model
+    if config.tuned:
+        from onnxgate.perf._tuned import tuned_for
+
+        try:
+            settings, path = tuned_for(source.model, objective=config.objective)
+        except ConfigError as err:
+            notes.append(f"tuned settings not used: {err.message}")
+            path = source.model
+        else:
+            tuned = OrtOptions.from_settings(settings)
+            if session.threads:
+                tuned = dataclasses.replace(tuned, intra_op_threads=session.threads)
+            options = tuned
+            notes.append(f"tuned settings: {tuned.describe()}; graph {path.name}")
+    else:
+        notes.append("tuned settings not used: --no-tuned")
+    return options, path, notes

@@ -1,0 +1,623 @@
+"""The Open Inference Protocol's REST front end, as a bare ASGI application.
+
+No web framework: a request goes through one ``split("/")`` and a handful of comparisons, so
+what the server adds to ONNX Runtime's latency is uvicorn's parsing, one ``json.loads``, one
+``json.dumps`` and the batcher. Requests are what ``tritonclient.http`` sends, including Triton's
+binary tensor extension (a JSON header of ``Inference-Header-Content-Length`` bytes, then raw
+tensors) and compressed bodies.
+
+The body is read whatever its Content-Type (the sync client sends none), never beyond
+``hub.max_body_bytes``, compressed or not. Everything a client can get wrong is a 400 (or 404,
+413, 415) whose ``{"error": ...}`` names the input and the rule; a 500 means onnxgate or ONNX
+Runtime failed, and a bug's traceback goes to the log, never to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from onnxgate.errors import (
+    GateError,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestRefused,
+    RunFailed,
+)
+from onnxgate.serve._hub import Hub
+from onnxgate.serve._metrics import CONTENT_TYPE as METRICS_TYPE
+from onnxgate.serve._tensors import (
+    DATATYPES,
+    from_bytes,
+    from_json,
+    output_datatype,
+    to_bytes,
+    to_json,
+)
+from onnxgate.serve._types import InferRequest, InferResponse, ModelMetadata, RequestTensor
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+STATUS = {"invalid": 400, "not_found": 404, "too_large": 413, "unavailable": 503}
+"""HTTP status of each ``RequestRefused.status``."""
+HEADER_LENGTH = b"inference-header-content-length"
+JSON_TYPE = b"application/json"
+BINARY_TYPE = b"application/octet-stream"
+OFF_LOOP_BYTES = 256 << 10
+"""Compressed bodies above this are inflated in a thread, not on the event loop."""
+_DUMPS = json.JSONEncoder(separators=(",", ":")).encode
+_EMPTY = memoryview(b"")
+
+
+class _Refused(Exception):
+    """A protocol-level refusal with its own status (404 path, 405, 415)."""
+
+    def __init__(self, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = list(headers)
+
+
+class _Disconnected(Exception):
+    """The client went away before its body arrived."""
+
+
+def _rule(rule: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"{message} (rule {rule})")
+
+
+# -- the application -----------------------------------------------------------------------------
+
+
+class RestApp:
+    """The ASGI application over one ``Hub`` (see :func:`make_app`)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope["method"]
+        path = scope["path"]
+        try:
+            if path == "/metrics":
+                _allow(method, "GET")
+                return await _reply(send, 200, self.hub.metrics.text(), METRICS_TYPE.encode())
+            parts = path.rstrip("/").split("/") if path != "/" else ["", ""]
+            if len(parts) < 2 or parts[1] != "v2":
+                raise _Refused(404, f"no such path {path!r}; the API is under /v2.")
+            rest = parts[2:]
+            if not rest:
+                _allow(method, "GET")
+                return await _json(send, 200, self.hub.server_metadata())
+            if rest[0] == "health" and len(rest) == 2 and rest[1] in ("live", "ready"):
+                _allow(method, "GET")
+                up = self.hub.live() if rest[1] == "live" else self.hub.ready()
+                return await _reply(send, 200 if up else 400, b"", None)
+            if rest[0] == "models" and len(rest) >= 2:
+                return await self._model(scope, receive, send, method, rest[1], rest[2:])
+            raise _Refused(404, f"no such path {path!r}.")
+        except _Refused as err:
+            await _json(send, err.status, {"error": err.message}, err.headers)
+        except RequestRefused as err:
+            await _json(send, STATUS.get(err.status, 400), {"error": err.message})
+        except Exception:
+            log.exception("%s %s failed", method, path)
+            await _json(send, 500, {"error": "internal server error; see the server's log."})
+
+    async def _model(
+        self, scope: Scope, receive: Receive, send: Send, method: str, name: str, rest: list[str]
+    ) -> None:
+        version = None
+        if rest and rest[0] == "versions":
+            if len(rest) < 2 or not rest[1]:
+                raise _Refused(404, f"no such path {scope['path']!r}; name a version.")
+            version, rest = rest[1], rest[2:]
+        if not rest:
+            _allow(method, "GET")
+            return await _json(send, 200, _metadata(self.hub.model_metadata(name, version)))
+        if rest == ["ready"]:
+            _allow(method, "GET")
+            ready = self.hub.model_ready(name, version)
+            return await _reply(send, 200 if ready else 400, b"", None)
+        if rest == ["infer"]:
+            _allow(method, "POST")
+            return await self._infer(scope, receive, send, name, version)
+        raise _Refused(404, f"no such path {scope['path']!r}.")
+
+    async def _infer(
+        self, scope: Scope, receive: Receive, send: Send, name: str, version: str | None
+    ) -> None:
+        hub = self.hub
+        served = version or ""
+        try:
+            served = hub.served(name, version).version  # 404 before the body is read
+            body, header_length = await _body(scope, receive, hub.max_body_bytes)
+            raw_input = None
+            if header_length == 0:
+                raw_input = hub.model_metadata(name, version).inputs
+            request, binary = decode(
+                name, version, body, header_length, hub.max_body_bytes, raw_input
+            )
+        except _Disconnected:
+            return
+        except Exception as err:  # refusals (and bugs) before the hub saw the request
+            counted = InvalidRequest(err.message) if isinstance(err, _Refused) else err
+            hub.count_failure(name, served, counted)
+            raise
+        try:
+            response = await hub.infer(request)
+        except RunFailed as err:
+            return await _json(send, 500, {"error": err.message})
+        except GateError as err:
+            if not isinstance(err, RequestRefused):  # deliberate, but not the client's doing
+                log.error("%s: inference failed: %s", name, err)
+                return await _json(send, 500, {"error": str(err)})
+            raise
+        try:
+            payload, binary_length = encode(response, binary)
+        except GateError as err:  # an output with no protocol datatype: the model's fault
+            log.error("%s: cannot encode the response: %s", name, err)
+            return await _json(send, 500, {"error": str(err)})
+        if binary_length is None:
+            return await _reply(send, 200, payload, JSON_TYPE)
+        await _reply(
+            send, 200, payload, BINARY_TYPE, [(HEADER_LENGTH, str(binary_length).encode())]
+        )
+
+
+def make_app(hub: Hub) -> RestApp:
+    """The Open Inference Protocol REST server over ``hub``, as an ASGI 3 application."""
+    return RestApp(hub)
+
+
+# -- sending -------------------------------------------------------------------------------------
+
+
+async def _reply(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes | None,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    head = [(b"content-length", str(len(body)).encode())]
+    if content_type is not None:
+        head.append((b"content-type", content_type))
+    head.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(
+    send: Send, status: int, value: object, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    await _reply(send, status, _DUMPS(value).encode(), JSON_TYPE, headers)
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method == allowed or (method == "HEAD" and allowed == "GET"):
+        return
+    raise _Refused(
+        405,
+        f"method {method} is not allowed here; use {allowed}.",
+        [(b"allow", allowed.encode() + (b", HEAD" if allowed == "GET" else b""))],
+    )
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif kind == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _metadata(meta: ModelMetadata) -> dict[str, object]:
+    def tensors(specs: Sequence[Any]) -> list[dict[str, object]]:
+        return [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in specs]
+
+    return {
+        "name": meta.name,
+        "versions": list(meta.versions),
+        "platform": meta.platform,
+        "inputs": tensors(meta.inputs),
+        "outputs": tensors(meta.outputs),
+        "onnxgate": {"ready": meta.ready, "reason": meta.reason, "source": meta.source},
+    }
+
+
+# -- reading the body ----------------------------------------------------------------------------
+
+
+async def _body(scope: Scope, receive: Receive, limit: int) -> tuple[bytes, int | None]:
+    """The (inflated) body and the ``Inference-Header-Content-Length``, both bounded by ``limit``.
+
+    Raises:
+        PayloadTooLarge: the body, declared, read or inflated, is above ``limit``.
+        InvalidRequest: a malformed header or compressed stream.
+    """
+    declared = encoding = header_length = None
+    for key, value in scope["headers"]:
+        key = key.lower()
+        if key == b"content-length":
+            declared = value
+        elif key == b"content-encoding":
+            encoding = value.decode("latin-1").strip().lower()
+        elif key == HEADER_LENGTH:
+            if header_length is not None and header_length != value:
+                raise _rule(
+                    "binary.header", "Inference-Header-Content-Length is given twice, differently"
+                )
+            header_length = value
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"the body is {int(declared)} bytes, above the server's limit of {limit} (rule size)"
+        )
+    if encoding in (None, "", "identity"):
+        inflate = None
+    elif encoding in ("gzip", "x-gzip", "deflate"):
+        inflate = encoding
+    else:
+        raise _Refused(
+            415, f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or none."
+        )
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(
+                    f"the body is above the server's limit of {limit} bytes (rule size)"
+                )
+            chunks.append(chunk)
+        more = message.get("more_body", False)
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if inflate is not None:
+        if len(body) > OFF_LOOP_BYTES:
+            body = await asyncio.to_thread(_inflate, body, inflate, limit)
+        else:
+            body = _inflate(body, inflate, limit)
+    length = None
+    if header_length is not None:
+        text = header_length.strip()
+        if not text.isdigit():
+            raise _rule(
+                "binary.header",
+                f"Inference-Header-Content-Length {header_length.decode('latin-1')!r} is not a "
+                "non-negative integer",
+            )
+        length = int(text)
+        if length > len(body):
+            raise _rule(
+                "binary.header",
+                f"Inference-Header-Content-Length is {length}, but the body has only "
+                f"{len(body)} bytes{' after inflating' if inflate else ''}",
+            )
+    return body, length
+
+
+def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """A gzip or deflate body inflated, never to more than ``limit`` bytes (zip bombs: 413)."""
+    if encoding != "deflate":
+        wbits = 16 + zlib.MAX_WBITS
+    elif len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0:
+        wbits = zlib.MAX_WBITS  # HTTP's deflate is the zlib format (RFC 9110)
+    else:
+        wbits = -zlib.MAX_WBITS  # raw deflate, as some clients send it, without the zlib header
+    parts: list[bytes] = []
+    size = 0
+    rest = body
+    try:
+        while True:  # gzip allows several members one after another
+            inflater = zlib.decompressobj(wbits)
+            part = inflater.decompress(rest, limit - size + 1)
+            size += len(part)
+            if size > limit:
+                raise PayloadTooLarge(
+                    f"the body inflates to more than the server's limit of {limit} bytes "
+                    "(rule size)"
+                )
+            parts.append(part)
+            if not inflater.eof:
+                raise _rule("encoding", f"the {encoding} body is truncated")
+            rest = inflater.unused_data
+            if not rest or wbits != 16 + zlib.MAX_WBITS:
+                break
+    except zlib.error as err:
+        raise _rule("encoding", f"the body is not valid {encoding}: {err}") from None
+    if rest:
+        raise _rule("encoding", f"{len(rest)} bytes follow the end of the {encoding} stream")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# -- decoding a request --------------------------------------------------------------------------
+
+
+def decode(
+    model: str,
+    version: str | None,
+    body: bytes,
+    header_length: int | None,
+    limit: int,
+    raw_input: Sequence[Any] | None = None,
+) -> tuple[InferRequest, dict[str, bool] | bool]:
+    """An infer request's body as an ``InferRequest``, and which outputs to send binary.
+
+    Args:
+        model: the model named in the URL.
+        version: the version named in the URL, if any.
+        body: the whole (inflated) body.
+        header_length: ``Inference-Header-Content-Length``; None when the body is only JSON.
+        limit: the largest tensor, in bytes.
+        raw_input: the model's inputs (metadata), for a raw binary request (header length 0).
+
+    Returns:
+        The request, and either a bool for every output or one per output name requested.
+
+    Raises:
+        InvalidRequest: the body breaks the protocol; the message names the input and the rule.
+        PayloadTooLarge: a declared shape is above ``limit``.
+    """
+    if header_length == 0:
+        return _raw(model, version, body, limit, raw_input or ()), True
+    view = memoryview(body)
+    if header_length is None:
+        header, rest = body, _EMPTY
+    else:
+        header, rest = bytes(view[:header_length]), view[header_length:]
+    try:
+        document = json.loads(header)
+    except RecursionError:
+        raise _rule("json", "the JSON header is nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        where = (
+            f" (its first {header_length} bytes, per Inference-Header-Content-Length)"
+            if header_length is not None
+            else ""
+        )
+        raise _rule("json", f"the body{where} is not JSON: {err}") from None
+    if not isinstance(document, dict):
+        raise _rule("json", f"the JSON header is a {_kind(document)}, not an object")
+    request_id = document.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise _rule("id", f"id is a {_kind(request_id)}, not a string")
+    parameters = _parameters(document.get("parameters"), "the request's parameters")
+    default_binary = bool(_flag(parameters, "binary_data_output", "the request's parameters"))
+    inputs = document.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        why = "is missing" if inputs is None else "is empty" if inputs == [] else "is not a list"
+        raise _rule("inputs", f"inputs {why}; send a list of tensors")
+    tensors: list[RequestTensor] = []
+    offset = 0
+    for index, item in enumerate(inputs):
+        tensor, used = _input(index, item, rest, offset, header_length, limit)
+        tensors.append(tensor)
+        offset += used
+    if offset != len(rest):
+        raise _rule(
+            "binary.size",
+            f"{len(rest)} bytes follow the JSON header, but the inputs' binary_data_size add up "
+            f"to {offset}",
+        )
+    names, binary = _outputs(document.get("outputs"), default_binary)
+    request = InferRequest(model, version, tensors, names, request_id, parameters)
+    return request, binary
+
+
+def _input(
+    index: int,
+    item: object,
+    rest: memoryview,
+    offset: int,
+    header_length: int | None,
+    limit: int,
+) -> tuple[RequestTensor, int]:
+    """One input and how many binary bytes it took."""
+    if not isinstance(item, dict):
+        raise _rule("input", f"inputs[{index}] is a {_kind(item)}, not an object")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise _rule("input.name", f"inputs[{index}] has no name (a non-empty string)")
+    datatype = item.get("datatype")
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise _rule(
+            "input.datatype",
+            f"input {name!r}: datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
+            if datatype is not None
+            else f"input {name!r} has no datatype",
+        )
+    shape = item.get("shape")
+    if not isinstance(shape, list):
+        raise _rule(
+            "input.shape",
+            f"input {name!r} has no shape"
+            if shape is None
+            else f"input {name!r}: shape is a {_kind(shape)}, not a list of integers",
+        )
+    where = f"input {name!r}'s parameters"
+    parameters = _parameters(item.get("parameters"), where)
+    if "shared_memory_region" in parameters:
+        raise _rule("input.data", f"input {name!r}: shared memory is not supported here")
+    size = parameters.get("binary_data_size")
+    has_data = "data" in item
+    if size is not None and has_data:
+        raise _rule("input.data", f"input {name!r} has both data and binary_data_size")
+    if size is None:
+        if not has_data:
+            raise _rule("input.data", f"input {name!r} has neither data nor binary_data_size")
+        try:
+            array = from_json(name, datatype, shape, item["data"], limit)
+        except PayloadTooLarge:
+            raise
+        except InvalidRequest as err:
+            raise _rule("input.data", err.message.rstrip(".")) from None
+        return RequestTensor(name, datatype, array), 0
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise _rule(
+            "binary.size",
+            f"input {name!r}: binary_data_size {size!r} is not a non-negative integer",
+        )
+    if header_length is None:
+        raise _rule(
+            "binary.header",
+            f"input {name!r} has binary_data_size, but the request has no "
+            "Inference-Header-Content-Length header",
+        )
+    if offset + size > len(rest):
+        raise _rule(
+            "binary.size",
+            f"input {name!r}: binary_data_size is {size} at offset {offset}, but only "
+            f"{len(rest)} bytes follow the JSON header",
+        )
+    try:
+        array = from_bytes(name, datatype, shape, rest[offset : offset + size], limit)
+    except PayloadTooLarge:
+        raise
+    except InvalidRequest as err:
+        raise _rule("input.data", err.message.rstrip(".")) from None
+    return RequestTensor(name, datatype, array), size
+
+
+def _outputs(outputs: object, default: bool) -> tuple[list[str] | None, dict[str, bool] | bool]:
+    """The outputs asked for (None: all) and whether each goes binary."""
+    if outputs is None:
+        return None, default
+    if not isinstance(outputs, list):
+        raise _rule("outputs", f"outputs is a {_kind(outputs)}, not a list")
+    if not outputs:
+        return None, default
+    names: list[str] = []
+    binary: dict[str, bool] = {}
+    for index, item in enumerate(outputs):
+        if not isinstance(item, dict):
+            raise _rule("outputs", f"outputs[{index}] is a {_kind(item)}, not an object")
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise _rule("outputs", f"outputs[{index}] has no name (a non-empty string)")
+        if name in binary:
+            raise _rule("outputs", f"output {name!r} is asked for twice")
+        where = f"output {name!r}'s parameters"
+        parameters = _parameters(item.get("parameters"), where)
+        if "shared_memory_region" in parameters:
+            raise _rule("outputs", f"output {name!r}: shared memory is not supported here")
+        if "classification" in parameters:
+            raise _rule("outputs", f"output {name!r}: classification is not supported here")
+        flag = _flag(parameters, "binary_data", where)
+        names.append(name)
+        binary[name] = default if flag is None else flag
+    return names, binary
+
+
+def _parameters(value: object, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _rule("parameters", f"{where} is a {_kind(value)}, not an object")
+    return value
+
+
+def _flag(parameters: dict[str, Any], key: str, where: str) -> bool | None:
+    value = parameters.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _rule("parameters", f"{key} in {where} is {value!r}, not true or false")
+    return value
+
+
+def _raw(
+    model: str, version: str | None, body: bytes, limit: int, inputs: Sequence[Any]
+) -> InferRequest:
+    """A raw binary request (header length 0): the body is the model's only input."""
+    if len(inputs) != 1:
+        raise _rule(
+            "binary.header",
+            f"Inference-Header-Content-Length 0 sends one raw tensor, but {model} takes "
+            f"{len(inputs)} inputs; send a JSON header",
+        )
+    (spec,) = inputs
+    shape = list(spec.shape)
+    unknown = [axis for axis, dim in enumerate(shape) if dim < 0]
+    if unknown:
+        known = int(np.prod([d for d in shape if d >= 0]))
+        width = 0 if spec.datatype == "BYTES" else np.dtype(DATATYPES[spec.datatype]).itemsize
+        if len(unknown) > 1 or not width or not known or len(body) % (known * width):
+            raise _rule(
+                "binary.header",
+                f"input {spec.name!r} has shape {shape}: a raw binary request needs every dim "
+                "but one known, and a body of whole rows; send a JSON header",
+            )
+        shape[unknown[0]] = len(body) // (known * width)
+    try:
+        array = from_bytes(spec.name, spec.datatype, shape, body, limit)
+    except PayloadTooLarge:
+        raise
+    except InvalidRequest as err:
+        raise _rule("input.data", err.message.rstrip(".")) from None
+    return InferRequest(model, version, [RequestTensor(spec.name, spec.datatype, array)])
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(
+        type(value), "number" if isinstance(value, int | float) else type(value).__name__
+    )
+
+
+# -- encoding a response -------------------------------------------------------------------------
+
+
+def encode(response: InferResponse, binary: dict[str, bool] | bool) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header's length when any output is binary (else None)."""
+    outputs: list[dict[str, object]] = []
+    raw: list[bytes] = []
+    for name, array in response.outputs:
+        entry: dict[str, object] = {
+            "name": name,
+            "datatype": output_datatype(array),
+            "shape": list(array.shape),
+        }
+        if binary if isinstance(binary, bool) else binary.get(name, False):
+            data = to_bytes(array)
+            entry["parameters"] = {"binary_data_size": len(data)}
+            raw.append(data)
+        else:
+            entry["data"] = to_json(array)
+        outputs.append(entry)
+    document: dict[str, object] = {
+        "model_name": response.model,
+        "model_version": response.version,
+    }
+    if response.id is not None:
+        document["id"] = response.id
+    document["outputs"] = outputs
+    header = _DUMPS(document).encode()
+    if not raw:
+        return header, None
+    return b"".join([header, *raw]), len(header)

@@ -1,0 +1,149 @@
+"""The batcher: stacks compatible requests, slices results back, bounds its queue."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from onnxgate.errors import RunFailed, Unavailable
+from onnxgate.serve._batcher import Batcher
+
+
+class Doubler:
+    """``y = 2x``, recording every batch it ran; optionally slow, to let a queue build."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.batches: list[int] = []
+        self.delay = delay
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, feeds, outputs=None):
+        self.gate.wait(10)
+        if self.delay:
+            threading.Event().wait(self.delay)
+        x = feeds["x"]
+        self.batches.append(x.shape[0])
+        return {"y": x * 2, "z": x.sum(axis=tuple(range(1, x.ndim)))}
+
+
+def _batcher(run, **settings) -> Batcher:
+    values = {"batched": True, "max_batch": 8, "max_delay": 0.05, "max_queue": 64,
+              "instances": 1, "executor": ThreadPoolExecutor(4)} | settings  # fmt: skip
+    batcher = Batcher(run, **values)
+    batcher.start()
+    return batcher
+
+
+def test_concurrent_requests_share_executions_and_get_their_own_rows() -> None:
+    async def main() -> tuple[list, list[int]]:
+        run = Doubler()
+        batcher = _batcher(run)
+        feeds = [{"x": np.full((1, 3), i, np.float32)} for i in range(16)]
+        results = await asyncio.gather(*(batcher.submit(f) for f in feeds))
+        await batcher.close()
+        return results, run.batches
+
+    results, batches = asyncio.run(main())
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result["y"], np.full((1, 3), 2 * i, np.float32))
+        assert result["z"].shape == (1,)
+    assert sum(batches) == 16
+    assert max(batches) <= 8
+    assert len(batches) < 16
+
+
+def test_requests_of_other_shapes_are_not_stacked_together() -> None:
+    async def main() -> list[int]:
+        run = Doubler()
+        batcher = _batcher(run)
+        feeds = [{"x": np.zeros((1, 3 + i % 2), np.float32)} for i in range(8)]
+        results = await asyncio.gather(*(batcher.submit(f) for f in feeds))
+        for f, r in zip(feeds, results, strict=True):
+            assert r["y"].shape == f["x"].shape
+        await batcher.close()
+        return run.batches
+
+    batches = asyncio.run(main())
+    assert sum(batches) == 8 and len(batches) >= 2
+
+
+def test_a_request_larger_than_max_batch_runs_alone_and_requested_outputs_are_kept() -> None:
+    async def main() -> dict:
+        batcher = _batcher(Doubler(), max_batch=2)
+        result = await batcher.submit({"x": np.ones((5, 2), np.float32)}, ["z"])
+        await batcher.close()
+        return result
+
+    result = asyncio.run(main())
+    assert list(result) == ["z"] and result["z"].shape == (5,)
+
+
+def test_without_batching_every_request_runs_alone() -> None:
+    async def main() -> list[int]:
+        run = Doubler()
+        batcher = _batcher(run, batched=False)
+        await asyncio.gather(*(batcher.submit({"x": np.ones((2, 2))}) for _ in range(6)))
+        await batcher.close()
+        return run.batches
+
+    assert asyncio.run(main()) == [2] * 6
+
+
+def test_a_full_queue_refuses_at_once_instead_of_growing() -> None:
+    async def main() -> tuple[int, int]:
+        run = Doubler()
+        run.gate.clear()  # the first batch blocks: everything else queues
+        batcher = _batcher(run, max_queue=4, max_batch=1)
+        tasks = [asyncio.ensure_future(batcher.submit({"x": np.ones((1, 1))})) for _ in range(10)]
+        await asyncio.sleep(0.2)
+        run.gate.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        await batcher.close()
+        refused = sum(isinstance(d, Unavailable) for d in done)
+        return refused, sum(isinstance(d, dict) for d in done)
+
+    refused, answered = asyncio.run(main())
+    assert refused == 6 and answered == 4
+
+
+def test_a_failed_run_fails_every_request_of_its_batch_and_the_batcher_goes_on() -> None:
+    calls = []
+
+    def flaky(feeds, outputs=None):
+        calls.append(feeds["x"].shape[0])
+        if len(calls) == 1:
+            raise RunFailed("boom")
+        return {"y": feeds["x"]}
+
+    async def main() -> tuple[list, dict]:
+        batcher = _batcher(flaky)
+        first = await asyncio.gather(
+            *(batcher.submit({"x": np.ones((1, 1))}) for _ in range(3)), return_exceptions=True
+        )
+        later = await batcher.submit({"x": np.ones((1, 1))})
+        await batcher.close()
+        return first, later
+
+    first, later = asyncio.run(main())
+    assert all(isinstance(f, RunFailed) for f in first[:1])
+    assert later["y"].shape == (1, 1)
+
+
+def test_drain_waits_for_pending_and_close_refuses_new_requests() -> None:
+    async def main() -> None:
+        batcher = _batcher(Doubler(delay=0.1))
+        task = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 1))}))
+        await asyncio.sleep(0.01)
+        assert batcher.pending == 1
+        assert await batcher.drain(5)
+        assert task.done() and batcher.pending == 0
+        await batcher.close()
+        with pytest.raises(Unavailable):
+            await batcher.submit({"x": np.ones((1, 1))})
+
+    asyncio.run(main())

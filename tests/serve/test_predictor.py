@@ -1,0 +1,118 @@
+"""The predictor: gated, proven, validated against its contract, thread-safe."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxgate.errors import InvalidRequest, NotGated, PayloadTooLarge, Unavailable
+from onnxgate.serve import Predictor, PredictorConfig, RequestTensor
+
+from ._serve_helpers import VOCAB, reference_logits
+
+
+@pytest.fixture
+def model(token_model: Path, tmp_path: Path) -> Path:
+    for path in token_model.parent.glob("tok.*"):
+        shutil.copy2(path, tmp_path / path.name)
+    return tmp_path / "tok.onnx"
+
+
+def test_opens_proves_and_predicts_like_onnxruntime(model: Path) -> None:
+    with Predictor.open(model, PredictorConfig(allow_ungated=True)) as predictor:
+        assert predictor.ready, predictor.why_not()
+        assert predictor.batch_dim == "batch" and predictor.max_batch == 8
+        assert "4 golden sample(s)" in predictor.proof.parity
+        ids = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
+        mask = np.ones_like(ids)
+        result = predictor.predict({"ids": ids, "mask": mask})
+        np.testing.assert_allclose(result["logits"], reference_logits(model, ids, mask), rtol=1e-5)
+        assert predictor.counts.requests == 1 and predictor.counts.samples == 2
+    assert not predictor.ready
+
+
+def test_refuses_a_file_without_a_passing_gate(model: Path) -> None:
+    with pytest.raises(NotGated, match="allow-ungated"):
+        Predictor.open(model)
+
+
+def test_a_gate_report_beside_the_model_that_passed_and_names_its_bytes_counts(model: Path) -> None:
+    import json
+
+    from onnxgate.contract import sha256_file
+
+    report = {"passed": True, "artefacts": [{"role": "model", "sha256": sha256_file(model)}]}
+    (model.parent / "report.json").write_text(json.dumps(report))
+    with Predictor.open(model) as predictor:
+        assert predictor.source.gated and predictor.ready
+    report["artefacts"][0]["sha256"] = "0" * 64
+    (model.parent / "report.json").write_text(json.dumps(report))
+    with pytest.raises(NotGated, match="does not name this model"):
+        Predictor.open(model)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "rule"),
+    [
+        ({"ids": np.array([[1, VOCAB]]), "mask": np.ones((1, 2), np.int64)}, "value.range"),
+        ({"ids": np.array([[-1, 2]]), "mask": np.ones((1, 2), np.int64)}, "value.range"),
+        ({"ids": np.array([[1, 2]], np.int32), "mask": np.ones((1, 2), np.int64)}, "datatype"),
+        ({"ids": np.array([1, 2]), "mask": np.ones((1, 2), np.int64)}, "rank"),
+        ({"ids": np.ones((1, 17), np.int64), "mask": np.ones((1, 17), np.int64)}, "dim.range"),
+        ({"ids": np.ones((9, 2), np.int64), "mask": np.ones((9, 2), np.int64)}, "dim.range"),
+        ({"ids": np.ones((1, 2), np.int64), "mask": np.ones((1, 3), np.int64)}, "dim.agree"),
+        ({"ids": np.ones((1, 2), np.int64)}, "input.missing"),
+        (
+            {"ids": np.ones((1, 2), np.int64), "mask": np.ones((1, 2), np.int64), "x": np.ones(1)},
+            "input.unknown",
+        ),
+    ],
+)
+def test_every_rule_is_named_in_its_refusal(model: Path, inputs: dict, rule: str) -> None:
+    with Predictor.open(model, PredictorConfig(allow_ungated=True)) as predictor:
+        with pytest.raises(InvalidRequest, match=rf"\(rule {rule}\)"):
+            predictor.predict(inputs)
+        assert predictor.counts.failures == 1
+
+
+def test_size_limit_and_duplicates(model: Path) -> None:
+    config = PredictorConfig(allow_ungated=True, max_request_bytes=100)
+    with Predictor.open(model, config) as predictor:
+        big = np.ones((8, 16), np.int64)
+        with pytest.raises(PayloadTooLarge):
+            predictor.validate(
+                [RequestTensor("ids", "INT64", big), RequestTensor("mask", "INT64", big)]
+            )
+        small = np.ones((1, 2), np.int64)
+        with pytest.raises(InvalidRequest, match="input.duplicate"):
+            predictor.validate([RequestTensor("ids", "INT64", small)] * 2)
+
+
+def test_a_failed_proof_keeps_it_unavailable(model: Path) -> None:
+    golden = model.with_name("tok.golden.npz")
+    golden.write_bytes(golden.read_bytes()[:-10] + b"0123456789")
+    with Predictor.open(model, PredictorConfig(allow_ungated=True)) as predictor:
+        assert not predictor.ready
+        assert "golden file" in predictor.why_not()
+        with pytest.raises(Unavailable, match="not ready"):
+            predictor.predict({"ids": np.ones((1, 2), np.int64), "mask": np.ones((1, 2), np.int64)})
+
+
+def test_many_threads_at_once_get_their_own_answers(model: Path) -> None:
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, VOCAB, (2, 5)) for _ in range(64)]
+    with Predictor.open(model, PredictorConfig(allow_ungated=True)) as predictor:
+        mask = np.ones((2, 5), np.int64)
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(
+                pool.map(lambda ids: predictor.predict({"ids": ids, "mask": mask}), batches)
+            )
+        for ids, answer in zip(batches, answers, strict=True):
+            np.testing.assert_allclose(
+                answer["logits"], reference_logits(model, ids, mask), rtol=1e-5, atol=1e-6
+            )
+        assert predictor.counts.runs == 64
