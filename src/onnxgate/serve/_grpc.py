@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from onnxgate.errors import (
     EnvironmentProblem,
@@ -128,13 +129,34 @@ def _generic_handler(hub: Hub) -> grpc.GenericRpcHandler:
     }
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
-            handlers[name],
-            request_deserializer=request_cls.FromString,
+            _parsing(name, request_cls, handlers[name], hub),
             response_serializer=response_cls.SerializeToString,
         )
         for name, (request_cls, response_cls) in _proto.METHODS.items()
     }
     return grpc.method_handlers_generic_handler(_proto.SERVICE, methods)
+
+
+def _parsing(rpc: str, request_cls: Any, handler: Handler, hub: Hub) -> Handler:
+    """``handler`` on the request's bytes; a message that does not parse is INVALID_ARGUMENT.
+
+    grpcio's own deserializer would answer ``UNKNOWN`` and log a traceback instead.
+    """
+
+    async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = request_cls.FromString(raw)
+        except DecodeError as err:
+            refused = InvalidRequest(
+                f"the {rpc} request is not a valid {request_cls.DESCRIPTOR.full_name} message "
+                f"({err}) (rule protobuf)"
+            )
+            if rpc == "ModelInfer":
+                hub.count_failure("", "", refused)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused))
+        return await handler(request, context)
+
+    return handle
 
 
 def _status(error: BaseException) -> tuple[grpc.StatusCode, str]:

@@ -33,6 +33,8 @@ DATATYPES: dict[str, str] = {
 }
 """Open Inference Protocol datatype → the ONNX element type name onnxgate's signatures use."""
 OIP_OF: dict[str, str] = {onnx: oip for oip, onnx in DATATYPES.items()}
+MAX_RANK = 64
+"""NumPy's limit on dims (ONNX Runtime's is higher; no model takes more)."""
 
 _LENGTH = struct.Struct("<I")
 
@@ -64,9 +66,20 @@ def check_shape(name: str, shape: Sequence[Any], datatype: str, limit: int) -> i
     """The element count of a declared shape, refused when malformed or above ``limit`` bytes.
 
     Raises:
-        InvalidRequest: a dim is not a non-negative integer.
+        InvalidRequest: an unknown datatype, more than ``MAX_RANK`` dims, or a dim that is not a
+            non-negative integer.
         PayloadTooLarge: the tensor would take more than ``limit`` bytes.
     """
+    if datatype not in DATATYPES:
+        raise InvalidRequest(
+            f"input {name!r}: datatype {datatype!r} is not an Open Inference Protocol datatype "
+            f"({', '.join(DATATYPES)}) (rule input.datatype)"
+        )
+    if len(shape) > MAX_RANK:
+        raise InvalidRequest(
+            f"input {name!r}: shape has {len(shape)} dims; at most {MAX_RANK} are possible "
+            "(rule input.shape)"
+        )
     dims = []
     for dim in shape:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
