@@ -24,6 +24,8 @@ EXPECTED = {
     "FeedError", "ProviderUnavailable", "RunFailed", "ExportError", "ParityError", "SessionFailed",
     "GateError", "ModelLoadError", "RuntimeEnvError", "UnsafeModelError", "__version__",
     "InternalError", "ProviderFailed", "ReferenceFailed",
+    "Predictor", "PredictorConfig", "ServeConfig", "serve",
+    "InvalidRequest", "NotGated", "RequestRefused", "Unavailable",
 }  # fmt: skip
 
 

@@ -30,14 +30,18 @@ from onnxgate.errors import (
     FeedError,
     GateError,
     InternalError,
+    InvalidRequest,
     ModelLoadError,
+    NotGated,
     ParityError,
     ProviderFailed,
     ProviderUnavailable,
     ReferenceFailed,
+    RequestRefused,
     RunFailed,
     RuntimeEnvError,
     SessionFailed,
+    Unavailable,
     UnsafeModelError,
 )
 from onnxgate.export import (
@@ -139,6 +143,11 @@ __all__ = [
     "load_config",
     "open_registry",
     "run_gate",
+    # serving what was gated (loaded on first use: the server needs the serve extra)
+    "Predictor",
+    "PredictorConfig",
+    "ServeConfig",
+    "serve",
     # is this machine ready
     "DoctorReport",
     "doctor",
@@ -162,6 +171,10 @@ __all__ = [
     "FeedError",
     "GateError",
     "InternalError",
+    "InvalidRequest",
+    "NotGated",
+    "RequestRefused",
+    "Unavailable",
     "ModelLoadError",
     "ParityError",
     "ProviderFailed",
@@ -181,6 +194,10 @@ def __getattr__(name: str) -> object:
         from onnxgate.registry import open_registry
 
         return open_registry
+    if name in ("Predictor", "PredictorConfig", "ServeConfig", "serve"):
+        import onnxgate.serve
+
+        return getattr(onnxgate.serve, name)
     if name == "OrtOptions":
         from onnxgate.runners import OrtOptions
 

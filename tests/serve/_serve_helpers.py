@@ -4,6 +4,7 @@ it, and ``onnxgate serve`` run as a real process on free ports."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,6 +53,15 @@ def make_token_model(path: Path, seed: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, path)
     return path
+
+
+def copy_model(model: Path, folder: Path) -> Path:
+    """The model with its contract and golden file, copied into ``folder`` (to modify freely)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = model.name.removesuffix(".onnx")
+    for path in model.parent.glob(f"{stem}.*"):
+        shutil.copy2(path, folder / path.name)
+    return folder / model.name
 
 
 def make_token_contract(path: Path, seed: int = 0) -> Path:

@@ -8,7 +8,6 @@ import http.client
 import json
 import logging
 import random
-import shutil
 import threading
 import time
 import zlib
@@ -28,7 +27,7 @@ from onnxgate.serve._predictor import PredictorConfig
 from onnxgate.serve._rest import _inflate, decode, encode, make_app
 from onnxgate.serve._types import InferResponse, TensorMetadata
 
-from ._serve_helpers import VOCAB, free_port, reference_logits
+from ._serve_helpers import VOCAB, copy_model, free_port, reference_logits
 
 
 class InProcessServer:
@@ -100,21 +99,13 @@ class InProcessServer:
             conn.close()
 
 
-def _copy(model: Path, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = model.name.removesuffix(".onnx")
-    for path in model.parent.glob(f"{stem}.*"):
-        shutil.copy2(path, folder / path.name)
-    return folder / model.name
-
-
 def _config(**kw: object) -> ServeConfig:
     return ServeConfig(predictor=PredictorConfig(allow_ungated=True), poll_seconds=0, **kw)
 
 
 @pytest.fixture(scope="module")
 def model(token_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _copy(token_model, tmp_path_factory.mktemp("rest"))
+    return copy_model(token_model, tmp_path_factory.mktemp("rest"))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import shutil
 import signal
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,18 +17,11 @@ from tritonclient.utils import InferenceServerException
 
 from ._serve_helpers import (
     VOCAB,
+    copy_model,
     make_token_contract,
     reference_logits,
     register,
 )
-
-
-def _copy(model: Path, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = model.name.removesuffix(".onnx")
-    for path in model.parent.glob(f"{stem}.*"):
-        shutil.copy2(path, folder / path.name)
-    return folder / model.name
 
 
 def _feeds(batch: int = 1, seq: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +39,7 @@ def _http_infer(client: httpclient.InferenceServerClient, ids, mask, version: st
 
 
 def test_a_file_without_a_gate_is_refused_unless_allowed(start_server, token_model, tmp_path):
-    model = _copy(token_model, tmp_path / "m")
+    model = copy_model(token_model, tmp_path / "m")
     server = start_server(str(model), live=False)
     assert server.process.wait(60) == 1
     assert "without a passing gate" in server.text()
@@ -55,7 +47,7 @@ def test_a_file_without_a_gate_is_refused_unless_allowed(start_server, token_mod
 
 
 def test_ready_only_when_proven_and_answers_like_onnxruntime(start_server, token_model, tmp_path):
-    model = _copy(token_model, tmp_path / "m")
+    model = copy_model(token_model, tmp_path / "m")
     server = start_server(str(model), "--allow-ungated")
     client = httpclient.InferenceServerClient(server.http)
     assert client.is_server_ready()
@@ -72,7 +64,7 @@ def test_ready_only_when_proven_and_answers_like_onnxruntime(start_server, token
 
 @pytest.mark.parametrize("tamper", ["golden-outputs", "contract-rules", "model-bytes"])
 def test_a_tampered_contract_keeps_the_model_not_ready(start_server, token_model, tmp_path, tamper):
-    model = _copy(token_model, tmp_path / "m")
+    model = copy_model(token_model, tmp_path / "m")
     contract_path = model.with_name("tok.contract.json")
     if tamper == "golden-outputs":
         # new golden outputs, with the sha256 in the contract updated to match: identity holds,
@@ -184,7 +176,7 @@ def test_registry_versions_gated_and_an_alias_switch_under_load(
 
 
 def test_concurrent_requests_are_batched(start_server, token_model, tmp_path):
-    model = _copy(token_model, tmp_path / "m")
+    model = copy_model(token_model, tmp_path / "m")
     server = start_server(str(model), "--allow-ungated", "--max-delay-ms", "20")
     ids, mask = _feeds(batch=1, seq=8)
     expected = reference_logits(model, ids, mask)
@@ -221,7 +213,7 @@ def _metric(text: str, name: str) -> float:
 
 
 def test_sigterm_finishes_requests_in_flight_then_exits_zero(start_server, token_model, tmp_path):
-    model = _copy(token_model, tmp_path / "m")
+    model = copy_model(token_model, tmp_path / "m")
     server = start_server(str(model), "--allow-ungated", "--max-delay-ms", "300", "--grace", "10")
     client = httpclient.InferenceServerClient(server.http)
     ids, mask = _feeds()

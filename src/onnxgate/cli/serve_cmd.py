@@ -73,6 +73,16 @@ def serve_command(
             rich_help_panel=SERVING,
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="The registry's artefact store folder. Default: $ONNXGATE_STORE, else beside "
+            "a SQLite registry.",
+            show_default=False,
+            rich_help_panel=SERVING,
+        ),
+    ] = None,
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on.", rich_help_panel=SERVING)
     ] = "127.0.0.1",
@@ -202,6 +212,7 @@ def serve_command(
             allow_ungated=allow_ungated,
             variant=variant,
             registry=registry,
+            store=store,
         ),
         model=build(
             ModelSettings,

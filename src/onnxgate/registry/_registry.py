@@ -469,5 +469,5 @@ def open_registry(url: str | None = None, store: str | os.PathLike[str] | None =
         engine.dispose()
         raise
     location.ensure()
-    log.info("opened registry %s (store %s)", _db.mask(parsed), location.root)
+    log.debug("opened registry %s (store %s)", _db.mask(parsed), location.root)
     return Registry(engine, parsed, location)

@@ -31,7 +31,7 @@ from onnxgate.errors import (
 from onnxgate.serve._batcher import Batcher, Observer
 from onnxgate.serve._metrics import Metrics
 from onnxgate.serve._predictor import Predictor, PredictorConfig
-from onnxgate.serve._source import current_number
+from onnxgate.serve._source import current_number, split_name
 from onnxgate.serve._tensors import datatype_of
 from onnxgate.serve._types import (
     InferRequest,
@@ -242,9 +242,11 @@ class Hub:
         """
         assert entry.follow is not None
         loop = asyncio.get_running_loop()
-        registry = self.config.predictor.registry
-        _, ref = entry.follow.partition("=")[::2] if "=" in entry.follow else ("", entry.follow)
-        number, passed = await loop.run_in_executor(self._executor, current_number, ref, registry)
+        settings = self.config.predictor
+        _, ref = split_name(entry.follow)
+        number, passed = await loop.run_in_executor(
+            self._executor, current_number, ref, settings.registry, settings.store
+        )
         if str(number) == entry.current or number in entry.refused:
             return False
         if not passed and not self.config.predictor.allow_ungated:

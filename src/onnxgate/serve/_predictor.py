@@ -64,6 +64,8 @@ class PredictorConfig(Part):
     """Serve ``model.VARIANT`` of a registry version (``int8``) instead of ``model``."""
     registry: str | None = None
     """The registry URL for references (default: ``$ONNXGATE_REGISTRY`` or the user's)."""
+    store: str | None = None
+    """The registry's artefact store (default: ``$ONNXGATE_STORE``, or beside a SQLite file)."""
 
 
 class Proof(BaseModel):
@@ -202,7 +204,7 @@ class Predictor:
         config = config or PredictorConfig()
         say = progress or (lambda message: log.info("%s", message))
         say(f"opening {ref}")
-        source = resolve(str(ref), config.registry, variant=config.variant)
+        source = resolve(str(ref), config.registry, variant=config.variant, store=config.store)
         if not source.gated and not config.allow_ungated:
             raise NotGated(
                 f"{source.ref}: not serving it without a passing gate ({source.gate}).",

@@ -118,7 +118,12 @@ def from_file(ref: str, name: str | None = None) -> Source:
 
 
 def from_registry(
-    ref: str, registry: str | None, *, variant: str | None = None, name: str | None = None
+    ref: str,
+    registry: str | None,
+    *,
+    variant: str | None = None,
+    name: str | None = None,
+    store: str | None = None,
 ) -> Source:
     """A registry version, fetched into the cache and re-hashed.
 
@@ -132,7 +137,7 @@ def from_registry(
 
     ref = registry_ref(ref)
     _, which = parse_ref(ref)
-    with open_registry(registry) as reg:
+    with open_registry(registry, store) as reg:
         version = reg.get(ref)
         role = f"model.{variant}" if variant else "model"
         if role not in version.artefacts:
@@ -159,20 +164,22 @@ def from_registry(
     )
 
 
-def resolve(item: str, registry: str | None, *, variant: str | None = None) -> Source:
+def resolve(
+    item: str, registry: str | None, *, variant: str | None = None, store: str | None = None
+) -> Source:
     """``REF`` or ``NAME=REF``: a file or a registry version (see the module docstring)."""
     name, ref = split_name(item)
     if is_file_ref(ref):
         if variant:
             raise ConfigError(f"--variant applies to registry references, not to the file {ref}.")
         return from_file(ref, name)
-    return from_registry(ref, registry, variant=variant, name=name)
+    return from_registry(ref, registry, variant=variant, name=name, store=store)
 
 
-def current_number(ref: str, registry: str | None) -> tuple[int, bool]:
+def current_number(ref: str, registry: str | None, store: str | None = None) -> tuple[int, bool]:
     """The version number an alias points at now, and whether its gate passed."""
     from onnxgate.registry import open_registry
 
-    with open_registry(registry) as reg:
+    with open_registry(registry, store) as reg:
         version = reg.get(registry_ref(ref))
     return version.number, version.passed

@@ -1,0 +1,259 @@
+"""onnxgate serve under load, beside KServe's model server and ONNX Runtime in-process.
+
+All-MiniLM-L6-v2 at batch 1 x seq 128 per request, binary tensors, REST and gRPC, concurrency 1,
+8 and 32. Contenders, each a server in its own process (the load generator is a third process,
+``serve_load.py``, with tritonclient's asyncio clients):
+
+- ``onnxgate``: ``onnxgate serve`` with dynamic batching (the default);
+- ``onnxgate-nobatch``: the same with ``--no-batching``;
+- ``kserve``: KServe's Python model server with an ONNX Runtime model (``serve_peer_kserve.py``,
+  run from its own venv, ``--peer-python``).
+
+The servers stay up side by side while the load runs against one of them at a time, in rounds
+whose order rotates (interleaved), so a slow minute of the machine does not land on one
+contender. Then the ceiling: ONNX Runtime in-process with the same settings at the batch sizes
+the batcher formed (read off the server's ``/metrics``). Then, optionally, the soak (a fixed
+request rate at a fraction of the measured capacity, with the server's RSS sampled) and an alias
+switch under load (a new registry version promoted while requests run).
+
+Usage:
+    python benchmarks/serve_bench.py --model /path/minilm.onnx --peer-python /path/peer/bin/python \
+        --out benchmarks/results/serve.json [--soak 600] [--switch]
+
+The model needs its contract (``onnxgate contract init``) proving batch up to 32 and seq 128.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, label: str, command: list[str], http: int, grpc: int, log: Path) -> None:
+        self.label, self.http, self.grpc = label, http, grpc
+        self.log = log
+        self.process = subprocess.Popen(
+            command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=dict(os.environ)
+        )
+
+    def wait_ready(self, model: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"{self.label} exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                url = f"http://127.0.0.1:{self.http}/v2/models/{model}/ready"
+                with urllib.request.urlopen(url, timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit(f"{self.label} not ready after {timeout} s")
+
+    def url(self, protocol: str) -> str:
+        return f"127.0.0.1:{self.http if protocol == 'http' else self.grpc}"
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/metrics", timeout=5) as reply:
+            return reply.read().decode()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def onnxgate(label: str, model: Path, extra: list[str], logs: Path, name: str) -> Server:
+    http, grpc = free_port(), free_port()
+    command = [
+        PY, "-m", "onnxgate", "serve", f"{name}={model}", "--allow-ungated",
+        "--http-port", str(http), "--grpc-port", str(grpc), *extra,
+    ]  # fmt: skip
+    return Server(label, command, http, grpc, logs / f"{label}.log")
+
+
+def kserve(python: str, model: Path, logs: Path, name: str) -> Server:
+    http, grpc = free_port(), free_port()
+    command = [
+        python, str(HERE / "serve_peer_kserve.py"), "--model", str(model), "--name", name,
+        "--http-port", str(http), "--grpc-port", str(grpc),
+    ]  # fmt: skip
+    return Server("kserve", command, http, grpc, logs / "kserve.log")
+
+
+def load(server: Server, protocol: str, concurrency: int, args, name: str, **more) -> dict:
+    out = args.work / f"load-{server.label}-{protocol}-c{concurrency}-{time.time_ns()}.json"
+    command = [
+        PY, str(HERE / "serve_load.py"), "--url", server.url(protocol), "--protocol", protocol,
+        "--model", name, "--concurrency", str(concurrency), "--duration", str(args.duration),
+        "--warmup", str(args.warmup), "--batch", "1", "--seq", "128",
+        "--outputs", "sentence_embedding", "--out", str(out),
+    ]  # fmt: skip
+    for key, value in more.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=args.duration * 4 + 600)
+    return json.loads(out.read_text())
+
+
+def batch_histogram(text: str, name: str) -> tuple[float, float]:
+    """(sum, count) of ``onnxgate_batch_size`` for the model."""
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith("onnxgate_batch_size_sum{") and f'model="{name}"' in line:
+            total += float(line.split()[-1])
+        if line.startswith("onnxgate_batch_size_count{") and f'model="{name}"' in line:
+            count += float(line.split()[-1])
+    return total, count
+
+
+def summary(result: dict) -> dict:
+    latency = result["latency"]
+    return {
+        "requests_per_s": result["requests_per_s"],
+        "p50_ms": latency["p50_ms"],
+        "p99_ms": latency["p99_ms"],
+        "errors": result["errors"],
+        "completed": result["completed"],
+        "client_cpu_cores": result.get("client_cpu_cores"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--peer-python", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/serve-bench"))
+    parser.add_argument("--duration", type=float, default=12.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--soak", type=float, default=0.0, help="soak seconds (0: none)")
+    parser.add_argument("--soak-fraction", type=float, default=0.8)
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    name = "minilm"
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    protocols = args.protocols.split(",")
+    servers = [
+        onnxgate("onnxgate", args.model, [], args.work, name),
+        onnxgate("onnxgate-nobatch", args.model, ["--no-batching"], args.work, name),
+        kserve(args.peer_python, args.model, args.work, name),
+    ]
+    runs: list[dict] = []
+    try:
+        for server in servers:
+            server.wait_ready(name)
+        order = list(servers)
+        for round_ in range(args.rounds):
+            for concurrency in concurrencies:
+                for protocol in protocols:
+                    for server in order:
+                        before = (
+                            batch_histogram(server.metrics(), name)
+                            if server.label.startswith("onnxgate")
+                            else (0, 0)
+                        )
+                        result = load(server, protocol, concurrency, args, name)
+                        after = (
+                            batch_histogram(server.metrics(), name)
+                            if server.label.startswith("onnxgate")
+                            else (0, 0)
+                        )
+                        executions = after[1] - before[1]
+                        row = {
+                            "server": server.label,
+                            "protocol": protocol,
+                            "concurrency": concurrency,
+                            "round": round_,
+                            **summary(result),
+                            "mean_batch": round((after[0] - before[0]) / executions, 2)
+                            if executions
+                            else None,
+                        }
+                        runs.append(row)
+                        print(json.dumps(row), flush=True)
+                    order = order[1:] + order[:1]
+        formed = sorted({max(1, round(r["mean_batch"])) for r in runs if r["mean_batch"]} | {1})
+        ceiling_out = args.work / "ceiling.json"
+        subprocess.run(
+            [PY, str(HERE / "serve_ceiling.py"), str(args.model), "--batches",
+             ",".join(map(str, formed)), "--seq", "128", "--duration", "8", "--out", str(ceiling_out)],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        ceiling = json.loads(ceiling_out.read_text())
+        soak = None
+        if args.soak:
+            best = max(
+                (r for r in runs if r["server"] == "onnxgate" and r["protocol"] == "http"),
+                key=lambda r: r["requests_per_s"],
+            )
+            rate = round(best["requests_per_s"] * args.soak_fraction, 1)
+            server = servers[0]
+            result = load(
+                server, "http", 64, argparse.Namespace(**{**vars(args), "duration": args.soak}),
+                name, rate=rate, rss_pid=server.process.pid, max_inflight=256,
+            )  # fmt: skip
+            rss = result["rss_series"]
+            soak = {"rate": rate, "capacity": best["requests_per_s"], **summary(result), "rss": rss}
+            print(json.dumps({k: v for k, v in soak.items() if k != "rss"}), flush=True)
+    finally:
+        for server in servers:
+            server.stop()
+    table = {}
+    for row in runs:
+        key = (row["server"], row["protocol"], row["concurrency"])
+        table.setdefault(key, []).append(row)
+    medians = [
+        {
+            "server": s, "protocol": p, "concurrency": c,
+            "requests_per_s": statistics.median(r["requests_per_s"] for r in rows),
+            "p50_ms": statistics.median(r["p50_ms"] for r in rows),
+            "p99_ms": statistics.median(r["p99_ms"] for r in rows),
+            "errors": sum(r["errors"] for r in rows),
+            "mean_batch": statistics.median([r["mean_batch"] for r in rows if r["mean_batch"]] or [0]) or None,
+        }
+        for (s, p, c), rows in sorted(table.items())
+    ]  # fmt: skip
+    document = {
+        "tool": "serve_bench",
+        "model": str(args.model),
+        "machine": ceiling["machine"],
+        "versions": ceiling["versions"],
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "runs": runs,
+        "medians": medians,
+        "ceiling": ceiling["batches"],
+        "soak": soak,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
