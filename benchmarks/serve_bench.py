@@ -118,20 +118,40 @@ def load(server: Server, protocol: str, concurrency: int, args, name: str, **mor
     return json.loads(out.read_text())
 
 
-def batch_histogram(text: str, name: str) -> tuple[float, float]:
-    """(sum, count) of ``onnxgate_batch_size`` for the model."""
-    total = count = 0.0
+def histograms(text: str, name: str) -> dict[str, float]:
+    """Sums and counts of the server's histograms for the model (``batch_size_sum`` ...)."""
+    found: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("onnxgate_batch_size_sum{") and f'model="{name}"' in line:
-            total += float(line.split()[-1])
-        if line.startswith("onnxgate_batch_size_count{") and f'model="{name}"' in line:
-            count += float(line.split()[-1])
-    return total, count
+        if not line.startswith("onnxgate_") or f'model="{name}"' not in line:
+            continue
+        metric = line.split("{", 1)[0].removeprefix("onnxgate_")
+        if metric.endswith(("_sum", "_count")):
+            found[metric] = found.get(metric, 0.0) + float(line.split()[-1])
+    return found
+
+
+def server_side(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """Mean batch, and mean request, queue and compute time inside the server over one run."""
+
+    def mean(metric: str, scale: float = 1.0) -> float | None:
+        count = after.get(f"{metric}_count", 0) - before.get(f"{metric}_count", 0)
+        total = after.get(f"{metric}_sum", 0) - before.get(f"{metric}_sum", 0)
+        return round(total / count * scale, 3) if count else None
+
+    return {
+        "mean_batch": mean("batch_size"),
+        "server_request_ms": mean("request_duration_seconds", 1e3),
+        "server_queue_ms": mean("queue_duration_seconds", 1e3),
+        "server_compute_ms": mean("compute_duration_seconds", 1e3),
+    }
 
 
 def summary(result: dict) -> dict:
     latency = result["latency"]
+    rss = [r["rss_mb"] for r in result.get("rss_series") or []]
     return {
+        "rss_mb_first": rss[0] if rss else None,
+        "rss_mb_last": rss[-1] if rss else None,
         "requests_per_s": result["requests_per_s"],
         "p50_ms": latency["p50_ms"],
         "p99_ms": latency["p99_ms"],
@@ -173,32 +193,24 @@ def main() -> None:
             for concurrency in concurrencies:
                 for protocol in protocols:
                     for server in order:
-                        before = (
-                            batch_histogram(server.metrics(), name)
-                            if server.label.startswith("onnxgate")
-                            else (0, 0)
+                        ours = server.label.startswith("onnxgate")
+                        before = histograms(server.metrics(), name) if ours else {}
+                        result = load(
+                            server, protocol, concurrency, args, name, rss_pid=server.process.pid
                         )
-                        result = load(server, protocol, concurrency, args, name)
-                        after = (
-                            batch_histogram(server.metrics(), name)
-                            if server.label.startswith("onnxgate")
-                            else (0, 0)
-                        )
-                        executions = after[1] - before[1]
+                        after = histograms(server.metrics(), name) if ours else {}
                         row = {
                             "server": server.label,
                             "protocol": protocol,
                             "concurrency": concurrency,
                             "round": round_,
                             **summary(result),
-                            "mean_batch": round((after[0] - before[0]) / executions, 2)
-                            if executions
-                            else None,
+                            **server_side(before, after),
                         }
                         runs.append(row)
                         print(json.dumps(row), flush=True)
                     order = order[1:] + order[:1]
-        formed = sorted({max(1, round(r["mean_batch"])) for r in runs if r["mean_batch"]} | {1})
+        formed = sorted({max(1, round(r["mean_batch"])) for r in runs if r["mean_batch"]} | {1, 32})
         ceiling_out = args.work / "ceiling.json"
         subprocess.run(
             [PY, str(HERE / "serve_ceiling.py"), str(args.model), "--batches",
@@ -208,18 +220,20 @@ def main() -> None:
         ceiling = json.loads(ceiling_out.read_text())
         soak = None
         if args.soak:
-            best = max(
-                (r for r in runs if r["server"] == "onnxgate" and r["protocol"] == "http"),
-                key=lambda r: r["requests_per_s"],
-            )
-            rate = round(best["requests_per_s"] * args.soak_fraction, 1)
+            at_32 = [
+                r["requests_per_s"]
+                for r in runs
+                if r["server"] == "onnxgate" and r["protocol"] == "http" and r["concurrency"] == 32
+            ]
+            capacity = statistics.median(at_32)  # the batcher's capacity, at concurrency 32
+            rate = round(capacity * args.soak_fraction, 1)
             server = servers[0]
             result = load(
                 server, "http", 64, argparse.Namespace(**{**vars(args), "duration": args.soak}),
                 name, rate=rate, rss_pid=server.process.pid, max_inflight=256,
             )  # fmt: skip
             rss = result["rss_series"]
-            soak = {"rate": rate, "capacity": best["requests_per_s"], **summary(result), "rss": rss}
+            soak = {"rate": rate, "capacity": capacity, **summary(result), "rss": rss}
             print(json.dumps({k: v for k, v in soak.items() if k != "rss"}), flush=True)
     finally:
         for server in servers:
@@ -235,7 +249,12 @@ def main() -> None:
             "p50_ms": statistics.median(r["p50_ms"] for r in rows),
             "p99_ms": statistics.median(r["p99_ms"] for r in rows),
             "errors": sum(r["errors"] for r in rows),
-            "mean_batch": statistics.median([r["mean_batch"] for r in rows if r["mean_batch"]] or [0]) or None,
+            **{
+                key: statistics.median(values) if values else None
+                for key in ("mean_batch", "server_request_ms", "server_queue_ms",
+                            "server_compute_ms", "rss_mb_first", "rss_mb_last")
+                for values in [[r[key] for r in rows if r[key] is not None]]
+            },
         }
         for (s, p, c), rows in sorted(table.items())
     ]  # fmt: skip

@@ -24,7 +24,7 @@ EXPECTED = {
     "FeedError", "ProviderUnavailable", "RunFailed", "ExportError", "ParityError", "SessionFailed",
     "GateError", "ModelLoadError", "RuntimeEnvError", "UnsafeModelError", "__version__",
     "InternalError", "ProviderFailed", "ReferenceFailed",
-    "Predictor", "PredictorConfig", "ServeConfig", "serve",
+    "Predictor", "PredictorConfig", "ServeConfig", "serve_models",
     "InvalidRequest", "NotGated", "RequestRefused", "Unavailable",
 }  # fmt: skip
 
@@ -98,3 +98,11 @@ def test_every_step_takes_a_frozen_strict_config_and_returns_a_verdict():
         assert "passed" in report.model_fields or isinstance(
             getattr(report, "passed", None), property
         ), report.__name__
+
+
+def test_the_server_entry_point_stays_callable_once_the_serve_subpackage_is_imported():
+    import onnxgate.serve
+
+    assert callable(onnxgate.serve_models)
+    assert onnxgate.serve_models is onnxgate.serve.serve
+    assert onnxgate.Predictor is onnxgate.serve.Predictor

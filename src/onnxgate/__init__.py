@@ -147,7 +147,7 @@ __all__ = [
     "Predictor",
     "PredictorConfig",
     "ServeConfig",
-    "serve",
+    "serve_models",
     # is this machine ready
     "DoctorReport",
     "doctor",
@@ -194,10 +194,11 @@ def __getattr__(name: str) -> object:
         from onnxgate.registry import open_registry
 
         return open_registry
-    if name in ("Predictor", "PredictorConfig", "ServeConfig", "serve"):
+    if name in ("Predictor", "PredictorConfig", "ServeConfig", "serve_models"):
+        # not ``serve``: importing the subpackage onnxgate.serve binds that name to the module
         import onnxgate.serve
 
-        return getattr(onnxgate.serve, name)
+        return getattr(onnxgate.serve, "serve" if name == "serve_models" else name)
     if name == "OrtOptions":
         from onnxgate.runners import OrtOptions
 

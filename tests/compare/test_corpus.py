@@ -29,6 +29,15 @@ PLAIN_EVALUATOR_WRONG = {
     # equal), the plain evaluator 1.0 each, as if it normalised over a size-1 axis
     "light_squeezenet.onnx": ("n65", "Softmax"),
 }
+# model -> (node, op type) where an ill-conditioned output legitimately differs: the node agrees
+# with itself on identical inputs and its inputs agree within tolerance; it carries a rounding
+# difference past its output's tolerance
+ILL_CONDITIONED = {
+    # every weight is 0.02, so the 1000 logits tie in exact arithmetic (about 6e9 each); the
+    # reference's NumPy convolution breaks the ties by a relative 1e-7 on some CPUs (seen on an
+    # AMD family 26, not on earlier machines), and Softmax turns that into another distribution
+    "light_squeezenet.onnx": ("n65", "Softmax"),
+}
 # model -> (error class, words the refusal must contain)
 NOT_RUNNABLE = {
     # nodes out of order: a Concat fails at run time
@@ -51,6 +60,13 @@ def test_runtime_and_reference_agree_or_the_difference_is_explained(path: Path):
             compare(path, CompareConfig(against="reference"))
         return
     report = compare(path, CompareConfig(against="reference", localize=True))
+    if not report.passed and path.name in ILL_CONDITIONED:
+        divergence = report.first_divergence
+        assert divergence is not None and divergence.found
+        assert (divergence.node, divergence.op_type) == ILL_CONDITIONED[path.name]
+        assert all(t.agrees for t in divergence.inputs)
+        assert divergence.replay.verdict != "differs on identical inputs"
+        return
     assert report.passed, [o.reason for o in report.outputs]
 
 

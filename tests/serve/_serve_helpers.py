@@ -118,8 +118,14 @@ def free_port() -> int:
 class ServerProcess:
     """``onnxgate serve`` in a child process, on free ports, with its log kept."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-        self.http_port = free_port()
+    def __init__(
+        self,
+        args: list[str],
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        http_port: int | None = None,
+    ) -> None:
+        self.http_port = http_port or free_port()
         self.grpc_port = free_port()
         self.log = cwd / f"serve-{self.http_port}.log"
         self._log = self.log.open("wb")
@@ -158,8 +164,8 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"the server exited {self.process.returncode}:\n{self.text()}")
-            try:
-                if self.status("/v2/health/live") == 200:
+            try:  # live comes first; "serving" is logged once every model is loaded and proven
+                if self.status("/v2/health/live") == 200 and "_app: serving " in self.text():
                     return
             except OSError:
                 pass

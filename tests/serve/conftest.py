@@ -21,8 +21,10 @@ def start_server(tmp_path: Path) -> Iterator:
     """``start_server(*args, env=None)`` → a live ``ServerProcess``; stopped at teardown."""
     started: list[ServerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, live: bool = True) -> ServerProcess:
-        server = ServerProcess(list(args), tmp_path, env)
+    def start(
+        *args: str, env: dict[str, str] | None = None, live: bool = True, http_port: int = 0
+    ) -> ServerProcess:
+        server = ServerProcess(list(args), tmp_path, env, http_port or None)
         started.append(server)
         if live:
             server.wait_live()

@@ -111,27 +111,73 @@ def test_a_full_queue_refuses_at_once_instead_of_growing() -> None:
     assert refused == 6 and answered == 4
 
 
-def test_a_failed_run_fails_every_request_of_its_batch_and_the_batcher_goes_on() -> None:
-    calls = []
+def test_a_failed_batch_runs_again_request_by_request_so_only_the_bad_one_fails() -> None:
+    calls: list[int] = []
 
-    def flaky(feeds, outputs=None):
+    def picky(feeds, outputs=None):
         calls.append(feeds["x"].shape[0])
-        if len(calls) == 1:
-            raise RunFailed("boom")
+        if (feeds["x"] < 0).any():
+            raise RunFailed("a negative value")
         return {"y": feeds["x"]}
 
-    async def main() -> tuple[list, dict]:
-        batcher = _batcher(flaky)
-        first = await asyncio.gather(
-            *(batcher.submit({"x": np.ones((1, 1))}) for _ in range(3)), return_exceptions=True
-        )
-        later = await batcher.submit({"x": np.ones((1, 1))})
+    async def main() -> list:
+        run_gate = threading.Event()
+        batcher = _batcher(lambda f, o=None: (run_gate.wait(5), picky(f, o))[1])
+        # the first request runs alone while the next three queue and form one batch
+        first = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 1))}))
+        await asyncio.sleep(0.05)
+        rest = [
+            asyncio.ensure_future(batcher.submit({"x": np.full((1, 1), v)})) for v in (1, -1, 2)
+        ]
+        await asyncio.sleep(0.05)
+        run_gate.set()
+        done = await asyncio.gather(first, *rest, return_exceptions=True)
         await batcher.close()
-        return first, later
+        return done
 
-    first, later = asyncio.run(main())
-    assert all(isinstance(f, RunFailed) for f in first[:1])
-    assert later["y"].shape == (1, 1)
+    done = asyncio.run(main())
+    assert isinstance(done[2], RunFailed)
+    assert [d["y"].item() for d in (done[0], done[1], done[3])] == [1, 1, 2]
+    assert calls == [1, 3, 1, 1, 1]  # alone, the batch of three, then each of them alone
+
+
+def test_a_request_whose_client_gave_up_is_not_run() -> None:
+    async def main() -> list[int]:
+        run = Doubler()
+        run.gate.clear()
+        batcher = _batcher(run, max_batch=1)
+        busy = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 1))}))
+        await asyncio.sleep(0.05)
+        abandoned = asyncio.ensure_future(batcher.submit({"x": np.full((1, 1), 7.0)}))
+        await asyncio.sleep(0.05)
+        abandoned.cancel()
+        run.gate.set()
+        await busy
+        await asyncio.sleep(0.1)
+        await batcher.close()
+        return run.batches
+
+    assert asyncio.run(main()) == [1]
+
+
+def test_close_fails_requests_taken_but_not_started_instead_of_leaving_them_hanging() -> None:
+    async def main() -> list:
+        run = Doubler()
+        run.gate.clear()
+        batcher = _batcher(run, max_batch=4, max_delay=5.0)
+        running = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 1))}))
+        await asyncio.sleep(0.05)
+        waiting = [asyncio.ensure_future(batcher.submit({"x": np.ones((1, 1))})) for _ in range(2)]
+        await asyncio.sleep(0.05)  # the former holds them, waiting for the slot
+        closing = asyncio.ensure_future(batcher.close())
+        await asyncio.sleep(0.05)
+        run.gate.set()
+        await closing
+        return await asyncio.wait_for(asyncio.gather(running, *waiting, return_exceptions=True), 5)
+
+    done = asyncio.run(main())
+    assert isinstance(done[0], dict)
+    assert all(isinstance(d, Unavailable) for d in done[1:])
 
 
 def test_drain_waits_for_pending_and_close_refuses_new_requests() -> None:

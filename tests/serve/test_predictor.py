@@ -116,3 +116,29 @@ def test_many_threads_at_once_get_their_own_answers(model: Path) -> None:
                 answer["logits"], reference_logits(model, ids, mask), rtol=1e-5, atol=1e-6
             )
         assert predictor.counts.runs == 64
+
+
+def test_the_provider_the_gate_required_must_run_the_nodes_here(model: Path) -> None:
+    import json
+
+    from onnxgate.contract import sha256_file
+
+    report = {
+        "passed": True,
+        "artefacts": [{"role": "model", "sha256": sha256_file(model)}],
+        "config": {"steps": {"placement": {"require": "openvino"}}},
+    }
+    (model.parent / "report.json").write_text(json.dumps(report))
+    with Predictor.open(model) as predictor:  # served on CPU, gated for OpenVINO
+        assert predictor.source.require == "openvino"
+        assert not predictor.ready
+        assert "placement: failed" in predictor.why_not()
+
+
+def test_explicit_session_settings_win_over_tuned_ones_and_are_said(model: Path) -> None:
+    from onnxgate.settings import SessionSettings
+
+    config = PredictorConfig(allow_ungated=True, session=SessionSettings(opt_level="basic"))
+    with Predictor.open(model, config) as predictor:
+        assert predictor.runner.options.optimization == "basic"
+        assert any("session settings were given" in note for note in predictor.notes)

@@ -214,23 +214,30 @@ def _metric(text: str, name: str) -> float:
 
 def test_sigterm_finishes_requests_in_flight_then_exits_zero(start_server, token_model, tmp_path):
     model = copy_model(token_model, tmp_path / "m")
-    server = start_server(str(model), "--allow-ungated", "--max-delay-ms", "300", "--grace", "10")
-    client = httpclient.InferenceServerClient(server.http)
+    server = start_server(str(model), "--allow-ungated", "--max-delay-ms", "1500", "--grace", "10")
     ids, mask = _feeds()
-    answers: list[object] = []
+    answers: list[tuple[float, object]] = []
 
-    def slow() -> None:  # waits ~300 ms in the batcher: in flight when SIGTERM arrives
+    def one() -> None:
         try:
-            answers.append(_http_infer(httpclient.InferenceServerClient(server.http), ids, mask))
+            result = _http_infer(httpclient.InferenceServerClient(server.http), ids, mask)
+            answers.append((time.monotonic(), result.as_numpy("logits")))
         except Exception as error:  # noqa: BLE001
-            answers.append(error)
+            answers.append((time.monotonic(), error))
 
-    assert client.is_server_ready()
-    thread = threading.Thread(target=slow)
-    thread.start()
-    time.sleep(0.1)
+    # two requests close together: the first runs at once, the second waits in the batcher for
+    # others to join (requests are arriving faster than --max-delay-ms), up to 1.5 s
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    signalled = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
-    thread.join(30)
+    for thread in threads:
+        thread.join(30)
     assert server.process.wait(30) == 0
-    assert len(answers) == 1 and not isinstance(answers[0], Exception), answers
+    assert len(answers) == 2, answers
+    assert all(isinstance(answer, np.ndarray) for _, answer in answers), answers
+    assert max(when for when, _ in answers) > signalled  # one was still in flight at SIGTERM
     assert "stopping" in server.text()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from onnxgate.cli._common import err, handles_errors
+from onnxgate.cli._common import Format, configure_logging, err, handles_errors
 from onnxgate.cli._options import (
     OptLevelOpt,
     ProviderOptionOpt,
@@ -18,7 +18,7 @@ from onnxgate.cli._options import (
     build,
     session_settings,
 )
-from onnxgate.errors import ExitCode, ExtraMissing
+from onnxgate.errors import ConfigError, ExitCode, ExtraMissing
 
 SERVING = "Serving"
 BATCHING = "Batching and limits"
@@ -181,12 +181,31 @@ def serve_command(
             rich_help_panel=BATCHING,
         ),
     ] = 64.0,
+    model_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-option",
+            help="A setting for one served model, NAME:KEY=VALUE (repeatable), KEY one of "
+            "batching, max_batch, max_delay_ms, max_queue, instances: --model-option "
+            "bert:max_batch=8 --model-option resnet:instances=2.",
+            show_default=False,
+            rich_help_panel=BATCHING,
+        ),
+    ] = None,
     providers: ProvidersOpt = None,
     provider_option: ProviderOptionOpt = None,
     opt_level: OptLevelOpt = "all",
     threads: ThreadsOpt = 0,
     session_config: SessionConfigOpt = None,
-    fmt: Annotated[str, typer.Option(hidden=True)] = "text",
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            "-f",
+            help="json: an error that stops the server before it serves is one JSON document "
+            "on stdout (the server's log is on stderr either way).",
+        ),
+    ] = Format.text,
 ) -> None:
     """Serve gated models over the Open Inference Protocol (REST and gRPC)."""
     try:
@@ -201,6 +220,14 @@ def serve_command(
     from onnxgate.serve import ModelSettings, PredictorConfig, ServeConfig, serve
 
     session = session_settings(providers, provider_option, opt_level, threads, session_config)
+    common = build(
+        ModelSettings,
+        batching=batching,
+        max_batch=max_batch,
+        max_delay_ms=max_delay_ms,
+        max_queue=max_queue,
+        instances=instances,
+    )
     limit = int(max_request_mb * (1 << 20))
     config = build(
         ServeConfig,
@@ -214,21 +241,34 @@ def serve_command(
             registry=registry,
             store=store,
         ),
-        model=build(
-            ModelSettings,
-            batching=batching,
-            max_batch=max_batch,
-            max_delay_ms=max_delay_ms,
-            max_queue=max_queue,
-            instances=instances,
-        ),
+        model=common,
+        models={
+            name: build(ModelSettings, **(common.model_dump() | pairs))
+            for name, pairs in _per_model(model_option).items()
+        },
         poll_seconds=poll,
         grace_seconds=grace,
         max_body_bytes=max(4 * limit, 1024),
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
-        logging.getLogger("onnxgate").setLevel(logging.INFO)  # a server says what it serves
+        configure_logging(1)  # a server says what it serves and why a model is not ready
     err.print(f"onnxgate serve: loading {', '.join(refs)}", highlight=False)
     serve(refs, config, host=host, http_port=http_port, grpc_port=grpc_port)
     sys.stderr.flush()
     raise typer.Exit(int(ExitCode.PASSED))
+
+
+def _per_model(items: list[str] | None) -> dict[str, dict[str, str]]:
+    """``["bert:max_batch=8"]`` → ``{"bert": {"max_batch": "8"}}`` (values checked by ModelSettings).
+
+    Raises:
+        ConfigError: an item is not NAME:KEY=VALUE.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for item in items or ():
+        name, sep, pair = item.partition(":")
+        key, eq, value = pair.partition("=")
+        if not sep or not eq or not name.strip() or not key.strip():
+            raise ConfigError(f"--model-option {item!r} is not NAME:KEY=VALUE.")
+        found.setdefault(name.strip(), {})[key.strip()] = value.strip()
+    return found

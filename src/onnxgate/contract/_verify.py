@@ -314,13 +314,14 @@ def placement_cell(
     session: SessionSettings,
     options: OrtOptions,
     samples: list[Sample],
+    require: str | None = None,
 ) -> Cell:
-    """Every compute node on the first provider asked for, by a session with the same settings.
+    """Every compute node on ``require`` (default: the first provider asked for).
 
-    Where the audit must run the model (releases before 1.24) it runs the contract's golden
+    The audit's session has the same settings. Where the audit must run the model (releases before 1.24) it runs the contract's golden
     samples: never shapes the model was not proven at.
     """
-    required = options.providers[0] if options.providers else CPU
+    required = require or (options.providers[0] if options.providers else CPU)
     try:
         audit = placement(
             loaded,

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ from onnxgate.errors import EnvironmentProblem
 from onnxgate.serve._hub import Hub, ServeConfig
 
 log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 1024
+"""Connections (REST) and calls (gRPC) at once: bounded, like the queues behind them."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,31 @@ def _uvicorn_server(app: object, listen: Listen, grace: float) -> object:
         access_log=False,
         timeout_graceful_shutdown=max(1, int(grace)),
         timeout_keep_alive=30,
+        limit_concurrency=MAX_CONNECTIONS,  # beyond, uvicorn answers 503 at once
     )
     return _Server(config)
+
+
+def _bind(listen: Listen) -> socket.socket:
+    """A listening socket for the REST server.
+
+    Raises:
+        EnvironmentProblem: the address cannot be bound (the port is taken, the host unknown).
+    """
+    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((listen.host, listen.http_port))
+        sock.listen(2048)
+    except OSError as err:
+        sock.close()
+        raise EnvironmentProblem(
+            f"cannot listen for HTTP on {listen.host}:{listen.http_port}: {err.strerror or err}.",
+            hint="Is another server on that port? Pick another --http-port.",
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 async def run_server(
@@ -67,8 +94,7 @@ async def run_server(
     from onnxgate.serve._grpc import make_server
     from onnxgate.serve._rest import make_app
 
-    hub = Hub(config)
-    await hub.load(items)
+    hub = Hub(config)  # live at once, ready once every model is loaded and proven
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = 0
@@ -99,25 +125,25 @@ async def run_server(
             grpc_server = make_server(hub, f"{listen.host}:{listen.grpc_port}")
             await grpc_server.start()
         if listen.http_port:
+            sock = _bind(listen)  # ours, so a taken port is an error here, not uvicorn's exit
             http_server = _uvicorn_server(make_app(hub), listen, config.grace_seconds)
-            http_task = loop.create_task(http_server.serve())  # type: ignore[attr-defined]
+            http_task = loop.create_task(http_server.serve(sockets=[sock]))  # type: ignore[attr-defined]
             while not http_server.started and not http_task.done():  # type: ignore[attr-defined]
                 await asyncio.sleep(0.01)
-            if http_task.done():  # uvicorn exits with SystemExit when it cannot bind
-                with contextlib.suppress(SystemExit, OSError):
-                    http_task.result()
+            if http_task.done():
+                http_task.result()
                 raise EnvironmentProblem(
-                    f"cannot listen for HTTP on {listen.host}:{listen.http_port}.",
-                    hint="Is another server on that port? Pick another --http-port.",
+                    f"the HTTP server on {listen.host}:{listen.http_port} stopped."
                 )
         log.info(
-            "serving %s on http://%s:%s and grpc %s:%s",
-            ", ".join(sorted(hub.entries)),
+            "listening on http://%s:%s and grpc %s:%s (live; ready once the models are proven)",
             listen.host,
             listen.http_port or "-",
             listen.host,
             listen.grpc_port or "-",
         )
+        await hub.load(items)
+        log.info("serving %s", ", ".join(sorted(hub.entries)))
         if on_ready:
             on_ready(hub)
         waiters = [loop.create_task(stop.wait())]
@@ -126,15 +152,15 @@ async def run_server(
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     finally:
         hub.stopping = True
-        grace = config.grace_seconds
+        deadline = loop.time() + config.grace_seconds  # one grace period for everything
         if http_server is not None:
             http_server.should_exit = True  # type: ignore[attr-defined]
         if grpc_server is not None:
-            await grpc_server.stop(grace)
+            await grpc_server.stop(config.grace_seconds)
         if http_task is not None:
             with contextlib.suppress(BaseException):
                 await http_task
-        await hub.stop()
+        await hub.stop(deadline - loop.time())
         for sig in installed:
             loop.remove_signal_handler(sig)
     log.info("stopped")

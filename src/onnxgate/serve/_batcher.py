@@ -2,16 +2,18 @@
 
 Requests wait in one queue per model version. A batch starts when an execution slot is free
 (``instances`` run at once): it takes the oldest request, then every queued request whose inputs
-agree with it on all but the batch axis, up to ``max_batch`` samples. While other executions are
-running it waits for more, at most ``max_delay`` after the oldest request arrived; with every
-other slot idle and the queue empty it starts at once, since nobody is about to join (Triton
-waits out the delay regardless, which adds it to every request at low load). The batch is concatenated, run once in a worker thread
+agree with it on all but the batch axis, up to ``max_batch`` samples. It waits for more, at most
+``max_delay`` after the oldest request arrived, only while someone may join: another execution is
+running, or requests are arriving closer together than ``max_delay``. A lone request at low load
+starts at once (Triton waits out the delay regardless, which adds it to every request). The batch is concatenated, run once in a worker thread
 (ONNX Runtime releases the GIL), and each request gets its own rows back. While every slot is
 busy, requests pile up and the next batch forms at once from them: under load batches grow, at
 low load a request does not wait.
 
 A request beyond ``max_queue`` pending ones is refused at once (``Unavailable``), so overload
-shows as fast 503s rather than as a queue that grows until memory runs out. Without a batch
+shows as fast 503s rather than as a queue that grows until memory runs out. A request whose
+client gave up (a gRPC deadline, a closed connection) is skipped, not run. When a batch fails,
+its requests run again one by one, so one bad input fails only its own request. Without a batch
 axis, or with batching off, every request runs alone through the same queue and slots.
 """
 
@@ -100,6 +102,9 @@ class Batcher:
         self._slots = asyncio.Semaphore(instances)
         self._busy = 0
         """Executions running now."""
+        self._last_arrival = float("-inf")
+        self._flowing = False
+        """The latest request came within ``max_delay`` of the one before: more may follow."""
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -140,6 +145,8 @@ class Batcher:
         key = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(feeds.items()))
         future: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
         job = _Job(feeds, rows, key, tuple(outputs) if outputs else None, future)
+        self._flowing = job.enqueued - self._last_arrival < self.max_delay
+        self._last_arrival = job.enqueued
         self._pending += 1
         self._idle.clear()
         self._observer.pending(self._pending)
@@ -165,35 +172,67 @@ class Batcher:
         except TimeoutError:
             return None
 
-    async def _form(self) -> None:
+    async def _take(self, timeout: float | None) -> _Job | None:
+        """The next request still waited for (a client that gave up is skipped)."""
         while True:
-            first = self._held.popleft() if self._held else await self._next(None)
-            assert first is not None
-            await self._slots.acquire()
-            batch, rows = [first], first.rows
-            if self.batched and rows < self.max_batch:
-                # compatible requests held back earlier go first, in arrival order
-                for job in list(self._held):
-                    if job.key == first.key and rows + job.rows <= self.max_batch:
-                        self._held.remove(job)
-                        batch.append(job)
-                        rows += job.rows
-                deadline = first.enqueued + self.max_delay
-                # wait for more only while another execution is running: with every other slot
-                # idle and the queue empty, nobody is about to join, and waiting is pure latency
-                while rows < self.max_batch and (self._busy or not self._queue.empty()):
-                    job = await self._next(deadline - time.perf_counter())
-                    if job is None:
-                        break
-                    if job.key == first.key and rows + job.rows <= self.max_batch:
-                        batch.append(job)
-                        rows += job.rows
-                    else:
-                        self._held.append(job)
-            self._busy += 1
-            task = asyncio.get_running_loop().create_task(self._execute(batch, rows))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            job = await self._next(timeout)
+            if job is None or not job.future.done():
+                return job
+
+    async def _form(self) -> None:
+        batch: list[_Job] = []
+        try:
+            while True:
+                batch = []
+                while self._held and self._held[0].future.done():
+                    self._held.popleft()
+                first = self._held.popleft() if self._held else await self._take(None)
+                assert first is not None
+                batch = [first]
+                await self._slots.acquire()
+                if first.future.done():  # its client gave up while it waited for the slot
+                    self._slots.release()
+                    continue
+                rows = first.rows
+                if self.batched and rows < self.max_batch:
+                    rows = self._gather(batch, rows)
+                    deadline = first.enqueued + self.max_delay
+                    # wait for more only while someone may join: another execution is running
+                    # or requests are arriving closer together than max_delay; a lone request
+                    # at low load does not wait
+                    while rows < self.max_batch and (
+                        self._busy or self._flowing or not self._queue.empty()
+                    ):
+                        job = await self._take(deadline - time.perf_counter())
+                        if job is None:
+                            break
+                        if job.key == first.key and rows + job.rows <= self.max_batch:
+                            batch.append(job)
+                            rows += job.rows
+                        else:
+                            self._held.append(job)
+                self._busy += 1
+                task = asyncio.get_running_loop().create_task(self._execute(batch, rows))
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
+                batch = []
+        except asyncio.CancelledError:
+            for job in batch:  # taken from the queue but not started: they must not hang
+                if not job.future.done():
+                    job.future.set_exception(Unavailable(f"{self._label} was unloaded."))
+            raise
+
+    def _gather(self, batch: list[_Job], rows: int) -> int:
+        """Compatible requests held back earlier join first, in arrival order."""
+        first = batch[0]
+        for job in list(self._held):
+            if job.future.done():
+                self._held.remove(job)
+            elif job.key == first.key and rows + job.rows <= self.max_batch:
+                self._held.remove(job)
+                batch.append(job)
+                rows += job.rows
+        return rows
 
     async def _execute(self, batch: list[_Job], rows: int) -> None:
         try:
@@ -209,10 +248,16 @@ class Batcher:
             loop = asyncio.get_running_loop()
             try:
                 result = await loop.run_in_executor(self._executor, self._run, feeds, outputs)
-            except Exception as err:  # RunFailed, or a bug: every waiting request learns of it
+            except Exception as err:  # RunFailed, or a bug
+                if len(batch) == 1:
+                    if not batch[0].future.done():
+                        batch[0].future.set_exception(err)
+                    return
+                # one request's input may be what failed: each runs alone, so only it fails
+                log.warning("%s: a batch of %d failed (%s); running its requests one by one",
+                            self._label, len(batch), err)  # fmt: skip
                 for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(err)
+                    await self._alone(job)
                 return
             self._observer.executed(time.perf_counter() - start, rows, len(batch))
             offset = 0
@@ -229,6 +274,18 @@ class Batcher:
         finally:
             self._busy -= 1
             self._slots.release()
+
+    async def _alone(self, job: _Job) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(self._executor, self._run, job.feeds, job.outputs)
+        except Exception as err:
+            if not job.future.done():
+                job.future.set_exception(err)
+        else:
+            self._observer.executed(0.0, job.rows, 1)
+            if not job.future.done():
+                job.future.set_result(result)
 
     async def drain(self, timeout: float) -> bool:
         """Wait until nothing is pending (at most ``timeout`` seconds); True when drained."""

@@ -80,6 +80,9 @@ _UNSUPPORTED_PARAMETERS = {
     "classification": "classification outputs are not supported; ask for the raw output",
 }
 
+MAX_CALLS = 1024
+"""Calls at once; the queues behind them are bounded too."""
+
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
@@ -98,7 +101,8 @@ def make_server(hub: Hub, address: str) -> grpc.aio.Server:
             ("grpc.max_send_message_length", -1),
             # without this, a second server on a port in use binds it too and shares its traffic
             ("grpc.so_reuseport", 0),
-        ]
+        ],
+        maximum_concurrent_rpcs=MAX_CALLS,  # beyond, RESOURCE_EXHAUSTED at once
     )
     server.add_generic_rpc_handlers((_generic_handler(hub),))
     try:

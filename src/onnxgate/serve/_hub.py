@@ -22,9 +22,11 @@ from pydantic import Field
 
 from onnxgate._version import __version__
 from onnxgate.errors import (
+    ConfigError,
     GateError,
     InvalidRequest,
     ModelNotServed,
+    NotGated,
     RequestRefused,
     Unavailable,
 )
@@ -184,6 +186,17 @@ class Hub:
             label=f"{predictor.name}@{predictor.version}",
         )
         batcher.start()
+        log.info(
+            "%s@%s: %s, %d execution(s) at once, queue of %d",
+            predictor.name,
+            predictor.version,
+            f"batches of up to {max_batch} along {predictor.batch_dim!r} (the contract proved "
+            f"{proven or 'any size'}), waiting up to {settings.max_delay_ms:g} ms"
+            if batched
+            else "no batching",
+            settings.instances,
+            settings.max_queue,
+        )
         return batcher
 
     def _open(self, item: str) -> Predictor:
@@ -203,14 +216,19 @@ class Hub:
             predictor = await loop.run_in_executor(self._executor, self._open, item)
             if predictor.name in self.entries:
                 predictor.close()
-                from onnxgate.errors import ConfigError
-
                 raise ConfigError(
                     f"two models would be served as {predictor.name!r}; name one NAME=REF."
                 )
             entry = Entry(predictor.name, item, follow=predictor.source.alias and item)
             self._add(entry, predictor)
             self.entries[predictor.name] = entry
+        unknown = sorted(set(self.config.models) - set(self.entries))
+        if unknown:
+            raise ConfigError(
+                f"settings are given for {', '.join(map(repr, unknown))}, which this server does "
+                f"not serve (it serves {', '.join(sorted(self.entries))}).",
+                field="models",
+            )
         if self.config.poll_seconds > 0:
             for entry in self.entries.values():
                 if entry.follow:
@@ -259,9 +277,13 @@ class Hub:
         log.info("%s: %s now points at version %d; opening and proving it", entry.name, ref, number)
         try:
             predictor = await loop.run_in_executor(self._executor, self._open, item)
-        except GateError as err:
-            log.error("%s: version %d cannot be opened: %s", entry.name, number, err)
+        except NotGated as err:  # a verdict: not retried until the alias moves again
+            log.error("%s: version %d is refused: %s", entry.name, number, err)
             entry.refused.add(number)
+            return False
+        except GateError as err:  # the registry or the files may come back: retried next time
+            log.warning("%s: version %d cannot be opened now (%s); staying on %s, will retry",
+                        entry.name, number, err, entry.current)  # fmt: skip
             return False
         if not predictor.ready:
             log.error("%s: version %d is not ready here (%s); staying on %s",
@@ -419,15 +441,19 @@ class Hub:
 
     # -- stopping --------------------------------------------------------------------------------
 
-    async def stop(self) -> None:
-        """Refuse new requests, let pending ones finish within the grace period, unload."""
+    async def stop(self, grace: float | None = None) -> None:
+        """Refuse new requests, let pending ones finish within ``grace`` seconds, unload.
+
+        Args:
+            grace: what is left of the grace period (default: all of ``grace_seconds``).
+        """
         self.stopping = True
         for task in self._watchers:
             task.cancel()
         for task in self._watchers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        grace = self.config.grace_seconds
+        grace = self.config.grace_seconds if grace is None else max(grace, 0.0)
         everything = [s for e in self.entries.values() for s in e.versions.values()]
         drained = await asyncio.gather(*(s.batcher.drain(grace) for s in everything))
         if not all(drained):
@@ -435,6 +461,7 @@ class Hub:
         for served in everything:
             await served.batcher.close()
             served.predictor.close()
+            self.metrics.ready.labels(served.predictor.name, served.version).set(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 

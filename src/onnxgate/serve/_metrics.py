@@ -7,8 +7,15 @@ are histograms rather than cumulative microseconds, so percentiles can be read o
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from onnxgate.errors import ExtraMissing
+
+try:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+except ImportError as missing:  # pragma: no cover - depends on the environment
+    raise ExtraMissing(
+        "serving needs prometheus-client: pip install 'onnxgate[serve]'."
+    ) from missing
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048,

@@ -13,7 +13,6 @@ predictor holds no lock around it; its counters are the only shared state it gua
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -28,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.contract import SIDECAR, config_from_rules, read_golden
-from onnxgate.contract._verify import identity_cell, placement_cell
+from onnxgate.contract._verify import Cell, identity_cell, placement_cell
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
 from onnxgate.runners import Inference, RunnerInfo
@@ -216,21 +215,23 @@ class Predictor:
         loaded = load_model(path)
         runner = OrtRunner(loaded, options, name=f"onnxruntime[{options.label()}]")
         runner.__enter__()
-        predictor = cls(source, config, runner)
-        predictor.notes = [*source.notes, *notes]
-        for note in predictor.notes:
-            log.info("%s: %s", source.ref, note)
-        if prove:
-            say(f"proving {source.name}@{source.version} here")
-            predictor.prove()
+        try:
+            predictor = cls(source, config, runner)
+            predictor.notes = [*source.notes, *notes]
+            for note in predictor.notes:
+                log.info("%s: %s", source.ref, note)
+            if prove:
+                say(f"proving {source.name}@{source.version} here")
+                predictor.prove()
+        except BaseException:
+            runner.__exit__(None, None, None)
+            raise
         return predictor
 
     def prove(self) -> Proof:
         """Identity, placement and every golden sample, with the serving session; sets ``ready``."""
         start = time.perf_counter()
-        model = load_model(
-            self.source.model
-        )  # the contract's model (the runner may run a tuned graph)
+        model = load_model(self.source.model)  # the contract's (the runner may run a tuned graph)
         ident = identity_cell(model, self.contract)
         placement = parity = "not run: the files are not the ones the contract describes"
         passed = bool(ident.passed)
@@ -241,13 +242,17 @@ class Predictor:
             expected = read_golden(self.contract, self.source.model)
             samples = [sample for sample, _ in expected]
             options = self.runner.options
-            cell = placement_cell(
-                self.loaded,
-                RuntimeSpec.parse("installed"),
-                _session_of(options),
-                options,
-                samples,
-            )
+            try:
+                cell = placement_cell(
+                    self.loaded,
+                    RuntimeSpec.parse("installed"),
+                    _session_of(options),
+                    options,
+                    samples,
+                    require=self.source.require,  # the gate's requirement, whatever serves it now
+                )
+            except GateError as err:  # the required provider is not in this build, say
+                cell = Cell(passed=False, reason=err.message)
             placement = cell.reason or ("passed" if cell.passed else "failed")
             from onnxgate.contract import GoldenRunner
 
@@ -406,12 +411,16 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
 
     session = config.session
     notes = []
+    explicit = session.model_copy(update={"providers": ()}) != SessionSettings()
     if not session.providers and source.providers:
         session = session.model_copy(update={"providers": source.providers})
         notes.append(f"providers {', '.join(source.providers)}, as gated")
     options = session.ort_options()
     path = source.model
-    if config.tuned:
+    used = False
+    if config.tuned and explicit:
+        notes.append(f"tuned settings not used: session settings were given ({options.describe()})")
+    elif config.tuned:
         from onnxgate.perf._tuned import tuned_for
 
         try:
@@ -421,10 +430,18 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
             path = source.model
         else:
             tuned = OrtOptions.from_settings(settings)
-            if session.threads:
-                tuned = dataclasses.replace(tuned, intra_op_threads=session.threads)
-            options = tuned
-            notes.append(f"tuned settings: {tuned.describe()}; graph {path.name}")
+            if session.providers and tuple(tuned.providers) != tuple(options.providers):
+                notes.append(
+                    f"tuned settings not used: they were tuned with providers "
+                    f"{', '.join(tuned.providers) or 'CPU'}, serving asks for "
+                    f"{', '.join(options.providers)}"
+                )
+                path = source.model
+            else:
+                options, used = tuned, True
+                notes.append(f"tuned settings: {tuned.describe()}; graph {path.name}")
     else:
         notes.append("tuned settings not used: --no-tuned")
+    if not used:
+        notes.append(f"session settings: {options.describe()}")
     return options, path, notes

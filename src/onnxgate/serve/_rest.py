@@ -54,7 +54,7 @@ HEADER_LENGTH = b"inference-header-content-length"
 JSON_TYPE = b"application/json"
 BINARY_TYPE = b"application/octet-stream"
 OFF_LOOP_BYTES = 256 << 10
-"""Compressed bodies above this are inflated in a thread, not on the event loop."""
+"""Bodies with more JSON than this are decoded in a thread, not on the event loop."""
 _DUMPS = json.JSONEncoder(separators=(",", ":")).encode
 _EMPTY = memoryview(b"")
 
@@ -153,9 +153,13 @@ class RestApp:
             raw_input = None
             if header_length == 0:
                 raw_input = hub.model_metadata(name, version).inputs
-            request, binary = decode(
-                name, version, body, header_length, hub.max_body_bytes, raw_input
-            )
+            args = (name, version, body, header_length, hub.max_body_bytes, raw_input)
+            json_bytes = len(body) if header_length is None else header_length
+            if json_bytes > OFF_LOOP_BYTES:
+                # a large JSON body takes a while to parse: not on the loop that serves everyone
+                request, binary = await asyncio.to_thread(decode, *args)
+            else:
+                request, binary = decode(*args)
         except _Disconnected:
             return
         except Exception as err:  # refusals (and bugs) before the hub saw the request
@@ -299,11 +303,8 @@ async def _body(scope: Scope, receive: Receive, limit: int) -> tuple[bytes, int 
             chunks.append(chunk)
         more = message.get("more_body", False)
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if inflate is not None:
-        if len(body) > OFF_LOOP_BYTES:
-            body = await asyncio.to_thread(_inflate, body, inflate, limit)
-        else:
-            body = _inflate(body, inflate, limit)
+    if inflate is not None:  # in a thread: a small body may inflate to the limit
+        body = await asyncio.to_thread(_inflate, body, inflate, limit)
     length = None
     if header_length is not None:
         text = header_length.strip()

@@ -103,17 +103,20 @@ def check_shape(name: str, shape: Sequence[Any], datatype: str, limit: int) -> i
     return count
 
 
-def _flatten(data: Any, out: list[Any]) -> None:
+def _flatten(data: Any, out: list[Any], most: int) -> None:
+    """``data``'s values in row-major order, stopping once there are more than ``most``."""
     # a loop, not recursion: nesting as deep as the JSON parser allows must not overflow the stack
     stack = [iter(data)] if isinstance(data, list) else []
     if not stack:
         out.append(data)
-    while stack:
+    while stack and len(out) <= most:
         for item in stack[-1]:
             if isinstance(item, list):
                 stack.append(iter(item))
                 break
             out.append(item)
+            if len(out) > most:
+                return
         else:
             stack.pop()
 
@@ -130,10 +133,11 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any, limit: 
     if not isinstance(data, list):
         data = [data]
     flat: list[Any] = []
-    _flatten(data, flat)
+    _flatten(data, flat, count)
     if len(flat) != count:
+        has = f"{len(flat)}" if len(flat) <= count else "more"
         raise InvalidRequest(
-            f"input {name!r}: shape {list(shape)} holds {count} values, the data has {len(flat)}."
+            f"input {name!r}: shape {list(shape)} holds {count} values, the data has {has}."
         )
     if datatype == "BYTES":
         if not all(isinstance(v, str | bytes) for v in flat):
