@@ -252,6 +252,7 @@ def serve_command(
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
         configure_logging(1)  # a server says what it serves and why a model is not ready
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # the registry's migration check
     err.print(f"onnxgate serve: loading {', '.join(refs)}", highlight=False)
     serve(refs, config, host=host, http_port=http_port, grpc_port=grpc_port)
     sys.stderr.flush()
