@@ -381,6 +381,7 @@ def test_minilm_fusions_pass_but_the_gelu_approximation_fails_parity(minilm_onnx
     )
     verdicts = {v.graph: v for v in report.gate}
     assert verdicts[AS_GIVEN].passed and verdicts["bert-fusion"].passed
+    assert verdicts["attention-fusion"].passed and verdicts["attention-fusion-mha"].passed
     gelu = verdicts["bert-fusion+gelu-approx"]
     assert not gelu.passed
     worst = next(o for o in gelu.outputs if o.output == "last_hidden_state")

@@ -78,7 +78,10 @@ def tune_command(
     ] = True,
     fusions: Annotated[
         bool,
-        typer.Option("--fusions/--no-fusions", help="Try ONNX Runtime's transformer fusions."),
+        typer.Option(
+            "--fusions/--no-fusions",
+            help="Try graph rewrites: attention fusion (packed and multi-head) and ONNX Runtime's transformer fusions.",
+        ),
     ] = True,
     threads: Annotated[
         list[int] | None,
@@ -99,8 +102,9 @@ def tune_command(
 ) -> None:
     """Find the fastest ONNX Runtime settings (and graph) that still give the model's answers.
 
-    **Parity gate.** Every graph candidate (the model as given; for a BERT-like encoder, ONNX
-    Runtime's transformer fusions, with and without the GELU approximation) at every optimisation
+    **Parity gate.** Every graph candidate (the model as given; its attention fused into ONNX
+    Runtime's Attention or MultiHeadAttention; for a BERT-like encoder, ONNX Runtime's
+    transformer fusions, with and without the GELU approximation) at every optimisation
     level is compared, with the contract's tolerances per output, against the model as given
     under ONNX Runtime's defaults on the tuning shape, and against the contract's stored golden
     outputs on its golden inputs (as `verify` judges them). A candidate that fails is reported

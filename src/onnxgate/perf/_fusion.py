@@ -41,7 +41,7 @@ class GraphCandidate:
     """A graph ``tune`` may run instead of the model as given."""
 
     label: str
-    """``as given``, ``bert-fusion``, ``bert-fusion+gelu-approx``."""
+    """``as given``, ``attention-fusion``, ``bert-fusion``, ``bert-fusion+gelu-approx``…"""
     proto: onnx.ModelProto | None
     """The rewritten model; None for the model as given (run from its own file)."""
     note: str = ""
@@ -190,14 +190,51 @@ def _fused(
     return optimized.model
 
 
+def _attention_candidates(
+    loaded: LoadedModel, found: list[GraphCandidate], seen: list[Counter[str]], notes: list[str]
+) -> None:
+    """Attention-fused candidates (onnxscript's rewriter): packed QKV, and multi-head.
+
+    Tried on any graph with a Softmax: the rules match only attention, so a graph without it
+    costs one rewrite pass and gives no candidate.
+    """
+    if not any(node.op_type == "Softmax" for node in loaded.proto.graph.node):
+        return
+    from onnxgate.perf._attention import fuse_attention
+
+    variants = (
+        ("attention-fusion", True, "attention fused with packed QKV (onnxscript rewriter)"),
+        ("attention-fusion-mha", False, "attention fused, Q/K/V projections kept (onnxscript)"),
+    )
+    for label, packed, note in variants:
+        try:
+            fusion = fuse_attention(loaded.proto, packed=packed)
+        except Exception as err:  # onnxscript raises anything; a missing variant is a note
+            notes.append(f"{label}: the rewrite failed: {first_line(err)}")
+            continue
+        if not fusion.attention:
+            notes.append(f"{label}: no attention pattern matched; not tried")
+            return
+        ops = Counter(n.op_type for n in fusion.proto.graph.node)
+        if ops in seen:
+            notes.append(f"{label}: fuses nothing beyond an earlier graph; not tried")
+            continue
+        seen.append(ops)
+        log.info("%s: %s", label, fusion.describe())
+        found.append(GraphCandidate(label, fusion.proto, f"{note}; {fusion.describe()}"))
+
+
 def graph_candidates(
     loaded: LoadedModel, *, notes: list[str] | None = None
 ) -> list[GraphCandidate]:
-    """The model as given, and for a BERT-like encoder its transformer-fused variants.
+    """The model as given, its attention-fused variants, and ONNX Runtime's transformer fusions.
 
-    Variants are the optimizer's Python fusions alone (``opt_level=0``), after ONNX Runtime's
-    basic level (``opt_level=1``, kept only when it fuses differently), and the first with the
-    GELU approximation. A variant the optimizer cannot make becomes a note, not an error.
+    Attention fusion (:mod:`onnxgate.perf._attention`) is tried on any graph with a Softmax,
+    packed and multi-head. For a BERT-like encoder, the transformer optimizer's variants follow:
+    its Python fusions alone (``opt_level=0``), after ONNX Runtime's basic level
+    (``opt_level=1``, kept only when it fuses differently), and the first with the GELU
+    approximation. A variant that cannot be made, or that repeats an earlier graph, becomes a
+    note, not an error.
     """
     notes = notes if notes is not None else []
     found = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
@@ -207,6 +244,8 @@ def graph_candidates(
             "(session settings are)"
         )
         return found
+    seen: list[Counter[str]] = [Counter(n.op_type for n in loaded.proto.graph.node)]
+    _attention_candidates(loaded, found, seen, notes)
     shape = encoder_shape(loaded.proto)
     if shape is None:
         return found
@@ -222,7 +261,6 @@ def graph_candidates(
             f"transformer fusions with the tanh approximation of GELU ({what})",
         ),
     )
-    seen: list[Counter[str]] = [Counter(n.op_type for n in loaded.proto.graph.node)]
     for label, level, approx, note in variants:
         try:
             proto = _fused(loaded, shape, opt_level=level, gelu_approximation=approx)

@@ -2,8 +2,8 @@
 
 Four steps, in this order because each one protects the next:
 
-1. **Parity gate.** Every graph candidate (the model as given, ONNX Runtime's transformer fusions
-   for a BERT-like encoder) at every optimisation level is compared with the model as given
+1. **Parity gate.** Every graph candidate (the model as given, its attention-fused variants, ONNX
+   Runtime's transformer fusions for a BERT-like encoder) at every optimisation level is compared with the model as given
    under ONNX Runtime's defaults, on the tuning shape and the contract's golden inputs, with the
    contract's rules per output. A candidate that fails is reported with its worst figures and is
    never timed: a fast wrong answer is not a result.
@@ -82,7 +82,7 @@ class TuneConfig(Part):
     write: bool = True
     """Record the result in the contract (which must exist and describe this model)."""
     fusions: bool = True
-    """Try ONNX Runtime's transformer fusions when the graph is a BERT-like encoder."""
+    """Try graph rewrites: attention fusion, and ONNX Runtime's transformer fusions for encoders."""
     levels: tuple[OptLevel, ...] = Field(LEVELS, min_length=1)
     """ONNX Runtime optimisation levels searched."""
     threads: tuple[Annotated[int, Field(ge=1)], ...] | None = None
@@ -367,7 +367,7 @@ def tune(
     )
 
     if graphs is None:
-        say("looking for graph rewrites (BERT-like encoder → transformer fusions)")
+        say("looking for graph rewrites (attention fusion; transformer fusions for encoders)")
         graphs = graph_candidates(loaded, notes=notes) if config.fusions else []
         if not graphs:
             graphs = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
