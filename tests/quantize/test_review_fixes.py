@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from test_quantize import _config, _outlier_model
 from typer.testing import CliRunner
 
@@ -180,13 +180,13 @@ def _gemm_model(path):
 
 def test_op_types_follow_what_the_mode_can_quantise(tmp_path):
     dynamic, _ = resolve(QuantizeConfig(out="q.onnx"), ["avx2"], quantisable=quantisable)
-    assert dynamic.op_types == ("Conv", "MatMul")
+    assert dynamic.op_types == ("Conv", "MatMul", "Gather")
     qoperator, _ = resolve(
         QuantizeConfig(out="q.onnx", mode="static", calibration="c.npz", format="qoperator"),
         ["avx2"],
         quantisable=quantisable,
     )
-    assert qoperator.op_types == ("Conv", "Gemm", "MatMul")
+    assert qoperator.op_types == ("Conv", "Gemm", "MatMul", "Gather")
     with pytest.raises(ConfigError, match="Gemm is quantised only statically: use --mode static"):
         resolve(QuantizeConfig(out="q.onnx", op_types=("Gemm",)), quantisable=quantisable)
     result = _run([_gemm_model(tmp_path / "gemm.onnx"), "-o", tmp_path / "q.onnx"])
@@ -255,3 +255,34 @@ def test_a_metric_rule_is_judged_by_compare_and_kept_in_the_contract(outlier, tm
     assert figure.worst is not None and figure.rows == 64  # the row cosine is reported too
     assert load_contract(tmp_path / "q.onnx").golden.rules[0].metric == "max_abs<=1000"
     assert verify(tmp_path / "q.onnx").passed
+
+
+def test_embedding_tables_are_int8_by_default_and_not_reported_as_float(tmp_path):
+    """A Gather on a float table is quantised like the MatMul after it, and counted as int8."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((1000, 32)).astype(np.float32)
+    weights = rng.standard_normal((32, 8)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["embedded"], name="embed"),
+        helper.make_node("MatMul", ["embedded", "w"], ["y"], name="mm"),
+    ]
+    proto = model(
+        nodes,
+        [value("ids", TensorProto.INT64, shape=("batch", 5))],
+        [value("y", shape=("batch", 5, 8))],
+        initializers=[
+            numpy_helper.from_array(table, "table"),
+            numpy_helper.from_array(weights, "w"),
+        ],
+    )
+    path = save(proto, tmp_path / "embed.onnx")
+    np.savez(tmp_path / "eval.npz", ids=rng.integers(0, 1000, (16, 5)).astype(np.int64))
+    report = quantize(path, _config(tmp_path, contract=False))
+    assert report.passed, report.reason
+    assert "Gather" in report.settings.op_types
+    assert report.float_ops == {}, report.float_ops
+    out = onnx.load(tmp_path / "q.onnx")
+    tables = {t.name: t for t in out.graph.initializer}
+    gather = next(n for n in out.graph.node if n.op_type == "Gather")
+    assert tables[gather.input[0]].data_type in (TensorProto.INT8, TensorProto.UINT8)
+    assert report.size_after < report.size_before / 3  # the 128 kB table is now 32 kB

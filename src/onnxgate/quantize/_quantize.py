@@ -83,12 +83,22 @@ def _float_names(proto: onnx.ModelProto, settings: Settings) -> set[str]:
     """Names of the nodes of the quantisable op types that compute in float.
 
     Dynamic and QOperator quantisation replace a quantised node by integer operators
-    (MatMulInteger, QLinearConv...), so a node that keeps its op type computes in float. In QDQ
-    a quantised node keeps its op type and reads DequantizeLinear outputs, and a node kept in
-    float reads float tensors only (``_ort.restore_float_inputs``).
+    (MatMulInteger, QLinearConv...), so a node that keeps its op type computes in float, except
+    an op that only moves data: a quantised Gather keeps its type and reads an 8-bit table. In
+    QDQ a quantised node keeps its op type and reads DequantizeLinear outputs, and a node kept
+    in float reads float tensors only (``_ort.restore_float_inputs``).
     """
     if settings.format != "qdq":
-        return {n.name for n in proto.graph.node if n.op_type in settings.op_types}
+        eight_bit = {
+            t.name
+            for t in proto.graph.initializer
+            if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+        }
+        return {
+            n.name
+            for n in proto.graph.node
+            if n.op_type in settings.op_types and not any(i in eight_bit for i in n.input)
+        }
     dequantised = {o for n in proto.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     return {
         n.name
