@@ -138,8 +138,10 @@ def _run(model: onnx.ModelProto, feeds) -> np.ndarray:
 
 
 def _assert_fused_and_equal(model: onnx.ModelProto, names) -> None:
+    given = model.SerializeToString()
     for packed in (True, False):
         fusion = fuse_attention(model, packed=packed)
+        assert model.SerializeToString() == given  # the caller's model is never rewritten
         ops = Counter(node.op_type for node in fusion.proto.graph.node)
         assert fusion.attention == LAYERS, (packed, fusion.counts, ops)
         assert ops["Softmax"] == 0 and ops["IsNaN"] == 0, ops

@@ -189,7 +189,11 @@ def fuse_attention(proto: onnx.ModelProto, *, packed: bool = True) -> AttentionF
 
     counts: dict[str, int] = {}
     with quiet_tools():
-        model = ir.serde.deserialize_model(proto)
+        # onnx_ir's model shares messages with the proto it reads: rewrite a copy, never the
+        # caller's model (tune goes on using it)
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        model = ir.serde.deserialize_model(copy)
         passes.ShapeInferencePass()(model)
         counts["normalise"] = _rules().apply_to_model(model)
         rewrite(model, [_gemm_to_matmul_add.gemm_to_matmul_add_rule])
