@@ -260,3 +260,25 @@ def test_minilm_with_its_real_weights_fuses_into_six_attentions_that_pass_tune_p
         np.testing.assert_allclose(_run(fusion.proto, feeds), _run(model, feeds), atol=1e-4)
     labels = [g.label for g in graph_candidates(load_model(minilm_onnx))]
     assert labels[:3] == [AS_GIVEN, "attention-fusion", "attention-fusion-mha"]
+
+
+def test_a_rewrite_that_fails_is_a_note_and_the_model_as_given_stays(tmp_path, monkeypatch):
+    from onnxgate.model import load_model
+    from onnxgate.perf import _attention
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(helper.make_model(graph), tmp_path / "softmax.onnx")
+
+    def broken(proto, *, packed=True):
+        raise ValueError("Dimension 2 does not have expected size")
+
+    monkeypatch.setattr(_attention, "fuse_attention", broken)
+    notes: list[str] = []
+    graphs = graph_candidates(load_model(tmp_path / "softmax.onnx"), notes=notes)
+    assert [g.label for g in graphs] == [AS_GIVEN]
+    assert notes == [
+        f"{label}: the rewrite failed: Dimension 2 does not have expected size"
+        for label in ("attention-fusion", "attention-fusion-mha")
+    ]

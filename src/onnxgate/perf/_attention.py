@@ -20,6 +20,7 @@ speed counts, and ``quantize`` judges the int8 result against the float model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ import onnx
 
 from onnxgate.perf._fusion import quiet_tools
 
-# ops that mark a fused attention, and the separate ops fusion removes
+# the ONNX Runtime ops a fused attention becomes
 ATTENTION_OPS = ("Attention", "MultiHeadAttention")
 
 
@@ -54,8 +55,9 @@ class AttentionFusion:
         return ", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))
 
 
+@functools.cache
 def _rules():
-    """The two normalising rules, built on first use (onnxscript is imported lazily)."""
+    """The two normalising rules, built once on first use (onnxscript is imported lazily)."""
     import onnx_ir as ir
     from onnxscript.rewriter import pattern
     from onnxscript.rewriter._basics import MatchResult
