@@ -159,7 +159,7 @@ def build_gate_report(folder: Path) -> GateReport:
             first_runs=2,
             max_runs=4,
             warmup=1,
-            budget=0.2,
+            contest_seconds=0.2,
             min_runs=3,
         ),
     )

@@ -229,11 +229,14 @@ def test_odd_names_and_missing_sources_are_errors_in_the_report(tmp_path: Path) 
 
 
 def test_bench_runs_tuned_settings_only_at_the_shape_tune_measured(tmp_path: Path) -> None:
-    body = "[steps.tune]\nsearch_budget = 0.001\nbudget = 0.2\nmin_gain = 0.0\n{batch}"
+    body = "[steps.tune]\nsearch_budget = 0.001\ncontest_seconds = 0.2\nmin_gain = 0.0\n{batch}"
     body += "[steps.bench]\nbatches = [1]\nbudget = 0.2\n"
     other = run_gate(_config(tmp_path, body.format(batch="")))  # tune at its default shape
     assert other.passed, [(s.name, s.reason) for s in other.steps]
-    assert "of " in other.step("tune").summary and "(search_budget)" in other.step("tune").summary
+    assert (
+        "of " in other.step("tune").summary
+        and "(the budget cut the rest)" in other.step("tune").summary
+    )
     assert not any("tuned settings" in w for w in other.step("bench").report["warnings"])
     same = run_gate(_config(tmp_path, body.format(batch="batch = 1\n")), cache=False)
     assert same.passed

@@ -453,6 +453,41 @@ def test_a_record_written_by_another_tune_meanwhile_is_kept(model):
     assert shapes == [2, 4]
 
 
+def test_a_time_budget_bounds_the_gate_and_the_search_and_says_so(model):
+    proto = onnx.load(model)
+    graphs = [
+        GraphCandidate("faithful", shifted(proto, 0.0), "an identical copy"),
+        GraphCandidate(AS_GIVEN, None),
+    ]
+    timer = Timer()
+    # spent before it starts: only what every verdict needs is done
+    config = TuneConfig(time_budget=1e-6, **FAST)
+    report = tune(model, config, graphs=graphs, measure=timer, race=Race(best=1.0))
+    # the model as given under the defaults is gated first, whatever order the graphs came in
+    assert [(v.graph, v.level) for v in report.gate] == [(AS_GIVEN, "all")]
+    assert any(
+        note.startswith("time budget 1e-06 s: the parity gate stopped after 1 of 4")
+        and "faithful @ all" in note
+        and "faithful @ basic" in note
+        for note in report.notes
+    ), report.notes
+    # the search measures the defaults only, and the contest still runs
+    assert len(timer.timed) == 1 and report.rounds[0].candidates == 1
+    assert any(note.startswith("time budget 1e-06 s: 1 of") for note in report.notes)
+    assert not report.replaced_defaults and report.graph == AS_GIVEN
+    assert report.time_budget == 1e-6 and report.seconds > 0
+
+
+def test_without_a_time_budget_every_graph_is_gated(model):
+    proto = onnx.load(model)
+    graphs = [GraphCandidate(AS_GIVEN, None), GraphCandidate("faithful", shifted(proto, 0.0))]
+    report = tune(
+        model, TuneConfig(time_budget=None, **FAST), graphs=graphs, measure=Timer(), race=Race()
+    )
+    assert len(report.gate) == 4 and report.time_budget is None
+    assert not any("budget" in note for note in report.notes)
+
+
 def test_a_search_budget_cuts_the_search_and_says_so(model):
     timer = Timer()
     # a budget that runs out at once: only the first candidate (the defaults) is measured

@@ -93,7 +93,22 @@ def tune_command(
         ),
     ] = None,
     budget: Annotated[
-        float, typer.Option("--budget", help="Seconds of timed runs per side in the final contest.")
+        float,
+        typer.Option(
+            "--budget",
+            help="Seconds the whole run may take; 0 for no limit. The parity gate stops trying "
+            "graph candidates after a third of it, and the search stops in time for the final "
+            "contest; what was skipped is noted.",
+            min=0,
+        ),
+    ] = 600.0,
+    contest_seconds: Annotated[
+        float,
+        typer.Option(
+            "--contest-seconds",
+            help="Seconds of timed runs per side in the final contest.",
+            min=0.01,
+        ),
     ] = 3.0,
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
@@ -144,7 +159,8 @@ def tune_command(
         write=write,
         fusions=fusions,
         threads=tuple(threads) if threads else None,
-        budget=budget,
+        time_budget=budget or None,
+        contest_seconds=contest_seconds,
     )
     run(
         fmt,

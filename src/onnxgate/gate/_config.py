@@ -155,7 +155,9 @@ class TuneStep(Step):
     objective: Literal["latency", "throughput"] = "latency"
     batch: int | None = Field(None, ge=1)
     dims: dict[str, int] = {}
-    budget: float = Field(3.0, gt=0)
+    time_budget: float | None = Field(600.0, gt=0)
+    """Seconds the whole tuning may take (see ``TuneConfig.time_budget``)."""
+    contest_seconds: float = Field(3.0, gt=0)
     """Seconds of timed runs per side of the final contest."""
     search_budget: float | None = Field(None, gt=0)
     """Seconds the search may take; past them the best candidate measured so far goes on."""

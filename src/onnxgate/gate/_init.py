@@ -141,8 +141,8 @@ allow_ops = []
 # search threads, optimisation level and fusions; the winner is recorded in the contract
 enabled = true
 objective = "latency"
-budget = 2.0                   # seconds per side of the final contest
-search_budget = 60.0           # seconds the search may take
+time_budget = 180.0            # seconds the whole tuning may take
+contest_seconds = 2.0          # seconds per side of the final contest
 max_runs = 30
 {"batch = 1" if batch else "# batch = 1"}
 

@@ -313,7 +313,8 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
         fusions=step.fusions,
         threads=tuple(step.threads) if step.threads else None,
         max_runs=step.max_runs,
-        budget=step.budget,
+        contest_seconds=step.contest_seconds,
+        time_budget=step.time_budget,
         search_budget=step.search_budget,
     )
     report = run_tune(ctx.model, config, progress=ctx.progress)
@@ -326,7 +327,7 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
     kept = "the winner" if report.replaced_defaults else "ONNX Runtime's defaults"
     measured = report.rounds[0].candidates if report.rounds else report.candidates
     searched = (
-        f"{measured} of {report.candidates} candidates (search_budget)"
+        f"{measured} of {report.candidates} candidates (the budget cut the rest)"
         if measured < report.candidates
         else f"{report.candidates} candidates"
     )
