@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from onnxgate._stdout import stdout_to_stderr
@@ -201,6 +202,36 @@ def candidates(proto: onnx.ModelProto, settings: Settings) -> list[onnx.NodeProt
             continue
         found.append(node)
     return found
+
+
+def speed_costs(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> dict[str, float]:
+    """What keeping each node in float costs in speed: its multiply-adds per run, roughly.
+
+    A weighted node (MatMul, Gemm, Conv) costs its weight's elements times the positions it is
+    applied at: the output's known dims except the last (MatMul, Gemm) or its spatial dims (Conv),
+    read from the shapes pre-processing inferred; unknown or symbolic dims count as 1, the same
+    for every node. Anything else (Gather, an attention op, ...) costs 1: float there is a lookup
+    or a small share of the work. Only the order matters: the search keeps in float first the
+    nodes whose error is largest for what they cost.
+    """
+    sizes = {i.name: int(np.prod(i.dims)) for i in proto.graph.initializer}
+    shapes: dict[str, list[int]] = {}
+    for info in [*proto.graph.value_info, *proto.graph.output]:
+        dims = info.type.tensor_type.shape.dim
+        shapes[info.name] = [d.dim_value if d.HasField("dim_value") else 1 for d in dims]
+    costs = {}
+    for node in nodes:
+        index = _WEIGHTED.get(node.op_type)
+        weight = (
+            sizes.get(node.input[index], 0) if index is not None and len(node.input) > index else 0
+        )
+        if not weight:
+            costs[node.name] = 1.0
+            continue
+        out = shapes.get(node.output[0], []) if node.output else []
+        positions = out[2:] if node.op_type.startswith("Conv") else out[:-1]
+        costs[node.name] = float(weight) * float(np.prod(positions or [1]))
+    return costs
 
 
 def name_nodes(proto: onnx.ModelProto) -> None:

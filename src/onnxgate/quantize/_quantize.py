@@ -50,6 +50,7 @@ from onnxgate.quantize._ort import (
     quantise,
     quantised_nodes,
     refuse_unquantisable,
+    speed_costs,
     unquantisable_present,
 )
 from onnxgate.quantize._report import (
@@ -282,7 +283,8 @@ def _quantize(
         say("pre-processing (ONNX Runtime's quant_pre_process)")
         pre = tmp / "pre.onnx"
         notices += preprocess(source, pre)
-        nodes = candidates(onnx.load(str(pre), load_external_data=False), settings)
+        prepared = onnx.load(str(pre), load_external_data=False)
+        nodes = candidates(prepared, settings)
         say(f"running the float model on {len(evaluation)} evaluation sample(s)")
         judge = Judge(source, signature, evaluation, rules, max_drop=config.max_drop, labels=labels)
         cache = tmp / "calibration.json" if settings.mode == "static" else None
@@ -334,6 +336,7 @@ def _quantize(
                 max_excluded=limit,
                 progress=say,
                 keep=keep,
+                costs=speed_costs(prepared, nodes),
             )
             attempts += found.attempts
             ranking = found.ranking

@@ -78,11 +78,14 @@ def render_text(report: QuantizeReport) -> Lines:
         )
     )
     if report.ranking:
-        worst = ", ".join(f"{escape(r.node)} {r.score:.2g}" for r in report.ranking[:5])
+        worst = ", ".join(
+            f"{escape(r.node)} {r.score:.2g}" + (f" ({r.cost:.2g} MACs)" if r.cost > 1 else "")
+            for r in report.ranking[:5]
+        )
         lines.append(
             line(
-                f"  worst nodes alone in int8 (1 - mean row cosine, ranked on the "
-                f"{report.ranked_on} data): {worst}"
+                f"  first nodes to keep in float (most error alone in int8 per multiply-add; "
+                f"1 - mean row cosine, ranked on the {report.ranked_on} data): {worst}"
             )
         )
     if report.excluded:

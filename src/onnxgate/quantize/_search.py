@@ -6,16 +6,18 @@ the nodes are ranked on the calibration data, so the evaluation data only decide
 worst are kept in float; without calibration data (dynamic mode) both are chosen on the
 evaluation data, which the report says. Error that
 one layer injects is amplified or damped by everything after it, which per-tensor noise figures
-(SQNR) do not see; quantising one node at a time measures what the output suffers. The worst nodes
-are then kept in float, one, two, four... at a time until the budget is met, and the smallest
-count that meets it is found by bisection between the last miss and the first hit. A count that
+(SQNR) do not see; quantising one node at a time measures what the output suffers. Nodes are then
+ordered by error per unit of speed cost (``speed_costs``: a node's multiply-adds; 1 for a lookup
+such as Gather), so that of two nodes with the same error the cheaper one stays float, and kept
+in float in that order, one, two, four... at a time until the budget is met; the smallest count
+that meets it is found by bisection between the last miss and the first hit. A count that
 exhausts the candidates (or ``max_excluded``) ends the search with a clear no.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,15 +53,27 @@ def rank(
     make: Make,
     error: Error,
     progress: Callable[[str], None],
+    costs: Mapping[str, float] | None = None,
 ) -> list[NodeScore]:
-    """Every candidate node's error when it alone is quantised, worst first."""
+    """Every candidate node's error when it alone is quantised, in the order to keep them in float.
+
+    The most error per unit of ``costs`` (speed lost in float) first, then the most error.
+    """
+    costs = costs or {}
     scores = []
     for index, node in enumerate(nodes, 1):
         progress(f"ranking node {index}/{len(nodes)}: {node.name} ({node.op_type}) alone in int8")
         path = make((), [node.name])
         worst = error(path)
-        scores.append(NodeScore(node=node.name, op_type=node.op_type, score=max(worst or 0.0, 0.0)))
-    return sorted(scores, key=lambda s: s.score, reverse=True)
+        scores.append(
+            NodeScore(
+                node=node.name,
+                op_type=node.op_type,
+                score=max(worst or 0.0, 0.0),
+                cost=max(costs.get(node.name, 1.0), 1.0),
+            )
+        )
+    return sorted(scores, key=lambda s: (s.score / s.cost, s.score), reverse=True)
 
 
 def _attempt(
@@ -90,6 +104,7 @@ def search(
     max_excluded: int,
     progress: Callable[[str], None],
     keep: Callable[[Path, int], Path],
+    costs: Mapping[str, float] | None = None,
 ) -> Found:
     """Rank the nodes, then keep the fewest worst ones in float that bring the model in budget.
 
@@ -101,13 +116,14 @@ def search(
         max_excluded: the most nodes that may be kept in float (at least 1).
         progress: called before each step.
         keep: moves a judged model out of the way of later attempts (path, count) -> new path.
+        costs: each node's speed cost in float (``speed_costs``); none: every node costs 1.
 
     Raises:
         ValueError: ``max_excluded`` below 1.
     """
     if max_excluded < 1:
         raise ValueError(f"max_excluded is {max_excluded}; the search needs at least 1")
-    ranking = rank(nodes, make, error, progress)
+    ranking = rank(nodes, make, error, progress, costs)
     limit = min(max_excluded, len(ranking))
     attempts: list[Attempt] = []
     order = [s.node for s in ranking]
@@ -116,7 +132,7 @@ def search(
     last_miss = 0
     count = 1
     while count <= limit:
-        progress(f"keeping the {count} worst node(s) in float")
+        progress(f"keeping the first {count} ranked node(s) in float")
         last = _attempt(make, judge, order[:count], attempts, keep)
         if last[1].passed:
             passing[count] = last[0]
@@ -130,7 +146,7 @@ def search(
     low, high = last_miss, min(passing)
     while high - low > 1:
         middle = (low + high) // 2
-        progress(f"keeping the {middle} worst node(s) in float")
+        progress(f"keeping the first {middle} ranked node(s) in float")
         last = _attempt(make, judge, order[:middle], attempts, keep)
         if last[1].passed:
             passing[middle] = last[0]
