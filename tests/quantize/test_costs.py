@@ -32,11 +32,11 @@ def _model() -> onnx.ModelProto:
     return helper.make_model(graph)
 
 
-def test_costs_are_multiply_adds_and_a_lookup_costs_one():
+def test_costs_are_multiply_adds_and_a_lookup_costs_its_table():
     proto = _model()
     costs = speed_costs(proto, list(proto.graph.node))
     # weight elements × the positions the output has (its dims but the last; batch unknown = 1)
-    assert costs == {"embed": 1.0, "narrow": 8 * 4 * 16.0, "wide": 4 * 64 * 16.0}
+    assert costs == {"embed": 100 * 8.0, "narrow": 8 * 4 * 16.0, "wide": 4 * 64 * 16.0}
 
 
 def _rank(scores: dict[str, float], costs: dict[str, float] | None) -> list[str]:
@@ -54,16 +54,16 @@ def _rank(scores: dict[str, float], costs: dict[str, float] | None) -> list[str]
 def test_of_two_equal_errors_the_cheaper_node_stays_float_first():
     proto = _model()
     costs = speed_costs(proto, list(proto.graph.node))
-    scores = {"embed": 0.0, "narrow": 0.01, "wide": 0.01}
-    assert _rank(scores, costs) == ["narrow", "wide", "embed"]
+    scores = {"embed": 0.01, "narrow": 0.01, "wide": 0.01}
+    assert _rank(scores, costs) == ["narrow", "embed", "wide"]
 
 
 def test_a_cheap_node_goes_before_a_worse_but_far_costlier_one():
     proto = _model()
     costs = speed_costs(proto, list(proto.graph.node))
-    scores = {"embed": 0.002, "narrow": 0.001, "wide": 0.02}
-    # error per multiply-add: embed 2e-3, narrow 2e-6, wide 2e-5
-    assert _rank(scores, costs) == ["embed", "wide", "narrow"]
+    scores = {"embed": 0.004, "narrow": 0.003, "wide": 0.01}
+    # error per unit of cost: narrow 5.9e-6, embed 5.0e-6, wide 2.4e-6
+    assert _rank(scores, costs) == ["narrow", "embed", "wide"]
     # without costs, error alone decides, as before
     assert _rank(scores, None) == ["wide", "embed", "narrow"]
 

@@ -210,9 +210,10 @@ def speed_costs(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> dict
     A weighted node (MatMul, Gemm, Conv) costs its weight's elements times the positions it is
     applied at: the output's known dims except the last (MatMul, Gemm) or its spatial dims (Conv),
     read from the shapes pre-processing inferred; unknown or symbolic dims count as 1, the same
-    for every node. Anything else (Gather, an attention op, ...) costs 1: float there is a lookup
-    or a small share of the work. Only the order matters: the search keeps in float first the
-    nodes whose error is largest for what they cost.
+    for every node. A Gather costs its table's elements: a lookup is no slower in float, but an
+    embedding table in float is most of a transformer's file and memory. Anything else costs 1.
+    Only the order matters: the search keeps in float first the nodes whose error is largest for
+    what they cost.
     """
     sizes = {i.name: int(np.prod(i.dims)) for i in proto.graph.initializer}
     shapes: dict[str, list[int]] = {}
@@ -221,6 +222,9 @@ def speed_costs(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> dict
         shapes[info.name] = [d.dim_value if d.HasField("dim_value") else 1 for d in dims]
     costs = {}
     for node in nodes:
+        if node.op_type == "Gather":
+            costs[node.name] = float(sizes.get(node.input[0], 1) if node.input else 1)
+            continue
         index = _WEIGHTED.get(node.op_type)
         weight = (
             sizes.get(node.input[index], 0) if index is not None and len(node.input) > index else 0

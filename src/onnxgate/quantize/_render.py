@@ -79,12 +79,12 @@ def render_text(report: QuantizeReport) -> Lines:
     )
     if report.ranking:
         worst = ", ".join(
-            f"{escape(r.node)} {r.score:.2g}" + (f" ({r.cost:.2g} MACs)" if r.cost > 1 else "")
+            f"{escape(r.node)} {r.score:.2g}" + (f" (cost {r.cost:.2g})" if r.cost > 1 else "")
             for r in report.ranking[:5]
         )
         lines.append(
             line(
-                f"  first nodes to keep in float (most error alone in int8 per multiply-add; "
+                f"  first nodes to keep in float (most error alone in int8 for their cost; "
                 f"1 - mean row cosine, ranked on the {report.ranked_on} data): {worst}"
             )
         )

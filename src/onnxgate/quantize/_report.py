@@ -48,9 +48,9 @@ class NodeScore(_Strict):
     score: float
     """1 - the mean row cosine of the worst gated output, with only this node in int8."""
     cost: float = 1.0
-    """What keeping it in float costs in speed (its multiply-adds per run, roughly; 1 for a node
-    without a weight, such as Gather): the search keeps in float first the nodes with the most
-    error for their cost."""
+    """What keeping it in float costs (its multiply-adds per run, roughly; a Gather's table size;
+    1 for a node without a weight): the search keeps in float first the nodes with the most error
+    for their cost."""
 
 
 class Attempt(_Strict):

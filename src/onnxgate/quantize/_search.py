@@ -7,8 +7,8 @@ worst are kept in float; without calibration data (dynamic mode) both are chosen
 evaluation data, which the report says. Error that
 one layer injects is amplified or damped by everything after it, which per-tensor noise figures
 (SQNR) do not see; quantising one node at a time measures what the output suffers. Nodes are then
-ordered by error per unit of speed cost (``speed_costs``: a node's multiply-adds; 1 for a lookup
-such as Gather), so that of two nodes with the same error the cheaper one stays float, and kept
+ordered by error per unit of speed cost (``speed_costs``: a node's multiply-adds; a Gather's
+table size), so that of two nodes with the same error the cheaper one stays float, and kept
 in float in that order, one, two, four... at a time until the budget is met; the smallest count
 that meets it is found by bisection between the last miss and the first hit. A count that
 exhausts the candidates (or ``max_excluded``) ends the search with a clear no.
