@@ -232,3 +232,16 @@ def test_library_takes_comma_separated_strings(good):
 
     report = check_model(good, CheckConfig(providers=("cuda",), ignore=("SHP001,STR008",)))
     assert report.providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_tune_budget_is_the_whole_run_and_contest_seconds_the_contest(good):
+    result = run(
+        "tune", str(good), "--no-write", "--no-fusions", "--threads", "1",
+        "--budget", "0", "--contest-seconds", "0.05", "-f", "json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["time_budget"] is None and report["passed"]
+    assert not any("budget" in note for note in report["notes"])
+    result = run("tune", str(good), "--no-write", "--budget", "-1")
+    assert result.exit_code == 2 and "--budget" in result.output

@@ -39,6 +39,17 @@ def test_unknown_keys_are_errors_named_by_their_path(tmp_path: Path) -> None:
     assert str(path) in caught.value.message
 
 
+def test_the_renamed_tune_budget_says_what_it_became_and_zero_means_no_limit(
+    tmp_path: Path,
+) -> None:
+    path = _config(tmp_path, "[steps.tune]\nbudget = 2.0\n")
+    with pytest.raises(ConfigError, match=r"steps\.tune.*`budget` was renamed: `contest_seconds`"):
+        load_config(path)
+    path = _config(tmp_path, "[steps.tune]\ntime_budget = 0\ncontest_seconds = 1.5\n")
+    tune = load_config(path).steps.tune
+    assert tune.time_budget is None and tune.contest_seconds == 1.5
+
+
 def test_bad_values_and_versions_are_named(tmp_path: Path) -> None:
     path = _config(tmp_path, "[steps.bench]\nbudget = -1\n")
     with pytest.raises(ConfigError, match=r"steps\.bench\.budget: .*greater than 0"):

@@ -58,18 +58,40 @@ def test_of_two_equal_errors_the_cheaper_node_stays_float_first():
     assert _rank(scores, costs) == ["narrow", "embed", "wide"]
 
 
-def test_a_cheap_node_goes_before_a_worse_but_far_costlier_one():
+def test_near_ties_go_to_the_cheaper_node_but_a_twice_worse_error_comes_first():
     proto = _model()
     costs = speed_costs(proto, list(proto.graph.node))
-    scores = {"embed": 0.004, "narrow": 0.003, "wide": 0.01}
-    # error per unit of cost: narrow 5.9e-6, embed 5.0e-6, wide 2.4e-6
-    assert _rank(scores, costs) == ["narrow", "embed", "wide"]
+    # wide is alone in its band [2^-8, 2^-7); narrow and embed share [2^-9, 2^-8)
+    scores = {"embed": 0.0035, "narrow": 0.003, "wide": 0.005}
+    assert _rank(scores, costs) == ["wide", "narrow", "embed"]
     # without costs, error alone decides, as before
     assert _rank(scores, None) == ["wide", "embed", "narrow"]
 
 
-def test_a_node_without_error_is_never_ranked_before_one_with_error():
+def test_a_cheap_node_never_jumps_a_node_with_far_more_error():
     proto = _model()
     costs = speed_costs(proto, list(proto.graph.node))
-    scores = {"embed": 0.0, "narrow": 0.0, "wide": 1e-9}
-    assert _rank(scores, costs)[0] == "wide"
+    scores = {"embed": 1e-5, "narrow": 0.0, "wide": 0.01}
+    assert _rank(scores, costs) == ["wide", "embed", "narrow"]
+
+
+def test_conv_and_constant_weights_are_costed():
+    weight = numpy_helper.from_array(np.zeros((8, 3, 3, 3), np.float32), "w")
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["k"], value=numpy_helper.from_array(np.zeros((8, 2), np.float32))
+        ),
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("MatMul", ["c", "k"], ["y"], name="matmul"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 2])],
+        [weight],
+        value_info=[helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 8, 10, 8])],
+    )
+    costs = speed_costs(helper.make_model(graph), nodes[1:])
+    # Conv: weight × output positions (10 × 8); MatMul: a Constant's 16 elements × [1, 8, 10]
+    assert costs == {"conv": 8 * 3 * 3 * 3 * 80.0, "matmul": 16 * 80.0}

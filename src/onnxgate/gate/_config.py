@@ -155,17 +155,32 @@ class TuneStep(Step):
     objective: Literal["latency", "throughput"] = "latency"
     batch: int | None = Field(None, ge=1)
     dims: dict[str, int] = {}
-    time_budget: float | None = Field(600.0, gt=0)
-    """Seconds the whole tuning may take (see ``TuneConfig.time_budget``)."""
-    contest_seconds: float = Field(3.0, gt=0)
+    time_budget: float | None = Field(600.0, ge=0, allow_inf_nan=False)
+    """Seconds the whole tuning may take (see ``TuneConfig.time_budget``); 0 for no limit."""
+    contest_seconds: float = Field(3.0, gt=0, allow_inf_nan=False)
     """Seconds of timed runs per side of the final contest."""
-    search_budget: float | None = Field(None, gt=0)
+    search_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Seconds the search may take; past them the best candidate measured so far goes on."""
     max_runs: int = Field(60, ge=1)
     """The most timed runs one candidate gets in the search."""
     threads: list[int] | None = None
     fusions: bool = True
     min_gain: float = Field(0.02, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "budget" in data:
+            raise ValueError(
+                "`budget` was renamed: `contest_seconds` is the seconds per side of the final "
+                "contest, `time_budget` the seconds the whole tuning may take"
+            )
+        return data
+
+    @field_validator("time_budget")
+    @classmethod
+    def _no_limit(cls, value: float | None) -> float | None:
+        return value or None
 
 
 class QuantizeStep(Step):

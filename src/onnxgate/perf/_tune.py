@@ -383,6 +383,8 @@ def tune(
     with OrtRunner(loaded, defaults) as runner:
         reference = runner.infer(sample.feeds)
         expected = [(sample, dict(reference.outputs)), *stored]
+        # a warm run, for the time budget's estimate of the contest (the first one is cold)
+        run_s = runner.infer(sample.feeds).latency_ns / 1e9 if budget_end is not None else 0.0
     golden = GoldenRunner(
         expected, "onnxruntime defaults (tuning shape) and the contract's golden outputs", signature
     )
@@ -479,9 +481,10 @@ def tune(
                 time.monotonic() + config.search_budget
             )
         if budget_end is not None:
-            # leave the final contest its share: two sides, their warm-up and timed runs
-            run_s = reference.latency_ns / 1e9
-            contest_s = 2 * (config.contest_seconds + (config.warmup + 2) * run_s) + 5.0
+            # leave the final contest its share: two sides, each with its warm-up and at least
+            # min_runs timed runs, and a few seconds to start the workers and load the model
+            side_s = max(config.contest_seconds, config.min_runs * run_s) + config.warmup * run_s
+            contest_s = 2 * side_s + 5.0
             limits[f"time budget {config.time_budget:g} s"] = budget_end - contest_s
         cut_by = min(limits, key=limits.__getitem__) if limits else None
         deadline = limits[cut_by] if cut_by is not None else None

@@ -212,10 +212,15 @@ def speed_costs(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> dict
     read from the shapes pre-processing inferred; unknown or symbolic dims count as 1, the same
     for every node. A Gather costs its table's elements: a lookup is no slower in float, but an
     embedding table in float is most of a transformer's file and memory. Anything else costs 1.
-    Only the order matters: the search keeps in float first the nodes whose error is largest for
-    what they cost.
+    Only the order matters: among nodes of about the same error, the search keeps the cheapest
+    in float first.
     """
     sizes = {i.name: int(np.prod(i.dims)) for i in proto.graph.initializer}
+    for node in proto.graph.node:  # weights held by Constant nodes count as well
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    sizes[node.output[0]] = int(np.prod(attr.t.dims))
     shapes: dict[str, list[int]] = {}
     for info in [*proto.graph.value_info, *proto.graph.output]:
         dims = info.type.tensor_type.shape.dim
@@ -232,8 +237,11 @@ def speed_costs(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> dict
         if not weight:
             costs[node.name] = 1.0
             continue
-        out = shapes.get(node.output[0], []) if node.output else []
-        positions = out[2:] if node.op_type.startswith("Conv") else out[:-1]
+        if node.op_type == "ConvTranspose":  # applied at each input position
+            positions = shapes.get(node.input[0], [])[2:]
+        else:
+            out = shapes.get(node.output[0], []) if node.output else []
+            positions = out[2:] if node.op_type == "Conv" else out[:-1]
         costs[node.name] = float(weight) * float(np.prod(positions or [1]))
     return costs
 

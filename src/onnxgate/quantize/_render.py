@@ -84,7 +84,7 @@ def render_text(report: QuantizeReport) -> Lines:
         )
         lines.append(
             line(
-                f"  first nodes to keep in float (most error alone in int8 for their cost; "
+                f"  first nodes to keep in float (most error alone in int8; near-ties by cost; "
                 f"1 - mean row cosine, ranked on the {report.ranked_on} data): {worst}"
             )
         )

@@ -49,8 +49,8 @@ class NodeScore(_Strict):
     """1 - the mean row cosine of the worst gated output, with only this node in int8."""
     cost: float = 1.0
     """What keeping it in float costs (its multiply-adds per run, roughly; a Gather's table size;
-    1 for a node without a weight): the search keeps in float first the nodes with the most error
-    for their cost."""
+    1 for a node without a weight): of nodes with errors within a factor of two, the search keeps
+    the cheapest in float first."""
 
 
 class Attempt(_Strict):

@@ -7,9 +7,9 @@ worst are kept in float; without calibration data (dynamic mode) both are chosen
 evaluation data, which the report says. Error that
 one layer injects is amplified or damped by everything after it, which per-tensor noise figures
 (SQNR) do not see; quantising one node at a time measures what the output suffers. Nodes are then
-ordered by error per unit of speed cost (``speed_costs``: a node's multiply-adds; a Gather's
-table size), so that of two nodes with the same error the cheaper one stays float, and kept
-in float in that order, one, two, four... at a time until the budget is met; the smallest count
+ordered by error, and among errors within a factor of two by what float costs
+(``speed_costs``: a node's multiply-adds; a Gather's table size), so that of two nodes with
+about the same error the cheaper one stays float; they are kept in float in that order, one, two, four... at a time until the budget is met; the smallest count
 that meets it is found by bisection between the last miss and the first hit. A count that
 exhausts the candidates (or ``max_excluded``) ends the search with a clear no.
 """
@@ -17,6 +17,7 @@ exhausts the candidates (or ``max_excluded``) ends the search with a clear no.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,9 @@ def rank(
 ) -> list[NodeScore]:
     """Every candidate node's error when it alone is quantised, in the order to keep them in float.
 
-    The most error per unit of ``costs`` (speed lost in float) first, then the most error.
+    The most error first; errors in the same power-of-two band count as equal, and among them
+    the node with the least ``costs`` (what float costs in speed or size) goes first, so cost
+    breaks near-ties and never lets a node jump ahead of one with twice its error.
     """
     costs = costs or {}
     scores = []
@@ -73,7 +76,12 @@ def rank(
                 cost=max(costs.get(node.name, 1.0), 1.0),
             )
         )
-    return sorted(scores, key=lambda s: (s.score / s.cost, s.score), reverse=True)
+    return sorted(scores, key=_order)
+
+
+def _order(score: NodeScore) -> tuple[float, float, float]:
+    band = -math.floor(math.log2(score.score)) if score.score > 0 else math.inf
+    return band, score.cost, -score.score
 
 
 def _attempt(
