@@ -54,8 +54,6 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from onnxgate.compare import CompareConfig
-
 RESULTS = Path(__file__).with_name("results")
 DEFAULT_VENV = Path.home() / ".cache" / "onnxgate-bench" / "optimum-venv"
 TORCH = "torch==2.13.0"  # the CPU wheel on this machine's disk, as the project's Makefile pins
@@ -345,9 +343,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {label}: {path}")
     if args.compare:
         manifest = json.loads((args.out.expanduser().resolve() / "manifest.json").read_text())
-        parity = {
-            label: compare(path, CompareConfig(against=args.model)) for label, path in paths.items()
-        }
+        parity = {label: compare(path, args.model) for label, path in paths.items()}
         write_results(manifest, parity, batch=1, seq=128)
 
 
