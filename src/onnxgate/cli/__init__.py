@@ -12,6 +12,7 @@ from onnxgate.cli.bench_cmd import bench_command
 from onnxgate.cli.check_cmd import check_command
 from onnxgate.cli.compare_cmd import compare_command
 from onnxgate.cli.contract_cmd import contract_app, verify_command
+from onnxgate.cli.deploy_cmd import deploy_app
 from onnxgate.cli.doctor_cmd import doctor_command
 from onnxgate.cli.export_cmd import export_app
 from onnxgate.cli.gate_cmd import gate_app
@@ -77,6 +78,7 @@ app.add_typer(contract_app, name="contract")
 app.add_typer(export_app, name="export")
 app.add_typer(gate_app, name="gate")
 app.add_typer(registry_app, name="registry")
+app.add_typer(deploy_app, name="deploy")
 app.command("serve", help=SERVE_HELP)(serve_command)
 app.command("runtimes")(runtimes_command)
 app.command("doctor")(doctor_command)

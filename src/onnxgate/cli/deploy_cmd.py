@@ -1,0 +1,205 @@
+"""``onnxgate deploy triton|check``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from onnxgate.cli._common import FORMAT_HELP, Format, handles_errors, run
+from onnxgate.cli._options import build
+
+deploy_app = typer.Typer(
+    name="deploy",
+    help=(
+        "Deploy a gated model on the engines teams already run, and check such deployments.\n\n"
+        "`deploy triton` writes a Triton model repository from a registry version or a model "
+        "with its contract: the model, `config.pbtxt` built from what the gate proved (inputs "
+        "and outputs, the batch axis and its proven range, tuned settings, TensorRT profiles "
+        "with `--gpu`) and warm-up data from the golden samples, then checks it. `deploy check` "
+        "runs the same checks on any repository, written by hand or not.\n\n"
+        "Exit codes: 0 the repository agrees with its models · 1 a check failed · 2 bad input "
+        "(unknown reference, a batch beyond the proven one, an existing version) · 3 the "
+        "`deploy` extra is missing."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)]
+TRITON = "Triton"
+GPU = "GPU (CUDA and TensorRT)"
+
+
+@deploy_app.command("triton")
+@handles_errors
+def triton_command(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="A registry reference (NAME@ALIAS, NAME@3, NAME:3, NAME) or a model file with "
+            "its contract.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", "-o", help="The model repository (created if missing).", show_default=False
+        ),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="Name in the repository; default the registry name or file stem.",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        int | None,
+        typer.Option(
+            "--version",
+            help="Version folder; default the registry version, or one past the highest.",
+            show_default=False,
+        ),
+    ] = None,
+    max_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--max-batch",
+            help="max_batch_size; default the largest batch the contract proves (a larger one is refused).",
+            show_default=False,
+            rich_help_panel=TRITON,
+        ),
+    ] = None,
+    max_queue_delay_us: Annotated[
+        int,
+        typer.Option(
+            "--max-queue-delay-us",
+            help="Dynamic batching: longest wait for a batch to fill.",
+            rich_help_panel=TRITON,
+        ),
+    ] = 1000,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            "--max-queue",
+            help="Requests queued before Triton rejects (0: no limit).",
+            rich_help_panel=TRITON,
+        ),
+    ] = 0,
+    instances: Annotated[
+        int, typer.Option("--instances", help="Model instances per device.", rich_help_panel=TRITON)
+    ] = 1,
+    versions: Annotated[
+        str,
+        typer.Option(
+            "--versions",
+            help="version_policy: serve the latest version only, or all of them.",
+            rich_help_panel=TRITON,
+        ),
+    ] = "latest",
+    gpu: Annotated[
+        bool,
+        typer.Option(
+            "--gpu",
+            help="Run on GPUs: CUDA with TensorRT, engine cache and shape profiles from the proven ranges.",
+            rich_help_panel=GPU,
+        ),
+    ] = False,
+    precision: Annotated[
+        str,
+        typer.Option(
+            "--precision",
+            help="TensorRT precision: FP32 (what the gate judged), FP16 or INT8.",
+            rich_help_panel=GPU,
+        ),
+    ] = "FP32",
+    workspace_mb: Annotated[
+        int, typer.Option("--workspace-mb", help="TensorRT builder workspace.", rich_help_panel=GPU)
+    ] = 2048,
+    engine_cache: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-cache",
+            help="Where TensorRT keeps built engines (mount a volume there so restarts reuse them); default /tmp/onnxgate-trt/NAME/VERSION.",
+            show_default=False,
+            rich_help_panel=GPU,
+        ),
+    ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            "--registry",
+            help="Registry URL; default $ONNXGATE_REGISTRY or the local one.",
+            show_default=False,
+        ),
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Artefact store folder.", show_default=False)
+    ] = None,
+    allow_ungated: Annotated[
+        bool, typer.Option("--allow-ungated", help="Deploy a version whose gate did not pass.")
+    ] = False,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Write REF into a Triton model repository, then check it as `deploy check` does.
+
+    Layout: `OUT/NAME/VERSION/model.onnx` (with external data, the contract and golden file),
+    `OUT/NAME/config.pbtxt`, `OUT/NAME/warmup/*.bin`. The config is built as Triton's
+    `ModelConfig` message: platform `onnxruntime_onnx`; `max_batch_size` from the batch axis the
+    contract proves (0 without one); inputs and outputs with Triton datatypes and dims (`-1`
+    where symbolic); dynamic batching; an instance group; the tuned ONNX Runtime settings as
+    backend parameters; one `model_warmup` per golden sample, so Triton does not call the model
+    ready until it has run on them. Other versions in the repository are kept.
+
+    Example: `onnxgate deploy triton minilm@champion -o models/` · `onnxgate deploy triton
+    model.onnx -o models/ --gpu --precision FP16`
+
+    Exit codes: 0 written and checked · 1 not gated (see --allow-ungated), or the check found
+    errors in what was written · 2 bad input (a batch beyond the proven one, an existing
+    version, a tensor Triton cannot describe) · 3 the `deploy` extra is missing.
+    """
+    from onnxgate.deploy._render import render_triton
+    from onnxgate.deploy._triton import TritonConfig, deploy_triton
+
+    config = build(
+        TritonConfig,
+        out=out, name=name, version=version, registry=registry, store=store,
+        allow_ungated=allow_ungated, max_batch=max_batch, max_queue_delay_us=max_queue_delay_us,
+        max_queue=max_queue, instances=instances, gpu=gpu, precision=precision.upper(),
+        workspace_mb=workspace_mb, engine_cache=engine_cache, versions=versions,
+    )  # fmt: skip
+    run(fmt, lambda progress: deploy_triton(ref, config, progress=progress), render_triton)
+
+
+@deploy_app.command("check")
+@handles_errors
+def check_command(
+    repository: Annotated[
+        Path,
+        typer.Argument(
+            help="A Triton model repository, or one model folder in it.", show_default=False
+        ),
+    ],
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Check a Triton model repository against its ONNX models (and their contracts).
+
+    Every `config.pbtxt` is parsed with Triton's `model_config_pb2`, then held against each
+    version's model: names, datatypes, ranks and fixed dims of inputs and outputs, the batch
+    axis `max_batch_size` implies (DPL013: the batch dim counted twice), and every warm-up's
+    inputs, dims and data files. With the model's onnxgate contract beside it, also
+    `max_batch_size` and warm-up shapes inside the proven ranges, and the model the one the
+    contract describes. Each finding has a rule code (DPL001 ...).
+
+    Exit codes: 0 every config agrees with its model · 1 a finding of severity error · 2 not a
+    folder · 3 the `deploy` extra is missing.
+    """
+    from onnxgate.deploy import check_repository
+    from onnxgate.deploy._render import render_check
+
+    run(fmt, lambda progress: check_repository(repository), render_check)

@@ -1,0 +1,34 @@
+"""Deploy a gated model where teams already serve: a Triton model repository, checked.
+
+``deploy_triton`` writes the repository (model, contract, ``config.pbtxt`` built from the
+contract, warm-up data from the golden samples) and checks what it wrote; ``check_repository``
+runs the same checks on a repository written by hand. Both need the ``deploy`` extra
+(``tritonclient``'s ``model_config_pb2``), imported only when they run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from onnxgate.deploy._check import RULES, Finding, RepositoryCheck, check_repository
+
+if TYPE_CHECKING:
+    from onnxgate.deploy._triton import DeployReport, TritonConfig, deploy_triton
+
+__all__ = [
+    "RULES",
+    "DeployReport",
+    "Finding",
+    "RepositoryCheck",
+    "TritonConfig",
+    "check_repository",
+    "deploy_triton",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DeployReport", "TritonConfig", "deploy_triton"):
+        from onnxgate.deploy import _triton
+
+        return getattr(_triton, name)
+    raise AttributeError(name)

@@ -1,0 +1,439 @@
+"""``deploy check``: a Triton model repository against its ONNX models and their contracts.
+
+Each ``config.pbtxt`` is parsed with Triton's own ``model_config_pb2`` (an unknown field or a bad
+value is a parse error, as in Triton), then every version's model is read (as an untrusted file)
+and the config is held against it: names, datatypes and ranks of inputs and outputs, fixed dims,
+the batch axis ``max_batch_size`` implies, and every warm-up's inputs, shapes and data files.
+Where the version folder holds the model's onnxgate contract, the config is also held against
+what the contract proves: ``max_batch_size`` and warm-up shapes inside the proven ranges, and the
+model file the one the contract describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from onnxgate.errors import GateError
+
+Severity = Literal["error", "warning", "info"]
+
+RULES: dict[str, str] = {
+    "DPL001": "config.pbtxt is missing",
+    "DPL002": "config.pbtxt does not parse as Triton's ModelConfig",
+    "DPL003": "the config's name is not its folder's",
+    "DPL004": "not an ONNX Runtime model (platform/backend)",
+    "DPL005": "no version folder holds the model file",
+    "DPL006": "the model file cannot be read",
+    "DPL010": "a config tensor the model does not have",
+    "DPL011": "a model input the config does not list",
+    "DPL012": "datatype differs from the model's",
+    "DPL013": "the batch dimension counted twice (max_batch_size > 0 and dims repeat it)",
+    "DPL014": "rank differs from the model's",
+    "DPL015": "a fixed dim differs from the model's",
+    "DPL016": "max_batch_size > 0 but the model's axis 0 is not a free batch dim",
+    "DPL017": "max_batch_size beyond the batch the contract proves",
+    "DPL018": "a dim fixed in the config outside the range the contract proves",
+    "DPL020": "a warm-up input the config does not list, or a config input a warm-up misses",
+    "DPL021": "a warm-up datatype or dims that differ from the config's",
+    "DPL022": "a warm-up shape outside the range the contract proves, or its batch too large",
+    "DPL023": "a warm-up data file missing or of the wrong size",
+    "DPL024": "no warm-up: Triton calls the model ready before it has run once",
+    "DPL030": "the model is not the one its contract describes",
+    "DPL031": "no contract beside the model: proven ranges not checked",
+}
+"""Rule codes of ``deploy check``, with what each means."""
+
+
+class Finding(BaseModel):
+    """One mismatch or fact, where it is and what to do."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    severity: Severity
+    message: str
+    where: str
+    """The model folder, version or tensor it is about."""
+    hint: str | None = None
+
+
+class RepositoryCheck(BaseModel):
+    """What ``deploy check`` found."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    """No finding of severity error."""
+    repository: str
+    models: list[str]
+    findings: list[Finding] = []
+
+
+class _Findings:
+    def __init__(self) -> None:
+        self.items: list[Finding] = []
+
+    def add(
+        self, code: str, severity: Severity, where: str, message: str, hint: str | None = None
+    ) -> None:
+        self.items.append(
+            Finding(code=code, severity=severity, where=where, message=message, hint=hint)
+        )
+
+
+def check_repository(path: str | Path) -> RepositoryCheck:
+    """Check a model repository (folders with a ``config.pbtxt``) or one model folder in it.
+
+    Raises:
+        ConfigError: ``path`` is not a folder.
+    """
+    from onnxgate.errors import ConfigError
+
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ConfigError(
+            f"{root}: not a folder; deploy check reads a Triton model repository.",
+            hint="Give the repository (it holds MODEL/config.pbtxt) or one model folder.",
+        )
+    if (root / "config.pbtxt").exists():
+        dirs = [root]
+    else:
+        dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    findings = _Findings()
+    models = []
+    for model_dir in dirs:
+        models.append(model_dir.name)
+        _check_model(model_dir, findings)
+    if not dirs:
+        findings.add("DPL001", "error", str(root), "the repository holds no model folder")
+    return RepositoryCheck(
+        passed=not any(f.severity == "error" for f in findings.items),
+        repository=str(root),
+        models=models,
+        findings=findings.items,
+    )
+
+
+def check_model_dir(model_dir: Path) -> RepositoryCheck:
+    """Check one model folder (what ``deploy triton`` runs on what it wrote)."""
+    return check_repository(model_dir)
+
+
+def _check_model(model_dir: Path, found: _Findings) -> None:
+    from google.protobuf import text_format
+
+    from onnxgate.deploy._proto import model_config_pb2
+
+    name = model_dir.name
+    path = model_dir / "config.pbtxt"
+    if not path.is_file():
+        found.add(
+            "DPL001", "error", name, f"{path} is missing",
+            "Write one (onnxgate deploy triton REF --out REPO), or rely on Triton's auto-complete "
+            "knowingly.",
+        )  # fmt: skip
+        return
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(path.read_text(encoding="utf-8"), config)
+    except (text_format.ParseError, UnicodeDecodeError) as err:
+        found.add(
+            "DPL002", "error", name, f"{path}: {err}",
+            "Triton refuses the same config: fix the field named (model_config.proto).",
+        )  # fmt: skip
+        return
+    if config.name and config.name != name:
+        found.add(
+            "DPL003", "error", name,
+            f"the config's name is {config.name!r}, its folder {name!r}; Triton refuses to load it",
+        )  # fmt: skip
+    if config.platform not in ("", "onnxruntime_onnx") or config.backend not in ("", "onnxruntime"):
+        found.add(
+            "DPL004", "error", name,
+            f"platform {config.platform!r}, backend {config.backend!r}: onnxgate checks ONNX "
+            "Runtime models only",
+        )  # fmt: skip
+        return
+    filename = config.default_model_filename or "model.onnx"
+    versions = sorted(
+        (p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )
+    with_model = [v for v in versions if (v / filename).exists()]
+    if not with_model:
+        found.add(
+            "DPL005", "error", name, f"no version folder (1/, 2/ ...) holds {filename}",
+            "Put the model at MODEL/1/model.onnx.",
+        )  # fmt: skip
+        return
+    for version in with_model:
+        _check_version(config, model_dir, version, version / filename, found)
+
+
+def _shape(spec: Any, batched: bool) -> list[int]:
+    """The shape Triton hands the model: the batch dim, then dims (or reshape's shape)."""
+    dims = list(spec.reshape.shape) if spec.HasField("reshape") else list(spec.dims)
+    return ([-1] if batched else []) + dims
+
+
+def _check_version(
+    config: Any, model_dir: Path, version: Path, model_path: Path, found: _Findings
+) -> None:
+    from onnxgate.contract import SIDECAR
+    from onnxgate.deploy._proto import datatype_name, triton_datatype
+    from onnxgate.model import Signature, load_model
+
+    where = f"{model_dir.name}/{version.name}"
+    try:
+        loaded = load_model(model_path)
+    except GateError as err:
+        found.add("DPL006", "error", where, f"{model_path}: {err.message}", err.hint)
+        return
+    signature = Signature.from_graph(loaded.proto.graph)
+    contract = None
+    if SIDECAR.exists(model_path):
+        try:
+            contract = SIDECAR.read(model_path)
+        except GateError as err:
+            found.add("DPL030", "error", where, f"its contract cannot be read: {err.message}")
+        else:
+            from onnxgate.contract import identity
+
+            if identity(loaded).model.sha256 != contract.identity.model.sha256:
+                found.add(
+                    "DPL030", "error", where,
+                    f"{model_path.name} is not the model its contract describes (sha256 differs)",
+                    "Deploy the gated model again (onnxgate deploy triton).",
+                )  # fmt: skip
+                contract = None
+    else:
+        found.add(
+            "DPL031",
+            "info",
+            where,
+            "no onnxgate contract beside the model: proven ranges not checked",
+        )
+    bounds = contract.signature.dims if contract is not None else {}
+    batched = config.max_batch_size > 0
+    model_inputs = {s.name: s for s in signature.inputs}
+    model_outputs = {s.name: s for s in signature.outputs}
+    batch_dims: set[str] = set()
+
+    for kind, listed, model_specs in (
+        ("input", config.input, model_inputs),
+        ("output", config.output, model_outputs),
+    ):
+        for spec in listed:
+            at = f"{where} {kind} {spec.name}"
+            model_spec = model_specs.get(spec.name)
+            if model_spec is None:
+                found.add(
+                    "DPL010", "error", at,
+                    f"the model has no {kind} {spec.name!r} (it has {', '.join(model_specs) or 'none'})",
+                )  # fmt: skip
+                continue
+            try:
+                expected = triton_datatype(model_spec.dtype, spec.name)
+            except GateError:
+                expected = None
+            if expected is not None and spec.data_type != expected:
+                found.add(
+                    "DPL012", "error", at,
+                    f"data_type {datatype_name(spec.data_type)}, the model's is "
+                    f"{datatype_name(expected)} ({model_spec.dtype})",
+                )  # fmt: skip
+            if model_spec.shape is None:
+                continue
+            model_shape = list(model_spec.shape)
+            shape = _shape(spec, batched)
+            if len(shape) != len(model_shape):
+                head = model_shape[0] if model_shape else None
+                if (
+                    batched
+                    and len(spec.dims) == len(model_shape)
+                    and spec.dims[0] == -1
+                    and not (isinstance(head, int) and head > 0)
+                ):
+                    found.add(
+                        "DPL013", "error", at,
+                        f"dims {list(spec.dims)} already have the model's rank "
+                        f"{len(model_shape)}; with max_batch_size {config.max_batch_size} Triton "
+                        f"adds the batch dim again (rank {len(shape)})",
+                        "Leave the batch dim out of dims when max_batch_size > 0.",
+                    )  # fmt: skip
+                else:
+                    found.add(
+                        "DPL014", "error", at,
+                        f"rank {len(shape)} ({'batch + ' if batched else ''}dims "
+                        f"{list(spec.dims)}), the model's is {len(model_shape)} ({_show(model_shape)})",
+                    )  # fmt: skip
+                continue
+            if batched:
+                head = model_shape[0]
+                if isinstance(head, int) and head != -1:
+                    found.add(
+                        "DPL016", "error", at,
+                        f"max_batch_size {config.max_batch_size} makes axis 0 the batch, but the "
+                        f"model fixes it at {head}",
+                        "Set max_batch_size: 0 and list the full shape in dims.",
+                    )  # fmt: skip
+                elif isinstance(head, str) and head:
+                    batch_dims.add(head)
+            start = 1 if batched else 0
+            for axis, (ours, theirs) in enumerate(
+                zip(shape[start:], model_shape[start:], strict=True), start
+            ):
+                if isinstance(theirs, int) and theirs > 0 and ours not in (-1, theirs):
+                    found.add(
+                        "DPL015", "error", at,
+                        f"axis {axis} is {ours} in the config, {theirs} in the model",
+                    )  # fmt: skip
+                elif isinstance(theirs, str) and ours > 0 and theirs in bounds:
+                    bound = bounds[theirs]
+                    if (bound.min is not None and ours < bound.min) or (
+                        bound.max is not None and ours > bound.max
+                    ):
+                        found.add(
+                            "DPL018", "warning", at,
+                            f"axis {axis} ({theirs}) is fixed at {ours}, outside the proven "
+                            f"{bound.min}..{bound.max}",
+                        )  # fmt: skip
+    listed_inputs = {s.name for s in config.input}
+    for name_ in model_inputs:
+        if name_ not in listed_inputs:
+            found.add(
+                "DPL011",
+                "error",
+                f"{where} input {name_}",
+                "the model needs it and the config does not list it",
+            )
+    proven_batch = None
+    for dim in batch_dims:
+        bound = bounds.get(dim)
+        if bound is not None and bound.max is not None:
+            proven_batch = bound.max if proven_batch is None else min(proven_batch, bound.max)
+            if config.max_batch_size > bound.max:
+                found.add(
+                    "DPL017", "error", where,
+                    f"max_batch_size {config.max_batch_size}, but the contract proves {dim} only "
+                    f"up to {bound.max}",
+                    "Lower max_batch_size, or prove a larger batch (onnxgate contract init --dim).",
+                )  # fmt: skip
+    _check_warmups(config, model_dir, where, batched, batch_dims, bounds, signature.inputs, found)
+
+
+def _show(shape: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _check_warmups(
+    config: Any,
+    model_dir: Path,
+    where: str,
+    batched: bool,
+    batch_dims: set[str],
+    bounds: dict[str, Any],
+    model_inputs: Sequence[Any],
+    found: _Findings,
+) -> None:
+    from onnxgate.deploy._proto import datatype_name, model_config_pb2
+
+    if not config.model_warmup:
+        found.add(
+            "DPL024", "warning", where,
+            "no model_warmup: Triton reports the model ready before it has run once",
+            "onnxgate deploy triton writes one per golden sample.",
+        )  # fmt: skip
+        return
+    inputs = {s.name: s for s in config.input}
+    model_specs = {s.name: s for s in model_inputs}
+    sizes = {
+        getattr(model_config_pb2, n): np.dtype(d).itemsize
+        for n, d in (
+            ("TYPE_BOOL", "bool"), ("TYPE_UINT8", "uint8"), ("TYPE_UINT16", "uint16"),
+            ("TYPE_UINT32", "uint32"), ("TYPE_UINT64", "uint64"), ("TYPE_INT8", "int8"),
+            ("TYPE_INT16", "int16"), ("TYPE_INT32", "int32"), ("TYPE_INT64", "int64"),
+            ("TYPE_FP16", "float16"), ("TYPE_FP32", "float32"), ("TYPE_FP64", "float64"),
+        )
+    }  # fmt: skip
+    sizes[model_config_pb2.TYPE_BF16] = 2
+    for warm in config.model_warmup:
+        at = f"{where} warm-up {warm.name}"
+        if batched and warm.batch_size > config.max_batch_size:
+            found.add(
+                "DPL022", "error", at,
+                f"batch_size {warm.batch_size} beyond max_batch_size {config.max_batch_size}",
+            )  # fmt: skip
+        if not batched and warm.batch_size > 1:
+            found.add(
+                "DPL022", "error", at, f"batch_size {warm.batch_size} on a model without batching"
+            )
+        for name in inputs:
+            if name not in warm.inputs:
+                found.add(
+                    "DPL020",
+                    "error",
+                    at,
+                    f"misses input {name!r}: Triton fails the warm-up, and the load",
+                )
+        for name, data in warm.inputs.items():
+            spec = inputs.get(name)
+            if spec is None:
+                found.add("DPL020", "error", at, f"input {name!r} is not in the config")
+                continue
+            if data.data_type != spec.data_type:
+                found.add(
+                    "DPL021", "error", at,
+                    f"{name}: data_type {datatype_name(data.data_type)}, the config's is "
+                    f"{datatype_name(spec.data_type)}",
+                )  # fmt: skip
+            dims = list(data.dims)
+            if any(d < 1 for d in dims):
+                found.add(
+                    "DPL021", "error", at,
+                    f"{name}: dims {dims}: a warm-up's dims are sizes, never -1 or 0",
+                )  # fmt: skip
+                continue
+            if len(dims) != len(spec.dims) or any(
+                c not in (-1, d) for c, d in zip(spec.dims, dims, strict=False)
+            ):
+                found.add(
+                    "DPL021", "error", at,
+                    f"{name}: dims {dims} do not fit the config's {list(spec.dims)}",
+                )  # fmt: skip
+                continue
+            model_spec = model_specs.get(name)
+            if model_spec is not None and model_spec.shape is not None and bounds:
+                shape = ([max(warm.batch_size, 1)] if batched else []) + (
+                    list(spec.reshape.shape) if spec.HasField("reshape") else dims
+                )
+                for size, dim in zip(shape, model_spec.shape, strict=False):
+                    bound = bounds.get(dim) if isinstance(dim, str) else None
+                    if bound is None:
+                        continue
+                    if (bound.min is not None and size < bound.min) or (
+                        bound.max is not None and size > bound.max
+                    ):
+                        found.add(
+                            "DPL022", "error", at,
+                            f"{name}: {dim}={size} is outside the proven {bound.min}..{bound.max}",
+                            "Warm up inside what the contract proves (its golden samples).",
+                        )  # fmt: skip
+            kind = data.WhichOneof("input_data_type")
+            if kind == "input_data_file":
+                file = model_dir / "warmup" / data.input_data_file
+                if not file.is_file():
+                    found.add("DPL023", "error", at, f"{name}: {file} does not exist")
+                elif data.data_type in sizes:
+                    want = int(np.prod(dims or [1])) * sizes[data.data_type]
+                    if file.stat().st_size != want:
+                        found.add(
+                            "DPL023", "error", at,
+                            f"{name}: {file.name} holds {file.stat().st_size} bytes, dims "
+                            f"{dims} need {want}",
+                        )  # fmt: skip

@@ -1,0 +1,471 @@
+"""A Triton model repository from a gated model: the layout, ``config.pbtxt`` and warm-up data.
+
+Everything the config says comes from what onnxgate already proved about the model: inputs and
+outputs from the contract's signature (``-1`` where a dim is symbolic), ``max_batch_size`` from
+the batch axis the contract proves (the symbolic dim that is axis 0 of every input and output)
+and its largest proven size, the tuned session settings as the ONNX Runtime backend's
+parameters, and ``model_warmup`` from the golden samples, so Triton does not call the model ready
+until it has run on them. The config is built as a ``model_config_pb2.ModelConfig`` message and
+written with ``text_format``; the repository is then checked by :func:`check_repository`, the
+same checks ``deploy check`` runs on a repository written by hand.
+
+A version is written under a temporary name and renamed into place, so an interrupted deploy
+never leaves a version folder Triton would load half-written; other versions in the repository
+are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from onnxgate._fs import atomic_write_text, fsync_file
+from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
+from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
+from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
+from onnxgate.errors import ConfigError, NotGated
+from onnxgate.model import TensorSpec, load_model
+from onnxgate.settings import Part
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.onnx"
+"""The file name Triton's ONNX Runtime backend loads from a version folder by default."""
+WARMUP_DIR = "warmup"
+"""Triton reads ``input_data_file`` from this folder inside the model's folder."""
+
+
+class TritonConfig(Part):
+    """How to deploy: where, under which name and version, and how Triton should run it."""
+
+    out: Path
+    """The model repository (created if missing; other models and versions in it are kept)."""
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The model's name in the repository; default: the registry name, or the file's stem."""
+    version: int | None = Field(None, ge=1)
+    """The version folder; default: the registry version, or one past the highest there."""
+    registry: str | None = None
+    """Registry URL for a registry reference (default: ``$ONNXGATE_REGISTRY`` or the local one)."""
+    store: str | None = None
+    allow_ungated: bool = False
+    """Deploy a version whose gate did not pass (or is unknown)."""
+    max_batch: int | None = Field(None, ge=0)
+    """``max_batch_size``; default: the largest batch the contract proves. Larger is refused."""
+    max_queue_delay_us: int = Field(1000, ge=0)
+    """Dynamic batching: how long the oldest request may wait for a batch to fill."""
+    max_queue: int = Field(0, ge=0)
+    """Requests queued at most before Triton rejects (0: no limit)."""
+    instances: int = Field(1, ge=1)
+    """Model instances per device."""
+    gpu: bool = False
+    """Run on GPUs with CUDA and TensorRT (see ``trt_*``); otherwise on CPUs."""
+    precision: Literal["FP32", "FP16", "INT8"] = "FP32"
+    """TensorRT precision; FP32 is what the gate judged."""
+    workspace_mb: int = Field(2048, ge=1)
+    """TensorRT builder workspace."""
+    engine_cache: str | None = None
+    """Where TensorRT keeps built engines (a volume that survives restarts); default
+    ``/tmp/onnxgate-trt/NAME/VERSION``."""
+    versions: Literal["latest", "all"] = "latest"
+    """``version_policy``: serve the newest version only, or every version in the repository."""
+
+
+class DeployReport(BaseModel):
+    """What ``deploy triton`` wrote and what the checks found in it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    source: str
+    """The reference deployed (``name@champion``, a file)."""
+    gate: str
+    repository: str
+    name: str
+    version: int
+    model_dir: str
+    config: str
+    """config.pbtxt as written."""
+    files: list[str]
+    """Files written, relative to the repository."""
+    warmups: list[str] = []
+    kept_versions: list[int] = []
+    """Other versions already in the repository, left as they were."""
+    findings: list[Finding] = []
+    notes: list[str] = []
+
+
+def _dims(spec: TensorSpec, batched: bool) -> list[int]:
+    shape = list(spec.shape or ())
+    if batched:
+        shape = shape[1:]
+    return [d if isinstance(d, int) else -1 for d in shape]
+
+
+def _io(specs: Sequence[TensorSpec], batched: bool, kind: type) -> list[Any]:
+    made = []
+    for spec in specs:
+        if spec.shape is None:
+            raise ConfigError(
+                f"{spec.name}: its rank is unknown, and Triton needs dims for every tensor.",
+                hint="Export the model with shapes on its inputs and outputs.",
+            )
+        dims = _dims(spec, batched)
+        item = kind(name=spec.name, data_type=triton_datatype(spec.dtype, spec.name))
+        if dims:
+            item.dims.extend(dims)
+        else:  # a scalar (per request): Triton wants rank >= 1, reshaped to none
+            item.dims.append(1)
+            item.reshape.SetInParent()
+        made.append(item)
+    return made
+
+
+def batching(contract: Contract) -> tuple[str | None, int | None, int | None]:
+    """The batch dim the contract proves (axis 0 of every input and output), and its range."""
+    from onnxgate.serve._predictor import batch_axis
+
+    signature = contract.signature
+    name = batch_axis(signature.inputs, signature.outputs)
+    bound = signature.dims.get(name) if name else None
+    return name, (bound.min if bound else None), (bound.max if bound else None)
+
+
+def tensorrt_parameters(
+    contract: Contract,
+    *,
+    precision: str,
+    workspace_mb: int,
+    engine_cache: str,
+    batch_dim: str | None,
+    max_batch: int,
+) -> dict[str, str]:
+    """The TensorRT execution accelerator's parameters, shape profiles from the proven ranges.
+
+    Profiles: min and max from each symbolic dim's proven range (the batch dim up to
+    ``max_batch``), opt at the largest proven size, so TensorRT builds one engine that covers
+    every shape the contract proves and none it does not.
+    """
+    signature = contract.signature
+    ranges: dict[str, tuple[int, int]] = {}
+    for name, bound in signature.dims.items():
+        low = bound.min if bound.min is not None else 1
+        high = bound.max if bound.max is not None else low
+        if name == batch_dim:
+            low, high = min(low, max_batch), max_batch
+        ranges[name] = (low, high)
+
+    def shapes(pick: Callable[[tuple[int, int]], int]) -> str:
+        parts = []
+        for spec in signature.inputs:
+            dims = [
+                d if isinstance(d, int) else pick(ranges.get(str(d), (1, 1)))
+                for d in spec.shape or ()
+            ]
+            parts.append(f"{spec.name}:{'x'.join(str(d) for d in dims)}")
+        return ",".join(parts)
+
+    parameters = {
+        "precision_mode": precision,
+        "max_workspace_size_bytes": str(workspace_mb << 20),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": engine_cache,
+        "trt_timing_cache_enable": "1",
+    }
+    if any(not isinstance(d, int) for spec in signature.inputs for d in spec.shape or ()):
+        parameters["trt_profile_min_shapes"] = shapes(lambda r: r[0])
+        parameters["trt_profile_opt_shapes"] = shapes(lambda r: r[1])
+        parameters["trt_profile_max_shapes"] = shapes(lambda r: r[1])
+    return parameters
+
+
+def session_parameters(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Tuned ONNX Runtime settings as the Triton ORT backend's model parameters."""
+    parameters = {}
+    if settings.get("intra_op_threads"):
+        parameters["intra_op_thread_count"] = str(settings["intra_op_threads"])
+    if settings.get("inter_op_threads"):
+        parameters["inter_op_thread_count"] = str(settings["inter_op_threads"])
+    if "parallel" in settings:
+        parameters["execution_mode"] = "1" if settings["parallel"] else "0"
+    if "cpu_mem_arena" in settings:
+        parameters["enable_mem_arena"] = "1" if settings["cpu_mem_arena"] else "0"
+    if "mem_pattern" in settings:
+        parameters["enable_mem_pattern"] = "1" if settings["mem_pattern"] else "0"
+    return parameters
+
+
+GRAPH_LEVEL = {"disable": 2, "basic": -1, "extended": 1}
+"""ORT optimisation level → the ORT backend's ``optimization.graph.level`` (its source maps -1 to
+basic, 1 to extended, 2 to none; 0 or no ``graph`` is ONNX Runtime's default, all)."""
+
+
+def build_config(
+    contract: Contract,
+    config: TritonConfig,
+    *,
+    name: str,
+    version: int,
+    settings: Mapping[str, Any],
+    warmups: Sequence[tuple[str, int, Mapping[str, tuple[np.ndarray, str]]]],
+) -> tuple[Any, list[str]]:
+    """The ``ModelConfig`` message, and notes on choices made."""
+    notes: list[str] = []
+    signature = contract.signature
+    batch_dim, _, proven = batching(contract)
+    if batch_dim is None:
+        max_batch = 0
+        if config.max_batch:
+            raise ConfigError(
+                f"{name}: the contract proves no batch axis (a symbolic dim that is axis 0 of "
+                "every input and output), so Triton cannot batch it.",
+                hint="Leave --max-batch out: max_batch_size is then 0.",
+                field="max_batch",
+            )
+        notes.append("no batch axis: max_batch_size 0, no dynamic batching")
+    else:
+        max_batch = config.max_batch if config.max_batch is not None else (proven or 1)
+        if proven is not None and max_batch > proven:
+            raise ConfigError(
+                f"{name}: --max-batch {max_batch} is beyond the largest batch the contract proves "
+                f"({batch_dim}={proven}).",
+                hint="Prove a larger batch first (`onnxgate contract init --dim ...`), or lower "
+                "--max-batch.",
+                field="max_batch",
+            )
+        notes.append(f"max_batch_size {max_batch}: {batch_dim}, proven up to {proven}")
+    message = model_config_pb2.ModelConfig(name=name, platform="onnxruntime_onnx")
+    message.max_batch_size = max_batch
+    message.input.extend(_io(signature.inputs, max_batch > 0, model_config_pb2.ModelInput))
+    message.output.extend(_io(signature.outputs, max_batch > 0, model_config_pb2.ModelOutput))
+    if config.versions == "all":
+        message.version_policy.all.SetInParent()
+    else:
+        message.version_policy.latest.num_versions = 1
+    if max_batch > 0:
+        batcher = message.dynamic_batching
+        batcher.max_queue_delay_microseconds = config.max_queue_delay_us
+        if config.max_queue:
+            batcher.default_queue_policy.max_queue_size = config.max_queue
+    group = message.instance_group.add()
+    group.count = config.instances
+    group.kind = (
+        model_config_pb2.ModelInstanceGroup.KIND_GPU
+        if config.gpu
+        else model_config_pb2.ModelInstanceGroup.KIND_CPU
+    )
+    level = settings.get("optimization")
+    if level in GRAPH_LEVEL:
+        message.optimization.graph.level = GRAPH_LEVEL[level]
+    for key, value in session_parameters(settings).items():
+        message.parameters[key].string_value = value
+    if config.gpu:
+        cache = config.engine_cache or f"/tmp/onnxgate-trt/{name}/{version}"
+        accelerators = message.optimization.execution_accelerators
+        trt = accelerators.gpu_execution_accelerator.add(name="tensorrt")
+        for key, value in tensorrt_parameters(
+            contract,
+            precision=config.precision,
+            workspace_mb=config.workspace_mb,
+            engine_cache=cache,
+            batch_dim=batch_dim,
+            max_batch=max(max_batch, 1),
+        ).items():
+            trt.parameters[key] = value
+        notes.append(f"TensorRT {config.precision}, engines cached in {cache}")
+    for label, batch, inputs in warmups:
+        size = min(max(batch, 1), max_batch) if max_batch > 0 else 1
+        warm = message.model_warmup.add(name=label, batch_size=size, count=1)
+        for input_name, (array, file) in inputs.items():
+            spec = warm.inputs[input_name]
+            spec.data_type = triton_datatype(str(array.dtype), input_name)
+            spec.dims.extend(int(d) for d in (array.shape or (1,)))
+            spec.input_data_file = file
+    return message, notes
+
+
+def _warmup_arrays(
+    contract: Contract, model: Path, batched: bool
+) -> list[tuple[str, int, dict[str, np.ndarray]]]:
+    """One warm-up per golden sample, at the sample's batch size, from its first row.
+
+    Triton repeats a warm-up's single row up to its batch size, so each golden sample's shape is
+    run (the batch ones included) though only its first row's values are kept.
+    """
+    made = []
+    for sample, _ in read_golden(contract, model):
+        feeds = {k: np.asarray(v) for k, v in sample.feeds.items()}
+        batch = 1
+        if batched:
+            batch = min(int(v.shape[0]) for v in feeds.values())
+            feeds = {k: v[0] for k, v in feeds.items()}
+        label = "".join(c if c.isalnum() or c in "_-" else "_" for c in sample.label)
+        made.append((f"golden_{label}", batch, feeds))
+    return made
+
+
+def _copy(source: Path, target: Path) -> None:
+    shutil.copyfile(source, target)
+    fsync_file(target)
+
+
+def deploy_triton(
+    ref: str | Path,
+    config: TritonConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> DeployReport:
+    """Write ``ref`` into a Triton model repository, then check what was written.
+
+    Raises:
+        NotGated: the gate did not pass (or is unknown) and ``allow_ungated`` is off.
+        ConfigError: the contract and the options disagree (a batch beyond the proven one, a
+            version that exists), or the model cannot be described to Triton.
+        NotFound, RegistryUnreachable, ArtefactCorrupt: the registry reference failed.
+        ModelLoadError: the model or its contract is missing or damaged.
+    """
+    from onnxgate.serve._source import resolve
+
+    say = progress or (lambda message: log.info("%s", message))
+    say(f"opening {ref}")
+    source = resolve(str(ref), config.registry, store=config.store)
+    if not source.gated and not config.allow_ungated:
+        raise NotGated(
+            f"{source.ref}: not deploying it without a passing gate ({source.gate}).",
+            hint="Deploy a version that passed its gate, or pass --allow-ungated.",
+        )
+    contract = SIDECAR.read(source.model)
+    loaded = load_model(source.model)
+    name = config.name or source.name
+    repo = config.out.expanduser()
+    model_dir = repo / name
+    existing = (
+        sorted(int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit())
+        if model_dir.is_dir()
+        else []
+    )
+    if config.version is not None:
+        version = config.version
+    elif source.registry is not None and source.version.isdigit():
+        version = int(source.version)
+    else:
+        version = (max(existing) + 1) if existing else 1
+    if version in existing:
+        raise ConfigError(
+            f"{model_dir / str(version)} exists: a version in a repository is never overwritten "
+            "(Triton may be serving it).",
+            hint="Pass another --version, or remove that folder first.",
+            field="version",
+        )
+    notes = list(source.notes)
+    settings = _tuned_settings(source.model, notes, gpu=config.gpu)
+    batch_dim, _, _ = batching(contract)
+    batched = batch_dim is not None and config.max_batch != 0
+    arrays = _warmup_arrays(contract, source.model, batched)
+    warmups = [
+        (label, batch, {k: (v, f"{label}.{k}.bin") for k, v in feeds.items()})
+        for label, batch, feeds in arrays
+    ]
+    message, more = build_config(
+        contract, config, name=name, version=version, settings=settings, warmups=warmups
+    )
+    notes += more
+    text = text_format.MessageToString(message)
+
+    say(f"writing {name}/{version} into {repo}")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=model_dir))
+    files: list[str] = []
+    try:
+        _copy(source.model, staging / MODEL_FILE)
+        base = source.model.parent.resolve()
+        for ref_ in loaded.external_data:
+            relative = ref_.path.resolve().relative_to(base)
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                _copy(ref_.path, target)
+        contract_file, golden_file = contract_paths(staging / MODEL_FILE)
+        _copy(Path(SIDECAR.location(source.model)), contract_file)
+        if contract.golden is not None:
+            _copy(source.model.parent / contract.golden.file, staging / contract.golden.file)
+        os.replace(staging, model_dir / str(version))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    files += [
+        str(p.relative_to(repo))
+        for p in sorted((model_dir / str(version)).rglob("*"))
+        if p.is_file()
+    ]
+    warm_dir = model_dir / WARMUP_DIR
+    warm_dir.mkdir(exist_ok=True)
+    for _, _, inputs in warmups:
+        for array, file in inputs.values():
+            target = warm_dir / file
+            if array.dtype.kind in "OUS":
+                raise ConfigError(
+                    f"{file}: string inputs cannot be written as Triton warm-up files yet.",
+                    hint="Deploy without warm-up is not offered: prove the model with numeric inputs.",
+                )
+            from onnxgate._fs import atomic_write_bytes
+
+            atomic_write_bytes(target, np.ascontiguousarray(array).tobytes())
+            files.append(str(target.relative_to(repo)))
+    atomic_write_text(model_dir / "config.pbtxt", text)
+    files.append(str((model_dir / "config.pbtxt").relative_to(repo)))
+    say("checking the repository as `deploy check` would")
+    checked: RepositoryCheck = check_model_dir(model_dir)
+    return DeployReport(
+        passed=checked.passed,
+        source=source.ref,
+        gate=source.gate,
+        repository=str(repo),
+        name=name,
+        version=version,
+        model_dir=str(model_dir),
+        config=text,
+        files=files,
+        warmups=[label for label, _, _ in warmups],
+        kept_versions=existing,
+        findings=checked.findings,
+        notes=notes,
+    )
+
+
+def _tuned_settings(model: Path, notes: list[str], *, gpu: bool) -> dict[str, Any]:
+    """The settings tuned on this machine (latency objective) for the deployment's device.
+
+    CPU thread settings tuned here say nothing about a GPU deployment, so with ``gpu`` only
+    settings tuned with CUDA or TensorRT are used.
+    """
+    from onnxgate.perf._tuned import tuned_for
+
+    try:
+        settings, path = tuned_for(model, objective="latency")
+    except ConfigError as err:
+        notes.append(f"tuned settings not used: {err.message}")
+        return {}
+    providers = [str(p) for p in settings.get("providers") or ()]
+    on_gpu = any(p.startswith(("CUDA", "Tensorrt", "cuda", "tensorrt")) for p in providers)
+    if gpu != on_gpu:
+        where = ", ".join(providers) or "CPU"
+        notes.append(
+            f"tuned settings not used: they were tuned on {where}, the deployment runs on "
+            f"{'GPUs' if gpu else 'CPUs'}"
+        )
+        return {}
+    if path != model:
+        notes.append(
+            f"the tuned graph {path.name} is not deployed (the gated model is); its session "
+            "settings are"
+        )
+    notes.append("tuned session settings as backend parameters")
+    return dict(settings)
