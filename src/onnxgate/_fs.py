@@ -17,11 +17,14 @@ def cache_dir() -> Path:
     return Path(override) if override else Path(platformdirs.user_cache_dir("onnxgate"))
 
 
-def public_mode(path: str | os.PathLike[str]) -> None:
-    """Give a file made by mkstemp (mode 0600) the mode a plain open() would have (0666 - umask)."""
+def public_mode(path: str | os.PathLike[str], *, folder: bool = False) -> None:
+    """Give what mkstemp or mkdtemp made (0600, 0700) the mode open() or mkdir() would give.
+
+    That is 0666 or 0777 less the umask.
+    """
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask)
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from google.protobuf import text_format
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 from typer.testing import CliRunner
 
@@ -136,7 +137,7 @@ BROKEN = {
     ),
     "wrong rank": ("  dims: 4\n}", "  dims: 4\n  dims: 1\n}", "DPL014"),
     "batch counted twice": ("  dims: 4\n}", "  dims: -1\n  dims: 4\n}", "DPL013"),
-    "warm-up outside the proven range": ("max_batch_size: 7", "max_batch_size: 9", "DPL017"),
+    "max_batch_size beyond the proven batch": ("max_batch_size: 7", "max_batch_size: 9", "DPL017"),
     "unknown field": ("max_batch_size: 7", "max_batch: 7", "DPL002"),
     "name of another folder": ('name: "mlp"', 'name: "other"', "DPL003"),
     "unknown input": ('name: "x"', 'name: "input"', "DPL010"),
@@ -164,11 +165,11 @@ def test_a_warm_up_batch_beyond_the_proven_range_is_named(repo):
 
 
 def test_a_warm_up_file_of_the_wrong_size_and_a_missing_one_are_named(repo):
-    (repo / "mlp" / "warmup" / "golden_batch_1.x.bin").write_bytes(b"\0" * 12)
-    (repo / "mlp" / "warmup" / "golden_batch_7.x.bin").unlink()
+    (repo / "mlp" / "warmup" / "v1.golden_batch_1.0.x.bin").write_bytes(b"\0" * 12)
+    (repo / "mlp" / "warmup" / "v1.golden_batch_7.0.x.bin").unlink()
     report = check_repository(repo)
     messages = [f.message for f in report.findings if f.code == "DPL023"]
-    assert any("holds 12 bytes, dims [4] need 16" in m for m in messages)
+    assert any("holds 12 bytes, dims [4] need 16" in m for m in messages), messages
     assert any("does not exist" in m for m in messages)
 
 
@@ -278,3 +279,129 @@ def test_tuned_cpu_settings_become_parameters_on_cpu_and_are_left_out_on_gpu(
     assert any(
         "tuned on CPUExecutionProvider, the deployment runs on GPUs" in n for n in report.notes
     )
+
+
+MORE_BROKEN = {
+    # case: (old, new, code)
+    "a model input left out": (
+        'input {\n  name: "x"\n  data_type: TYPE_FP32\n  dims: 4\n}\n',
+        "",
+        "DPL011",
+    ),
+    "a fixed dim that differs": ("  dims: 4\n}", "  dims: 5\n}", "DPL015"),
+    "a warm-up input the config lacks": ('key: "x"', 'key: "z"', "DPL020"),
+    "warm-up dims that do not fit": ("      dims: 4\n", "      dims: 5\n", "DPL021"),
+    "warm-up dims of -1": ("      dims: 4\n", "      dims: -1\n", "DPL021"),
+    "a policy naming a missing version": (
+        "latest {\n    num_versions: 1\n  }",
+        "specific {\n    versions: 3\n  }",
+        "DPL005",
+    ),
+    "a model file name outside the version": (
+        'platform: "onnxruntime_onnx"',
+        'platform: "onnxruntime_onnx"\ndefault_model_filename: "../x.onnx"',
+        "DPL005",
+    ),
+    "a warm-up file outside the warmup folder": (
+        'input_data_file: "v1.golden_batch_1.0.x.bin"',
+        'input_data_file: "../config.pbtxt"',
+        "DPL023",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MORE_BROKEN))
+def test_more_hand_broken_configs_fail_with_their_rule_code(repo, case):
+    old, new, code = MORE_BROKEN[case]
+    _break(repo, old, new)
+    report = check_repository(repo)
+    assert code in codes(report), report.findings
+
+
+def test_a_batch_over_a_fixed_axis_zero_is_named(tmp_path):
+    fixed = mlp()
+    for info in (*fixed.graph.input, *fixed.graph.output):
+        info.type.tensor_type.shape.dim[0].dim_value = 2
+    folder = tmp_path / "repo" / "fixed"
+    (folder / "1").mkdir(parents=True)
+    save(fixed, folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text(
+        'name: "fixed"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
+        'input { name: "x" data_type: TYPE_FP32 dims: [4] }\n'
+        'output { name: "y" data_type: TYPE_FP32 dims: [3] }\n'
+    )
+    report = check_repository(tmp_path / "repo")
+    assert "DPL016" in codes(report)
+    # no contract beside it: said, not an error; no warm-up: a warning
+    assert {f.code for f in report.findings if f.severity != "error"} == {"DPL024", "DPL031"}
+
+
+def test_hostile_repositories_are_findings_not_crashes(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "empty").mkdir(parents=True)  # no config
+    (repo / "scalar" / "1").mkdir(parents=True)
+    nodes = [helper.make_node("Identity", ["s"], ["t"])]
+    scalar = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [])],
+            [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [])],
+        )
+    )
+    save(scalar, repo / "scalar" / "1" / "model.onnx")
+    # max_batch_size > 0, no dims at all, a rank-0 model input: once an IndexError
+    (repo / "scalar" / "config.pbtxt").write_text(
+        'name: "scalar"\nmax_batch_size: 2\ninput { name: "s" data_type: TYPE_FP32 }\n'
+        'output { name: "t" data_type: TYPE_FP32 dims: [1] }\n'
+    )
+    (repo / "big").mkdir()
+    (repo / "big" / "config.pbtxt").write_bytes(b"#" * ((1 << 20) + 1))
+    (repo / "bad" / "\u00b2").mkdir(parents=True)  # a digit to str.isdigit, not a version
+    (repo / "bad" / "config.pbtxt").write_bytes(b'name: "bad"\n\xff\xfe')
+    report = check_repository(repo)
+    by_model = {}
+    for f in report.findings:
+        by_model.setdefault(f.where.split("/")[0].split(" ")[0], set()).add(f.code)
+    assert "DPL001" in by_model["empty"] and "DPL014" in by_model["scalar"]
+    assert "DPL002" in by_model["big"] and "DPL002" in by_model["bad"]
+    result = runner.invoke(app, ["deploy", "check", str(repo), "-f", "json"])
+    assert result.exit_code == 1 and json.loads(result.stdout)["passed"] is False
+
+
+def test_a_failed_write_leaves_no_version_and_no_warm_up_behind(proven, tmp_path, monkeypatch):
+    import onnxgate.deploy._triton as triton
+
+    def broken(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(triton, "atomic_write_text", broken)
+    with pytest.raises(OSError, match="No space left"):
+        deploy_triton(proven, TritonConfig(out=tmp_path / "r", allow_ungated=True))
+    folder = tmp_path / "r" / "mlp"
+    assert sorted(p.name for p in folder.iterdir()) == ["warmup"]
+    assert not list((folder / "warmup").iterdir())
+
+
+def test_versions_are_readable_by_others_and_names_cannot_escape(proven, tmp_path):
+    deploy_triton(proven, TritonConfig(out=tmp_path / "r", allow_ungated=True))
+    assert (tmp_path / "r" / "mlp" / "1").stat().st_mode & 0o055 == 0o055
+    with pytest.raises(ConfigError, match="cannot name a model folder"):
+        deploy_triton(proven, TritonConfig(out=tmp_path / "r", allow_ungated=True, name=".."))
+
+
+def test_a_lower_version_under_latest_is_refused(proven, tmp_path):
+    deploy_triton(proven, TritonConfig(out=tmp_path / "r", allow_ungated=True, version=3))
+    with pytest.raises(ConfigError, match="below 3, which Triton would keep serving"):
+        deploy_triton(proven, TritonConfig(out=tmp_path / "r", allow_ungated=True, version=2))
+
+
+def test_string_warm_ups_are_length_prefixed():
+    from onnxgate.deploy._triton import warmup_bytes
+
+    assert warmup_bytes(np.array(["ab", "é"], dtype=object), "text") == (
+        b"\x02\x00\x00\x00ab" + b"\x02\x00\x00\x00\xc3\xa9"
+    )
+    assert warmup_bytes(np.arange(3, dtype=np.int32), "n") == np.arange(3, dtype=np.int32).tobytes()
+    with pytest.raises(ConfigError, match="complex64"):
+        warmup_bytes(np.zeros(2, np.complex64), "c")

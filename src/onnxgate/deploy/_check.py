@@ -11,6 +11,7 @@ model file the one the contract describes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,11 @@ from pydantic import BaseModel, ConfigDict
 from onnxgate.errors import GateError
 
 Severity = Literal["error", "warning", "info"]
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A config.pbtxt larger than this is refused unread."""
+VERSION = re.compile(r"[0-9]+")
+"""A version folder's name: ASCII digits (``str.isdigit`` also takes ``²``)."""
 
 RULES: dict[str, str] = {
     "DPL001": "config.pbtxt is missing",
@@ -140,7 +146,17 @@ def _check_model(model_dir: Path, found: _Findings) -> None:
         return
     config = model_config_pb2.ModelConfig()
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            found.add(
+                "DPL002", "error", name,
+                f"{path} is {path.stat().st_size:,} bytes; a config is a few kB (limit "
+                f"{MAX_CONFIG_BYTES:,})",
+            )  # fmt: skip
+            return
         text_format.Parse(path.read_text(encoding="utf-8"), config)
+    except OSError as err:
+        found.add("DPL001", "error", name, f"{path} cannot be read: {err.strerror or err}")
+        return
     except (text_format.ParseError, UnicodeDecodeError) as err:
         found.add(
             "DPL002", "error", name, f"{path}: {err}",
@@ -160,19 +176,58 @@ def _check_model(model_dir: Path, found: _Findings) -> None:
         )  # fmt: skip
         return
     filename = config.default_model_filename or "model.onnx"
-    versions = sorted(
-        (p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
-        key=lambda p: int(p.name),
-    )
-    with_model = [v for v in versions if (v / filename).exists()]
-    if not with_model:
+    if Path(filename).name != filename or filename in (".", ".."):
+        found.add(
+            "DPL005", "error", name,
+            f"default_model_filename {filename!r} is not a file name in the version folder",
+        )  # fmt: skip
+        return
+    try:
+        versions = sorted(
+            (p for p in model_dir.iterdir() if p.is_dir() and VERSION.fullmatch(p.name)),
+            key=lambda p: int(p.name),
+        )
+    except OSError as err:
+        found.add("DPL005", "error", name, f"{model_dir} cannot be listed: {err.strerror or err}")
+        return
+    served = _served(config, [int(v.name) for v in versions])
+    for missing in sorted(served - {int(v.name) for v in versions}):
+        found.add(
+            "DPL005", "error", name,
+            f"version_policy names version {missing}, which has no folder: Triton fails the load",
+        )  # fmt: skip
+    checked = 0
+    for version in versions:
+        if int(version.name) not in served:
+            continue
+        model = version / filename
+        if model.is_dir():  # Triton also takes a folder named model.onnx holding model.onnx
+            model = model / filename
+        if not model.is_file():
+            found.add(
+                "DPL005", "error", f"{name}/{version.name}",
+                f"the version policy serves it, and it holds no {filename}: Triton fails to load it",
+            )  # fmt: skip
+            continue
+        checked += 1
+        _check_version(config, model_dir, version, model, found)
+    if not versions or (not checked and not any(f.code == "DPL005" for f in found.items)):
         found.add(
             "DPL005", "error", name, f"no version folder (1/, 2/ ...) holds {filename}",
             "Put the model at MODEL/1/model.onnx.",
         )  # fmt: skip
-        return
-    for version in with_model:
-        _check_version(config, model_dir, version, version / filename, found)
+
+
+def _served(config: Any, versions: list[int]) -> set[int]:
+    """The versions Triton loads under the config's version_policy (latest 1 by default)."""
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return set(versions)
+    if which == "specific":
+        return set(policy.specific.versions)
+    count = policy.latest.num_versions if which == "latest" else 1
+    return set(sorted(versions)[-max(count, 1) :])
 
 
 def _shape(spec: Any, batched: bool) -> list[int]:
@@ -255,6 +310,7 @@ def _check_version(
                 head = model_shape[0] if model_shape else None
                 if (
                     batched
+                    and spec.dims
                     and len(spec.dims) == len(model_shape)
                     and spec.dims[0] == -1
                     and not (isinstance(head, int) and head > 0)
@@ -427,7 +483,13 @@ def _check_warmups(
             kind = data.WhichOneof("input_data_type")
             if kind == "input_data_file":
                 file = model_dir / "warmup" / data.input_data_file
-                if not file.is_file():
+                if Path(data.input_data_file).name != data.input_data_file:
+                    found.add(
+                        "DPL023", "error", at,
+                        f"{name}: input_data_file {data.input_data_file!r} is not a file name "
+                        "in the warmup folder",
+                    )  # fmt: skip
+                elif not file.is_file():
                     found.add("DPL023", "error", at, f"{name}: {file} does not exist")
                 elif data.data_type in sizes:
                     want = int(np.prod(dims or [1])) * sizes[data.data_type]

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
+import struct
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from onnxgate._fs import atomic_write_text, fsync_file
+from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
 from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
 from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
@@ -37,6 +39,10 @@ from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
 
+NAME = re.compile(r"[A-Za-z0-9_.-]+")
+"""What a model folder may be called (Triton takes the folder name as the model's name)."""
+VERSION = re.compile(r"[0-9]+")
+"""A version folder: ASCII digits only (``str.isdigit`` also takes ``²``)."""
 MODEL_FILE = "model.onnx"
 """The file name Triton's ONNX Runtime backend loads from a version folder by default."""
 WARMUP_DIR = "warmup"
@@ -146,32 +152,32 @@ def tensorrt_parameters(
     engine_cache: str,
     batch_dim: str | None,
     max_batch: int,
+    notes: list[str],
 ) -> dict[str, str]:
     """The TensorRT execution accelerator's parameters, shape profiles from the proven ranges.
 
-    Profiles: min and max from each symbolic dim's proven range (the batch dim up to
-    ``max_batch``), opt at the largest proven size, so TensorRT builds one engine that covers
-    every shape the contract proves and none it does not.
+    Profiles: min and max of each symbolic dim's proven range (the batch dim, when Triton
+    batches, up to ``max_batch``), opt at the largest, so TensorRT builds one engine that covers
+    every shape the contract proves. A symbolic or unnamed dim without a proven range means no
+    profile at all (TensorRT then builds per shape), said in ``notes``.
     """
     signature = contract.signature
     ranges: dict[str, tuple[int, int]] = {}
     for name, bound in signature.dims.items():
-        low = bound.min if bound.min is not None else 1
-        high = bound.max if bound.max is not None else low
+        if bound.min is None or bound.max is None:
+            continue
+        low, high = bound.min, bound.max
         if name == batch_dim:
             low, high = min(low, max_batch), max_batch
         ranges[name] = (low, high)
-
-    def shapes(pick: Callable[[tuple[int, int]], int]) -> str:
-        parts = []
-        for spec in signature.inputs:
-            dims = [
-                d if isinstance(d, int) else pick(ranges.get(str(d), (1, 1)))
-                for d in spec.shape or ()
-            ]
-            parts.append(f"{spec.name}:{'x'.join(str(d) for d in dims)}")
-        return ",".join(parts)
-
+    free = sorted(
+        {
+            str(d)
+            for spec in signature.inputs
+            for d in spec.shape or ()
+            if not isinstance(d, int) and str(d) not in ranges
+        }
+    )
     parameters = {
         "precision_mode": precision,
         "max_workspace_size_bytes": str(workspace_mb << 20),
@@ -179,7 +185,23 @@ def tensorrt_parameters(
         "trt_engine_cache_path": engine_cache,
         "trt_timing_cache_enable": "1",
     }
-    if any(not isinstance(d, int) for spec in signature.inputs for d in spec.shape or ()):
+    symbolic = any(not isinstance(d, int) for spec in signature.inputs for d in spec.shape or ())
+    if free:
+        notes.append(
+            f"no TensorRT shape profile: {', '.join(free)} has no proven range (prove one with "
+            "`onnxgate contract init --dim`); TensorRT builds an engine per new shape"
+        )
+    elif symbolic:
+
+        def shapes(pick: Callable[[tuple[int, int]], int]) -> str:
+            return ",".join(
+                f"{spec.name}:"
+                + "x".join(
+                    str(d if isinstance(d, int) else pick(ranges[str(d)])) for d in spec.shape or ()
+                )
+                for spec in signature.inputs
+            )
+
         parameters["trt_profile_min_shapes"] = shapes(lambda r: r[0])
         parameters["trt_profile_opt_shapes"] = shapes(lambda r: r[1])
         parameters["trt_profile_max_shapes"] = shapes(lambda r: r[1])
@@ -214,7 +236,7 @@ def build_config(
     name: str,
     version: int,
     settings: Mapping[str, Any],
-    warmups: Sequence[tuple[str, int, Mapping[str, tuple[np.ndarray, str]]]],
+    warmups: Sequence[tuple[str, int, Mapping[str, tuple[np.ndarray, bytes, str]]]],
 ) -> tuple[Any, list[str]]:
     """The ``ModelConfig`` message, and notes on choices made."""
     notes: list[str] = []
@@ -275,17 +297,19 @@ def build_config(
             precision=config.precision,
             workspace_mb=config.workspace_mb,
             engine_cache=cache,
-            batch_dim=batch_dim,
-            max_batch=max(max_batch, 1),
+            batch_dim=batch_dim if max_batch > 0 else None,
+            max_batch=max_batch,
+            notes=notes,
         ).items():
             trt.parameters[key] = value
         notes.append(f"TensorRT {config.precision}, engines cached in {cache}")
+    dtypes = {spec.name: spec.dtype for spec in signature.inputs}
     for label, batch, inputs in warmups:
         size = min(max(batch, 1), max_batch) if max_batch > 0 else 1
         warm = message.model_warmup.add(name=label, batch_size=size, count=1)
-        for input_name, (array, file) in inputs.items():
+        for input_name, (array, _, file) in inputs.items():
             spec = warm.inputs[input_name]
-            spec.data_type = triton_datatype(str(array.dtype), input_name)
+            spec.data_type = triton_datatype(dtypes.get(input_name), input_name)
             spec.dims.extend(int(d) for d in (array.shape or (1,)))
             spec.input_data_file = file
     return message, notes
@@ -344,16 +368,22 @@ def deploy_triton(
     contract = SIDECAR.read(source.model)
     loaded = load_model(source.model)
     name = config.name or source.name
+    if not NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{name!r} cannot name a model folder in a Triton repository.",
+            hint="Pass --name with letters, digits, '_', '-' or '.' (not '.' or '..').",
+            field="name",
+        )
     repo = config.out.expanduser()
     model_dir = repo / name
     existing = (
-        sorted(int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit())
+        sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and VERSION.fullmatch(p.name))
         if model_dir.is_dir()
         else []
     )
     if config.version is not None:
         version = config.version
-    elif source.registry is not None and source.version.isdigit():
+    elif source.registry is not None and VERSION.fullmatch(source.version):
         version = int(source.version)
     else:
         version = (max(existing) + 1) if existing else 1
@@ -364,13 +394,32 @@ def deploy_triton(
             hint="Pass another --version, or remove that folder first.",
             field="version",
         )
+    if existing and version < max(existing) and config.versions == "latest":
+        raise ConfigError(
+            f"{model_dir}: version {version} is below {max(existing)}, which Triton would keep "
+            "serving (latest) under a config written for version {version}.".replace(
+                "{version}", str(version)
+            ),
+            hint="Deploy it as a new, higher --version (a rollback is a new version), or remove "
+            "the newer versions first.",
+            field="version",
+        )
     notes = list(source.notes)
     settings = _tuned_settings(source.model, notes, gpu=config.gpu)
     batch_dim, _, _ = batching(contract)
     batched = batch_dim is not None and config.max_batch != 0
     arrays = _warmup_arrays(contract, source.model, batched)
+    # every byte is made before anything is written: a model Triton cannot warm up is refused
+    # with the repository untouched
     warmups = [
-        (label, batch, {k: (v, f"{label}.{k}.bin") for k, v in feeds.items()})
+        (
+            label,
+            batch,
+            {
+                k: (v, warmup_bytes(v, k), f"v{version}.{label}.{i}.{_safe(k)}.bin")
+                for i, (k, v) in enumerate(feeds.items())
+            },
+        )
         for label, batch, feeds in arrays
     ]
     message, more = build_config(
@@ -381,45 +430,41 @@ def deploy_triton(
 
     say(f"writing {name}/{version} into {repo}")
     model_dir.mkdir(parents=True, exist_ok=True)
+    final = model_dir / str(version)
+    warm_dir = model_dir / WARMUP_DIR
+    written: list[Path] = []
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=model_dir))
-    files: list[str] = []
     try:
+        public_mode(staging, folder=True)  # mkdtemp makes 0700; Triton may run as another user
         _copy(source.model, staging / MODEL_FILE)
-        base = source.model.parent.resolve()
         for ref_ in loaded.external_data:
-            relative = ref_.path.resolve().relative_to(base)
-            target = staging / relative
+            target = staging / ref_.location  # where the model will look for it
             target.parent.mkdir(parents=True, exist_ok=True)
             if not target.exists():
                 _copy(ref_.path, target)
-        contract_file, golden_file = contract_paths(staging / MODEL_FILE)
+        contract_file, _ = contract_paths(staging / MODEL_FILE)
         _copy(Path(SIDECAR.location(source.model)), contract_file)
         if contract.golden is not None:
             _copy(source.model.parent / contract.golden.file, staging / contract.golden.file)
-        os.replace(staging, model_dir / str(version))
+        # warm-up files are named by version, so those of the config Triton serves now stay
+        warm_dir.mkdir(exist_ok=True)
+        for _, _, inputs in warmups:
+            for _, data, file in inputs.values():
+                atomic_write_bytes(warm_dir / file, data)
+                written.append(warm_dir / file)
+        os.replace(staging, final)
+        try:
+            atomic_write_text(model_dir / "config.pbtxt", text)
+        except BaseException:
+            shutil.rmtree(final, ignore_errors=True)
+            raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        for path in written:
+            path.unlink(missing_ok=True)
         raise
-    files += [
-        str(p.relative_to(repo))
-        for p in sorted((model_dir / str(version)).rglob("*"))
-        if p.is_file()
-    ]
-    warm_dir = model_dir / WARMUP_DIR
-    warm_dir.mkdir(exist_ok=True)
-    for _, _, inputs in warmups:
-        for array, file in inputs.values():
-            target = warm_dir / file
-            if array.dtype.kind in "OUS":
-                raise ConfigError(
-                    f"{file}: string inputs cannot be written as Triton warm-up files yet.",
-                    hint="Deploy without warm-up is not offered: prove the model with numeric inputs.",
-                )
-            from onnxgate._fs import atomic_write_bytes
-
-            atomic_write_bytes(target, np.ascontiguousarray(array).tobytes())
-            files.append(str(target.relative_to(repo)))
-    atomic_write_text(model_dir / "config.pbtxt", text)
+    files = [str(p.relative_to(repo)) for p in sorted(final.rglob("*")) if p.is_file()]
+    files += [str(p.relative_to(repo)) for p in written]
     files.append(str((model_dir / "config.pbtxt").relative_to(repo)))
     say("checking the repository as `deploy check` would")
     checked: RepositoryCheck = check_model_dir(model_dir)
@@ -438,6 +483,35 @@ def deploy_triton(
         findings=checked.findings,
         notes=notes,
     )
+
+
+def _safe(name: str) -> str:
+    """A tensor name as a file-name part: anything but letters, digits, ``_-`` becomes ``_``."""
+    return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64] or "_"
+
+
+def warmup_bytes(array: np.ndarray, name: str) -> bytes:
+    """One row of a warm-up input as Triton reads it.
+
+    Raw row-major bytes; for strings, each element as a 4-byte little-endian length and its
+    UTF-8 bytes.
+
+    Raises:
+        ConfigError: an element type Triton has no warm-up encoding for.
+    """
+    array = np.asarray(array)
+    if array.dtype.kind in "OUS":
+        out = bytearray()
+        for item in array.reshape(-1):
+            data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+            out += struct.pack("<I", len(data)) + data
+        return bytes(out)
+    if array.dtype.kind not in "biuf":
+        raise ConfigError(
+            f"{name}: a warm-up of element type {array.dtype} cannot be written for Triton.",
+            hint="Triton warms up bool, integer, float and string inputs.",
+        )
+    return np.ascontiguousarray(array).tobytes()
 
 
 def _tuned_settings(model: Path, notes: list[str], *, gpu: bool) -> dict[str, Any]:
@@ -464,8 +538,20 @@ def _tuned_settings(model: Path, notes: list[str], *, gpu: bool) -> dict[str, An
         return {}
     if path != model:
         notes.append(
-            f"the tuned graph {path.name} is not deployed (the gated model is); its session "
-            "settings are"
+            f"tuned settings not used: they were measured on the tuned graph {path.name}, and "
+            "the gated model is what is deployed"
         )
-    notes.append("tuned session settings as backend parameters")
+        return {}
+    dropped = []
+    if settings.get("optimization") not in (None, "all", *GRAPH_LEVEL):
+        dropped.append(
+            f"optimization {settings['optimization']} (the ONNX Runtime backend offers basic, extended and all)"
+        )
+    if settings.get("config"):
+        dropped.append(f"session config entries {', '.join(sorted(settings['config']))}")
+    if dropped:
+        notes.append("tuned settings the ONNX Runtime backend cannot take: " + "; ".join(dropped))
+    notes.append(
+        "tuned session settings (threads, execution mode, arena, memory pattern, level) as backend parameters"
+    )
     return dict(settings)
