@@ -203,3 +203,96 @@ def check_command(
     from onnxgate.deploy._render import render_check
 
     run(fmt, lambda progress: check_repository(repository), render_check)
+
+
+@deploy_app.command("kserve")
+@handles_errors
+def kserve_command(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="The model deployed with `deploy triton` (a registry reference or a model file).",
+            show_default=False,
+        ),
+    ],
+    storage_uri: Annotated[
+        str,
+        typer.Option(
+            "--storage-uri",
+            help="Where the cluster reads the Triton repository (s3://bucket/models, "
+            "gs://..., pvc://claim/models).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write the manifest (YAML) here.", show_default=False),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="InferenceService name; default the model's, lowercased.",
+            show_default=False,
+        ),
+    ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option(
+            "--model-name",
+            help="The model's folder in the repository; default the registry name or file stem.",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="Kubernetes namespace.", show_default=False)
+    ] = None,
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="KServe serving runtime (Triton).")
+    ] = "kserve-tritonserver",
+    cpu: Annotated[str, typer.Option("--cpu", help="CPU request and limit.")] = "1",
+    memory: Annotated[str, typer.Option("--memory", help="Memory request and limit.")] = "2Gi",
+    gpus: Annotated[int, typer.Option("--gpus", help="nvidia.com/gpu limit.")] = 0,
+    min_replicas: Annotated[int, typer.Option("--min-replicas")] = 1,
+    max_replicas: Annotated[int | None, typer.Option("--max-replicas", show_default=False)] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            "--registry",
+            help="Registry URL; default $ONNXGATE_REGISTRY or the local one.",
+            show_default=False,
+        ),
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Artefact store folder.", show_default=False)
+    ] = None,
+    allow_ungated: Annotated[
+        bool, typer.Option("--allow-ungated", help="Deploy a version whose gate did not pass.")
+    ] = False,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """A KServe InferenceService serving the Triton repository `deploy triton` wrote.
+
+    Built with KServe's own typed models (`V1beta1InferenceService`, the Kubernetes client's
+    `V1ObjectMeta`, `V1ResourceRequirements`, `V1Probe`) and serialised by KServe's API
+    client: the Triton runtime with protocol v2, the storage URI, requests and limits (GPUs as
+    `nvidia.com/gpu`), replicas, and a readiness probe on Triton's
+    `/v2/models/NAME/ready`, which stays false until the model's warm-ups have run. The
+    annotations name the source, its sha256 and its gate.
+
+    Example: `onnxgate deploy triton minilm@champion -o models/ && onnxgate deploy kserve
+    minilm@champion --storage-uri s3://bucket/models -o minilm.yaml`
+
+    Exit codes: 0 built · 1 not gated (see --allow-ungated) · 2 a name or value KServe's types
+    refuse · 3 the `kserve` extra is missing.
+    """
+    from onnxgate.deploy._kserve import KServeConfig, deploy_kserve
+    from onnxgate.deploy._render import render_kserve
+
+    config = build(
+        KServeConfig,
+        storage_uri=storage_uri, out=out, name=name, model_name=model_name, namespace=namespace,
+        runtime=runtime, cpu=cpu, memory=memory, gpus=gpus, min_replicas=min_replicas,
+        max_replicas=max_replicas, registry=registry, store=store, allow_ungated=allow_ungated,
+    )  # fmt: skip
+    run(fmt, lambda progress: deploy_kserve(ref, config, progress=progress), render_kserve)

@@ -2,8 +2,9 @@
 
 ``deploy_triton`` writes the repository (model, contract, ``config.pbtxt`` built from the
 contract, warm-up data from the golden samples) and checks what it wrote; ``check_repository``
-runs the same checks on a repository written by hand. Both need the ``deploy`` extra
-(``tritonclient``'s ``model_config_pb2``), imported only when they run.
+runs the same checks on a repository written by hand; both need the ``deploy`` extra
+(``tritonclient``'s ``model_config_pb2``), imported only when they run. ``deploy_kserve`` writes
+the KServe InferenceService that serves such a repository (the ``kserve`` extra).
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ from typing import TYPE_CHECKING, Any
 from onnxgate.deploy._check import RULES, Finding, RepositoryCheck, check_repository
 
 if TYPE_CHECKING:
+    from onnxgate.deploy._kserve import KServeConfig, KServeReport, deploy_kserve
     from onnxgate.deploy._triton import DeployReport, TritonConfig, deploy_triton
 
 __all__ = [
     "RULES",
     "DeployReport",
     "Finding",
+    "KServeConfig",
+    "KServeReport",
     "RepositoryCheck",
     "TritonConfig",
     "check_repository",
+    "deploy_kserve",
     "deploy_triton",
 ]
 
@@ -31,4 +36,8 @@ def __getattr__(name: str) -> Any:
         from onnxgate.deploy import _triton
 
         return getattr(_triton, name)
+    if name in ("KServeConfig", "KServeReport", "deploy_kserve"):
+        from onnxgate.deploy import _kserve
+
+        return getattr(_kserve, name)
     raise AttributeError(name)

@@ -10,6 +10,7 @@ from onnxgate._rich import Lines, line, verdict
 from onnxgate.deploy._check import Finding, RepositoryCheck
 
 if TYPE_CHECKING:
+    from onnxgate.deploy._kserve import KServeReport
     from onnxgate.deploy._triton import DeployReport
 
 _STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
@@ -40,6 +41,23 @@ def render_check(report: RepositoryCheck) -> Lines:
             + (f"{errors} error(s)" if errors else "every config agrees with its model")
         )
     )
+    return lines
+
+
+def render_kserve(report: KServeReport) -> Lines:
+    """The manifest as YAML (what `kubectl apply -f` takes), where it went, and the verdict."""
+    lines: Lines = [
+        line(
+            f"[bold]{escape(report.source)}[/] → InferenceService {escape(report.name)} "
+            f"({escape(report.gate)}); built with kserve {escape(report.kserve)}'s types"
+        )
+    ]
+    for note in report.notes:
+        lines.append(line(f"  [dim]note:[/] {escape(note)}"))
+    for text in report.yaml.rstrip().splitlines():
+        lines.append(line(f"    [cyan]{escape(text)}[/]"))
+    where = f"wrote {escape(report.written)}" if report.written else "not written (pass --out)"
+    lines.append(line(f"{verdict(report.passed)}  {where}"))
     return lines
 
 
