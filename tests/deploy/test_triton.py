@@ -116,6 +116,7 @@ def test_gpu_adds_tensorrt_with_a_cache_and_profiles_from_the_proven_ranges(prov
         "trt_engine_cache_enable": "1",
         "trt_engine_cache_path": "/tmp/onnxgate-trt/mlp/1",
         "trt_timing_cache_enable": "1",
+        "trt_timing_cache_path": "/tmp/onnxgate-trt/mlp/1",
         "trt_profile_min_shapes": "x:1x4",
         "trt_profile_opt_shapes": "x:7x4",
         "trt_profile_max_shapes": "x:7x4",

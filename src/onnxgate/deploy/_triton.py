@@ -35,6 +35,7 @@ from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
 from onnxgate.errors import ConfigError, NotGated
 from onnxgate.model import TensorSpec, load_model
+from onnxgate.runners._tensorrt import tensorrt_options, triton_parameters
 from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
@@ -144,70 +145,6 @@ def batching(contract: Contract) -> tuple[str | None, int | None, int | None]:
     return name, (bound.min if bound else None), (bound.max if bound else None)
 
 
-def tensorrt_parameters(
-    contract: Contract,
-    *,
-    precision: str,
-    workspace_mb: int,
-    engine_cache: str,
-    batch_dim: str | None,
-    max_batch: int,
-    notes: list[str],
-) -> dict[str, str]:
-    """The TensorRT execution accelerator's parameters, shape profiles from the proven ranges.
-
-    Profiles: min and max of each symbolic dim's proven range (the batch dim, when Triton
-    batches, up to ``max_batch``), opt at the largest, so TensorRT builds one engine that covers
-    every shape the contract proves. A symbolic or unnamed dim without a proven range means no
-    profile at all (TensorRT then builds per shape), said in ``notes``.
-    """
-    signature = contract.signature
-    ranges: dict[str, tuple[int, int]] = {}
-    for name, bound in signature.dims.items():
-        if bound.min is None or bound.max is None:
-            continue
-        low, high = bound.min, bound.max
-        if name == batch_dim:
-            low, high = min(low, max_batch), max_batch
-        ranges[name] = (low, high)
-    free = sorted(
-        {
-            str(d)
-            for spec in signature.inputs
-            for d in spec.shape or ()
-            if not isinstance(d, int) and str(d) not in ranges
-        }
-    )
-    parameters = {
-        "precision_mode": precision,
-        "max_workspace_size_bytes": str(workspace_mb << 20),
-        "trt_engine_cache_enable": "1",
-        "trt_engine_cache_path": engine_cache,
-        "trt_timing_cache_enable": "1",
-    }
-    symbolic = any(not isinstance(d, int) for spec in signature.inputs for d in spec.shape or ())
-    if free:
-        notes.append(
-            f"no TensorRT shape profile: {', '.join(free)} has no proven range (prove one with "
-            "`onnxgate contract init --dim`); TensorRT builds an engine per new shape"
-        )
-    elif symbolic:
-
-        def shapes(pick: Callable[[tuple[int, int]], int]) -> str:
-            return ",".join(
-                f"{spec.name}:"
-                + "x".join(
-                    str(d if isinstance(d, int) else pick(ranges[str(d)])) for d in spec.shape or ()
-                )
-                for spec in signature.inputs
-            )
-
-        parameters["trt_profile_min_shapes"] = shapes(lambda r: r[0])
-        parameters["trt_profile_opt_shapes"] = shapes(lambda r: r[1])
-        parameters["trt_profile_max_shapes"] = shapes(lambda r: r[1])
-    return parameters
-
-
 def session_parameters(settings: Mapping[str, Any]) -> dict[str, str]:
     """Tuned ONNX Runtime settings as the Triton ORT backend's model parameters."""
     parameters = {}
@@ -292,15 +229,16 @@ def build_config(
         cache = config.engine_cache or f"/tmp/onnxgate-trt/{name}/{version}"
         accelerators = message.optimization.execution_accelerators
         trt = accelerators.gpu_execution_accelerator.add(name="tensorrt")
-        for key, value in tensorrt_parameters(
+        options = tensorrt_options(
             contract,
             precision=config.precision,
             workspace_mb=config.workspace_mb,
             engine_cache=cache,
             batch_dim=batch_dim if max_batch > 0 else None,
-            max_batch=max_batch,
+            max_batch=max_batch or None,
             notes=notes,
-        ).items():
+        )
+        for key, value in triton_parameters(options).items():
             trt.parameters[key] = value
         notes.append(f"TensorRT {config.precision}, engines cached in {cache}")
     dtypes = {spec.name: spec.dtype for spec in signature.inputs}

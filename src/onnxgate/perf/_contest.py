@@ -85,8 +85,14 @@ class Contender:
             request = {"op": "load", "onnx": str(self.onnx), "settings": dict(self.settings)}
             if self.runtime is not None:
                 from onnxgate.compat.runtime import RuntimeSpec
+                from onnxgate.runners import OrtOptions
+                from onnxgate.runners._tensorrt import with_contract
 
                 request["package"] = RuntimeSpec.parse(self.runtime).package
+                # the worker in another runtime has no onnxgate: the contract's TensorRT
+                # options are added here, as OrtRunner adds them in onnxgate's own workers
+                options = with_contract(OrtOptions.from_settings(self.settings), self.onnx)
+                request["settings"] = options.settings()
             return request
         return {
             "op": "load",

@@ -70,7 +70,10 @@ class IsolatedOrtRunner:
 
     def __enter__(self) -> Self:
         profile = runtime_profile(self.spec, progress=self.progress)
-        self._settings = self.options.applied_settings(profile.all_providers)
+        from onnxgate.runners._tensorrt import with_contract
+
+        options = with_contract(self.options, self.model.path)
+        self._settings = options.applied_settings(profile.all_providers)
         self._python = ensure_env(self.spec, progress=self.progress)
         feeds = [dict(sample.feeds) for sample in self.samples]
         if feeds:  # with none (a node replayed alone), the first infer() starts the subprocess

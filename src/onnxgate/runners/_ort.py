@@ -273,10 +273,12 @@ class OrtRunner:
         self._outputs: list[str] = []
 
     def __enter__(self) -> Self:
+        from onnxgate.runners._tensorrt import with_contract
+
         self._session = create_session(
             self.model.proto,
             self.model.path.parent,
-            self.options,
+            with_contract(self.options, self.model.path),
             what=str(self.model.path),
             profile_prefix=self.profile_prefix,
         )
