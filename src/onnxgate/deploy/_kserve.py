@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._fs import atomic_write_text
-from onnxgate.errors import ConfigError, ExtraMissing, NotGated
+from onnxgate.errors import ConfigError, ExtraMissing, InternalError, NotGated
 from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
@@ -197,10 +197,10 @@ def deploy_kserve(
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise ExtraMissing(
+        raise InternalError(
             f"building the manifest with KServe's types failed (exit {done.returncode}): "
             f"{done.stderr.strip()[-500:]}",
-            hint="pip install 'onnxgate[kserve]'",
+            hint="Run with -vv and report it, with `pip show kserve`.",
         ) from None
     if "missing" in answer:
         raise ExtraMissing(
