@@ -245,3 +245,52 @@ def test_tune_budget_is_the_whole_run_and_contest_seconds_the_contest(good):
     assert not any("budget" in note for note in report["notes"])
     result = run("tune", str(good), "--no-write", "--budget", "-1")
     assert result.exit_code == 2 and "--budget" in result.output
+
+
+def test_verbosity_after_the_subcommand_means_what_it_means_before(good):
+    import subprocess
+    import sys
+
+    from onnxgate.cli import hoist_verbosity
+
+    assert hoist_verbosity(["compare", "m.onnx", "-vv"]) == ["-vv", "compare", "m.onnx"]
+    assert hoist_verbosity(["-v", "bench", "m.onnx", "--verbose"]) == [
+        "-v", "--verbose", "bench", "m.onnx",
+    ]  # fmt: skip
+    assert hoist_verbosity(["x", "--", "-v"]) == ["x", "--", "-v"]
+    done = subprocess.run(
+        [sys.executable, "-m", "onnxgate", "inspect", str(good), "-vv"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "DEBUG onnxgate" in done.stderr and "No such option" not in done.stderr
+
+
+def test_flags_are_shown_as_flags_in_help():
+    result = run("--help")
+    assert "<bool>" not in result.stdout and "<int>" not in result.stdout
+    assert "<bool>" not in run("tune", "--help").stdout
+    assert "<float>" in run("tune", "--help").stdout  # options with values keep their type
+
+
+def test_vv_shows_the_exceptions_behind_an_error_and_plain_runs_do_not(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a protobuf")
+    command = [sys.executable, "-m", "onnxgate", "inspect", str(bad)]
+    plain = subprocess.run(command, capture_output=True, text=True)
+    loud = subprocess.run([*command, "-vv"], capture_output=True, text=True)
+    assert plain.returncode == loud.returncode == 2
+    assert "Traceback" not in plain.stderr
+    assert "Traceback" in loud.stderr and "ModelLoadError" in loud.stderr
+
+
+def test_a_too_new_opset_says_how_to_export_for_the_target(bad):
+    result = run("check", str(bad), "-f", "json")
+    (finding,) = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "VER003"]
+    assert (
+        "--runtime onnxruntime==" in finding["hint"] and "onnxgate export torch" in finding["hint"]
+    )

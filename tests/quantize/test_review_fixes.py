@@ -286,3 +286,22 @@ def test_embedding_tables_are_int8_by_default_and_not_reported_as_float(tmp_path
     gather = next(n for n in out.graph.node if n.op_type == "Gather")
     assert tables[gather.input[0]].data_type in (TensorProto.INT8, TensorProto.UINT8)
     assert report.size_after < report.size_before / 3  # the 128 kB table is now 32 kB
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_a_quantiser_crash_suggests_per_tensor_first_when_weights_were_per_channel(
+    outlier, tmp_path, monkeypatch, per_channel
+):
+    from onnxruntime import quantization
+
+    from onnxgate.errors import RunFailed
+
+    def crash(*args, **kwargs):
+        raise ValueError("The truth value of an array with more than one element is ambiguous.")
+
+    monkeypatch.setattr(quantization, "quantize_dynamic", crash)
+    with pytest.raises(RunFailed, match="truth value of an array") as caught:
+        quantize(outlier, _config(tmp_path, per_channel=per_channel))
+    hint = caught.value.hint or ""
+    assert hint.startswith("Try --per-tensor") == per_channel
+    assert "--op-types" in hint and "-vv" in hint

@@ -50,9 +50,9 @@ _RULES = (
     Rule("STR009", Severity.ERROR, "the graph has a cycle", "Break the cycle; loops belong in a Loop or Scan node's body.", True),
     Rule("STR010", Severity.ERROR, "the model has no outputs", "Declare the graph outputs; a model that returns nothing cannot be served or compared.", False),
     # versions
-    Rule("VER001", Severity.ERROR, "IR version newer than the target runtime loads", "Re-export with an older exporter or set model.ir_version to the target's maximum if nothing newer is used.", True),
+    Rule("VER001", Severity.ERROR, "IR version newer than the target runtime loads", "Re-export for the target: `onnxgate export torch (or sklearn) ... --runtime onnxruntime==X.Y.Z` picks the IR version and opset that release loads; or set model.ir_version to the target's maximum if nothing newer is used.", True),
     Rule("VER002", Severity.ERROR, "IR version older than the target runtime loads", "Re-export the model with a current exporter.", True),
-    Rule("VER003", Severity.ERROR, "ai.onnx opset newer than the target runtime loads", "Export at the target's opset (--opset) or upgrade the runtime.", True),
+    Rule("VER003", Severity.ERROR, "ai.onnx opset newer than the target runtime loads", "Re-export for the target: `onnxgate export torch (or sklearn) ... --runtime onnxruntime==X.Y.Z` picks the opset that release loads (or pass --opset); or upgrade the runtime.", True),
     Rule("VER004", Severity.WARNING, "ai.onnx opset below 7", "Convert with onnx.version_converter to opset 7 or newer; ONNX Runtime has no kernels for most older operator versions.", False),
     Rule("VER005", Severity.ERROR, "ai.onnx.ml opset newer than the target runtime loads", "Convert with an older ai.onnx.ml target opset (skl2onnx target_opset) or upgrade the runtime.", True),
     Rule("VER006", Severity.ERROR, "a domain is used without an opset import and the runtime cannot assume one", "Add an opset_import entry for the domain; a model with no opset_import at all is refused.", True),

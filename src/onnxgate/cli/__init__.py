@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+import sys
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperOption
 
 from onnxgate import __version__
 from onnxgate.cli._common import configure_logging
@@ -84,6 +87,41 @@ app.command("runtimes")(runtimes_command)
 app.command("doctor")(doctor_command)
 
 
+VERBOSITY = re.compile(r"-v+|--verbose")
+
+
+def hoist_verbosity(args: list[str]) -> list[str]:
+    """``-v``/``-vv``/``--verbose`` given after the subcommand, moved before it.
+
+    The flag belongs to the root command, and messages say "run with -vv" whatever the command,
+    so ``onnxgate compare m.onnx -vv`` means what ``onnxgate -vv compare m.onnx`` does. Nothing
+    after ``--`` is touched.
+    """
+    end = args.index("--") if "--" in args else len(args)
+    moved = [a for a in args[:end] if VERBOSITY.fullmatch(a)]
+    rest = [a for a in args[:end] if not VERBOSITY.fullmatch(a)]
+    return [*moved, *rest, *args[end:]]
+
+
+def _no_type_for_flags() -> None:
+    """Help shows ``--write/--no-write`` and ``-v`` without a ``<bool>``/``<int>`` type column.
+
+    typer 0.29's rich help prints the Python type of every option, flags and counters included,
+    which reads as if they took a value.
+    """
+    original = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        return original(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_type_for_flags()
+
+
 def main() -> None:
     """Entry point of the ``onnxgate`` script."""
-    app()
+    app(args=hoist_verbosity(sys.argv[1:]))

@@ -18,6 +18,8 @@ from rich.markup import escape
 
 from onnxgate.errors import ConfigError, ExitCode, GateError
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
@@ -83,6 +85,11 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
                 from onnxgate.cli._options import translated  # _options imports this module
 
                 error = translated(error)
+            if logging.getLogger().isEnabledFor(logging.DEBUG):
+                # -vv: the chain of exceptions behind the message (a library's own failure)
+                log.debug(
+                    "what raised it:\n%s", "".join(traceback.format_exception(error)).rstrip()
+                )
             if fmt == "json":
                 emit_json(error.to_dict())
             else:

@@ -204,6 +204,24 @@ def candidates(proto: onnx.ModelProto, settings: Settings) -> list[onnx.NodeProt
     return found
 
 
+def crash_hint(settings: Settings) -> str:
+    """What to try when ONNX Runtime's quantiser itself crashes, most likely first.
+
+    Per-channel weights come first when they were on: ONNX Runtime's static per-channel path
+    has crashed on real models (``truth value of an array is ambiguous``) where per-tensor
+    quantised them.
+    """
+    tries = []
+    if settings.per_channel:
+        tries.append(
+            "--per-tensor (its per-channel path has crashed on models it quantises per tensor)"
+        )
+    tries.append("--op-types to leave out the op it cannot handle")
+    if settings.mode == "static":
+        tries.append("--mode dynamic")
+    return "Try " + "; then ".join(tries) + ". Run with -vv for its traceback."
+
+
 def speed_costs(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> dict[str, float]:
     """What keeping each node in float costs in speed: its multiply-adds per run, roughly.
 
@@ -524,8 +542,7 @@ def quantise(
     except Exception as err:  # the quantisers raise many unrelated types
         raise RunFailed(
             f"ONNX Runtime's quantiser failed on {source.name}: {first_line(err, with_type=True)}",
-            hint="Run with -vv for its log; --op-types or --mode dynamic may avoid the op it "
-            "cannot handle.",
+            hint=crash_hint(settings),
         ) from err
     if settings.mode == "static" and settings.format == "qdq":
         parent = _parent(str(source), source.stat().st_mtime_ns)
