@@ -294,3 +294,22 @@ def test_a_too_new_opset_says_how_to_export_for_the_target(bad):
     assert (
         "--runtime onnxruntime==" in finding["hint"] and "onnxgate export torch" in finding["hint"]
     )
+
+
+def test_bench_and_tune_time_real_data_at_its_own_shape(good, tmp_path):
+    import numpy as np
+
+    data = tmp_path / "real.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
+    result = run("bench", str(good), "--inputs", str(data), "--budget", "0.1", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert [r["dims"] for r in json.loads(result.stdout)["results"]] == [{"batch": 5}]
+    result = run(
+        "tune", str(good), "--inputs", str(data), "--no-write", "--no-fusions",
+        "--threads", "1", "--contest-seconds", "0.05", "-f", "json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["shape"] == {"batch": 5}
+    for command in ("bench", "tune"):
+        refused = run(command, str(good), "--inputs", str(data), "--batch", "2", "-f", "json")
+        assert refused.exit_code == 2 and "--inputs" in json.loads(refused.stdout)["message"]

@@ -13,6 +13,7 @@ from onnxgate.cli._options import (
     SESSION,
     DimOpt,
     FormatOpt,
+    InputsOpt,
     OptLevelOpt,
     ProviderOptionOpt,
     ProvidersOpt,
@@ -50,6 +51,7 @@ def bench_command(
             rich_help_panel=FEEDS,
         ),
     ] = None,
+    inputs: InputsOpt = None,
     dim: DimOpt = None,
     threads: Annotated[
         list[str] | None,
@@ -183,7 +185,7 @@ def bench_command(
     config = build(
         BenchConfig,
         batches=tuple(_ints(batch, "--batch")),
-        feeds=feed_settings(None, dim, value_range, seed),
+        feeds=feed_settings(inputs, dim, value_range, seed),
         threads=tuple(_ints(threads, "--threads")),
         warmup=warmup,
         runs=runs,

@@ -11,6 +11,7 @@ from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._options import (
     FEEDS,
     FormatOpt,
+    InputsOpt,
     ProvidersOpt,
     RangeOpt,
     SeedOpt,
@@ -51,6 +52,7 @@ def tune_command(
             rich_help_panel=FEEDS,
         ),
     ] = None,
+    inputs: InputsOpt = None,
     dim: Annotated[
         list[str] | None,
         typer.Option(
@@ -151,7 +153,7 @@ def tune_command(
         TuneConfig,
         objective=objective,
         batch=batch,
-        feeds=feed_settings(None, one_size, value_range, seed),
+        feeds=feed_settings(inputs, one_size, value_range, seed),
         providers=tuple(
             p.strip() for item in providers or () for p in item.split(",") if p.strip()
         ),

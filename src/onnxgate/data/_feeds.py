@@ -7,6 +7,7 @@ data, never as code: ``.npz`` with ``allow_pickle=False``, ``.pb`` as TensorProt
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -39,6 +40,29 @@ class Sample:
     def shapes(self) -> dict[str, list[int]]:
         """Shape of every array input."""
         return {k: list(np.shape(v)) for k, v in self.feeds.items() if isinstance(v, np.ndarray)}
+
+    def sized(self, signature: Signature) -> Sample:
+        """This sample with ``dims`` read from its arrays where it has none (loaded data).
+
+        Each symbolic dimension of the signature gets the size it has in the first input that
+        uses it, so reports can name the shapes real data was run at.
+        """
+        if self.dims:
+            return self
+        return dataclasses.replace(self, dims=feed_dims(signature, self.feeds))
+
+
+def feed_dims(signature: Signature, feeds: Feeds) -> dict[str, int]:
+    """The size each symbolic dimension of ``signature`` takes in ``feeds`` (first use wins)."""
+    dims: dict[str, int] = {}
+    for spec in signature.inputs:
+        value = feeds.get(spec.name)
+        if spec.shape is None or not isinstance(value, np.ndarray):
+            continue
+        for dim, size in zip(spec.shape, value.shape, strict=False):
+            if isinstance(dim, str) and dim:
+                dims.setdefault(dim, int(size))
+    return dims
 
 
 _ONNX_ELEM = {name.lower(): value for name, value in TensorProto.DataType.items() if value != 0} | {

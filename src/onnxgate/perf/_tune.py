@@ -48,7 +48,7 @@ from onnxgate.contract import (
     identity,
     read_golden,
 )
-from onnxgate.data import Sample, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim
@@ -119,13 +119,7 @@ class TuneConfig(Part):
 
     def _refuse_contradictions(self) -> None:
         self.feeds.one_size()
-        if self.feeds.inputs is not None:
-            raise ConfigError(
-                "tune times synthetic feeds at one shape (and the contract's golden samples); "
-                "feeds.inputs is not used.",
-                hint="Set the shape with batch and feeds.dims.",
-                field="feeds.inputs",
-            )
+        self.feeds.refuse_with_inputs(*(["batch"] if self.batch is not None else []))
 
 
 class OutputVerdict(BaseModel):
@@ -237,10 +231,25 @@ def timing(
 def _tuning_sample(
     loaded: LoadedModel, signature: Signature, config: TuneConfig
 ) -> tuple[Sample, dict[str, int], int]:
-    """The sample timed, the size of every symbolic dim in it, and its batch size."""
+    """The sample timed, the size of every symbolic dim in it, and its batch size.
+
+    With ``feeds.inputs``, the first sample of that data, at the sizes it has; otherwise
+    synthetic feeds at ``feeds.dims`` and ``batch``.
+    """
     feeds = config.feeds
-    dims: dict[str, int] = feeds.one_size()
     name = batch_dim(signature)
+    if feeds.inputs is not None:
+        data = load_feeds(feeds.inputs, signature=signature)
+        if not data:
+            raise ConfigError(f"{feeds.inputs}: holds no sample to tune on.", field="feeds.inputs")
+        first = data[0].sized(signature)
+        first = Sample(
+            first.label, validate_feeds(signature, first.feeds, where=first.label), first.dims
+        )
+        batch = first.dims.get(name, 1) if name else 1
+        label = f"{first.label} ({', '.join(f'{k}={v}' for k, v in first.dims.items()) or 'fixed'})"
+        return Sample(label, first.feeds, dict(first.dims)), dict(first.dims), batch
+    dims: dict[str, int] = feeds.one_size()
     if config.batch is not None:
         if name is None:
             raise ConfigError(

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxgate.data import Sample, feeds_digest, load_feeds, validate_feeds
+from onnxgate.data._feeds import feed_dims
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature
 
@@ -148,15 +149,7 @@ def load_labels(path: Path, expected: int) -> np.ndarray:
 
 def sample_dims(signature: Signature, sample: Sample) -> dict[str, int]:
     """The size each symbolic dimension takes in a sample."""
-    dims: dict[str, int] = {}
-    for spec in signature.inputs:
-        value = sample.feeds.get(spec.name)
-        if spec.shape is None or not isinstance(value, np.ndarray):
-            continue
-        for dim, size in zip(spec.shape, value.shape, strict=False):
-            if isinstance(dim, str) and dim:
-                dims.setdefault(dim, int(size))
-    return dims
+    return feed_dims(signature, sample.feeds)
 
 
 def check_distinct(calibration: str | None, evaluation: str | None) -> None:
