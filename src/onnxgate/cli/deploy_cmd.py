@@ -29,6 +29,20 @@ deploy_app = typer.Typer(
 )
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)]
+RegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        help="Registry URL; default $ONNXGATE_REGISTRY or the local one.",
+        show_default=False,
+    ),
+]
+StoreOpt = Annotated[
+    str | None, typer.Option("--store", help="Artefact store folder.", show_default=False)
+]
+AllowUngatedOpt = Annotated[
+    bool, typer.Option("--allow-ungated", help="Deploy a version whose gate did not pass.")
+]
 TRITON = "Triton"
 GPU = "GPU (CUDA and TensorRT)"
 
@@ -130,20 +144,9 @@ def triton_command(
             rich_help_panel=GPU,
         ),
     ] = None,
-    registry: Annotated[
-        str | None,
-        typer.Option(
-            "--registry",
-            help="Registry URL; default $ONNXGATE_REGISTRY or the local one.",
-            show_default=False,
-        ),
-    ] = None,
-    store: Annotated[
-        str | None, typer.Option("--store", help="Artefact store folder.", show_default=False)
-    ] = None,
-    allow_ungated: Annotated[
-        bool, typer.Option("--allow-ungated", help="Deploy a version whose gate did not pass.")
-    ] = False,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    allow_ungated: AllowUngatedOpt = False,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Write REF into a Triton model repository, then check it as `deploy check` does.
@@ -255,20 +258,9 @@ def kserve_command(
     gpus: Annotated[int, typer.Option("--gpus", help="nvidia.com/gpu limit.")] = 0,
     min_replicas: Annotated[int, typer.Option("--min-replicas")] = 1,
     max_replicas: Annotated[int | None, typer.Option("--max-replicas", show_default=False)] = None,
-    registry: Annotated[
-        str | None,
-        typer.Option(
-            "--registry",
-            help="Registry URL; default $ONNXGATE_REGISTRY or the local one.",
-            show_default=False,
-        ),
-    ] = None,
-    store: Annotated[
-        str | None, typer.Option("--store", help="Artefact store folder.", show_default=False)
-    ] = None,
-    allow_ungated: Annotated[
-        bool, typer.Option("--allow-ungated", help="Deploy a version whose gate did not pass.")
-    ] = False,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    allow_ungated: AllowUngatedOpt = False,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """A KServe InferenceService serving the Triton repository `deploy triton` wrote.

@@ -397,7 +397,7 @@ def _check_warmups(
     model_inputs: Sequence[Any],
     found: _Findings,
 ) -> None:
-    from onnxgate.deploy._proto import datatype_name, model_config_pb2
+    from onnxgate.deploy._proto import DATATYPES, datatype_name, model_config_pb2
 
     if not config.model_warmup:
         found.add(
@@ -408,16 +408,13 @@ def _check_warmups(
         return
     inputs = {s.name: s for s in config.input}
     model_specs = {s.name: s for s in model_inputs}
-    sizes = {
-        getattr(model_config_pb2, n): np.dtype(d).itemsize
-        for n, d in (
-            ("TYPE_BOOL", "bool"), ("TYPE_UINT8", "uint8"), ("TYPE_UINT16", "uint16"),
-            ("TYPE_UINT32", "uint32"), ("TYPE_UINT64", "uint64"), ("TYPE_INT8", "int8"),
-            ("TYPE_INT16", "int16"), ("TYPE_INT32", "int32"), ("TYPE_INT64", "int64"),
-            ("TYPE_FP16", "float16"), ("TYPE_FP32", "float32"), ("TYPE_FP64", "float64"),
-        )
-    }  # fmt: skip
-    sizes[model_config_pb2.TYPE_BF16] = 2
+    sizes = {  # bytes per element of each fixed-width Triton datatype
+        model_config_pb2.DataType.Value(name): 2
+        if dtype == "bfloat16"
+        else np.dtype(dtype).itemsize
+        for dtype, name in DATATYPES.items()
+        if dtype != "string"
+    }
     for warm in config.model_warmup:
         at = f"{where} warm-up {warm.name}"
         if batched and warm.batch_size > config.max_batch_size:

@@ -27,7 +27,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._fs import atomic_write_text
-from onnxgate.errors import ConfigError, ExtraMissing, InternalError, NotGated
+from onnxgate.deploy._gated import open_gated
+from onnxgate.errors import ConfigError, ExtraMissing, InternalError
 from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
@@ -144,16 +145,14 @@ def deploy_kserve(
     """
     import yaml
 
-    from onnxgate.serve._source import resolve
-
     say = progress or (lambda message: log.info("%s", message))
-    say(f"opening {ref}")
-    source = resolve(str(ref), config.registry, store=config.store)
-    if not source.gated and not config.allow_ungated:
-        raise NotGated(
-            f"{source.ref}: not deploying it without a passing gate ({source.gate}).",
-            hint="Deploy a version that passed its gate, or pass --allow-ungated.",
-        )
+    source = open_gated(
+        ref,
+        registry=config.registry,
+        store=config.store,
+        allow_ungated=config.allow_ungated,
+        say=say,
+    )
     model_name = config.model_name or source.name
     name = config.name or re.sub(r"[^a-z0-9-]+", "-", model_name.lower()).strip("-")
     if len(name) > 63 or not DNS_LABEL.fullmatch(name):

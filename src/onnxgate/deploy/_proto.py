@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from onnxgate.errors import ConfigError, ExtraMissing
+from onnxgate.serve._tensors import OIP_OF
 
 try:
     from google.protobuf import text_format
@@ -16,21 +17,8 @@ except ImportError as err:  # pragma: no cover - the extra is installed in the t
 __all__ = ["DATATYPES", "model_config_pb2", "text_format", "triton_datatype"]
 
 DATATYPES: dict[str, str] = {
-    "bool": "TYPE_BOOL",
-    "uint8": "TYPE_UINT8",
-    "uint16": "TYPE_UINT16",
-    "uint32": "TYPE_UINT32",
-    "uint64": "TYPE_UINT64",
-    "int8": "TYPE_INT8",
-    "int16": "TYPE_INT16",
-    "int32": "TYPE_INT32",
-    "int64": "TYPE_INT64",
-    "float16": "TYPE_FP16",
-    "float32": "TYPE_FP32",
-    "float64": "TYPE_FP64",
-    "bfloat16": "TYPE_BF16",
-    "string": "TYPE_STRING",
-}
+    onnx: "TYPE_STRING" if oip == "BYTES" else f"TYPE_{oip}" for onnx, oip in OIP_OF.items()
+} | {"bfloat16": "TYPE_BF16"}
 """ONNX element type (as onnxgate's signatures spell it) → Triton's ``DataType``."""
 
 

@@ -28,6 +28,15 @@ def _findings(findings: list[Finding]) -> Lines:
     return lines
 
 
+def _notes(notes: list[str]) -> Lines:
+    return [line(f"  [dim]note:[/] {escape(note)}") for note in notes]
+
+
+def _written(text: str) -> Lines:
+    """A file as written (config.pbtxt, the manifest), indented."""
+    return [line(f"    [cyan]{escape(row)}[/]") for row in text.rstrip().splitlines()]
+
+
 def render_check(report: RepositoryCheck) -> Lines:
     """Each finding, then the verdict."""
     errors = sum(f.severity == "error" for f in report.findings)
@@ -52,10 +61,8 @@ def render_kserve(report: KServeReport) -> Lines:
             f"({escape(report.gate)}); built with kserve {escape(report.kserve)}'s types"
         )
     ]
-    for note in report.notes:
-        lines.append(line(f"  [dim]note:[/] {escape(note)}"))
-    for text in report.yaml.rstrip().splitlines():
-        lines.append(line(f"    [cyan]{escape(text)}[/]"))
+    lines += _notes(report.notes)
+    lines += _written(report.yaml)
     where = f"wrote {escape(report.written)}" if report.written else "not written (pass --out)"
     lines.append(line(f"{verdict(report.passed)}  {where}"))
     return lines
@@ -69,14 +76,12 @@ def render_triton(report: DeployReport) -> Lines:
             f"({escape(report.gate)})"
         )
     ]
-    for note in report.notes:
-        lines.append(line(f"  [dim]note:[/] {escape(note)}"))
+    lines += _notes(report.notes)
     if report.kept_versions:
         kept = ", ".join(str(v) for v in report.kept_versions)
         lines.append(line(f"  kept versions already there: {kept}"))
     lines.append(line(f"  wrote {len(report.files)} file(s); config.pbtxt:"))
-    for text in report.config.rstrip().splitlines():
-        lines.append(line(f"    [cyan]{escape(text)}[/]"))
+    lines += _written(report.config)
     lines += _findings(report.findings)
     lines.append(
         line(

@@ -32,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
 from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
 from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
+from onnxgate.deploy._gated import open_gated
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
-from onnxgate.errors import ConfigError, NotGated
+from onnxgate.errors import ConfigError
 from onnxgate.model import TensorSpec, load_model
 from onnxgate.runners._tensorrt import tensorrt_options, triton_parameters
 from onnxgate.settings import Part
@@ -293,16 +294,14 @@ def deploy_triton(
         NotFound, RegistryUnreachable, ArtefactCorrupt: the registry reference failed.
         ModelLoadError: the model or its contract is missing or damaged.
     """
-    from onnxgate.serve._source import resolve
-
     say = progress or (lambda message: log.info("%s", message))
-    say(f"opening {ref}")
-    source = resolve(str(ref), config.registry, store=config.store)
-    if not source.gated and not config.allow_ungated:
-        raise NotGated(
-            f"{source.ref}: not deploying it without a passing gate ({source.gate}).",
-            hint="Deploy a version that passed its gate, or pass --allow-ungated.",
-        )
+    source = open_gated(
+        ref,
+        registry=config.registry,
+        store=config.store,
+        allow_ungated=config.allow_ungated,
+        say=say,
+    )
     contract = SIDECAR.read(source.model)
     loaded = load_model(source.model)
     name = config.name or source.name
