@@ -25,6 +25,24 @@ step() {
 }
 
 step 0 onnxgate gate "$CONFIG" --out "$OUT/run" --registry "$REGISTRY"
+# The demo checks its own speed ratio: both sides run the same network on the same CPU, so the
+# ratio must be one a real machine can give (0.5x-5x), from figures the machine did not spoil.
+printf '\n\033[1m$ check the served-PyTorch ratio is plausible\033[0m\n'
+python - "$OUT/run/report.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+steps = {s["name"]: s for s in json.load(open(sys.argv[1]))["steps"]}
+bench = steps.get("bench") or {}
+ratio = (bench.get("figures") or {}).get("speedup")
+report = bench.get("report") or {}
+if ratio is None:
+    sys.exit(f"demo: the bench step gave no speed-up ({bench.get('status', 'missing')})")
+why = "; ".join((report.get("conditions") or {}).get("reasons") or [])
+if not report.get("reliable", True):
+    sys.exit(f"demo: the timing was unreliable ({why}); the {ratio:.2f}x ratio is not a measurement")
+if not 0.5 <= ratio <= 5.0:
+    sys.exit(f"demo: a {ratio:.2f}x ratio for one network on one CPU is implausible; rerun on an idle machine")
+print(f"{ratio:.2f}x against PyTorch as served: plausible, and the machine was idle while it was timed")
+PY
 step 0 onnxgate registry list --registry "$REGISTRY"
 step 0 onnxgate registry show all-minilm-l6-v2@champion --registry "$REGISTRY"
 echo

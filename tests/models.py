@@ -83,3 +83,69 @@ def newer_opset() -> int:
 def newer_ir() -> int:
     """One IR version past what the installed runtime loads."""
     return _installed_limits().max_ir + 1
+
+
+def detector() -> onnx.ModelProto:
+    """A detector's neck: three stride-2 convs, the coarsest upsampled and concatenated with the
+    one before, on ``images[batch, 3, height, width]``. At 3×3 the features no longer line up
+    (ONNX Runtime: "Non concat axis dimensions must match"); at 224 they do."""
+    rng = np.random.default_rng(0)
+    nodes, weights = [], []
+    for name, source, channels in (("c1", "images", 3), ("c2", "c1", 8), ("c3", "c2", 8)):
+        w = numpy_helper.from_array(
+            rng.standard_normal((8, channels, 3, 3)).astype(np.float32) * 0.2, f"{name}.w"
+        )
+        weights.append(w)
+        nodes.append(
+            helper.make_node(
+                "Conv", [source, w.name], [name], name=name, strides=[2, 2], pads=[1, 1, 1, 1]
+            )
+        )
+    weights.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+    nodes.append(helper.make_node("Resize", ["c3", "", "scales"], ["up"], name="up"))
+    nodes.append(helper.make_node("Concat", ["up", "c2"], ["features"], name="cat", axis=1))
+    return model(
+        nodes,
+        [value("images", shape=("batch", 3, "height", "width"))],
+        [value("features", shape=("batch", 16, None, None))],
+        initializers=weights,
+    )
+
+
+def flat_classifier(side: int = 56) -> onnx.ModelProto:
+    """Conv (stride 2) → MaxPool → Flatten → MatMul with a fixed weight → Squeeze, on an image
+    whose height and width have no name: only ``side`` × ``side`` images fit the weight."""
+    rng = np.random.default_rng(0)
+    features = 4 * (side // 4) ** 2
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(rng.standard_normal((features, 5)).astype(np.float32), "fc")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", strides=[2, 2], pads=[1] * 4),
+        helper.make_node("MaxPool", ["c"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+        helper.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+    ]
+    return model(
+        nodes,
+        [value("x", shape=("N", 3, None, None))],
+        [value("y", shape=("N", 5))],
+        initializers=[w, fc],
+    )
+
+
+def token_model(vocab: int = 50) -> onnx.ModelProto:
+    """Token ids and a mask → an embedding table → mean over positions: a text model whose
+    sequence axis is symbolic."""
+    rng = np.random.default_rng(0)
+    table = numpy_helper.from_array(rng.standard_normal((vocab, 8)).astype(np.float32), "table")
+    nodes = [
+        helper.make_node("Gather", ["table", "input_ids"], ["e"], name="embed"),
+        helper.make_node("Cast", ["attention_mask"], ["m"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "axis"], ["m3"], name="unsq"),
+        helper.make_node("Mul", ["e", "m3"], ["em"], name="mask"),
+        helper.make_node("ReduceMean", ["em"], ["y"], name="mean", axes=[1], keepdims=0),
+    ]
+    axis = numpy_helper.from_array(np.array([2], np.int64), "axis")
+    ids = value("input_ids", TensorProto.INT64, ("batch", "sequence"))
+    mask = value("attention_mask", TensorProto.INT64, ("batch", "sequence"))
+    return model(nodes, [ids, mask], [value("y", shape=("batch", 8))], initializers=[table, axis])

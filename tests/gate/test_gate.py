@@ -252,3 +252,22 @@ def test_bench_runs_tuned_settings_only_at_the_shape_tune_measured(tmp_path: Pat
     same = run_gate(_config(tmp_path, body.format(batch="batch = 1\n")), cache=False)
     assert same.passed
     assert any("tuned settings" in w for w in same.step("bench").report["warnings"])
+
+
+def test_a_bench_step_on_a_busy_machine_times_again_and_never_passes_on_spoiled_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.perf import _bench
+    from onnxgate.perf._contention import judge
+
+    seen: list[int] = []
+
+    def busy(self, latencies=None):  # every measurement: another process took 70% of the CPUs
+        seen.append(1)
+        return judge(2, 1.0, others=0.7, steal=0.0, baseline_ms=(2.0, 2.0), drifts={})
+
+    monkeypatch.setattr(_bench.Watch, "conditions", busy)
+    report = run_gate(_config(tmp_path))
+    bench = report.step("bench")
+    assert not report.passed and not bench.passed and len(seen) == 2
+    assert "timings unreliable twice (other processes took 70% of the 2 CPU(s)" in bench.reason

@@ -21,6 +21,7 @@ from onnxgate.cli import app
 from onnxgate.contract import load_contract
 from onnxgate.errors import RunFailed
 from onnxgate.perf import ProfileReport
+from onnxgate.perf._contention import judge
 from onnxgate.perf._profile import NodeTime, TensorShape, TimeShare
 from onnxgate.quantize import QuantizeConfig, Settings, quantize
 from onnxgate.quantize import _quantize as quantize_module
@@ -197,13 +198,19 @@ def test_a_cnn_with_only_convs_is_not_told_to_quantise_matmuls():
 # --- the gate inside quantize, given made-up contest results ---------------------------------
 
 
-def _fake_contest(monkeypatch, float_ms: list[float], quantised_ms: list[float]) -> list[dict]:
-    """Replace the timing contest by made-up latencies; returns the calls it saw."""
+def _fake_contest(
+    monkeypatch, float_ms: list[float], quantised_ms: list[float], *, busy: int = 0
+) -> list[dict]:
+    """Replace the timing contest by made-up latencies, the machine busy for the first ``busy``
+    contests; returns the calls it saw."""
     calls: list[dict] = []
 
     def measure(paths, samples, *, budget_s, seed, progress):
         calls.append({"paths": dict(paths), "shapes": [s.dims for s in samples]})
-        return [latency_row(s.dims, float_ms, quantised_ms, seed=seed) for s in samples]
+        others = 0.6 if len(calls) <= busy else 0.01
+        conditions = judge(2, 1.0, others=others, steal=0.0, baseline_ms=(2.0, 2.0), drifts={})
+        rows = [latency_row(s.dims, float_ms, quantised_ms, seed=seed) for s in samples]
+        return rows, conditions
 
     monkeypatch.setattr(quantize_module, "measure", measure)
     return calls
@@ -273,6 +280,45 @@ def test_slower_beyond_noise_is_exit_1_with_nothing_written(mlp, tmp_path, monke
     assert {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul"} & {
         n["op_type"] for n in cost["nodes"]
     }
+
+
+def test_the_latency_check_times_real_data_at_its_own_shapes(mlp, tmp_path, monkeypatch):
+    calls = _fake_contest(monkeypatch, _latencies(1.0, 0.05), _latencies(0.5, 0.05, seed=1))
+    folder = tmp_path / "timing"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    for rows in (5, 40):
+        np.savez(folder / f"{rows:03d}.npz", x=rng.uniform(0, 1, (rows, 16)).astype(np.float32))
+    out = tmp_path / "q.onnx"
+    code, report = _cli(mlp, "-o", out, "--eval", tmp_path / "eval.npz", "--bench-inputs", folder)
+    assert code == 0, report
+    assert [c["shapes"] for c in calls] == [[{"batch": 5}, {"batch": 40}]]
+    assert [row["dims"] for row in report["latency"]] == [{"batch": 5}, {"batch": 40}]
+    code, error = _cli(
+        mlp,
+        "-o",
+        tmp_path / "q2.onnx",
+        "--eval",
+        tmp_path / "eval.npz",
+        "--bench-inputs",
+        folder,
+        "--bench-batch",
+        "8",
+    )
+    assert code == 2 and "--bench-inputs and --bench-batch both choose" in error["message"]
+
+
+def test_a_busy_machine_is_timed_again_and_a_verdict_it_spoiled_says_so(mlp, tmp_path, monkeypatch):
+    # busy for both contests: the verdict stands on what was measured, flagged as unreliable
+    calls = _fake_contest(monkeypatch, _latencies(1.0, 0.05), _latencies(3.0, 0.1, seed=1), busy=2)
+    code, report = _cli(mlp, "-o", tmp_path / "q.onnx", "--eval", tmp_path / "eval.npz")
+    assert code == 1 and len(calls) == 2
+    assert "UNRELIABLE, timed twice on a busy machine" in report["speed"]["note"]
+    assert "other processes took 60% of the 2 CPU(s)" in report["speed"]["note"]
+    # busy for the first only: timed again, and the second contest judges
+    calls = _fake_contest(monkeypatch, _latencies(1.0, 0.05), _latencies(3.0, 0.1, seed=1), busy=1)
+    code, report = _cli(mlp, "-o", tmp_path / "q2.onnx", "--eval", tmp_path / "eval.npz")
+    assert code == 1 and len(calls) == 2 and "UNRELIABLE" not in report["speed"]["note"]
 
 
 def test_allow_slower_writes_it_with_a_warning_and_the_figures_in_the_lineage(

@@ -16,7 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from onnxgate.errors import ConfigError, ExitCode, GateError
+from onnxgate.data import Synthesized, listen_synthetic
+from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,14 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         fmt = str(kwargs.get("fmt", "text"))
+        heard: list[Synthesized] = []
         try:
-            return func(*args, **kwargs)
+            with listen_synthetic(functools.partial(_say_synthetic, heard, fmt)):
+                return func(*args, **kwargs)
         except GateError as error:
+            if heard and isinstance(error, RunFailed | ReferenceFailed):
+                # a run on made-up inputs failed: say which, and how to give ones that fit
+                error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
             if isinstance(error, ConfigError):
                 from onnxgate.cli._options import translated  # _options imports this module
 
@@ -124,6 +130,27 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(INTERNAL_ERROR) from None
 
     return wrapper
+
+
+def _say_synthetic(heard: list[Synthesized], fmt: str, feeds: Synthesized) -> None:
+    """Note on stderr, once per shape, what a command is fed when it was given no data."""
+    if any(h.shapes == feeds.shapes for h in heard):
+        return
+    heard.append(feeds)
+    if fmt == "text":
+        why = f": {', '.join(feeds.reasons)}" if feeds.reasons else ""
+        err.print(
+            f"[dim]feeds:[/] synthetic {escape(feeds.shapes)}{escape(why)}; "
+            "--dim NAME=SIZE or --inputs FILE to choose",
+            markup=True,
+        )
+        if feeds.fits is False:
+            err.print(
+                f"[yellow]warning:[/] shape inference rejects these sizes: {escape(feeds.problem)}",
+                markup=True,
+            )
+    else:
+        log.info("synthetic feeds: %s", feeds.shapes)
 
 
 @contextmanager

@@ -259,6 +259,7 @@ FLAGS: dict[str, str] = {
     "allow_slower": "--allow-slower",
     "bench": "--no-bench",
     "bench_batches": "--bench-batch",
+    "bench_inputs": "--bench-inputs",
     "bench_budget_s": "--bench-budget",
     "calibration": "--calibration",
     "calibration_method": "--calibration-method",

@@ -198,6 +198,16 @@ def quantize_command(
             show_default=False,
         ),
     ] = None,
+    bench_inputs: Annotated[
+        str | None,
+        typer.Option(
+            "--bench-inputs",
+            help="Real data to time float vs quantised on, in the forms --eval takes (file, "
+            "folder or module:function); each sample is timed at its own shape. Instead of "
+            "--bench-batch.",
+            show_default=False,
+        ),
+    ] = None,
     no_contract: Annotated[
         bool, typer.Option("--no-contract", help="Do not write the contract.")
     ] = False,
@@ -228,7 +238,9 @@ def quantize_command(
     rows: the mean row cosine (worst row reported), top-1 agreement, or label accuracy.
 
     Speed is gated too: the model that met the budget is timed against the float model, each in a
-    worker process of its own with runs interleaved, at each `--bench-batch` shape. It fails when
+    worker process of its own with runs interleaved, at each `--bench-batch` shape (or on each
+    `--bench-inputs` sample, at its shape). A machine busy with other work while timing is timed
+    again, and a verdict it still spoiled says so. It fails when
     the 90% bootstrap interval of the speed-up (float median / quantised median) lies entirely
     below 1 at any shape: slower beyond noise, exit 1, nothing written, and both models are
     profiled to name the op types whose time grew, with a hint. An interval that holds 1 is not
@@ -273,6 +285,7 @@ def quantize_command(
         bench=not no_bench,
         bench_budget_s=bench_budget,
         bench_batches=_ints(bench_batch),
+        bench_inputs=bench_inputs,
         allow_slower=allow_slower,
         contract=not no_contract,
         second_opinion=not no_second_opinion,

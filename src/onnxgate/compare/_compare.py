@@ -484,8 +484,15 @@ def compare(
         samples = load_feeds(feeds.inputs, signature=signature)
         data = str(feeds.inputs)
     else:
+        from onnxgate.contract import contract_dims  # the contract module imports this one
+
         samples = synthetic_samples(
-            signature, model=loaded.proto, dims=feeds.sizes(), ranges=ranges, seed=feeds.seed
+            signature,
+            model=loaded.proto,
+            dims=feeds.sizes(),
+            ranges=ranges,
+            seed=feeds.seed,
+            known=contract_dims(loaded.path),
         )
         chosen = chosen_ranges(signature, loaded.proto, ranges)
         value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}

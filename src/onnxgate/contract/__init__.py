@@ -3,6 +3,7 @@
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
+    contract_dims,
     contract_samples,
     cross_check,
     drop_stale_contract,
@@ -74,6 +75,7 @@ __all__ = [
     "VerifyConfig",
     "VerifyReport",
     "config_from_rules",
+    "contract_dims",
     "contract_samples",
     "cross_check",
     "contract_paths",

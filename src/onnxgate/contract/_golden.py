@@ -30,7 +30,7 @@ from onnxgate.contract._schema import (
     sha256_file,
 )
 from onnxgate.contract._store import SIDECAR, ContractStore
-from onnxgate.data import Sample, chosen_ranges, feeds_digest, validate_feeds
+from onnxgate.data import DimChoice, Sample, chosen_ranges, feeds_digest, validate_feeds
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
@@ -397,6 +397,33 @@ def contract_samples(model: Path, *, store: ContractStore = SIDECAR) -> list[Sam
     except ModelLoadError as err:
         log.warning("%s: its contract's samples are not used: %s", model, err.message)
         return None
+
+
+def contract_dims(model: Path, *, store: ContractStore = SIDECAR) -> dict[str, DimChoice]:
+    """Sizes every golden sample of the contract beside ``model`` gives a symbolic dimension.
+
+    Synthetic feeds take them before any default: they are sizes the model was proven at. A
+    dimension the samples vary (a batch at 1 and at 7) is left to the defaults.
+    """
+    try:
+        if not store.exists(model):
+            return {}
+        contract = store.read(model)
+        if contract.golden is None or sha256_file(model) != contract.identity.model.sha256:
+            return {}
+    except (ModelLoadError, OSError) as err:
+        log.info("%s: its contract's sizes are not used: %s", model, err)
+        return {}
+    seen: dict[str, set[int]] = {}
+    for sample in contract.golden.samples:
+        for name, size in sample.dims.items():
+            seen.setdefault(name, set()).add(size)
+    every = len(contract.golden.samples)
+    return {
+        name: DimChoice(sizes.pop(), "the contract's samples")
+        for name, sizes in seen.items()
+        if len(sizes) == 1 and sum(name in s.dims for s in contract.golden.samples) == every
+    }
 
 
 def load_contract(model: Path, *, store: ContractStore = SIDECAR) -> Contract:

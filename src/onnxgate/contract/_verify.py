@@ -57,8 +57,8 @@ class ContractConfig(Part):
     """Who computes the golden outputs: the ONNX reference evaluator (with onnxgate's
     corrections), or any runner spec such as ``ort:disable`` or ``torch:pkg.mod:factory``."""
     feeds: FeedSettings = FeedSettings()
-    """The golden samples' inputs; synthetic ones with every symbolic dimension at 1 and at 7
-    by default."""
+    """The golden samples' inputs; by default synthetic ones with every free dimension at 1 and
+    at 7, an image's height and width at a size the graph accepts."""
     tolerances: Tolerances = Tolerances()
     """Recorded per output as the rule ``verify`` holds the model to."""
     second_opinion: bool = True
@@ -130,24 +130,26 @@ def golden_samples(
     ranges: Mapping[str, ValueRange] | None = None,
     seed: int = 0,
 ) -> list[Sample]:
-    """Samples for a contract: given data, or synthetic ones with every dim at 1 and at 7."""
+    """Samples for a contract: given data, or synthetic ones at 1 and at 7.
+
+    Every free dimension that ``dims`` leaves out is proven at 1 and at 7, except the height and
+    width of an image, which take a size the graph accepts (``plan_dims``).
+    """
     signature = Signature.from_graph(loaded.proto.graph)
     if inputs is not None:
         return load_feeds(inputs, signature=signature)
-    if dims:
+    free = {d for spec in signature.inputs for d in spec.symbolic_dims} - set(dims or {})
+    unnamed = any(
+        not (isinstance(d, int) and d > 0) and not isinstance(d, str)
+        for spec in signature.inputs
+        for d in spec.shape or ()
+    )
+    if not free and not unnamed:
         return synthetic_samples(signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed)
-    symbolic = {d for spec in signature.inputs for d in spec.symbolic_dims}
-    if not symbolic:
-        return synthetic_samples(signature, model=loaded.proto, ranges=ranges, seed=seed)
     samples = []
     for size in GOLDEN_SIZES:
         samples += synthetic_samples(
-            signature,
-            model=loaded.proto,
-            dims=dict.fromkeys(symbolic, size),
-            ranges=ranges,
-            seed=seed,
-            default_dim=size,
+            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed, default_dim=size
         )
     return samples
 

@@ -1,5 +1,6 @@
 """Input feeds: read from files, generated from a signature, checked in one place."""
 
+from onnxgate.data._dims import DimChoice, ShapePlan, describe_shapes, plan_dims
 from onnxgate.data._feeds import (
     Feeds,
     Sample,
@@ -11,9 +12,11 @@ from onnxgate.data._feeds import (
 )
 from onnxgate.data._synthetic import (
     DEFAULT_DIM,
+    Synthesized,
     ValueRange,
     chosen_ranges,
     infer_ranges,
+    listen_synthetic,
     parse_dims,
     parse_ranges,
     synthetic_samples,
@@ -21,6 +24,12 @@ from onnxgate.data._synthetic import (
 
 __all__ = [
     "DEFAULT_DIM",
+    "DimChoice",
+    "ShapePlan",
+    "Synthesized",
+    "describe_shapes",
+    "listen_synthetic",
+    "plan_dims",
     "Feeds",
     "Sample",
     "ValueRange",

@@ -1,8 +1,9 @@
 """Synthetic feeds generated from a model's signature.
 
 Random inputs are only useful when they are inputs the model could meet, so three choices are
-deliberate. Symbolic dimensions default to 3, not 1: a size of 1 broadcasts against anything and
-hides the bugs that a second batch size exposes. Integer inputs that index an embedding table
+deliberate. Free dimensions get sizes that fit the model (``_dims``: a batch of 3, not 1, which
+broadcasts against anything and hides the bugs a second batch size exposes; images at a size the
+graph accepts; sentences of 128 tokens), and every run says which. Integer inputs that index an embedding table
 (a ``Gather`` on an initializer) stay below the table's size, as token ids stay below the vocabulary.
 Inputs whose name contains ``mask`` are ones, as an attention mask over real tokens is; any other
 choice is one ``--range`` away.
@@ -12,18 +13,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
 from onnx import ModelProto
 
+from onnxgate.data._dims import BATCH, BATCH_SIZE, DimChoice, ShapePlan, describe_shapes, plan_dims
 from onnxgate.data._feeds import Sample, describe_spec, numpy_dtype
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature, TensorSpec
 
-DEFAULT_DIM = 3
-"""Size given to a symbolic dimension nobody named: not 1, which hides broadcasting bugs."""
+DEFAULT_DIM = BATCH_SIZE
+"""Size given to a batch dimension nobody named: not 1, which hides broadcasting bugs."""
 
 MAX_ELEMENTS = 2**28
 """Most elements of one synthetic input (1 GiB of float32): a typo in --dim is not a MemoryError."""
@@ -168,7 +172,8 @@ def synthetic_samples(
     dims: Mapping[str, int | Sequence[int]] | None = None,
     ranges: Mapping[str, ValueRange] | None = None,
     seed: int = 0,
-    default_dim: int = DEFAULT_DIM,
+    default_dim: int | None = None,
+    known: Mapping[str, DimChoice] | None = None,
 ) -> list[Sample]:
     """Seeded random feeds for every input, one sample per combination of dimension sizes.
 
@@ -178,7 +183,10 @@ def synthetic_samples(
         dims: sizes per symbolic dimension; several sizes give several samples (their product).
         ranges: value ranges per input; they win over inferred and default ones.
         seed: seed of the generator; the same seed gives the same feeds.
-        default_dim: size of symbolic and unknown dimensions that ``dims`` leaves out.
+        default_dim: one size for every free dimension ``dims`` leaves out but an image's
+            height and width; None plans each by its role. Either way the plan is checked against
+            the graph (``plan_dims``).
+        known: sizes learnt elsewhere, such as the contract's samples; they win over roles.
 
     Raises:
         ConfigError: a dimension or range names nothing in the model, or too many shapes.
@@ -223,18 +231,22 @@ def synthetic_samples(
             f"feeds.dims asks for {len(combos)} shapes; at most {MAX_SHAPES} per run.",
             field="feeds.dims",
         )
+    plan = plan_dims(
+        signature,
+        model,
+        given=dict(zip(wanted, combos[0], strict=True)),
+        known=known,
+        indexed=set(infer_ranges(model)) if model is not None else set(),
+        default=default_dim,
+    )
     samples = []
     for combo in combos:
         sizes = dict(zip(wanted, combo, strict=True))
-        for d in sorted(known_dims - set(sizes)):
-            sizes[d] = default_dim
+        sizes |= {d: plan.named[d].size for d in sorted(known_dims - set(sizes))}
         rng = np.random.default_rng(seed)
         feeds = {}
         for spec in signature.inputs:
-            shape = tuple(
-                d if isinstance(d, int) and d > 0 else sizes.get(d, default_dim)  # type: ignore[arg-type]
-                for d in spec.shape or ()
-            )
+            shape = plan.shape(spec, sizes)
             count = math.prod(shape)
             if count > MAX_ELEMENTS:
                 raise ConfigError(
@@ -242,9 +254,73 @@ def synthetic_samples(
                     f"synthetic feeds stop at {MAX_ELEMENTS:,} per input."
                 )
             feeds[spec.name] = _values(spec, shape, chosen[spec.name], rng)
-        label = ",".join(f"{k}={v}" for k, v in sorted(sizes.items())) or "synthetic"
+        parts = [f"{k}={v}" for k, v in sorted(sizes.items())]
+        parts += [f"{i}[{a}]={c.size}" for (i, a), c in sorted(plan.unnamed.items())]
+        label = ",".join(parts) or "synthetic"
         samples.append(Sample(label, feeds, dims=sizes))
+        _announce(signature, plan, samples[-1], known_dims)
     return samples
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    """What a run was fed when nobody gave data: for the note on stderr and for failure hints."""
+
+    shapes: str
+    """``images float32[3,3,224,224]``."""
+    reasons: list[str]
+    """Why each free dimension has its size: ``height=224 (image size, typical)``."""
+    free: list[str]
+    """Symbolic dimensions ``--dim`` can size, batches left out when there are others."""
+    fits: bool | None
+    problem: str
+
+    def hint(self) -> str:
+        """What to try after a run on these feeds failed."""
+        text = f"The inputs were synthesized: {self.shapes}"
+        if self.reasons:
+            text += f"; {', '.join(self.reasons)}"
+        text += "."
+        if self.fits is False:
+            text += f" Shape inference rejects these sizes: {self.problem}"
+            text += "" if text.endswith(".") else "."
+        dims = " ".join(f"--dim {d}=SIZE" for d in self.free)
+        return (
+            text
+            + (f" Give sizes that fit with {dims}, or" if dims else " Give")
+            + (" real data with --inputs.")
+        )
+
+
+_LISTENER: ContextVar[Callable[[Synthesized], None] | None] = ContextVar(
+    "onnxgate_synthetic_listener", default=None
+)
+
+
+@contextmanager
+def listen_synthetic(callback: Callable[[Synthesized], None]) -> Iterator[None]:
+    """Call ``callback`` with every set of synthetic feeds made inside the block."""
+    token = _LISTENER.set(callback)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+def _announce(signature: Signature, plan: ShapePlan, sample: Sample, dims: set[str]) -> None:
+    callback = _LISTENER.get()
+    if callback is None:
+        return
+    sized = [d for d in sorted(dims) if d not in plan.named or plan.named[d].why != BATCH]
+    callback(
+        Synthesized(
+            shapes=describe_shapes(signature, sample.shapes()),
+            reasons=plan.reasons(),
+            free=sized or sorted(dims),
+            fits=plan.fits,
+            problem=plan.problem,
+        )
+    )
 
 
 def chosen_ranges(

@@ -430,6 +430,12 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     report = run_bench(
         ctx.model, config, progress=lambda message, fraction=None: ctx.progress(message)
     )
+    if not report.reliable:
+        # the machine was busy: measure once more rather than judge on what it spoiled
+        ctx.progress("the machine was busy while timing; timing again")
+        report = run_bench(
+            ctx.model, config, progress=lambda message, fraction=None: ctx.progress(message)
+        )
     worst_p50 = max(r.p50_ms for r in report.results)
     worst_p99 = max(r.p99_ms for r in report.results)
     size = _size_mb(ctx.model)
@@ -437,6 +443,11 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     if report.ratio:
         figures["speedup"] = min(r.ratio for r in report.ratio)
     misses = []
+    if not report.reliable and report.conditions is not None:
+        misses.append(
+            "timings unreliable twice (" + "; ".join(report.conditions.reasons) + "): "
+            "run the gate again on an idle machine"
+        )
     if step.max_p50_ms is not None and worst_p50 > step.max_p50_ms:
         misses.append(f"p50 {worst_p50:.2f} ms > {step.max_p50_ms:g} ms")
     if step.max_p99_ms is not None and worst_p99 > step.max_p99_ms:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -23,10 +24,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from onnxgate.contract import contract_samples
+from onnxgate.contract import contract_dims, contract_samples
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.perf._contention import Conditions, Watch
 from onnxgate.perf._contest import Contender, Contest
 from onnxgate.settings import FeedSettings, Part, SessionSettings
 
@@ -106,6 +108,8 @@ class BenchResult(BaseModel):
 
     batch: int | None
     dims: dict[str, int]
+    shapes: dict[str, list[int]] = {}
+    """The shape of every input timed: what ``dims`` leaves unsaid, such as unnamed axes."""
     threads: int
     runs: int
     p50_ms: float
@@ -162,6 +166,11 @@ class BenchReport(BaseModel):
     vs: Contestant | None = None
     ratio: list[Ratio] = []
     warnings: list[str] = []
+    conditions: Conditions | None = None
+    """What the machine did meanwhile: other processes' CPU share, steal, drift, a baseline."""
+
+    reliable: bool = True
+    """No sign that the machine was busy with something else while the figures were taken."""
 
     @property
     def passed(self) -> bool:
@@ -175,6 +184,38 @@ def batch_dim(signature: Signature) -> str | None:
         if spec.shape and isinstance(spec.shape[0], str):
             return spec.shape[0]
     return None
+
+
+def synthetic_sample(
+    loaded: LoadedModel, signature: Signature, feeds: FeedSettings, batch: int | None
+) -> Sample:
+    """One synthetic sample at one size per dimension, the batch at ``batch`` when given.
+
+    Sizes the settings leave out come from the contract's samples, then from the model.
+
+    Raises:
+        ConfigError: ``batch`` on a model whose first input has no symbolic batch dimension.
+    """
+    dims: dict[str, int] = feeds.one_size()
+    if batch is not None:
+        name = batch_dim(signature)
+        if name is None:
+            raise ConfigError(
+                f"{loaded.path}: the first input has no symbolic batch dimension, so batch "
+                "cannot change it.",
+                hint="Size the model's symbolic dimensions with feeds.dims (see `inspect`).",
+                field="batch",
+                related=["feeds.dims"],
+            )
+        dims[name] = batch
+    return synthetic_samples(
+        signature,
+        model=loaded.proto,
+        dims=dims,
+        ranges=feeds.value_ranges(),
+        seed=feeds.seed,
+        known=contract_dims(loaded.path),
+    )[0]
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -278,6 +319,7 @@ def _result(
     return BenchResult(
         batch=batch,
         dims=dict(sample.dims),
+        shapes=sample.shapes(),
         threads=threads,
         runs=len(latencies),
         p50_ms=_percentile(latencies, 50),
@@ -324,6 +366,8 @@ def _bench_here(
     results: list[BenchResult] = []
     warnings: list[str] = []
     providers: list[str] = []
+    runs: dict[str, list[float]] = {}
+    watch = Watch(lambda: [os.getpid()])
     for option in options:
         threads = option.intra_op_threads
         with OrtRunner(loaded, option) as runner:
@@ -343,6 +387,7 @@ def _bench_here(
                     elif len(latencies) >= config.min_runs and time.perf_counter() >= deadline:
                         break
                 result = _result(latencies, sample, threads, batch_name)
+                runs[f"{sample.label}, threads={threads or 'auto'}"] = latencies
                 say(f"{sample.label}, threads={threads or 'auto'}: done", step=True)
                 results.append(result)
                 if note := _noise(result, sample.label):
@@ -355,7 +400,9 @@ def _bench_here(
         session=options[0].settings(),
         method="in this process: per configuration one session, uncounted warm-up, timed runs",
         results=results,
-        warnings=warnings,
+        warnings=warnings + _unreliable(conditions := watch.conditions(runs)),
+        conditions=conditions,
+        reliable=conditions.reliable,
     )
 
 
@@ -448,7 +495,9 @@ def _bench_workers(
     ratios: list[Ratio] = []
     warnings: list[str] = []
     notes: list[str] = []
+    runs: dict[str, list[float]] = {}
     with Contest(sides(options[0]), timeout_s=config.timeout) as contest:
+        watch = Watch(lambda: [os.getpid(), *contest.pids])
         for index, option in enumerate(options):
             threads = option.intra_op_threads
             loaded_sides = contest.loaded if index == 0 else contest.load(sides(option))
@@ -470,6 +519,9 @@ def _bench_workers(
                     progress=lambda message, label=label: say(f"{label}: {message}"),
                 )
                 say(f"{label}: done", step=True)
+                runs[f"the model at {label}" if config.vs else label] = timings[0]
+                if config.vs is not None:
+                    runs[f"{name} at {label}"] = timings[1]
                 mine = _result(timings[0], sample, threads, batch_name)
                 results.append(mine)
                 if note := _noise(mine, sample.label):
@@ -488,6 +540,7 @@ def _bench_workers(
                 )
                 if note := _noise(yours, sample.label, f"{name}: "):
                     warnings.append(note)
+        conditions = watch.conditions(runs)
     ours_loaded = loaded_sides[0]
     vs = None
     if config.vs is not None:
@@ -511,5 +564,19 @@ def _bench_workers(
         results=results,
         vs=vs,
         ratio=ratios,
-        warnings=notes + warnings,
+        warnings=notes + warnings + _unreliable(conditions),
+        conditions=conditions,
+        reliable=conditions.reliable,
     )
+
+
+def _unreliable(conditions: Conditions) -> list[str]:
+    """The warning of a measurement the machine spoiled, with why; none when it did not."""
+    if conditions.reliable:
+        return []
+    return [
+        "UNRELIABLE: "
+        + "; ".join(conditions.reasons)
+        + ". These figures, and any ratio between them, measure the machine, not the model: "
+        "run again when it is idle"
+    ]

@@ -325,6 +325,11 @@ class Contest:
             self._tmp.cleanup()
             self._tmp = None
 
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids, for watching what else the machine runs."""
+        return [p.proc.pid for p in self._procs]
+
     def load(self, contenders: Sequence[Contender]) -> list[dict[str, Any]]:
         """(Re)load every side, e.g. with other thread settings; returns what each loaded."""
         if len(contenders) != len(self._procs):

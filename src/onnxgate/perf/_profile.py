@@ -28,10 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import contract_samples
-from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, load_feeds, validate_feeds
 from onnxgate.errors import ConfigError, FeedError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.perf._bench import batch_dim
+from onnxgate.perf._bench import synthetic_sample
 from onnxgate.placement import MEMCPY, _trace
 from onnxgate.settings import FeedSettings, Part, SessionSettings
 
@@ -393,21 +393,7 @@ def _sample(
                 f"{len(golden)}): shapes the model was proven at; --dim or --inputs choose others"
             )
             return sample
-    dims: dict[str, int] = feeds.one_size()
-    if config.batch is not None:
-        name = batch_dim(signature)
-        if name is None:
-            raise ConfigError(
-                f"{loaded.path}: the first input has no symbolic batch dimension, so batch "
-                "cannot change it.",
-                hint="Size the model's symbolic dimensions with feeds.dims (see `inspect`).",
-                field="batch",
-                related=["feeds.dims"],
-            )
-        dims[name] = config.batch
-    return synthetic_samples(
-        signature, model=loaded.proto, dims=dims, ranges=feeds.value_ranges(), seed=feeds.seed
-    )[0]
+    return synthetic_sample(loaded, signature, feeds, config.batch)
 
 
 def _read_trace(path: Path, what: Path) -> list[dict[str, Any]]:

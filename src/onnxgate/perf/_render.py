@@ -27,6 +27,14 @@ def render_bench(report: BenchReport) -> Lines:
         lines.append(
             line(f"against [bold]{escape(report.vs.name)}[/] on {escape(report.vs.runtime)}")
         )
+    timed: dict[str, str] = {}
+    for r in report.results:
+        label = ",".join(f"{k}={v}" for k, v in r.dims.items()) or "fixed"
+        timed.setdefault(
+            label, ", ".join(f"{k}[{','.join(map(str, s))}]" for k, s in r.shapes.items())
+        )
+    for label, shapes in timed.items():
+        lines.append(line(f"[dim]inputs at {escape(label)}:[/] {escape(shapes)}"))
     table = Table(box=None, header_style="bold", pad_edge=False)
     # short headers (latencies in ms, said below the table) so --vs fits 80 columns
     columns = ["shape", "threads", "runs", "p50", "p90", "p99", "mean", "samples/s", "cv"]

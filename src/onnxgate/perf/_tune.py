@@ -48,10 +48,10 @@ from onnxgate.contract import (
     identity,
     read_golden,
 )
-from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.data import Sample, load_feeds, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.perf._bench import batch_dim
+from onnxgate.perf._bench import batch_dim, synthetic_sample
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
@@ -249,21 +249,7 @@ def _tuning_sample(
         batch = first.dims.get(name, 1) if name else 1
         label = f"{first.label} ({', '.join(f'{k}={v}' for k, v in first.dims.items()) or 'fixed'})"
         return Sample(label, first.feeds, dict(first.dims)), dict(first.dims), batch
-    dims: dict[str, int] = feeds.one_size()
-    if config.batch is not None:
-        if name is None:
-            raise ConfigError(
-                f"{loaded.path}: the first input has no symbolic batch dimension, so batch "
-                "cannot change it.",
-                hint="Size the model's symbolic dimensions with feeds.dims (see `inspect`).",
-                field="batch",
-                related=["feeds.dims"],
-            )
-        dims[name] = config.batch
-    samples = synthetic_samples(
-        signature, model=loaded.proto, dims=dims, ranges=feeds.value_ranges(), seed=feeds.seed
-    )
-    sample = samples[0]
+    sample = synthetic_sample(loaded, signature, feeds, config.batch)
     feeds = validate_feeds(signature, sample.feeds, where=sample.label)
     shape: dict[str, int] = {}
     for spec in signature.inputs:

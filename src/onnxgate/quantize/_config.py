@@ -164,6 +164,9 @@ class QuantizeConfig(Part):
     bench_budget_s: float = 1.0
     """Seconds of timed runs per model and shape (at least ``SPEED_MIN_RUNS`` runs)."""
     bench_batches: tuple[int, ...] = ()
+    bench_inputs: str | None = None
+    """Data to time float vs quantised on (a file, a folder or an entry point, as ``eval``),
+    one timing per sample at its own shape, instead of synthetic inputs at ``bench_batches``."""
     allow_slower: bool = False
     """Write a quantised model that is slower than the float one beyond noise (with a warning);
     without it such a model fails the gate and nothing is written."""

@@ -19,15 +19,16 @@ of work grew, and why.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxgate.contract import SIDECAR
+from onnxgate.contract import SIDECAR, contract_dims
 from onnxgate.data import Sample, synthetic_samples
-from onnxgate.errors import GateError
+from onnxgate.errors import ConfigError, GateError
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.perf._stats import improvement
 from onnxgate.quantize import _data
@@ -43,6 +44,7 @@ from onnxgate.quantize._report import (
 
 if TYPE_CHECKING:
     from onnxgate.perf import ProfileReport
+    from onnxgate.perf._contention import Conditions
 
 log = logging.getLogger(__name__)
 
@@ -194,12 +196,26 @@ def not_gated(note: str, *, allow_slower: bool) -> SpeedGate:
 def timing_samples(
     loaded: LoadedModel, signature: Signature, config: QuantizeConfig, sample: Sample
 ) -> list[Sample]:
-    """One synthetic sample per shape to time.
+    """The samples to time: ``bench_inputs``, else one synthetic sample per shape.
 
     Batches given, else the parent contract's batch bounds, else 1 and the evaluation batch;
     other symbolic dims at the evaluation data's sizes.
+
+    Raises:
+        ConfigError: both ``bench_inputs`` and ``bench_batches``.
+        FeedError: ``bench_inputs`` that cannot be read or do not fit the model.
     """
     from onnxgate.perf import batch_dim
+
+    if config.bench_inputs is not None:
+        if config.bench_batches:
+            raise ConfigError(
+                "bench_inputs and bench_batches both choose the shapes timed; give one of them.",
+                field="bench_inputs",
+                related=["bench_batches"],
+            )
+        loaded_samples = _data.load_samples(config.bench_inputs, signature, option="--bench-inputs")
+        return [s.sized(signature) for s in loaded_samples]
 
     dims = _data.sample_dims(signature, sample)
     name = batch_dim(signature)
@@ -217,7 +233,10 @@ def timing_samples(
     wanted: dict[str, list[int]] = {k: [v] for k, v in dims.items() if k != name}
     if name is not None:
         wanted[name] = batches
-    return synthetic_samples(signature, model=loaded.proto, dims=wanted, seed=config.seed)
+    known = contract_dims(loaded.path)
+    return synthetic_samples(
+        signature, model=loaded.proto, dims=wanted, seed=config.seed, known=known
+    )
 
 
 def measure(
@@ -227,18 +246,23 @@ def measure(
     budget_s: float,
     seed: int,
     progress: Callable[[str], None],
-) -> list[Latency]:
+) -> tuple[list[Latency], Conditions]:
     """Time ``float``, ``quantised`` and (when given) ``all-int8`` against each other per shape.
+
+    Returns the latencies per shape and what the machine did meanwhile.
 
     Raises:
         GateError: a worker failed (its class kept: ``RunFailed``, ``InternalError`` ...).
     """
+    from onnxgate.perf._contention import Watch
     from onnxgate.perf._contest import Contender, Contest
 
     labels = [label for label in ("float", "quantised", "all-int8") if label in paths]
     contenders = [Contender(LABELS[label], onnx=Path(paths[label])) for label in labels]
     rows: list[Latency] = []
+    runs: dict[str, list[float]] = {}
     with Contest(contenders) as contest:
+        watch = Watch(lambda: [os.getpid(), *contest.pids])
         for sample in samples:
             shape = shape_text(sample.dims)
             progress(f"timing float vs quantised at {shape}, interleaved in worker processes")
@@ -250,6 +274,7 @@ def measure(
                 progress=lambda message, shape=shape: progress(f"{shape}: {message}"),
             )
             by_label = dict(zip(labels, latencies, strict=True))
+            runs |= {f"the {label} model at {shape}": v for label, v in by_label.items()}
             rows.append(
                 latency_row(
                     sample.dims,
@@ -259,7 +284,8 @@ def measure(
                     seed=seed,
                 )
             )
-    return rows
+        conditions = watch.conditions(runs)
+    return rows, conditions
 
 
 def _ms_text(ms: float) -> str:

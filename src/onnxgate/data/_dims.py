@@ -1,0 +1,305 @@
+"""Sizes for the dimensions nobody named: chosen to fit the model, and said out loud.
+
+A symbolic dimension gets a size by its role. The first axis of an input is a batch and gets 3
+(not 1, which broadcasts against anything and hides bugs). The height and width of an image input
+(NCHW or NHWC, read from a small static channel axis) get 224, and the positions of token ids (an
+integer input that indexes an embedding table) get 128: a 3×3 image or a 3-token sentence is a
+shape no user runs, and times nothing. A size every golden sample of the model's contract has wins
+over all of these.
+
+The plan is then checked against the graph: ONNX shape inference, strict, on a copy of the graph
+that carries only small initializers. A detector whose upsampled features are concatenated with
+finer ones, or a classifier whose flattened features meet a fixed weight, rejects sizes that do not
+fit. Then other sizes are tried for the height and width (or for the other free dimensions), and
+the first the graph accepts is used. When none fits, the plan says so, so that a failed run can
+say which shapes it tried and which ``--dim`` to give.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import GraphProto, ModelProto, TensorProto, helper
+
+from onnxgate.errors import first_line
+from onnxgate.model import Signature, TensorSpec
+
+BATCH_SIZE = 3
+"""Size of a batch axis nobody named: not 1, which hides broadcasting bugs."""
+
+IMAGE_SIZE = 224
+"""Height and width of an image input, unless the graph needs another."""
+
+SEQUENCE_LENGTH = 128
+"""Positions of token ids, unless the graph needs another."""
+
+OTHER_SIZE = 3
+"""Any other free dimension, unless the graph needs another."""
+
+CANDIDATES = (224, 256, 320, 384, 416, 448, 512, 640, 768, 1024, 299, 300, 192, 160, 128, 112)
+CANDIDATES += (96, 64, 56, 48, 32, 28, 16, 8, 4, 2, 1)
+"""Sizes tried, in order, when the first plan does not fit the graph."""
+
+SEARCH_SECONDS = 3.0
+"""Most time spent trying sizes against the graph."""
+
+SMALL_INITIALIZER = 4096
+"""Initializers up to this many elements keep their values in the copy used to check a plan:
+shape constants need theirs, weights only their dims."""
+
+BATCH = "batch, not 1"
+"""Why a batch axis has its size (and how the hint for a failed run tells it from the others)."""
+
+_CHANNELS = range(1, 5)
+
+
+@dataclass(frozen=True)
+class DimChoice:
+    """The size given to one free dimension, and why."""
+
+    size: int
+    why: str
+
+
+@dataclass(frozen=True)
+class ShapePlan:
+    """The size of every free dimension of a model's inputs.
+
+    ``named`` holds symbolic dimensions by name; ``unnamed`` those with no name, by (input, axis).
+    ``fits`` is True when strict shape inference accepted the plan, False when it did not (its
+    message is ``problem``), None when it was not asked.
+    """
+
+    named: dict[str, DimChoice] = field(default_factory=dict)
+    unnamed: dict[tuple[str, int], DimChoice] = field(default_factory=dict)
+    fits: bool | None = None
+    problem: str = ""
+
+    def shape(self, spec: TensorSpec, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """The shape of one input: static dims as declared, ``sizes`` first, then the plan's."""
+        shape = []
+        for axis, dim in enumerate(spec.shape or ()):
+            if isinstance(dim, int) and dim > 0:
+                shape.append(dim)
+            elif isinstance(dim, str) and dim in sizes:
+                shape.append(sizes[dim])
+            elif isinstance(dim, str) and dim in self.named:
+                shape.append(self.named[dim].size)
+            else:
+                choice = self.unnamed.get((spec.name, axis))
+                shape.append(choice.size if choice else OTHER_SIZE)
+        return tuple(shape)
+
+    def reasons(self) -> list[str]:
+        """One phrase per free dimension: ``height=224 (image height, typical)``."""
+        said = [f"{name}={c.size} ({c.why})" for name, c in sorted(self.named.items())]
+        said += [f"{i}[{a}]={c.size} ({c.why})" for (i, a), c in sorted(self.unnamed.items())]
+        return said
+
+
+def _image_axes(spec: TensorSpec) -> tuple[int, ...]:
+    """The height and width axes of an NCHW or NHWC image input, or () when it is not one."""
+    shape = spec.shape or ()
+    if len(shape) != 4 or spec.dtype not in ("float32", "float16", "bfloat16", "uint8", "float64"):
+        return ()
+
+    def free(d: object) -> bool:
+        return not (isinstance(d, int) and d > 0)
+
+    if isinstance(shape[1], int) and shape[1] in _CHANNELS and free(shape[2]) and free(shape[3]):
+        return (2, 3)
+    if isinstance(shape[3], int) and shape[3] in _CHANNELS and free(shape[1]) and free(shape[2]):
+        return (1, 2)
+    return ()
+
+
+def _token_inputs(signature: Signature, indexed: set[str]) -> bool:
+    """True when an integer input of rank 2 indexes an embedding table: a text model."""
+    return any(
+        spec.name in indexed and spec.dtype in ("int64", "int32") and len(spec.shape or ()) == 2
+        for spec in signature.inputs
+    )
+
+
+_ROLES = {"image": 0, "sequence": 1, "batch": 2, "other": 3}
+_DEFAULTS = {
+    "image": DimChoice(IMAGE_SIZE, "typical image size"),
+    "sequence": DimChoice(SEQUENCE_LENGTH, "typical sequence length"),
+    "batch": DimChoice(BATCH_SIZE, BATCH),
+    "other": DimChoice(OTHER_SIZE, "default"),
+}
+
+
+def plan_dims(
+    signature: Signature,
+    model: ModelProto | None = None,
+    *,
+    given: Mapping[str, int] | None = None,
+    known: Mapping[str, DimChoice] | None = None,
+    indexed: set[str] | None = None,
+    default: int | None = None,
+) -> ShapePlan:
+    """Sizes for the free dimensions of ``signature`` that ``given`` leaves out.
+
+    Args:
+        signature: the model's inputs.
+        model: the model, to check the plan against its graph; None plans by role alone.
+        given: sizes the caller chose; they are not planned and win over everything.
+        known: sizes learnt elsewhere (the contract's samples); they win over roles.
+        indexed: inputs that index an embedding table (token ids).
+        default: one size for every free dimension but an image's height and width, instead of
+            the defaults (contracts prove their samples at 1 and at 7).
+    """
+    given = dict(given or {})
+    known = dict(known or {})
+    token_model = _token_inputs(signature, indexed or set())
+    roles: dict[str | tuple[str, int], str] = {}
+    for spec in signature.inputs:
+        if spec.shape is None or not (spec.type or "").startswith("tensor("):
+            continue
+        image = _image_axes(spec)
+        for axis, dim in enumerate(spec.shape):
+            if isinstance(dim, int) and dim > 0:
+                continue
+            key: str | tuple[str, int] = dim if isinstance(dim, str) and dim else (spec.name, axis)
+            if key in given:
+                continue
+            if axis in image:
+                role = "image"
+            elif (
+                token_model
+                and axis == 1
+                and spec.dtype in ("int64", "int32")
+                and len(spec.shape) == 2
+            ):
+                role = "sequence"
+            elif axis == 0 and len(spec.shape) >= 2:
+                role = "batch"
+            else:
+                role = "other"
+            if key not in roles or _ROLES[role] < _ROLES[roles[key]]:
+                roles[key] = role
+    chosen: dict[str | tuple[str, int], DimChoice] = {}
+    for key, role in roles.items():
+        if isinstance(key, str) and key in known:
+            chosen[key] = known[key]
+        elif default is not None and role != "image":
+            chosen[key] = DimChoice(default, "a contract size")
+        else:
+            chosen[key] = _DEFAULTS[role]
+    plan = _plan(chosen)
+    if model is None or not (given or any(role != "batch" for role in roles.values())):
+        return plan
+    return _fit(plan, chosen, roles, signature, model, given, known)
+
+
+def _plan(chosen: Mapping[str | tuple[str, int], DimChoice], **status: object) -> ShapePlan:
+    named = {k: v for k, v in chosen.items() if isinstance(k, str)}
+    unnamed = {k: v for k, v in chosen.items() if isinstance(k, tuple)}
+    return ShapePlan(named, unnamed, **status)  # type: ignore[arg-type]
+
+
+def _fit(
+    plan: ShapePlan,
+    chosen: dict[str | tuple[str, int], DimChoice],
+    roles: Mapping[str | tuple[str, int], str],
+    signature: Signature,
+    model: ModelProto,
+    given: Mapping[str, int],
+    known: Mapping[str, DimChoice],
+) -> ShapePlan:
+    """The plan checked against the graph; other sizes tried for one group when it does not fit."""
+    skeleton = _skeleton(model)
+    if skeleton is None or _rejects(skeleton, signature, None, given) is not None:
+        return plan  # sparse weights, or shape inference fails whatever the sizes: it cannot tell
+    problem = _rejects(skeleton, signature, plan, given)
+    if problem is None:
+        return _plan(chosen, fits=True)
+    group = [
+        k for k, r in roles.items() if r == "image" and not (isinstance(k, str) and k in known)
+    ]
+    if not group:
+        group = [k for k, r in roles.items() if r in ("other", "sequence")]
+        group = [k for k in group if not (isinstance(k, str) and k in known)]
+    what = "image size" if group and roles[group[0]] == "image" else "size"
+    start = time.monotonic()
+    for size in CANDIDATES:
+        if not group or time.monotonic() - start > SEARCH_SECONDS:
+            break
+        trial = dict(chosen) | dict.fromkeys(group, DimChoice(size, f"{what} that fits the graph"))
+        if _rejects(skeleton, signature, _plan(trial), given) is None:
+            return _plan(trial, fits=True)
+    return _plan(chosen, fits=False, problem=problem)
+
+
+def _skeleton(model: ModelProto) -> ModelProto | None:
+    """A copy of the model for shape inference: large initializers become typed inputs."""
+    graph = model.graph
+    light = GraphProto(name=graph.name)
+    light.node.extend(graph.node)
+    light.output.extend(graph.output)
+    light.value_info.extend(graph.value_info)
+    light.input.extend(graph.input)
+    declared = {i.name for i in graph.input}
+    for tensor in graph.initializer:
+        count = math.prod(tensor.dims)
+        external = tensor.data_location == TensorProto.EXTERNAL
+        if count <= SMALL_INITIALIZER and not external:
+            light.initializer.append(tensor)
+        elif tensor.name not in declared:
+            light.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+            )
+    if graph.sparse_initializer:
+        return None
+    skeleton = ModelProto(
+        ir_version=model.ir_version,
+        opset_import=model.opset_import,
+        functions=model.functions,
+        graph=light,
+    )
+    return skeleton
+
+
+def _rejects(
+    skeleton: ModelProto, signature: Signature, plan: ShapePlan | None, given: Mapping[str, int]
+) -> str | None:
+    """None when strict shape inference accepts the inputs at the plan's sizes, else its message.
+
+    With no plan, the inputs keep their declared dims.
+    """
+    trial = ModelProto()
+    trial.CopyFrom(skeleton)
+    if plan is None:
+        return _infer(trial)
+    specs = {s.name: s for s in signature.inputs}
+    for value in trial.graph.input:
+        spec = specs.get(value.name)
+        if spec is None or spec.shape is None or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        for dim, size in zip(dims, plan.shape(spec, given), strict=False):
+            dim.Clear()
+            dim.dim_value = size
+    return _infer(trial)
+
+
+def _infer(model: ModelProto) -> str | None:
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=True)
+    except Exception as error:  # onnx raises InferenceError, and others on odd graphs
+        return first_line(error, 300)
+    return None
+
+
+def describe_shapes(signature: Signature, shapes: Mapping[str, Sequence[int]]) -> str:
+    """``input_ids int64[3,128], attention_mask int64[3,128]``."""
+    specs = {s.name: s for s in signature.inputs}
+    return ", ".join(
+        f"{name} {specs[name].dtype if name in specs else ''}[{','.join(map(str, shape))}]"
+        for name, shape in shapes.items()
+    )

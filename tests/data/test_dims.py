@@ -1,0 +1,135 @@
+"""Free dimensions get sizes that fit the model, every command says which, and a failed run on
+made-up inputs says what it was fed and which --dim to give (issue 16's first symptom)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from models import detector, flat_classifier, mlp, save, token_model, value
+from onnxgate.cli import app
+from onnxgate.contract import golden_samples
+from onnxgate.data import Synthesized, listen_synthetic, plan_dims, synthetic_samples
+from onnxgate.model import Signature, load_model
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def signature_of(proto):
+    return Signature.from_graph(proto.graph)
+
+
+def test_a_detector_is_fed_images_of_a_size_its_features_line_up_at():
+    proto = detector()
+    heard: list[Synthesized] = []
+    with listen_synthetic(heard.append):
+        (sample,) = synthetic_samples(signature_of(proto), model=proto)
+    assert sample.feeds["images"].shape == (3, 3, 224, 224)
+    assert sample.dims == {"batch": 3, "height": 224, "width": 224}
+    (said,) = heard
+    assert said.shapes == "images float32[3,3,224,224]" and said.fits is True
+    assert said.free == ["height", "width"]  # the batch is not what a failure would hinge on
+
+
+def test_a_size_the_graph_rejects_is_never_chosen_when_one_fits():
+    # flatten → a weight for 56×56 images: 224 does not fit, the search finds 56; the axes have no
+    # name, so the plan keys them by input and axis
+    proto = flat_classifier(56)
+    plan = plan_dims(signature_of(proto), proto)
+    assert plan.fits is True
+    assert {c.size for c in plan.unnamed.values()} == {56}
+    assert "fits the graph" in plan.unnamed[("x", 2)].why
+    (sample,) = synthetic_samples(signature_of(proto), model=proto)
+    assert sample.feeds["x"].shape == (3, 3, 56, 56)
+    assert sample.label == "N=3,x[2]=56,x[3]=56"
+
+
+def test_token_ids_are_timed_at_a_sentence_not_three_tokens():
+    proto = token_model()
+    plan = plan_dims(signature_of(proto), proto, indexed={"input_ids"})
+    assert plan.named["sequence"].size == 128 and plan.named["batch"].size == 3
+    (sample,) = synthetic_samples(signature_of(proto), model=proto)
+    assert sample.feeds["input_ids"].shape == sample.feeds["attention_mask"].shape == (3, 128)
+
+
+def test_a_graph_shape_inference_cannot_judge_keeps_the_defaults_and_says_nothing_of_fit():
+    proto = mlp()
+    proto.graph.output[0].CopyFrom(value("y", shape=("batch", 99)))  # contradicts the weights
+    plan = plan_dims(signature_of(proto), proto, given={"batch": 2})
+    assert plan.fits is None and plan.problem == ""
+
+
+def test_given_sizes_win_and_a_rejected_one_is_reported():
+    proto = detector()
+    plan = plan_dims(signature_of(proto), proto, given={"height": 3, "width": 3})
+    assert plan.fits is False and "Concat" in plan.problem
+    assert "height" not in plan.named and plan.named["batch"].size == 3
+
+
+def test_contract_samples_vary_what_was_left_free_at_1_and_7(tmp_path):
+    loaded = load_model(save(detector(), tmp_path / "det.onnx"))
+    given = golden_samples(loaded, dims={"height": [32], "width": [32]})
+    assert [s.label for s in given] == [
+        "batch=1,height=32,width=32",
+        "batch=7,height=32,width=32",
+    ]
+    default = golden_samples(loaded)
+    assert [s.feeds["images"].shape for s in default] == [(1, 3, 224, 224), (7, 3, 224, 224)]
+
+
+def test_a_run_on_synthetic_feeds_that_fails_names_the_shapes_and_the_dims_to_give(tmp_path):
+    path = save(detector(), tmp_path / "det.onnx")
+    result = run("compare", str(path), "--dim", "height=3", "--dim", "width=3", "--format", "json")
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)
+    assert error["error"] == "run-failed" and "Concat" in error["message"]
+    assert "images float32[3,3,3,3]" in error["hint"]
+    assert "--dim height=SIZE --dim width=SIZE" in error["hint"]
+    assert "Shape inference rejects these sizes" in error["hint"]
+
+
+def test_every_synthesizing_command_says_the_shapes_it_used(tmp_path):
+    path = save(detector(), tmp_path / "det.onnx")
+    compared = run("compare", str(path))
+    assert compared.exit_code == 0, compared.output
+    assert "feeds: synthetic images float32[3,3,224,224]" in " ".join(compared.stderr.split())
+    profiled = run("profile", str(save(flat_classifier(), tmp_path / "flat.onnx")), "--runs", "2")
+    assert profiled.exit_code == 0, profiled.output
+    assert "x float32[3,3,56,56]" in " ".join(profiled.stderr.split())
+
+
+def test_bench_states_the_shapes_it_timed_in_its_header_and_json(tmp_path):
+    path = save(token_model(), tmp_path / "tokens.onnx")
+    args = ("bench", str(path), "--runs", "3", "--warmup", "1")
+    document = json.loads(run(*args, "--format", "json").stdout)
+    (result,) = document["results"]
+    assert result["dims"] == {"batch": 3, "sequence": 128}
+    assert result["shapes"] == {"input_ids": [3, 128], "attention_mask": [3, 128]}
+    text = run(*args).stdout
+    assert "inputs at batch=3,sequence=128: input_ids[3,128], attention_mask[3,128]" in text
+
+
+def test_a_contracts_sizes_come_before_the_defaults(tmp_path):
+    path = save(detector(), tmp_path / "det.onnx")
+    made = run("contract", "init", str(path), "--dim", "height=32", "--dim", "width=32")
+    assert made.exit_code == 0, made.output
+    compared = json.loads(run("compare", str(path), "--format", "json").stdout)
+    (sample,) = compared["samples"]
+    assert sample["label"] == "batch=3,height=32,width=32" and sample["passed"]
+
+
+@pytest.mark.parametrize("sizes", [{"height": 3, "width": 3}, {}])
+def test_the_hint_of_a_synthesized_run_is_a_sentence(sizes):
+    proto = detector()
+    heard: list[Synthesized] = []
+    with listen_synthetic(heard.append):
+        synthetic_samples(signature_of(proto), model=proto, dims=sizes)
+    hint = heard[0].hint()
+    assert hint.startswith("The inputs were synthesized: images float32[")
+    assert hint.endswith("or real data with --inputs.")
