@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from onnx import helper
@@ -248,8 +251,6 @@ def test_tune_budget_is_the_whole_run_and_contest_seconds_the_contest(good):
 
 
 def test_verbosity_after_the_subcommand_means_what_it_means_before(good):
-    import subprocess
-    import sys
 
     from onnxgate.cli import hoist_verbosity
 
@@ -275,8 +276,6 @@ def test_flags_are_shown_as_flags_in_help():
 
 
 def test_vv_shows_the_exceptions_behind_an_error_and_plain_runs_do_not(tmp_path):
-    import subprocess
-    import sys
 
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a protobuf")
@@ -313,3 +312,26 @@ def test_bench_and_tune_time_real_data_at_its_own_shape(good, tmp_path):
     for command in ("bench", "tune"):
         refused = run(command, str(good), "--inputs", str(data), "--batch", "2", "-f", "json")
         assert refused.exit_code == 2 and "--inputs" in json.loads(refused.stdout)["message"]
+
+
+@pytest.mark.parametrize(("verbose", "shown"), [(0, False), (1, True)])
+def test_libraries_warnings_and_progress_bars_are_shown_only_with_v(verbose, shown):
+    # NumPy's overflow warning and a tqdm bar (ONNX Runtime's calibration draws one) leaked into
+    # plain output; with -v they are there, as log records
+    script = (
+        "import warnings, numpy as np\n"
+        "from onnxgate.cli._common import configure_logging\n"
+        f"configure_logging({verbose})\n"
+        "import tqdm\n"  # as the libraries that draw bars import it: after the CLI started
+        "np.float16(60000) * np.float16(2)\n"
+        "for _ in tqdm.tqdm(range(3), desc='calibrating'): pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"},
+        check=True,
+    )
+    assert ("overflow" in done.stderr) is shown
+    assert ("calibrating" in done.stderr) is shown

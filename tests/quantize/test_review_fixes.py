@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -305,3 +307,49 @@ def test_a_quantiser_crash_suggests_per_tensor_first_when_weights_were_per_chann
     hint = caught.value.hint or ""
     assert hint.startswith("Try --per-tensor") == per_channel
     assert "--op-types" in hint and "-vv" in hint
+
+
+def _squeezed_classifier() -> onnx.ModelProto:
+    """Conv → GlobalAveragePool → Softmax over channels → Squeeze(axes=[3, 2]) → ``y[N, 6]``:
+    a classifier head whose scores come out of a Squeeze, listed in the descending order the
+    ONNX reference evaluator mishandles (opset 11), under a name that says nothing."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["g"], name="pool"),
+        helper.make_node("Softmax", ["g"], ["p"], name="softmax", axis=1),
+        helper.make_node("Squeeze", ["p"], ["y"], name="squeeze", axes=[3, 2]),
+    ]
+    return model(
+        nodes,
+        [value("x", shape=("N", 3, 8, 8))],
+        [value("y", shape=("N", 6))],
+        initializers=[w],
+        opsets={"": 11},
+        ir=7,
+    )
+
+
+def test_one_rule_gates_a_classifier_on_top1_even_behind_a_squeeze(tmp_path):
+    path = save(_squeezed_classifier(), tmp_path / "head.onnx")
+    compared = CliRunner().invoke(app, ["compare", str(path), "--format", "json"])
+    assert compared.exit_code == 0, compared.output  # the evaluator's Squeeze bug is corrected
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "eval.npz", x=rng.uniform(0, 1, (16, 3, 8, 8)).astype(np.float32))
+    result = CliRunner().invoke(
+        app,
+        [
+            "quantize",
+            str(path),
+            "-o",
+            str(tmp_path / "q.onnx"),
+            "--eval",
+            str(tmp_path / "eval.npz"),
+            "--no-bench",
+            "--format",
+            "json",
+        ],
+    )
+    report = json.loads(result.stdout)
+    assert [(g["output"], g["metric"]) for g in report["gate"]] == [("y", "top1")], report["gate"]

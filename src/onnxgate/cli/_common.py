@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -62,12 +63,32 @@ def emit_json(document: Any) -> None:
     sys.stdout.flush()
 
 
+QUIET_LIBRARIES = {
+    "TQDM_DISABLE": "1",  # the progress bars of onnxruntime.quantization's calibration, optimum
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+}
+"""Environment that keeps libraries' own progress bars and advice off stderr without -v."""
+
+
 def configure_logging(verbose: int) -> None:
-    """INFO with -v, DEBUG with -vv; warnings otherwise. Logs go to stderr."""
+    """INFO with -v, DEBUG with -vv; warnings otherwise. Logs go to stderr.
+
+    Libraries' Python warnings (NumPy's overflow, torch's deprecations) become log records of
+    ``py.warnings``, shown from -v on; their progress bars stay off unless -v (or the variables in
+    ``QUIET_LIBRARIES``, set by the caller, say otherwise). onnxgate's own warnings are logged and
+    printed as before.
+    """
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(
         level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True
     )
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").setLevel(logging.WARNING if verbose > 0 else logging.ERROR)
+    if verbose <= 0:
+        for name, value in QUIET_LIBRARIES.items():
+            os.environ.setdefault(name, value)
 
 
 def handles_errors(func: Callable[P, R]) -> Callable[P, R]:

@@ -166,6 +166,8 @@ class BenchReport(BaseModel):
     vs: Contestant | None = None
     ratio: list[Ratio] = []
     warnings: list[str] = []
+    notes: list[str] = []
+    """What the run chose and why (the contract's shapes, its tuned settings): not warnings."""
     conditions: Conditions | None = None
     """What the machine did meanwhile: other processes' CPU share, steal, drift, a baseline."""
 
@@ -290,7 +292,7 @@ def bench(
         report = _bench_here(loaded, config, options, samples, batch_name, say)
     else:
         report = _bench_workers(loaded, config, options, samples, batch_name, say)
-    return report.model_copy(update={"warnings": notes + report.warnings})
+    return report.model_copy(update={"notes": notes + report.notes})
 
 
 def _tuned(

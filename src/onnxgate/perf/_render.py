@@ -78,6 +78,8 @@ def render_bench(report: BenchReport) -> Lines:
                 f"faster). {escape(report.method)}.[/]"
             )
         )
+    for note in report.notes:
+        lines.append(line(f"[dim]note:[/] {escape(note)}"))
     for warning in report.warnings:
         lines.append(line(f"[yellow]warning:[/] {escape(warning)}"))
     return lines

@@ -141,6 +141,27 @@ def score(latencies: Sequence[float], objective: Objective, batch: int) -> float
     return -batch * 1000.0 / statistics.fmean(latencies)
 
 
+def _planned_runs(candidates: int, runs: int, eta: int, max_runs: int | None) -> int:
+    """Timed runs the whole search makes when no deadline cuts it."""
+    total = 0
+    while candidates > 1:
+        total += candidates * runs
+        candidates = max(1, math.ceil(candidates / eta))
+        runs = min(runs * eta, max_runs or runs * eta)
+    return total
+
+
+def _time_left(elapsed: float, done: int, planned: int, deadline: float | None) -> str:
+    """`` (search: about 2 min left)``, from the pace so far and the deadline; empty before any run."""
+    if done == 0 or planned <= done:
+        return ""
+    left = elapsed * (planned - done) / done
+    if deadline is not None:
+        left = min(left, max(deadline - time.monotonic(), 0.0))
+    text = f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min"
+    return f" (search: about {text} left)"
+
+
 def successive_halving(
     candidates: Sequence[Candidate],
     measure: Callable[[Candidate, int], Sequence[float]],
@@ -177,6 +198,9 @@ def successive_halving(
     runs = max(1, min(first_runs, max_runs or first_runs))
     rounds: list[Round] = []
     number = 0
+    planned = _planned_runs(len(alive), runs, eta, max_runs)
+    done = 0
+    start = time.monotonic()
     while len(alive) > 1:
         if deadline is not None and rounds and time.monotonic() > deadline:
             break  # the last full round's best stands
@@ -187,10 +211,13 @@ def successive_halving(
             if deadline is not None and scores and time.monotonic() > deadline:
                 break
             if progress:
+                left = _time_left(time.monotonic() - start, done, planned, deadline)
                 progress(
-                    f"round {number + 1}: {index}/{len(order)} × {runs} runs: {describe(candidate)}"
+                    f"round {number + 1}: {index}/{len(order)} × {runs} runs: "
+                    f"{describe(candidate)}{left}"
                 )
             scores[candidate.key] = score(measure(candidate, runs), objective, batch)
+            done += runs
         out_of_time = len(scores) < len(order)
         # ties keep the grid's order, so the defaults (first) win a tie
         alive = sorted((c for c in alive if c.key in scores), key=lambda c: scores[c.key])

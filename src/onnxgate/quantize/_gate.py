@@ -74,12 +74,32 @@ class Rule:
         return str(self.criterion)
 
 
+_RESHAPING = {"Squeeze", "Unsqueeze", "Reshape", "Flatten", "Identity", "Cast", "Transpose"}
+"""Ops that move or reshape values without changing them: a Softmax seen through them counts."""
+
+
 def _producers(proto: onnx.ModelProto) -> dict[str, str]:
-    return {o: n.op_type for n in proto.graph.node for o in n.output}
+    """Output name → the op type that makes it, looking through ops in ``_RESHAPING``."""
+    made = {o: n for n in proto.graph.node for o in n.output}
+    producers: dict[str, str] = {}
+    for name in made:
+        node = made[name]
+        for _ in range(len(made)):  # a chain is at most as long as the graph
+            source = node.input[0] if node.input else ""
+            if node.op_type not in _RESHAPING or source not in made:
+                break
+            node = made[source]
+        producers[name] = node.op_type
+    return producers
 
 
 def looks_like_classes(name: str, shape: Sequence[Any] | None, producer: str | None) -> bool:
-    """Class scores: [rows, classes] from a Softmax, or named like logits/probabilities."""
+    """The one rule for which outputs are a classifier's scores (the README's quantize section).
+
+    A float output of shape ``[rows, classes]`` (more than one class), made by Softmax or
+    LogSoftmax (seen through ops that only reshape, such as the Squeeze of a [N, C, 1, 1]
+    head), or named like scores (logits, probabilities, scores, classes, predictions).
+    """
     if shape is None or len(shape) != 2:
         return False
     if isinstance(shape[-1], int) and 0 < shape[-1] < 2:
