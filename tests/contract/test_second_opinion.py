@@ -123,7 +123,7 @@ def test_bench_and_profile_use_the_contracts_samples_only_for_the_bytes_it_descr
     assert [s.label for s in samples] == [s.label for s in load_contract(path).golden.samples]
     timed = bench(path, BenchConfig(runs=2, warmup=0))
     assert [r.dims for r in timed.results] == [dict(s.dims) for s in samples]
-    assert any("golden samples" in w for w in timed.warnings)
+    assert any("golden samples" in w for w in timed.notes)
     assert any("golden sample" in n for n in profile(path, ProfileConfig(runs=1)).notes)
     save(_two_adds(), path)  # replaced: the contract now describes other bytes
     assert contract_samples(path) is None

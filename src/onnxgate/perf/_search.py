@@ -151,13 +151,14 @@ def _planned_runs(candidates: int, runs: int, eta: int, max_runs: int | None) ->
     return total
 
 
-def _time_left(elapsed: float, done: int, planned: int, deadline: float | None) -> str:
-    """`` (search: about 2 min left)``, from the pace so far and the deadline; empty before any run."""
+def _time_left(elapsed: float, done: int, planned: int) -> str:
+    """`` (search: about 2 min left)``, from the pace so far; empty before any run.
+
+    The whole search's estimate: a deadline may end it sooner.
+    """
     if done == 0 or planned <= done:
         return ""
     left = elapsed * (planned - done) / done
-    if deadline is not None:
-        left = min(left, max(deadline - time.monotonic(), 0.0))
     text = f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min"
     return f" (search: about {text} left)"
 
@@ -200,7 +201,7 @@ def successive_halving(
     number = 0
     planned = _planned_runs(len(alive), runs, eta, max_runs)
     done = 0
-    start = time.monotonic()
+    start = time.perf_counter()  # the pace; the deadline alone reads time.monotonic()
     while len(alive) > 1:
         if deadline is not None and rounds and time.monotonic() > deadline:
             break  # the last full round's best stands
@@ -211,7 +212,7 @@ def successive_halving(
             if deadline is not None and scores and time.monotonic() > deadline:
                 break
             if progress:
-                left = _time_left(time.monotonic() - start, done, planned, deadline)
+                left = _time_left(time.perf_counter() - start, done, planned)
                 progress(
                     f"round {number + 1}: {index}/{len(order)} × {runs} runs: "
                     f"{describe(candidate)}{left}"
