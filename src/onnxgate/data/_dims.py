@@ -239,6 +239,8 @@ def _fit(
 def _skeleton(model: ModelProto) -> ModelProto | None:
     """A copy of the model for shape inference: large initializers become typed inputs."""
     graph = model.graph
+    if graph.sparse_initializer:
+        return None
     light = GraphProto(name=graph.name)
     light.node.extend(graph.node)
     light.output.extend(graph.output)
@@ -254,15 +256,12 @@ def _skeleton(model: ModelProto) -> ModelProto | None:
             light.input.append(
                 helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
             )
-    if graph.sparse_initializer:
-        return None
-    skeleton = ModelProto(
+    return ModelProto(
         ir_version=model.ir_version,
         opset_import=model.opset_import,
         functions=model.functions,
         graph=light,
     )
-    return skeleton
 
 
 def _rejects(
