@@ -197,10 +197,12 @@ def plan_dims(
     return _fit(plan, chosen, roles, signature, model, given, known)
 
 
-def _plan(chosen: Mapping[str | tuple[str, int], DimChoice], **status: object) -> ShapePlan:
+def _plan(
+    chosen: Mapping[str | tuple[str, int], DimChoice], fits: bool | None = None, problem: str = ""
+) -> ShapePlan:
     named = {k: v for k, v in chosen.items() if isinstance(k, str)}
     unnamed = {k: v for k, v in chosen.items() if isinstance(k, tuple)}
-    return ShapePlan(named, unnamed, **status)  # type: ignore[arg-type]
+    return ShapePlan(named, unnamed, fits, problem)
 
 
 def _fit(

@@ -3,8 +3,9 @@
 Random inputs are only useful when they are inputs the model could meet, so three choices are
 deliberate. Free dimensions get sizes that fit the model (``_dims``: a batch of 3, not 1, which
 broadcasts against anything and hides the bugs a second batch size exposes; images at a size the
-graph accepts; sentences of 128 tokens), and every run says which. Integer inputs that index an embedding table
-(a ``Gather`` on an initializer) stay below the table's size, as token ids stay below the vocabulary.
+graph accepts; sentences of 128 tokens), and every run says which. Integer inputs that index an
+embedding table (a ``Gather`` on an initializer) stay below the table's size, as token ids stay
+below the vocabulary.
 Inputs whose name contains ``mask`` are ones, as an attention mask over real tokens is; any other
 choice is one ``--range`` away.
 """
@@ -269,7 +270,7 @@ class Synthesized:
     shapes: str
     """``images float32[3,3,224,224]``."""
     reasons: list[str]
-    """Why each free dimension has its size: ``height=224 (image size, typical)``."""
+    """Why each free dimension has its size: ``height=224 (typical image size)``."""
     free: list[str]
     """Symbolic dimensions ``--dim`` can size, batches left out when there are others."""
     fits: bool | None
