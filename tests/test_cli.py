@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -335,3 +336,33 @@ def test_libraries_warnings_and_progress_bars_are_shown_only_with_v(verbose, sho
     )
     assert ("overflow" in done.stderr) is shown
     assert ("calibrating" in done.stderr) is shown
+
+
+def _commands(command, path=()):
+    import click
+
+    yield path, command
+    if hasattr(command, "list_commands"):  # a group (typer carries its own click)
+        context = click.Context(command)
+        for name in command.list_commands(context):
+            yield from _commands(command.get_command(context, name), (*path, name))
+
+
+@pytest.mark.parametrize("columns", ["80", "140"])
+def test_help_keeps_every_option_name_whole(columns):
+    """At 80 columns typer's table cut names (``--no-second-opini…``); options stack instead."""
+    import typer
+
+    commands = list(_commands(typer.main.get_command(app)))
+    assert len(commands) > 20 and ("quantize",) in dict(commands)
+    for path, command in commands:
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": columns})
+        assert result.exit_code == 0, (path, result.output)
+        lines = result.output.splitlines()
+        assert max(map(len, lines)) <= int(columns), path
+        cut = [line for line in lines if re.search(r"[\w-]…", line)]  # a word cut short
+        assert not cut, (path, cut)
+        for param in command.params:
+            for name in (*param.opts, *param.secondary_opts):
+                if name.startswith("--") and not param.hidden:
+                    assert name in result.output, (path, name)

@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperOption
 
 from onnxgate import __version__
+from onnxgate.cli import _help
 from onnxgate.cli._common import configure_logging
 from onnxgate.cli.bench_cmd import bench_command
 from onnxgate.cli.check_cmd import check_command
@@ -120,6 +121,7 @@ def _no_type_for_flags() -> None:
 
 
 _no_type_for_flags()
+_help.install()
 
 
 def main() -> None:
