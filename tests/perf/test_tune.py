@@ -21,6 +21,7 @@ from onnxgate.cli import app
 from onnxgate.contract import Contract, contract_paths, init_contract, load_contract
 from onnxgate.errors import ConfigError, ParityError
 from onnxgate.perf import TuneConfig, tune, tuned_for
+from onnxgate.perf._contention import judge
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, encoder_shape, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import (
@@ -31,7 +32,7 @@ from onnxgate.perf._search import (
     successive_halving,
     thread_counts,
 )
-from onnxgate.perf._tune import improvement
+from onnxgate.perf._tune import Raced, improvement
 from onnxgate.settings import FeedSettings, config_hash, invalid
 
 FAST = {"levels": ("all", "basic"), "threads": (1,), "min_runs": 2}
@@ -69,17 +70,26 @@ class Timer:
 
 
 class Race:
-    """A fake contest: the defaults around 2 ms, the other side around ``best`` ms."""
+    """A fake contest: the defaults around 2 ms, the other side around ``best`` ms.
 
-    def __init__(self, best=1.0):
+    ``busy`` contests in a row are reported spoiled by a busy machine.
+    """
+
+    def __init__(self, best=1.0, busy=0):
         self.best = best
+        self.busy = busy
         self.sides = []
 
     def __call__(self, sides, feeds):
         self.sides.append([label for label, _, _ in sides])
         rng = np.random.default_rng(0)
         centres = [2.0, self.best][: len(sides)]
-        return [list(c + rng.normal(0, 0.01, 50)) for c in centres]
+        latencies = [list(c + rng.normal(0, 0.01, 50)) for c in centres]
+        spoiled = len(self.sides) <= self.busy
+        conditions = judge(
+            2, 3.0, others=0.6 if spoiled else 0.01, steal=0.0, baseline_ms=(1.0, 1.0), drifts={}
+        )
+        return Raced(latencies, conditions)
 
 
 def one_thread_no_spin(c: Candidate) -> bool:
@@ -530,3 +540,25 @@ def test_a_search_budget_cuts_the_search_and_says_so(model):
         "search_budget" in note and f"1 of {report.candidates}" in note for note in report.notes
     )
     assert not report.replaced_defaults
+
+
+def test_a_final_contest_on_a_busy_machine_is_timed_again(model):
+    race = Race(best=1.0, busy=1)
+    report = tune(
+        model, TuneConfig(batch=4, **FAST), measure=Timer(fast=one_thread_no_spin), race=race
+    )
+    assert race.sides == [["defaults", "tuned"]] * 2
+    assert report.reliable and report.replaced_defaults
+    assert any("timed twice" in note and "60%" in note for note in report.notes), report.notes
+
+
+def test_a_final_contest_spoiled_twice_keeps_the_defaults(model):
+    race = Race(best=1.0, busy=2)
+    report = tune(
+        model, TuneConfig(batch=4, **FAST), measure=Timer(fast=one_thread_no_spin), race=race
+    )
+    assert len(race.sides) == 2
+    assert not report.reliable and not report.replaced_defaults
+    assert report.conditions is not None and not report.conditions.reliable
+    assert report.ratio == pytest.approx(2.0, rel=0.05), "the figures are still reported"
+    assert any(note.startswith("UNRELIABLE:") for note in report.notes), report.notes

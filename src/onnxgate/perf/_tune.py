@@ -22,13 +22,14 @@ Four steps, in this order because each one protects the next:
 from __future__ import annotations
 
 import logging
+import os
 import re
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,6 +53,7 @@ from onnxgate.data import Sample, load_feeds, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim, synthetic_sample
+from onnxgate.perf._contention import Conditions, Watch
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
@@ -179,35 +181,66 @@ class TuneReport(BaseModel):
     graph: str
     written: list[str] = []
     notes: list[str] = []
+    conditions: Conditions | None = None
+    """What the machine did during the final contest (the last one, if it was timed twice)."""
+    reliable: bool = True
+    """False when the final contest was spoiled twice; the defaults are then kept."""
     time_budget: float | None = None
     """The time budget the run was given (seconds), None for none."""
     seconds: float = 0.0
     """How long the run took."""
 
 
-Racer = Callable[
-    [Sequence[tuple[str, Path, Mapping[str, Any]]], Mapping[str, np.ndarray]], list[list[float]]
-]
-"""``race([(label, onnx file, settings), ...], feeds)``: latencies in ms per side."""
+class Raced(NamedTuple):
+    """One final contest: latencies in ms per side, and what the machine did meanwhile."""
+
+    latencies: list[list[float]]
+    conditions: Conditions | None = None
+
+
+Racer = Callable[[Sequence[tuple[str, Path, Mapping[str, Any]]], Mapping[str, np.ndarray]], Raced]
+"""``race([(label, onnx file, settings), ...], feeds)``: the contest's latencies and conditions."""
 
 
 def _contest_race(config: TuneConfig, say: Callable[[str], None]) -> Racer:
     def race(
         sides: Sequence[tuple[str, Path, Mapping[str, Any]]], feeds: Mapping[str, np.ndarray]
-    ) -> list[list[float]]:
+    ) -> Raced:
         from onnxgate.perf._contest import Contender, Contest
 
         contenders = [Contender(label, onnx=path, settings=s) for label, path, s in sides]
         with Contest(contenders) as contest:
-            return contest.race(
+            watch = Watch(lambda: [os.getpid(), *contest.pids])
+            latencies = contest.race(
                 [feeds] * len(contenders),
                 warmup=config.warmup,
                 budget_s=config.contest_seconds,
                 min_runs=config.min_runs,
                 progress=say,
             )
+            conditions = watch.conditions(
+                {label: runs for (label, _, _), runs in zip(sides, latencies, strict=True)}
+            )
+        return Raced(latencies, conditions)
 
     return race
+
+
+def _watched_race(
+    racer: Racer,
+    sides: Sequence[tuple[str, Path, Mapping[str, Any]]],
+    feeds: Mapping[str, np.ndarray],
+    say: Callable[[str], None],
+    notes: list[str],
+) -> Raced:
+    """The final contest, timed once more if the machine was busy; the second answer stands."""
+    raced = racer(sides, feeds)
+    if raced.conditions is None or raced.conditions.reliable:
+        return raced
+    reasons = "; ".join(raced.conditions.reasons)
+    say(f"the machine was busy during the final contest ({reasons}); timing it again")
+    notes.append(f"the final contest was timed twice: the first was spoiled ({reasons})")
+    return racer(sides, feeds)
 
 
 def timing(
@@ -522,14 +555,22 @@ def tune(
         best_file = files[best.graph].path
         if best.key == grid[0].key:
             say("the defaults won the search; timing them in a worker process")
-            (latencies,) = racer([("defaults", original, grid[0].settings)], sample.feeds)
+            raced = _watched_race(
+                racer, [("defaults", original, grid[0].settings)], sample.feeds, say, notes
+            )
+            (latencies,) = raced.latencies
             best_latencies = latencies
         else:
             say("final contest: the defaults against the winner, interleaved, one process each")
-            latencies, best_latencies = racer(
+            raced = _watched_race(
+                racer,
                 [("defaults", original, grid[0].settings), ("tuned", best_file, best.settings)],
                 sample.feeds,
+                say,
+                notes,
             )
+            latencies, best_latencies = raced.latencies
+    reliable = raced.conditions is None or raced.conditions.reliable
     default_timing = timing("defaults", grid[0].settings, AS_GIVEN, latencies, batch)
     best_timing = timing(describe(best), best.settings, best.graph, best_latencies, batch)
     if best.key == grid[0].key:
@@ -538,8 +579,14 @@ def tune(
         ratio, interval = improvement(
             latencies, best_latencies, config.objective, seed=config.feeds.seed
         )
-    replaced = interval[0] > 1.0 and ratio >= 1.0 + config.min_gain
-    if best.key != grid[0].key and not replaced:
+    replaced = interval[0] > 1.0 and ratio >= 1.0 + config.min_gain and reliable
+    if not reliable:
+        notes.append(
+            "UNRELIABLE: the final contest was spoiled twice by a busy machine ("
+            + "; ".join(raced.conditions.reasons if raced.conditions else [])
+            + "): its figures are reported, the defaults are kept; tune again on a quiet machine"
+        )
+    elif best.key != grid[0].key and not replaced:
         notes.append(
             f"the best candidate measured {ratio:.3f}× the defaults (90% interval "
             f"{interval[0]:.3f}–{interval[1]:.3f}); it needs an interval above 1 and a gain of "
@@ -597,6 +644,8 @@ def tune(
         graph=kept.graph,
         written=written,
         notes=notes,
+        conditions=raced.conditions,
+        reliable=reliable,
         time_budget=config.time_budget,
         seconds=time.monotonic() - started,
     )
