@@ -133,3 +133,24 @@ def test_the_hint_of_a_synthesized_run_is_a_sentence(sizes):
     hint = heard[0].hint()
     assert hint.startswith("The inputs were synthesized: images float32[")
     assert hint.endswith("or real data with --inputs.")
+
+
+def test_a_dimension_without_a_name_is_sized_by_input_and_axis(tmp_path):
+    proto = flat_classifier(28)
+    (sample,) = synthetic_samples(signature_of(proto), model=proto, dims={"x[2]": 28, "x[3]": 28})
+    assert sample.feeds["x"].shape == (3, 3, 28, 28)
+    assert sample.label == "N=3,x[2]=28,x[3]=28"
+
+    path = save(proto, tmp_path / "flat.onnx")
+    wrong = run("compare", str(path), "--dim", "x[2]=5", "--dim", "x[3]=5", "--format", "json")
+    assert wrong.exit_code == 1, wrong.output
+    hint = json.loads(wrong.stdout)["hint"]
+    assert "x float32[3,3,5,5]" in hint and "--dim x[2]=SIZE --dim x[3]=SIZE" in hint
+    right = run("compare", str(path), "--dim", "x[2]=28", "--dim", "x[3]=28")
+    assert right.exit_code == 0, right.output
+
+    stray = run("compare", str(path), "--dim", "x[1]=3")
+    assert stray.exit_code == 2
+    assert "it has: N, x[2], x[3] (a dimension without a name is INPUT[AXIS])" in " ".join(
+        stray.output.split()
+    )

@@ -447,7 +447,7 @@ def test_ranges_are_honoured():
 
 
 def test_unknown_dim_or_range_name_is_a_config_error():
-    with pytest.raises(ConfigError, match="'sequence' is not a symbolic dimension") as info:
+    with pytest.raises(ConfigError, match="'sequence' is not a free dimension") as info:
         synthetic_samples(MLP, dims={"sequence": 4})
     assert "batch" in info.value.message
     with pytest.raises(ConfigError, match="feeds.ranges names 'X'") as info:

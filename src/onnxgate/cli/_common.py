@@ -162,7 +162,7 @@ def _say_synthetic(heard: list[Synthesized], fmt: str, feeds: Synthesized) -> No
         why = f": {', '.join(feeds.reasons)}" if feeds.reasons else ""
         err.print(
             f"[dim]feeds:[/] synthetic {escape(feeds.shapes)}{escape(why)}; "
-            "--dim NAME=SIZE or --inputs FILE to choose",
+            "--dim NAME=SIZE (INPUT[AXIS]=SIZE without a name) or --inputs FILE to choose",
             markup=True,
         )
         if feeds.fits is False:

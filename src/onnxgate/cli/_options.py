@@ -51,9 +51,12 @@ DimOpt = Annotated[
     typer.Option(
         "--dim",
         "-d",
-        help="Size of a symbolic dimension for synthetic feeds, NAME=SIZE[,SIZE...]; several "
-        "sizes give several samples (e.g. --dim batch=1,7 --dim seq=128). Unnamed dimensions are "
-        "3, never 1, which would hide broadcasting bugs.",
+        help="Size of a free dimension for synthetic feeds, NAME=SIZE[,SIZE...]; several sizes "
+        "give several samples (e.g. --dim batch=1,7 --dim seq=128). A dimension without a name "
+        "is INPUT[AXIS] (--dim images[2]=640). Left out, sizes come from the contract's samples, "
+        "then the dimension's role (batch 3, never 1, which would hide broadcasting bugs; image "
+        "height and width 224; token positions 128; others 3), checked against the graph's "
+        "shape inference.",
         show_default=False,
         rich_help_panel=FEEDS,
     ),

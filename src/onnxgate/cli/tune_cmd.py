@@ -58,7 +58,8 @@ def tune_command(
         typer.Option(
             "--dim",
             "-d",
-            help="Size of another symbolic dimension, NAME=SIZE (repeatable); unnamed ones are 3.",
+            help="Size of another free dimension, NAME=SIZE or INPUT[AXIS]=SIZE for one without "
+            "a name (repeatable); left out, sized by role as for bench.",
             show_default=False,
             rich_help_panel=FEEDS,
         ),

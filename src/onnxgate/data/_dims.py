@@ -89,6 +89,8 @@ class ShapePlan:
                 shape.append(sizes[dim])
             elif isinstance(dim, str) and dim in self.named:
                 shape.append(self.named[dim].size)
+            elif unnamed_label(spec.name, axis) in sizes:
+                shape.append(sizes[unnamed_label(spec.name, axis)])
             else:
                 choice = self.unnamed.get((spec.name, axis))
                 shape.append(choice.size if choice else OTHER_SIZE)
@@ -97,8 +99,26 @@ class ShapePlan:
     def reasons(self) -> list[str]:
         """One phrase per free dimension: ``height=224 (image height, typical)``."""
         said = [f"{name}={c.size} ({c.why})" for name, c in sorted(self.named.items())]
-        said += [f"{i}[{a}]={c.size} ({c.why})" for (i, a), c in sorted(self.unnamed.items())]
+        said += [
+            f"{unnamed_label(i, a)}={c.size} ({c.why})"
+            for (i, a), c in sorted(self.unnamed.items())
+        ]
         return said
+
+
+def unnamed_label(input_name: str, axis: int) -> str:
+    """How a dimension without a name is called, in messages and in ``--dim``: ``images[2]``."""
+    return f"{input_name}[{axis}]"
+
+
+def unnamed_dims(signature: Signature) -> list[str]:
+    """The labels of the free dimensions that have no name (``--dim images[2]=224`` sizes one)."""
+    return [
+        unnamed_label(spec.name, axis)
+        for spec in signature.inputs
+        for axis, dim in enumerate(spec.shape or ())
+        if not (isinstance(dim, int) and dim > 0) and not (isinstance(dim, str) and dim)
+    ]
 
 
 def _image_axes(spec: TensorSpec) -> tuple[int, ...]:
@@ -166,7 +186,7 @@ def plan_dims(
             if isinstance(dim, int) and dim > 0:
                 continue
             key: str | tuple[str, int] = dim if isinstance(dim, str) and dim else (spec.name, axis)
-            if key in given:
+            if key in given or (isinstance(key, tuple) and unnamed_label(*key) in given):
                 continue
             if axis in image:
                 role = "image"

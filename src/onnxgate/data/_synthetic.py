@@ -22,7 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import ModelProto
 
-from onnxgate.data._dims import BATCH, BATCH_SIZE, DimChoice, ShapePlan, describe_shapes, plan_dims
+from onnxgate.data._dims import (
+    BATCH,
+    BATCH_SIZE,
+    DimChoice,
+    ShapePlan,
+    describe_shapes,
+    plan_dims,
+    unnamed_dims,
+    unnamed_label,
+)
 from onnxgate.data._feeds import Sample, describe_spec, numpy_dtype
 from onnxgate.errors import ConfigError, FeedError
 from onnxgate.model import Signature, TensorSpec
@@ -195,11 +204,14 @@ def synthetic_samples(
     """
     wanted = {k: [v] if isinstance(v, int) else list(v) for k, v in (dims or {}).items()}
     known_dims = {d for spec in signature.inputs for d in spec.symbolic_dims}
-    unknown = sorted(set(wanted) - known_dims)
+    unnamed = unnamed_dims(signature)
+    unknown = sorted(set(wanted) - known_dims - set(unnamed))
     if unknown:
+        free = sorted(known_dims) + unnamed
         raise ConfigError(
-            f"dimension {unknown[0]!r} is not a symbolic dimension of the model's inputs; "
-            f"it has: {', '.join(sorted(known_dims)) or 'none (all inputs are fixed)'}.",
+            f"dimension {unknown[0]!r} is not a free dimension of the model's inputs; "
+            f"it has: {', '.join(free) or 'none (all inputs are fixed)'}"
+            + (" (a dimension without a name is INPUT[AXIS])." if unnamed else "."),
             field="feeds.dims",
         )
     given = dict(ranges or {})
@@ -256,10 +268,10 @@ def synthetic_samples(
                 )
             feeds[spec.name] = _values(spec, shape, chosen[spec.name], rng)
         parts = [f"{k}={v}" for k, v in sorted(sizes.items())]
-        parts += [f"{i}[{a}]={c.size}" for (i, a), c in sorted(plan.unnamed.items())]
+        parts += [f"{unnamed_label(*k)}={c.size}" for k, c in sorted(plan.unnamed.items())]
         label = ",".join(parts) or "synthetic"
         samples.append(Sample(label, feeds, dims=sizes))
-        _announce(signature, plan, samples[-1], known_dims)
+        _announce(signature, plan, samples[-1], known_dims | set(unnamed))
     return samples
 
 
@@ -312,7 +324,9 @@ def _announce(signature: Signature, plan: ShapePlan, sample: Sample, dims: set[s
     callback = _LISTENER.get()
     if callback is None:
         return
-    sized = [d for d in sorted(dims) if d not in plan.named or plan.named[d].why != BATCH]
+    batches = {unnamed_label(*k) for k, c in plan.unnamed.items() if c.why == BATCH}
+    batches |= {d for d, c in plan.named.items() if c.why == BATCH}
+    sized = [d for d in sorted(dims) if d not in batches]
     callback(
         Synthesized(
             shapes=describe_shapes(signature, sample.shapes()),
