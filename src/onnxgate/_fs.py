@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import platformdirs
+
+log = logging.getLogger(__name__)
+
+PARTIAL_MARK = "onnxgate-partial"
+"""The word in the name of every temporary file onnxgate writes beside a target.
+
+A write goes to ``.<target>.<random>.<pid>.onnxgate-partial[<target's suffix>]`` and is renamed
+over the target when complete; a partial file that outlives its writer (``kill -9``, a power
+cut) is recognised by this name, removed by the next write to its folder and reported by
+``inspect`` and ``contract verify``.
+"""
+
+_PARTIAL = re.compile(
+    rf"^\.(?P<target>.+)\.[A-Za-z0-9_]+\.(?P<pid>\d+)\.{PARTIAL_MARK}(?:\.[^.]*)?$"
+)
+
+STALE_AFTER_S = 24 * 3600.0
+"""A partial file older than this is stale even if a process with its writer's pid is alive
+(the pid may have been reused, or the folder is shared with another machine)."""
 
 
 def cache_dir() -> Path:
@@ -44,8 +66,7 @@ def staged_file(target: Path) -> Iterator[Path]:
     without an exception the file gets the usual mode, is fsynced and renamed over ``target``;
     otherwise it is removed, and ``target`` is untouched.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
+    fd, name = _partial(target, target.suffix)
     os.close(fd)
     tmp = Path(name)
     try:
@@ -64,8 +85,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     target, which POSIX makes atomic.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _partial(target, "")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -81,3 +101,78 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Text version of :func:`atomic_write_bytes` (UTF-8)."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _partial(target: Path, suffix: str) -> tuple[int, str]:
+    """Create the partial file for ``target`` (removing stale ones beside it first)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(target.parent)
+    return tempfile.mkstemp(
+        prefix=f".{target.name}.",
+        suffix=f".{os.getpid()}.{PARTIAL_MARK}{suffix}",
+        dir=target.parent,
+    )
+
+
+def partial_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The partial files of interrupted onnxgate writes in ``folder``, stale or in progress."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(Path(folder, name) for name in names if _PARTIAL.match(name))
+
+
+def partial_target(path: Path) -> str:
+    """The name of the file a partial file was to become."""
+    match = _PARTIAL.match(path.name)
+    return match.group("target") if match else path.name
+
+
+def partial_writer(path: Path) -> int | None:
+    """The pid of the process that wrote a partial file."""
+    match = _PARTIAL.match(path.name)
+    return int(match.group("pid")) if match else None
+
+
+def is_stale(path: Path, *, now: float | None = None) -> bool:
+    """Whether a partial file's writer is gone: its process has ended, or it is over a day old."""
+    match = _PARTIAL.match(path.name)
+    if match is None:
+        return False
+    try:
+        age = (time.time() if now is None else now) - path.stat().st_mtime
+    except OSError:
+        return False
+    return age > STALE_AFTER_S or not _alive(int(match.group("pid")))
+
+
+def stale_partials(folder: str | os.PathLike[str]) -> list[Path]:
+    """The partial files in ``folder`` whose writer is gone (see :func:`is_stale`)."""
+    return [path for path in partial_files(folder) if is_stale(path)]
+
+
+def remove_stale_partials(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the stale partial files in ``folder``; return those removed."""
+    removed = []
+    for path in stale_partials(folder):
+        try:
+            path.unlink()
+        except OSError as error:  # read-only, or another writer got there first
+            log.debug("cannot remove stale partial file %s: %s", path, error)
+            continue
+        log.info("removed %s, left by an interrupted write of %s", path, partial_target(path))
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    except (ProcessLookupError, OverflowError, ValueError):
+        return False
+    return True

@@ -6,7 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxgate._rich import Lines, line
-from onnxgate.inspection import ModelInfo
+from onnxgate.inspection import Leftover, ModelInfo
 from onnxgate.model import TensorSpec
 
 MAX_OPS = 12
@@ -73,4 +73,17 @@ def render_text(info: ModelInfo) -> Lines:
         f", … {len(top) - MAX_OPS} more" if len(top) > MAX_OPS else ""
     )
     lines.append(line(f"  ops: {escape(ops) or 'none'}"))
+    lines.extend(line(escape(leftover_line(left))) for left in info.leftovers)
     return lines
+
+
+def leftover_line(left: Leftover) -> str:
+    """One partial file beside the model, and what will become of it."""
+    fate = (
+        "its writer is gone; the next onnxgate write to this folder removes it"
+        if left.stale
+        else f"process {left.writer} is still writing it"
+    )
+    return (
+        f"  leftover: {left.path} ({_size(left.bytes)}), a partial write of {left.target}: {fate}"
+    )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate._fs import is_stale, partial_files, partial_target, partial_writer
 from onnxgate.compat.versions import (
     DEFAULT_DOMAIN,
     STANDARD_DOMAINS,
@@ -45,6 +47,41 @@ class ExternalData(BaseModel):
     files: list[ExternalFile]
 
 
+class Leftover(BaseModel):
+    """A partial file an interrupted onnxgate write left in the model's folder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    target: str
+    """The file it was to become."""
+    bytes: int
+    writer: int | None
+    """The pid of the process that wrote it."""
+    stale: bool
+    """Its writer is gone; the next onnxgate write to the folder removes it."""
+
+
+def leftovers(folder: str | os.PathLike[str]) -> list[Leftover]:
+    """The partial files of interrupted onnxgate writes in ``folder`` (see ``onnxgate._fs``)."""
+    found = []
+    for path in partial_files(folder):
+        try:
+            size = path.stat().st_size
+        except OSError:  # renamed or removed since it was listed
+            continue
+        found.append(
+            Leftover(
+                path=str(path),
+                target=partial_target(path),
+                bytes=size,
+                writer=partial_writer(path),
+                stale=is_stale(path),
+            )
+        )
+    return found
+
+
 class ModelInfo(BaseModel):
     """Everything ``inspect`` reports about a model."""
 
@@ -69,6 +106,8 @@ class ModelInfo(BaseModel):
     subgraphs: int
     functions: int
     min_runtime: dict[str, str | None]
+    leftovers: list[Leftover]
+    """Partial files of interrupted writes beside the model."""
 
 
 def _op_key(domain: str, op: str) -> str:
@@ -122,6 +161,7 @@ def describe(loaded: LoadedModel) -> ModelInfo:
         subgraphs=len(graphs) - 1,
         functions=len(proto.functions),
         min_runtime=min_runtime(proto.ir_version, opsets).to_dict(),
+        leftovers=leftovers(Path(loaded.path).parent),
     )
 
 
