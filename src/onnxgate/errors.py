@@ -270,3 +270,67 @@ class NotGated(GateError):
 
     exit_code = ExitCode.FAILED
     code = "not-gated"
+
+
+class DataFileError(FeedError):
+    """A data file cannot be read as data: empty, truncated, malformed, too large, or unsafe.
+
+    Raised by the one reader of users' ``.npy``, ``.npz``, JSON and TensorProto ``.pb`` files
+    (``onnxgate.data._files``), naming the file and the archive member or JSON key at fault.
+    """
+
+    code = "data-file"
+
+
+class HollowContract(GateError):
+    """A deployment contract that would prove nothing, or less than its rules' floors.
+
+    No golden samples, outputs left out, impossible dims, or rules weaker than their floor
+    (``onnxgate.contract.RULE_FLOORS``). ``findings`` holds each refusal as ``(code, message)`` with a stable ``CON`` code. Exit 2: the
+    contract is unusable input, as a damaged one is; nothing was verified.
+    """
+
+    code = "hollow-contract"
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, findings: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.findings = list(findings)
+
+    def to_dict(self) -> dict[str, object]:
+        """The error as a JSON-ready mapping, with every finding and its code."""
+        return super().to_dict() | {
+            "findings": [{"code": code, "message": text} for code, text in self.findings]
+        }
+
+
+class ContractKeyError(GateError):
+    """A contract signing or verifying key is set but unusable.
+
+    Unreadable, malformed, of the wrong type, or set twice; the message names the environment
+    variable.
+    """
+
+    code = "contract-key"
+
+
+class ContractKeyMissing(EnvironmentProblem):
+    """A signature is required and no key is configured in the environment.
+
+    Raised by ``contract sign`` and ``verify --require-signature``.
+    """
+
+    code = "contract-key-missing"
+
+
+class NativeCrash(GateError):
+    """The model made onnx's or ONNX Runtime's native code abort or crash in a step.
+
+    A C++ assertion or a bad memory access in a step that reads the model (shape inference, the
+    checker, session creation) kills the process outright: no exception reaches Python. The CLI
+    runs each command in a child process and reports the step the child died in with exit 2,
+    since a malformed model made the native code fail.
+    """
+
+    code = "native-crash"

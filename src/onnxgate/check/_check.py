@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Literal
 
 import onnx
 from onnx import ModelProto
 
+from onnxgate._native import native_step
 from onnxgate.check._functions import value_type_protos
 from onnxgate.check._graph import (
     checker_findings,
@@ -50,14 +52,16 @@ class CheckConfig(Part):
     """The lowest severity that makes ``passed`` false."""
 
 
-def _infer(model: ModelProto) -> tuple[ModelProto, Finding | None]:
+def _infer(model: ModelProto, source: Path) -> tuple[ModelProto, Finding | None]:
     """Shape inference in strict mode for the finding, then lenient for types if strict failed."""
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True), None
+        with native_step("onnx shape inference", source):
+            return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True), None
     except Exception as err:  # InferenceError, ValidationError and C++ errors alike
         problem = finding("STR002", f"shape inference: {first_line(err)}")
     try:
-        return onnx.shape_inference.infer_shapes(model), problem
+        with native_step("onnx shape inference", source):
+            return onnx.shape_inference.infer_shapes(model), problem
     except Exception:  # lenient inference can still fail on a broken graph; keep declared types
         return model, problem
 
@@ -185,7 +189,9 @@ def check_model(
     structure = structure_findings(proto)
     unsorted = any(f.code == "STR003" for f in structure)
     seen = as_runtime_sees_it(proto, profile)
-    inferred, inference_problem = _infer(topologically_sorted(seen) if unsorted else seen)
+    inferred, inference_problem = _infer(
+        topologically_sorted(seen) if unsorted else seen, loaded.path
+    )
     findings = [
         *checker_findings(loaded),
         *([inference_problem] if inference_problem else []),

@@ -26,11 +26,12 @@ from pathlib import Path
 import onnx
 from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TypeProto, defs, helper
 
+from onnxgate._native import native_step
 from onnxgate.check._graph import node_label
 from onnxgate.compat.kernels import NodeSchema
 from onnxgate.compat.versions import opset_map, proto_domain
 from onnxgate.errors import GateError, InternalError, first_line
-from onnxgate.model import iter_model_graphs, value_types
+from onnxgate.model import elem_type_name, iter_model_graphs, value_types
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
 MAX_DEPTH = 3
@@ -112,9 +113,10 @@ def _build(
         # A missing optional input is an empty type, as the runtime passes it.
         types = [(t or TypeProto()).SerializeToString() for t in inputs]
         try:
-            raw = spec.get_context_dependent_function_with_opset_version(
-                max(usable_context), node.SerializeToString(), types
-            )
+            with native_step("onnx function builder"):
+                raw = spec.get_context_dependent_function_with_opset_version(
+                    max(usable_context), node.SerializeToString(), types
+                )
         except TypeError:
             raise  # pybind's "incompatible function arguments": our call is wrong, not the model
         except Exception as err:  # the builder's own checks: ValueError, SchemaError, C++ errors
@@ -143,7 +145,7 @@ def _describe(proto: TypeProto | None) -> str:
     if not proto.HasField("tensor_type"):
         return str(proto.WhichOneof("value"))
     tensor = proto.tensor_type
-    elem = helper.tensor_dtype_to_string(tensor.elem_type).removeprefix("TensorProto.").lower()
+    elem = elem_type_name(tensor.elem_type)  # "unknown(99)" for a malformed one, not a KeyError
     return (
         f"{elem} of rank {len(tensor.shape.dim)}"
         if tensor.HasField("shape")
@@ -191,7 +193,8 @@ def _expand(
     model = helper.make_model(graph, opset_imports=imports)
     failure = None
     try:
-        model = onnx.shape_inference.infer_shapes(model)
+        with native_step("onnx shape inference of a function body"):
+            model = onnx.shape_inference.infer_shapes(model)
     except TypeError:
         raise  # our call is wrong, not the body
     except Exception as err:  # InferenceError, ValidationError, C++ errors: onnx judges the body

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import onnx
 from onnx import GraphProto, ModelProto, NodeProto
 
+from onnxgate._native import native_step
 from onnxgate.check._report import Finding, finding
 from onnxgate.errors import first_line
 from onnxgate.model import (
@@ -31,7 +32,8 @@ def checker_findings(loaded: LoadedModel) -> list[Finding]:
     """STR001: what ``onnx.checker`` says, given the path when weights live in side files."""
     target: ModelProto | str = str(loaded.path) if loaded.external_data else loaded.proto
     try:
-        onnx.checker.check_model(target)
+        with native_step("onnx checker", loaded.path):
+            onnx.checker.check_model(target)
     except Exception as err:  # the checker raises ValidationError and bare C++ errors alike
         return [finding("STR001", f"onnx.checker: {first_line(err)}")]
     return []

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import onnx
-from onnx import ModelProto, NodeProto, TypeProto
+from onnx import FunctionProto, ModelProto, NodeProto, TypeProto
 
 from onnxgate.check._functions import MAX_DEPTH, NoBody, expand
 from onnxgate.check._graph import node_label
@@ -305,11 +305,16 @@ def _scoped_nodes(model: ModelProto) -> Iterator[tuple[NodeProto, dict[str, int]
     """
     local = {(normalize_domain(f.domain), f.name) for f in model.functions}
     opsets = opset_map(model.opset_import)
-    scopes = {id(f): {**opsets, **opset_map(f.opset_import)} for f in model.functions}
-    for node, function in iter_scoped_nodes(model):
+    # The scope comes from the function object the walk yields, never from an id() taken in an
+    # earlier pass: protobuf makes a new wrapper for each access, and a dead one's id is reused.
+    function: FunctionProto | None = None
+    scope = opsets
+    for node, owner in iter_scoped_nodes(model):
+        if owner is not function:  # the walk yields one function's nodes together
+            function = owner
+            scope = opsets if owner is None else {**opsets, **opset_map(owner.opset_import)}
         if (normalize_domain(node.domain), node.op_type) not in local:
-            in_function = function is not None
-            yield node, scopes[id(function)] if in_function else opsets, in_function
+            yield node, scope, owner is not None
 
 
 def operator_findings(

@@ -12,6 +12,8 @@ from typer.core import TyperOption
 from onnxgate import __version__
 from onnxgate.cli import _help
 from onnxgate.cli._common import configure_logging
+from onnxgate.cli._supervise import run as run_supervised
+from onnxgate.cli._supervise import supervised
 from onnxgate.cli.bench_cmd import bench_command
 from onnxgate.cli.check_cmd import check_command
 from onnxgate.cli.compare_cmd import compare_command
@@ -125,5 +127,15 @@ _help.install()
 
 
 def main() -> None:
-    """Entry point of the ``onnxgate`` script."""
-    app(args=hoist_verbosity(sys.argv[1:]))
+    """Entry point of the ``onnxgate`` script: each command runs in a supervised child process.
+
+    If onnx's or ONNX Runtime's native code aborts on a model, the parent still answers (exit 2
+    naming the step, see ``cli/_supervise.py``).
+    """
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints, escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    args = hoist_verbosity(sys.argv[1:])
+    if supervised(args):
+        run_supervised(lambda: app(args=args), args)
+    app(args=args)

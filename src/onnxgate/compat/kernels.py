@@ -30,6 +30,19 @@ VARIADIC = 2
 OPEN_END = 2**31 - 1
 
 
+def lookup_version(opset: int) -> int | None:
+    """A model's opset version as onnx's schema lookups take it, or None when none can apply.
+
+    The version is an int64 in the model, so a malformed one can be anything; onnx's
+    ``get_schema`` takes a C++ ``int`` and raises pybind's TypeError ("incompatible function
+    arguments") beyond 32 bits. Every version past the newest schema finds the newest one, so a
+    larger version is clamped; below 1 no schema exists.
+    """
+    if not isinstance(opset, int) or opset < 1:
+        return None
+    return min(opset, OPEN_END)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One registered kernel: an operator version range and a binding of its type parameters."""
@@ -104,10 +117,11 @@ def _bind(
 def onnx_schema(op: str, domain: str, opset: int) -> NodeSchema | None:
     """The onnx package's schema of ``op`` in force at ``opset``, or None if it has none."""
     onnx_domain = _ONNX_DOMAINS.get(normalize_domain(domain))
-    if onnx_domain is None:
+    version = lookup_version(opset)
+    if onnx_domain is None or version is None:
         return None
     try:
-        schema = defs.get_schema(op, opset, onnx_domain)
+        schema = defs.get_schema(op, version, onnx_domain)
     except defs.SchemaError:
         return None
     has_function = bool(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import GraphProto, ModelProto, TensorProto, helper
 
+from onnxgate._native import native_step
 from onnxgate.errors import first_line
 from onnxgate.model import Signature, TensorSpec
 
@@ -311,7 +312,10 @@ def _rejects(
 
 def _infer(model: ModelProto) -> str | None:
     try:
-        onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=True, data_prop=True)
+        with native_step("onnx shape inference (sizing synthetic feeds)"):
+            onnx.shape_inference.infer_shapes(
+                model, check_type=False, strict_mode=True, data_prop=True
+            )
     except Exception as error:  # onnx raises InferenceError, and others on odd graphs
         return first_line(error, 300)
     return None

@@ -14,6 +14,7 @@ from typing import Any, Literal, Self
 import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
+from onnxgate._native import native_step
 from onnxgate.compat.providers import canonical, resolve
 from onnxgate.errors import ConfigError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, TensorSpec, constant_values
@@ -218,15 +219,18 @@ def create_session(
     """
     settings = options.applied_settings()
     try:
-        return _session.create(
-            proto.SerializeToString(),
-            settings,
-            config={_session.EXTERNAL_FOLDER: str(folder)},
-            profile_prefix=None if profile_prefix is None else str(profile_prefix),
-            optimized_model_path=(
-                None if options.optimized_model_path is None else str(options.optimized_model_path)
-            ),
-        )
+        with native_step("ORT session creation", what):
+            return _session.create(
+                proto.SerializeToString(),
+                settings,
+                config={_session.EXTERNAL_FOLDER: str(folder)},
+                profile_prefix=None if profile_prefix is None else str(profile_prefix),
+                optimized_model_path=(
+                    None
+                    if options.optimized_model_path is None
+                    else str(options.optimized_model_path)
+                ),
+            )
     except _session.Refused as refused:
         raise refusal(
             refused.to_dict(),
@@ -338,12 +342,15 @@ class OrtRunner:
     def infer(self, feeds: Mapping[str, Any]) -> Inference:
         """Run once; raises RunFailed with ONNX Runtime's message when the run fails."""
         session, feeds = self.session, dict(feeds)
-        start = time.perf_counter_ns()
-        try:
-            values = session.run(None, feeds, self._run_options)
-        except Exception as err:  # ORT raises its own exception types, not a shared base
-            raise RunFailed(f"{self.name} failed on {self.model.path}: {first_line(err)}") from err
-        elapsed = time.perf_counter_ns() - start
+        with native_step("ORT inference", self.model.path):  # outside the timed region
+            start = time.perf_counter_ns()
+            try:
+                values = session.run(None, feeds, self._run_options)
+            except Exception as err:  # ORT raises its own exception types, not a shared base
+                raise RunFailed(
+                    f"{self.name} failed on {self.model.path}: {first_line(err)}"
+                ) from err
+            elapsed = time.perf_counter_ns() - start
         return Inference(dict(zip(self._outputs, values, strict=True)), elapsed)
 
     @property
@@ -370,7 +377,8 @@ class OrtRunner:
         )
         names = [o.name for o in session.get_outputs()]
         try:
-            values = session.run(None, dict(feeds), _quiet_run())
+            with native_step("ORT inference", self.model.path):
+                values = session.run(None, dict(feeds), _quiet_run())
         except Exception as err:  # ORT raises its own exception types, not a shared base
             raise RunFailed(
                 f"{self.name} failed with every node output exposed: {first_line(err)}"
@@ -403,7 +411,8 @@ def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
     copy.CopyFrom(model)
     graph = copy.graph
     try:
-        inferred = onnx.shape_inference.infer_shapes(copy).graph
+        with native_step("onnx shape inference"):
+            inferred = onnx.shape_inference.infer_shapes(copy).graph
         known = {v.name: v for v in (*inferred.value_info, *inferred.output)}
     except Exception:  # inference is a help for typing outputs, not a requirement
         log.debug("shape inference failed while exposing outputs", exc_info=True)

@@ -33,6 +33,8 @@ from typing import Any, Literal
 import numpy as np
 import onnx.defs
 
+from onnxgate.compat.kernels import lookup_version
+
 __all__ = [
     "DEVIATIONS",
     "Deviation",
@@ -275,8 +277,11 @@ def schema_version(op_type: str, domain: str, opset: int) -> int | None:
     ``domain`` may be ``""`` or ``"ai.onnx"`` for the default domain. None when no schema exists
     (a custom domain, an operator introduced later than ``opset``).
     """
+    version = lookup_version(opset)
+    if version is None:
+        return None
     try:
-        schema = onnx.defs.get_schema(op_type, opset, "" if domain == "ai.onnx" else domain)
+        schema = onnx.defs.get_schema(op_type, version, "" if domain == "ai.onnx" else domain)
     except onnx.defs.SchemaError:
         return None
     return int(schema.since_version)
@@ -448,7 +453,7 @@ def _dispatcher(fix: _Fix, op_run: type) -> type:
         opset = opsets.get("", opsets.get("ai.onnx"))
         version = schema_version(fix.op_type, "", opset) if opset is not None else None
         if _applies(fix, version):
-            schema = onnx.defs.get_schema(fix.op_type, opset, "")
+            schema = onnx.defs.get_schema(fix.op_type, version, "")  # its own since_version
             return fix.build(onnx_node, run_params, schema)
         native = load_op("", fix.op_type, opset, evaluator_cls=run_params.get("evaluator_cls"))
         return native(onnx_node, run_params)
