@@ -1,4 +1,4 @@
-"""Input feeds: read from files, generated from a signature, checked in one place."""
+"""Input feeds: read from files (one total reader), generated from a signature, checked once."""
 
 from onnxgate.data._dims import DimChoice, ShapePlan, describe_shapes, plan_dims
 from onnxgate.data._feeds import (
@@ -9,6 +9,18 @@ from onnxgate.data._feeds import (
     load_feeds,
     numpy_dtype,
     validate_feeds,
+)
+from onnxgate.data._files import (
+    MAX_DATA_BYTES,
+    MAX_DATA_BYTES_ENV,
+    json_array,
+    max_data_bytes,
+    read_arrays,
+    read_json,
+    read_npy,
+    read_npz,
+    read_pb,
+    read_text,
 )
 from onnxgate.data._synthetic import (
     DEFAULT_DIM,
@@ -24,6 +36,8 @@ from onnxgate.data._synthetic import (
 
 __all__ = [
     "DEFAULT_DIM",
+    "MAX_DATA_BYTES",
+    "MAX_DATA_BYTES_ENV",
     "DimChoice",
     "ShapePlan",
     "Synthesized",
@@ -37,10 +51,18 @@ __all__ = [
     "describe_spec",
     "feeds_digest",
     "infer_ranges",
+    "json_array",
     "load_feeds",
+    "max_data_bytes",
     "numpy_dtype",
     "parse_dims",
     "parse_ranges",
+    "read_arrays",
+    "read_json",
+    "read_npy",
+    "read_npz",
+    "read_pb",
+    "read_text",
     "synthetic_samples",
     "validate_feeds",
 ]

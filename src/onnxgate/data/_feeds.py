@@ -2,7 +2,9 @@
 
 A feed is a mapping from input name to value; a :class:`Sample` is one feed with a label that says
 where it came from (``inputs.npz``, ``test_data_set_0``, ``batch=3,seq=17``). Files are read as
-data, never as code: ``.npz`` with ``allow_pickle=False``, ``.pb`` as TensorProto, JSON as JSON.
+data, never as code, by the one reader in ``_files`` (``.npz`` without pickle and with every
+declared size checked first, ``.pb`` as TensorProto, JSON as JSON); this module decides which
+files make a sample and what the values are called.
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ import dataclasses
 import hashlib
 import json
 import re
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnx import MapProto, OptionalProto, SequenceProto, TensorProto, numpy_helper
+from onnx import MapProto, OptionalProto, SequenceProto, TensorProto
 from onnx.helper import tensor_dtype_to_np_dtype
 
+from onnxgate._pathtext import shown
+from onnxgate.data._files import json_array, read_json, read_npz, read_pb
 from onnxgate.errors import FeedError
 from onnxgate.model import Dim, Signature, TensorSpec
 
@@ -208,84 +211,54 @@ def _check_one(spec: TensorSpec, value: Any, sizes: dict[str, tuple[int, str]], 
 
 
 def _from_npz(path: Path) -> Sample:
-    try:
-        with path.open("rb") as file:
-            magic = file.read(4)
-    except OSError as err:
-        raise FeedError(f"{path}: cannot be read ({err.strerror}).") from err
-    if magic != b"PK\x03\x04":
-        raise FeedError(
-            f"{path}: is not a readable .npz archive (a zip of .npy arrays, one per input).",
-            hint="Write it with np.savez(path, input_name=array, ...).",
-        )
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            feeds = {name: archive[name] for name in archive.files}
-    except ValueError as err:  # object arrays need pickle, which is refused on purpose
-        raise FeedError(
-            f"{path}: holds an object array, which would need pickle to read; refused.",
-            hint="Save strings as fixed-width unicode arrays (np.array([...], dtype=str)).",
-        ) from err
-    except (OSError, EOFError, zipfile.BadZipFile) as err:
-        raise FeedError(f"{path}: is not a readable .npz archive ({err}).") from err
-    return Sample(path.name, feeds)
+    return Sample(shown(path.name), read_npz(path))
 
 
 def _from_json(path: Path, signature: Signature | None) -> list[Sample]:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise FeedError(f"{path}: is not readable JSON ({err}).") from err
+    document = read_json(path)
     records = document if isinstance(document, list) else [document]
     if not records:
-        raise FeedError(f"{path}: holds no sample (an empty list).")
+        raise FeedError(f"{shown(path)}: holds no sample (an empty list).")
     dtypes = {s.name: s.dtype for s in signature.inputs} if signature else {}
     samples = []
     for index, record in enumerate(records):
         if not isinstance(record, dict):
             raise FeedError(
-                f"{path}: entry {index} is a {type(record).__name__}; expected an object "
+                f"{shown(path)}: entry {index} is a {type(record).__name__}; expected an object "
                 '{"input_name": nested list, ...} or a list of such objects.'
             )
+        where = shown(path) if len(records) == 1 else f"{shown(path)}[{index}]"
         feeds = {
-            name: _json_array(path, name, values, dtypes.get(name))
+            name: _json_array(where, name, values, dtypes.get(name))
             for name, values in record.items()
         }
-        label = path.name if len(records) == 1 else f"{path.name}[{index}]"
+        label = shown(path.name) if len(records) == 1 else f"{shown(path.name)}[{index}]"
         samples.append(Sample(label, feeds))
     return samples
 
 
-def _json_array(path: Path, name: str, values: Any, dtype: str | None) -> np.ndarray:
+def _json_array(where: str, name: str, values: Any, dtype: str | None) -> np.ndarray:
     """JSON values as the input's dtype, refusing conversions that would change a value."""
-    try:
-        natural = np.asarray(values)
-    except (TypeError, ValueError, OverflowError) as err:
-        raise FeedError(f"{path}: input {name!r} is not a regular nested list ({err}).") from err
+    natural = json_array(values, f"{where}: input {name!r}")
     if dtype is None:
         return natural
     want = numpy_dtype(dtype)
     if want == np.dtype(object):
         if natural.size and natural.dtype.kind != "U":
-            raise FeedError(f"{path}: input {name!r} expects strings; got {natural.dtype} values.")
+            raise FeedError(f"{where}: input {name!r} expects strings; got {natural.dtype} values.")
         return natural.astype(object)
-    if natural.dtype.kind == "O":
-        raise FeedError(
-            f"{path}: input {name!r} expects {dtype}; its values are of mixed types or integers "
-            "beyond 64 bits."
-        )
     if natural.size and (
         natural.dtype.kind in "US" or (natural.dtype.kind == "b") != (want.kind == "b")
     ):
-        raise FeedError(f"{path}: input {name!r} expects {dtype}; got {natural.dtype} values.")
+        raise FeedError(f"{where}: input {name!r} expects {dtype}; got {natural.dtype} values.")
     try:
         with np.errstate(over="raise", invalid="raise"):
             cast = natural.astype(want)
     except (OverflowError, FloatingPointError, ValueError) as err:
-        raise FeedError(f"{path}: input {name!r}: values do not fit {dtype} ({err}).") from err
+        raise FeedError(f"{where}: input {name!r}: values do not fit {dtype} ({err}).") from err
     if want.kind in "iub" and not np.array_equal(cast.astype(natural.dtype), natural):
         raise FeedError(
-            f"{path}: input {name!r} expects {dtype}, and some values are not exactly {dtype} "
+            f"{where}: input {name!r} expects {dtype}, and some values are not exactly {dtype} "
             "(fractions, or out of range); fix the data rather than have them rounded."
         )
     return cast
@@ -298,18 +271,7 @@ def _read_pb(path: Path, type_string: str | None = None) -> tuple[str, Any]:
         (cls for prefix, cls in kinds.items() if (type_string or "").startswith(prefix)),
         TensorProto,
     )
-    proto = proto_class()
-    try:
-        proto.ParseFromString(path.read_bytes())
-        if isinstance(proto, SequenceProto):
-            return proto.name, numpy_helper.to_list(proto)
-        if isinstance(proto, MapProto):
-            return proto.name, numpy_helper.to_dict(proto)
-        if isinstance(proto, OptionalProto):
-            return proto.name, numpy_helper.to_optional(proto)
-        return proto.name, numpy_helper.to_array(proto)
-    except Exception as err:  # protobuf raises several unrelated types for malformed input
-        raise FeedError(f"{path}: is not a readable {proto_class.__name__} ({err}).") from err
+    return read_pb(path, proto_class)
 
 
 def _index(path: Path) -> int:
@@ -320,7 +282,7 @@ def _index(path: Path) -> int:
 def _from_pb_folder(folder: Path, signature: Signature | None) -> Sample:
     files = sorted(folder.glob("input_*.pb"), key=_index)
     if not files:
-        raise FeedError(f"{folder}: has no input_*.pb files.")
+        raise FeedError(f"{shown(folder)}: has no input_*.pb files.")
     names = [s.name for s in signature.inputs] if signature else []
     types = [s.type for s in signature.inputs] if signature else []
     feeds = {}
@@ -330,11 +292,11 @@ def _from_pb_folder(folder: Path, signature: Signature | None) -> Sample:
         if not name:  # ONNX test data often leaves names out: inputs are then positional
             if position >= len(names):
                 raise FeedError(
-                    f"{file}: the tensor has no name and the model has only {len(names)} input(s)."
+                    f"{shown(file)}: the tensor has no name and the model has only {len(names)} input(s)."
                 )
             name = names[position]
         feeds[name] = array
-    return Sample(folder.name, feeds)
+    return Sample(shown(folder.name), feeds)
 
 
 def load_feeds(path: str | Path, *, signature: Signature | None = None) -> list[Sample]:
@@ -363,10 +325,10 @@ def load_feeds(path: str | Path, *, signature: Signature | None = None) -> list[
         if archives:
             return [_from_npz(p) for p in archives]
         raise FeedError(
-            f"{path}: holds no test_data_set_* folders, input_*.pb files or .npz archives."
+            f"{shown(path)}: holds no test_data_set_* folders, input_*.pb files or .npz archives."
         )
     if not path.exists():
-        raise FeedError(f"{path}: no such file.")
+        raise FeedError(f"{shown(path)}: no such file.")
     suffix = path.suffix.lower()
     if suffix == ".npz":
         return [_from_npz(path)]
@@ -376,11 +338,11 @@ def load_feeds(path: str | Path, *, signature: Signature | None = None) -> list[
         name, array = _read_pb(path)
         if not name:
             if not signature or len(signature.inputs) != 1:
-                raise FeedError(f"{path}: the tensor has no name; name it, or use a folder.")
+                raise FeedError(f"{shown(path)}: the tensor has no name; name it, or use a folder.")
             name = signature.inputs[0].name
-        return [Sample(path.name, {name: array})]
+        return [Sample(shown(path.name), {name: array})]
     raise FeedError(
-        f"{path}: unknown kind of input data ({suffix or 'no suffix'}).",
+        f"{shown(path)}: unknown kind of input data ({suffix or 'no suffix'}).",
         hint="Use .npz, .json, an input_*.pb file, or a test_data_set_* folder.",
     )
 

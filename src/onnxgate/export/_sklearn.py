@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from onnxgate._fs import staged_file
+from onnxgate._pathtext import FilePath, shown
 from onnxgate._version import __version__
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
@@ -29,7 +30,7 @@ from onnxgate.contract import (
     opinion_from,
     write_contract,
 )
-from onnxgate.data import Sample
+from onnxgate.data import Sample, read_arrays
 from onnxgate.errors import ExportError, ExtraMissing, FeedError
 from onnxgate.export._report import ExportReport
 from onnxgate.model import Signature, load_model
@@ -40,9 +41,9 @@ from onnxgate.settings import Part, Tolerances, config_hash
 class SklearnExportConfig(Part):
     """What ``export sklearn`` is asked to do with an estimator."""
 
-    out: Path
+    out: FilePath
     """The ``.onnx`` file to write."""
-    data: Path
+    data: FilePath
     """Rows to prove parity on: an .npy matrix, or an .npz with one array (or ``X``)."""
     dtype: Literal["float32", "float64"] = "float32"
     """The inputs' element type."""
@@ -66,30 +67,27 @@ class _Missed(Exception):
 
 
 def read_matrix(path: Path) -> np.ndarray:
-    """A 2-D feature matrix from .npy or .npz.
+    """A 2-D feature matrix from .npy or .npz (told apart by content, as ``np.load`` does).
 
     Raises:
         FeedError: the file is missing, unreadable, or not one 2-D numeric matrix.
     """
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise FeedError(f"{path}: cannot be read as .npy/.npz ({err}).") from err
+    loaded = read_arrays(path)
     if isinstance(loaded, np.ndarray):
         matrix = loaded
     else:
-        with loaded as archive:
-            names = archive.files
-            key = "X" if "X" in names else names[0] if len(names) == 1 else None
-            if key is None:
-                raise FeedError(f"{path}: holds {names}; name the feature matrix X.")
-            matrix = archive[key]
+        names = list(loaded)
+        key = "X" if "X" in names else names[0] if len(names) == 1 else None
+        if key is None:
+            raise FeedError(f"{shown(path)}: holds {names}; name the feature matrix X.")
+        matrix = loaded[key]
     if matrix.ndim != 2 or matrix.dtype.kind not in "fiub":
         raise FeedError(
-            f"{path}: expected a 2-D numeric matrix; got {matrix.dtype} {list(matrix.shape)}."
+            f"{shown(path)}: expected a 2-D numeric matrix; got {matrix.dtype} "
+            f"{list(matrix.shape)}."
         )
     if len(matrix) == 0:
-        raise FeedError(f"{path}: has no rows.")
+        raise FeedError(f"{shown(path)}: has no rows.")
     return matrix
 
 
@@ -160,8 +158,8 @@ def export_sklearn(
     expected = getattr(estimator, "n_features_in_", None)
     if expected is not None and x.shape[1] != expected:
         raise FeedError(
-            f"{config.data}: has {x.shape[1]} column(s); {type(estimator).__name__} was fitted "
-            f"on {expected} feature(s)."
+            f"{shown(config.data)}: has {x.shape[1]} column(s); {type(estimator).__name__} was "
+            f"fitted on {expected} feature(s)."
         )
     opset = config.opset or skl2onnx.__max_supported_opset__
     ml = None
@@ -202,7 +200,7 @@ def export_sklearn(
             report = compare_runners(
                 OrtRunner(loaded),
                 reference,
-                [Sample(config.data.name, {name: x})],
+                [Sample(shown(config.data.name), {name: x})],
                 signature=signature,
                 tolerances=config.tolerances,
             )
@@ -220,8 +218,9 @@ def export_sklearn(
             if not report.passed:
                 detail = "; ".join(f"{o.name}: {o.reason}" for o in report.outputs if not o.passed)
                 reason = (
-                    f"the exported model disagrees with {type(estimator).__name__} on {config.data}: "
-                    f"{detail}. The model was not written to {config.out}."
+                    f"the exported model disagrees with {type(estimator).__name__} on "
+                    f"{shown(config.data)}: {detail}. The model was not written to "
+                    f"{shown(config.out)}."
                 )
                 hint = (
                     "ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
@@ -242,7 +241,7 @@ def export_sklearn(
     if config.contract:
         # several shapes: one row, a prime number of rows, and a larger block
         golden = [
-            Sample(f"{config.data.name}[:{n}]", {name: x[:n]}, {"batch": n})
+            Sample(f"{shown(config.data.name)}[:{n}]", {name: x[:n]}, {"batch": n})
             for n in sorted({min(1, len(x)), min(7, len(x)), min(config.golden_rows, len(x))})
         ]
         contract = write_contract(

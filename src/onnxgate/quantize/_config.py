@@ -12,11 +12,11 @@ import logging
 import math
 import platform
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from onnxgate._pathtext import FilePath, PathText
 from onnxgate.errors import ConfigError
 from onnxgate.settings import Part
 
@@ -129,7 +129,7 @@ PRESET_HELP = (
 class QuantizeConfig(Part):
     """How to quantise and how the result is judged. ``None`` means "from the preset"."""
 
-    out: Path
+    out: FilePath
     mode: Mode = "dynamic"
     format: QuantFormat | None = None
     """``--quant-format``, static only: QDQ (the default, what ONNX Runtime's CPU kernels fuse)
@@ -141,12 +141,12 @@ class QuantizeConfig(Part):
     weight_type: IntType | None = None
     op_types: tuple[str, ...] = ()
     """Op types to quantise; empty = Conv, ConvTranspose, Gemm, MatMul."""
-    calibration: str | None = None
+    calibration: PathText | None = None
     """Calibration feeds: an .npz, a folder of samples, JSON, or ``package.module:function``."""
     calibration_method: CalibrationMethod = "minmax"
-    eval: str | None = None
+    eval: PathText | None = None
     """Evaluation feeds, in the same notations; synthetic when absent (with a notice)."""
-    labels: Path | None = None
+    labels: FilePath | None = None
     """True labels of the evaluation rows (.npy, .npz, .json or .txt), in row order."""
     max_drop: float = Field(default=0.01)
     """The budget: 1 - cosine, 1 - top-1 agreement, or accuracy points lost (0.01 = 1 point)."""
@@ -164,7 +164,7 @@ class QuantizeConfig(Part):
     bench_budget_s: float = 1.0
     """Seconds of timed runs per model and shape (at least ``SPEED_MIN_RUNS`` runs)."""
     bench_batches: tuple[int, ...] = ()
-    bench_inputs: str | None = None
+    bench_inputs: PathText | None = None
     """Data to time float vs quantised on (a file, a folder or an entry point, as ``eval``),
     one timing per sample at its own shape, instead of synthetic inputs at ``bench_batches``."""
     allow_slower: bool = False

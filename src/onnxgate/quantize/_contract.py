@@ -26,6 +26,7 @@ from onnxgate.contract import (
     write_contract,
 )
 from onnxgate.contract._golden import rules_for
+from onnxgate.contract._hollow import output_extents, rule_findings
 from onnxgate.contract._schema import sha256_file
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError
@@ -200,3 +201,22 @@ def write_quantized_contract(
         store=store,
     )
     return store.location(out)
+
+
+def weak_rule_notices(out: Path, *, store: ContractStore = SIDECAR) -> list[str]:
+    """What in the written contract ``verify`` will refuse as weaker than its floors (CON006).
+
+    The gate judged every evaluation row; the contract keeps what its few golden samples measure,
+    which can fall below verify's floors (a top-1 agreement of 0.6 over five rows). The model is
+    still delivered, but the user learns now, not at ``verify``, that it needs
+    ``--allow-weak-rules`` or more telling data.
+    """
+    contract = store.read(out)
+    if contract.golden is None:
+        return []
+    extents = output_extents(contract.golden.samples, store.read_golden(out, contract))
+    return [
+        f"{finding.code} {finding.message}: `onnxgate verify` refuses this contract unless given "
+        "--allow-weak-rules; evaluation data closer to production (--eval) gives firmer rules"
+        for finding in rule_findings(contract.golden.rules, extents)
+    ]

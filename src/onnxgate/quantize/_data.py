@@ -8,7 +8,6 @@ flatters the result, and the report says how many there were.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,9 +15,20 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxgate.data import Sample, feeds_digest, load_feeds, validate_feeds
+from onnxgate._pathtext import shown
+from onnxgate.data import (
+    Sample,
+    feeds_digest,
+    json_array,
+    load_feeds,
+    read_json,
+    read_npy,
+    read_npz,
+    read_text,
+    validate_feeds,
+)
 from onnxgate.data._feeds import feed_dims
-from onnxgate.errors import ConfigError, FeedError
+from onnxgate.errors import ConfigError, FeedError, first_line
 from onnxgate.model import Signature
 
 log = logging.getLogger(__name__)
@@ -112,39 +122,47 @@ def overlap(calibration: Sequence[Sample], evaluation: Sequence[Sample]) -> int:
 def load_labels(path: Path, expected: int) -> np.ndarray:
     """True labels, one per evaluation row, as a 1-D integer array.
 
+    Read by the data reader (``.npy``, ``.npz`` with one array, JSON), or as whitespace-separated
+    integers from any other file.
+
     Raises:
         FeedError: unreadable, not integers, or not one per row.
     """
+    where = f"--labels {shown(path)}"
     if not path.is_file():
-        raise FeedError(f"--labels {path}: no such file.")
+        raise FeedError(f"{where}: no such file.")
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".npy":
-            values = np.load(path, allow_pickle=False)
-        elif suffix == ".npz":
-            with np.load(path, allow_pickle=False) as archive:
-                if len(archive.files) != 1:
-                    raise FeedError(
-                        f"--labels {path}: holds {len(archive.files)} arrays; keep only the labels."
-                    )
-                values = archive[archive.files[0]]
-        elif suffix == ".json":
-            values = np.asarray(json.loads(path.read_text(encoding="utf-8")))
-        else:
-            values = np.asarray([int(t) for t in path.read_text(encoding="utf-8").split()])
-    except FeedError:
-        raise
-    except (OSError, ValueError, json.JSONDecodeError) as err:
-        raise FeedError(f"--labels {path}: cannot be read as labels ({err}).") from err
-    values = np.asarray(values).reshape(-1)
+    if suffix == ".npy":
+        values = read_npy(path)
+    elif suffix == ".npz":
+        arrays = read_npz(path)
+        if len(arrays) != 1:
+            raise FeedError(f"{where}: holds {len(arrays)} arrays; keep only the labels.")
+        (values,) = arrays.values()
+    elif suffix == ".json":
+        values = json_array(read_json(path), where)
+    else:
+        values = _text_labels(path, where)
+    values = values.reshape(-1)
     if values.dtype.kind not in "iu":
-        raise FeedError(f"--labels {path}: holds {values.dtype} values; labels are class indices.")
+        raise FeedError(f"{where}: holds {values.dtype} values; labels are class indices.")
     if values.size != expected:
         raise FeedError(
-            f"--labels {path}: has {values.size} label(s) for {expected} evaluation row(s).",
+            f"{where}: has {values.size} label(s) for {expected} evaluation row(s).",
             hint="Give one label per row of --eval, in the order of its samples.",
         )
     return values.astype(np.int64)
+
+
+def _text_labels(path: Path, where: str) -> np.ndarray:
+    """Whitespace-separated integers."""
+    try:
+        numbers = [int(token) for token in read_text(path, kind="labels").split()]
+    except ValueError as err:  # not an integer, or more digits than Python converts
+        raise FeedError(f"{where}: cannot be read as integer labels ({first_line(err)}).") from err
+    if any(not -(2**63) <= n < 2**63 for n in numbers):
+        raise FeedError(f"{where}: holds integers beyond 64 bits; labels are class indices.")
+    return np.asarray(numbers, dtype=np.int64)
 
 
 def sample_dims(signature: Signature, sample: Sample) -> dict[str, int]:

@@ -40,6 +40,7 @@ from onnxgate.quantize._contract import (
     GOLDEN_SAMPLES,
     contract_rules,
     second_opinion,
+    weak_rule_notices,
     write_quantized_contract,
 )
 from onnxgate.quantize._gate import Judge, gate_rules
@@ -497,4 +498,5 @@ def _quantize(
         out.unlink(missing_ok=True)
         drop_stale_contract(out)
         raise
-    return report.model_copy(update={"contract": str(path)})
+    weak = weak_rule_notices(out)
+    return report.model_copy(update={"contract": str(path), "notices": report.notices + weak})
