@@ -92,3 +92,17 @@ def test_names_that_merely_look_alike_are_not_partials(tmp_path):
     for name in ("m.onnx", ".m.onnx.tmp", ".m.onnx.x.onnxgate-partial", "m.onnxgate-partial"):
         (tmp_path / name).write_bytes(b"x")
     assert partial_files(tmp_path) == []
+
+
+def test_verify_mentions_partials_beside_the_model_without_failing(tmp_path):
+    model = save(mlp(), tmp_path / "mlp.onnx")
+    assert runner.invoke(app, ["contract", "init", str(model)]).exit_code == 0
+    killed_writer(tmp_path / "mlp.int8.onnx")
+
+    text = runner.invoke(app, ["verify", str(model)])
+    assert text.exit_code == 0, text.output
+    assert "leftover:" in text.output and "a partial write of mlp.int8.onnx" in text.output
+    document = json.loads(runner.invoke(app, ["verify", str(model), "--format", "json"]).stdout)
+    assert document["passed"] and [left["target"] for left in document["leftovers"]] == [
+        "mlp.int8.onnx"
+    ]

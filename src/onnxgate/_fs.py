@@ -66,7 +66,7 @@ def staged_file(target: Path) -> Iterator[Path]:
     without an exception the file gets the usual mode, is fsynced and renamed over ``target``;
     otherwise it is removed, and ``target`` is untouched.
     """
-    fd, name = _partial(target, target.suffix)
+    fd, name = open_partial(target, target.suffix)
     os.close(fd)
     tmp = Path(name)
     try:
@@ -85,7 +85,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     target, which POSIX makes atomic.
     """
     target = Path(path)
-    fd, tmp = _partial(target, "")
+    fd, tmp = open_partial(target, "")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -103,8 +103,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def _partial(target: Path, suffix: str) -> tuple[int, str]:
-    """Create the partial file for ``target`` (removing stale ones beside it first)."""
+def open_partial(target: Path, suffix: str = "") -> tuple[int, str]:
+    """Create the partial file for ``target`` (removing stale ones beside it first): (fd, path)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target.parent)
     return tempfile.mkstemp(

@@ -1,4 +1,10 @@
-"""A ``ModelInfo`` (``inspect``) as text for people."""
+"""A ``ModelInfo`` (``inspect``) as text for people.
+
+Every string in a ``ModelInfo`` comes from the model file (names, domains, producer, dims) or its
+path, and the model is untrusted: text is printed only through ``_shown``, which writes control
+and format characters as escapes, so a name cannot restyle, retitle or clear the terminal (ESC
+sequences) or reorder what is shown (bidi overrides), and through ``escape`` for rich markup.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,16 @@ from onnxgate.model import TensorSpec
 
 MAX_OPS = 12
 """Op types named in the histogram line before the rest are counted."""
+
+
+def _printable(text: str) -> str:
+    r"""``text`` with every non-printable character as its escape (``\x1b``, ``\u202e``, ``\n``)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def _shown(text: str) -> str:
+    """Model text made safe to print: no control characters, no rich markup."""
+    return escape(_printable(text))
 
 
 def _shape(spec: TensorSpec) -> str:
@@ -43,8 +59,8 @@ def render_text(info: ModelInfo) -> Lines:
             f"({ext.tensors} tensors)"
         )
     lines: Lines = [
-        line(f"[bold]{escape(info.model)}[/]"),
-        line(escape(f"  IR {info.ir_version} · opsets {opsets} · producer {producer}")),
+        line(f"[bold]{_shown(info.model)}[/]"),
+        line(_shown(f"  IR {info.ir_version} · opsets {opsets} · producer {producer}")),
         line(f"  {info.nodes} nodes · {info.parameters:,} parameters · {size}"),
     ]
     extras = []
@@ -59,21 +75,21 @@ def render_text(info: ModelInfo) -> Lines:
             f"{len(info.initializer_inputs)} initializer(s) also listed as inputs "
             "(not counted as inputs)"
         )
-    lines.extend(line(f"  {escape(extra)}") for extra in extras)
-    lines.append(line(escape(f"  oldest ONNX Runtime that loads it: {oldest}")))
+    lines.extend(line(f"  {_shown(extra)}") for extra in extras)
+    lines.append(line(_shown(f"  oldest ONNX Runtime that loads it: {oldest}")))
     table = Table(show_edge=False, box=None, padding=(0, 2))
     for column in ("", "name", "dtype", "shape"):
         table.add_column(column)
     for kind, specs in (("input", info.inputs), ("output", info.outputs)):
         for spec in specs:
-            table.add_row(kind, escape(spec.name), escape(spec.dtype or "?"), escape(_shape(spec)))
+            table.add_row(kind, _shown(spec.name), _shown(spec.dtype or "?"), _shown(_shape(spec)))
     lines.append(table)
     top = list(info.op_counts.items())
     ops = ", ".join(f"{op} {n}" for op, n in top[:MAX_OPS]) + (
         f", … {len(top) - MAX_OPS} more" if len(top) > MAX_OPS else ""
     )
-    lines.append(line(f"  ops: {escape(ops) or 'none'}"))
-    lines.extend(line(escape(leftover_line(left))) for left in info.leftovers)
+    lines.append(line(f"  ops: {_shown(ops) or 'none'}"))
+    lines.extend(line(_shown(leftover_line(left))) for left in info.leftovers)
     return lines
 
 

@@ -321,10 +321,10 @@ def test_cli_contract_init_then_verify(model):
 
 
 def test_cli_contract_init_records_tolerances(model):
-    result = runner.invoke(app, ["contract", "init", str(model), "--tol", "y:0.5,0"])
+    result = runner.invoke(app, ["contract", "init", str(model), "--tol", "y:0.005,0"])
     assert result.exit_code == 0, result.output
     (rule,) = load_contract(model).golden.rules
-    assert (rule.output, rule.atol, rule.rtol) == ("y", 0.5, 0.0)
+    assert (rule.output, rule.atol, rule.rtol) == ("y", 0.005, 0.0)
 
 
 def test_external_data_is_part_of_the_identity(external):

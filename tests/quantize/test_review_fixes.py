@@ -12,12 +12,12 @@ from test_quantize import _config, _outlier_model
 from typer.testing import CliRunner
 
 from models import model, save, value
-from onnxgate import verify
+from onnxgate import VerifyConfig, verify
 from onnxgate.cli import app
 from onnxgate.compare import Criterion
 from onnxgate.contract import contract_paths, load_contract
 from onnxgate.data import Sample
-from onnxgate.errors import ConfigError
+from onnxgate.errors import ConfigError, HollowContract
 from onnxgate.model import Signature
 from onnxgate.quantize import QuantizeConfig, _contract, _data, quantize, resolve
 from onnxgate.quantize._gate import Judge, Rule
@@ -121,7 +121,12 @@ def test_an_accuracy_gated_classifier_verifies_against_its_own_contract(tmp_path
     assert rule.metric.startswith("top1>=")
     assert float(rule.metric.removeprefix("top1>=")) < 0.75  # the gate's 1 - drop is not met
     assert any("contract rule for logits" in n for n in report.notices)
-    assert verify(tmp_path / "q.onnx").passed
+    assert any(n.startswith("CON006") and "--allow-weak-rules" in n for n in report.notices)
+    # weaker than verify's floor (top1>=0.9): admitted only knowingly, and reported
+    with pytest.raises(HollowContract, match="CON006"):
+        verify(tmp_path / "q.onnx")
+    result = verify(tmp_path / "q.onnx", VerifyConfig(allow_weak_rules=True))
+    assert result.passed and [f.code for f in result.findings] == ["CON006"]
 
 
 def test_static_qdq_nodes_kept_in_float_read_float_tensors(outlier, tmp_path):
@@ -256,7 +261,10 @@ def test_a_metric_rule_is_judged_by_compare_and_kept_in_the_contract(outlier, tm
     assert figure.metric == "max_abs" and figure.rule == "max_abs<=1000" and report.passed
     assert figure.worst is not None and figure.rows == 64  # the row cosine is reported too
     assert load_contract(tmp_path / "q.onnx").golden.rules[0].metric == "max_abs<=1000"
-    assert verify(tmp_path / "q.onnx").passed
+    # vacuous on outputs this small (verify's floor is 10% of the largest |y|): admitted knowingly
+    with pytest.raises(HollowContract, match="CON006"):
+        verify(tmp_path / "q.onnx")
+    assert verify(tmp_path / "q.onnx", VerifyConfig(allow_weak_rules=True)).passed
 
 
 def test_embedding_tables_are_int8_by_default_and_not_reported_as_float(tmp_path):

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from onnxgate._pathtext import shown
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 
@@ -58,9 +59,23 @@ FORMAT_HELP = "Output format; json prints one JSON document on stdout."
 
 
 def emit_json(document: Any) -> None:
-    """Print one JSON document on stdout."""
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    r"""Print one JSON document on stdout.
+
+    File names that are not UTF-8 reach strings as lone surrogates, which strict JSON parsers
+    refuse; they are written as ``shown`` gives them (``out\xff.onnx``).
+    """
+    sys.stdout.write(json.dumps(_representable(document), indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def _representable(value: Any) -> Any:
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {_representable(k): _representable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_representable(v) for v in value]
+    return value
 
 
 QUIET_LIBRARIES = {

@@ -1,4 +1,4 @@
-"""``onnxgate contract init MODEL`` and ``onnxgate verify MODEL``."""
+"""``onnxgate contract init MODEL``, ``onnxgate contract sign MODEL`` and ``onnxgate verify MODEL``."""
 
 from __future__ import annotations
 
@@ -28,9 +28,27 @@ from onnxgate.cli._options import (
     session_settings,
     tolerance_settings,
 )
-from onnxgate.contract import ContractConfig, VerifyConfig, init_contract, verify
-from onnxgate.contract._render import render_verify, render_written
+from onnxgate.contract import (
+    ContractConfig,
+    VerifyConfig,
+    init_contract,
+    sign_contract,
+    verify,
+)
+from onnxgate.contract._render import render_signed, render_verify, render_written
 from onnxgate.runners import SPEC_HELP
+
+AllowWeakOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-weak-rules",
+        help="Admit rules weaker than their floors, reported as CON006 instead of refused. "
+        "Floors: absolute errors (atol, max_abs, p99_abs, mean_abs) at most 10% of the output's "
+        "largest golden |value| (or 0.01 if more); rtol and max_rel at most 0.1; cosine, top1 "
+        "and topk at least 0.9; mismatch_fraction at most 0.01, mismatches at most 1% of the "
+        "output's elements.",
+    ),
+]
 
 contract_app = typer.Typer(
     name="contract",
@@ -69,6 +87,7 @@ def init_command(
             "second runner cannot run; the contract records it.",
         ),
     ] = False,
+    allow_weak_rules: AllowWeakOpt = False,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Write the contract of a model exported elsewhere.
@@ -87,10 +106,14 @@ def init_command(
     evaluator when they come from ONNX Runtime. If the two disagree, nothing is written, the
     command exits 1 and names the first diverging node, replayed alone on both.
 
+    A rule weaker than its floor (see --allow-weak-rules) is refused before anything runs, so
+    init never writes a contract that verify refuses; with --allow-weak-rules, verify needs it
+    too. With a signing key configured the contract is signed (see `contract sign`).
+
     Exit codes: 0 written; 1 the reference failed on the model or the second opinion disagrees;
-    2 bad options, a malformed model or an existing contract without --force; 3 a missing extra,
-    or the reference evaluator crashed on the model (take the golden outputs from ONNX Runtime:
-    `--reference ort:disable`).
+    2 bad options, a malformed model, an existing contract without --force, a rule weaker than its
+    floor (CON006) or an unusable signing key; 3 a missing extra, or the reference evaluator
+    crashed on the model (take the golden outputs from ONNX Runtime: `--reference ort:disable`).
     """
     config = build(
         ContractConfig,
@@ -100,11 +123,46 @@ def init_command(
         second_opinion=not no_second_opinion,
         force=force,
         trust_pickle=trust_pickle,
+        allow_weak_rules=allow_weak_rules,
     )
     run(
         fmt,
         lambda progress: init_contract(model, config, progress=progress),
         lambda contract: render_written(contract, model),
+        passed=None,
+    )
+
+
+@contract_app.command("sign")
+@handles_errors
+def sign_command(
+    model: Annotated[
+        Path,
+        typer.Argument(help="The .onnx model (its contract lies beside it).", show_default=False),
+    ],
+    allow_weak_rules: AllowWeakOpt = False,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Sign the contract beside a model with the configured key, e.g. one written before a key was set.
+
+    The contract must hold for the files beside it (sha256, CON001) and not be hollow; it is then
+    signed as it stands, so verify it first. The signature covers every field but itself, the
+    files through their sha256; `verify` with the verifying key fails a contract edited since.
+
+    Signing: ONNXGATE_CONTRACT_KEY (an HMAC-SHA256 secret, 16 bytes or more; it also verifies) or
+    ONNXGATE_CONTRACT_SIGNING_KEY (an Ed25519 private key: PEM text, or the path of a PEM file;
+    `openssl genpkey -algorithm ed25519 -out contract.key`). Verifiers of Ed25519 signatures set
+    ONNXGATE_CONTRACT_VERIFY_KEY to the public key (`openssl pkey -in contract.key -pubout`).
+    Every onnxgate step that writes a contract signs it when a signing key is set; `tune`'s
+    update is signed only if the contract it updates carried that key's valid signature.
+
+    Exit codes: 0 signed; 1 the files are not the ones the contract describes; 2 no contract, a
+    damaged or hollow one, or an unusable key; 3 no signing key is configured.
+    """
+    run(
+        fmt,
+        lambda progress: sign_contract(model, allow_weak_rules=allow_weak_rules),
+        lambda contract: render_signed(contract, model),
         passed=None,
     )
 
@@ -131,12 +189,29 @@ def verify_command(
     opt_level: OptLevelOpt = "all",
     threads: ThreadsOpt = 0,
     session_config: SessionConfigOpt = None,
+    allow_weak_rules: AllowWeakOpt = False,
+    require_signature: Annotated[
+        bool,
+        typer.Option(
+            "--require-signature",
+            help="Fail (exit 3) when no verifying key is configured, so a CI job whose secret "
+            "went missing cannot pass unsigned contracts; ONNXGATE_REQUIRE_SIGNATURE=1 does the "
+            "same. With a key configured a valid signature is always required.",
+        ),
+    ] = False,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Does the contract hold on this host, or on named ONNX Runtime releases?
 
-    Before anything runs, the model's and its side files' sha256 must match the contract. Then,
-    per runtime: the model loads; every compute node is on the first requested provider
+    Before anything runs, the identity: the model's and its side files' sha256 must match the
+    contract; the contract must not name another model file beside this one (CON001; a renamed
+    model is fine, it is identified by its bytes); with a verifying key configured
+    (ONNXGATE_CONTRACT_KEY or ONNXGATE_CONTRACT_VERIFY_KEY) the contract must carry its valid
+    signature (CON010 unsigned, CON011 edited since signed, another key, or forged). Then the
+    contract must not be hollow: golden samples (CON002) that each compare something (CON003),
+    every output compared or listed as skipped (CON004), dims of at least 1 that match the stored
+    arrays (CON005), and rules at least as strict as their floors (CON006, see
+    --allow-weak-rules). Then, per runtime: the model loads; every compute node is on the first requested provider
     (CPU by default); every golden sample is within its output's rule. Several runtimes give a
     matrix with the reason for each failing cell. Every check on every runtime applies the same
     session settings (providers with their options, level, threads, config entries), and the
@@ -147,12 +222,16 @@ def verify_command(
     model.onnx -r onnxruntime-openvino==1.24.1 --providers openvino` (the providers are asked of
     every runtime named: one that lacks them exits 3)
 
-    Exit codes: 0 every cell passed; 1 a cell failed or the model changed; 2 no contract, or a
-    damaged one; 3 a provider or runtime cannot be had, or a provider did not start.
+    Exit codes: 0 every cell passed; 1 a cell failed, the model changed, the contract names
+    another model (CON001) or its signature does not hold (CON010, CON011); 2 no contract, a
+    damaged or hollow one (CON002-CON006), or an unusable key; 3 a provider or runtime cannot be
+    had, a provider did not start, or --require-signature without a key.
     """
     config = build(
         VerifyConfig,
         runtimes=tuple(runtime or ["installed"]),
         session=session_settings(providers, provider_option, opt_level, threads, session_config),
+        allow_weak_rules=allow_weak_rules,
+        require_signature=require_signature,
     )
     run(fmt, lambda progress: verify(model, config, progress=progress), render_verify)

@@ -13,6 +13,9 @@ from onnxgate.contract._golden import (
     second_opinion_for,
     write_contract,
 )
+from onnxgate.contract._hollow import CODES, RULE_FLOORS, ContractFinding, Floor, contract_findings
+from onnxgate.contract._identity import sign_contract
+from onnxgate.contract._names import shown, stored_name
 from onnxgate.contract._schema import (
     CONTRACT_FORMAT,
     Contract,
@@ -28,11 +31,20 @@ from onnxgate.contract._schema import (
     Requirements,
     SecondOpinion,
     SignatureContract,
+    Signing,
     Timing,
     TunedSettings,
     contract_paths,
     identity,
     sha256_file,
+)
+from onnxgate.contract._sign import (
+    ENV_HMAC,
+    ENV_REQUIRE,
+    ENV_SIGNING,
+    ENV_VERIFY,
+    canonical,
+    check_signature,
 )
 from onnxgate.contract._store import SIDECAR, ContractStore, SidecarStore
 from onnxgate.contract._verify import (
@@ -48,14 +60,22 @@ from onnxgate.contract._verify import (
 )
 
 __all__ = [
+    "CODES",
     "CONTRACT_FORMAT",
+    "ENV_HMAC",
+    "ENV_REQUIRE",
+    "ENV_SIGNING",
+    "ENV_VERIFY",
+    "RULE_FLOORS",
     "SIDECAR",
     "GOLDEN_SIZES",
     "Cell",
     "Contract",
     "ContractConfig",
+    "ContractFinding",
     "ContractStore",
     "FileDigest",
+    "Floor",
     "Golden",
     "GoldenRunner",
     "GoldenSample",
@@ -70,11 +90,15 @@ __all__ = [
     "SecondOpinion",
     "SidecarStore",
     "SignatureContract",
+    "Signing",
     "Timing",
     "TunedSettings",
     "VerifyConfig",
     "VerifyReport",
+    "canonical",
+    "check_signature",
     "config_from_rules",
+    "contract_findings",
     "contract_dims",
     "contract_samples",
     "cross_check",
@@ -88,6 +112,9 @@ __all__ = [
     "read_golden",
     "second_opinion_for",
     "sha256_file",
+    "shown",
+    "sign_contract",
+    "stored_name",
     "verify",
     "write_contract",
 ]

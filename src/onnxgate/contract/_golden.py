@@ -14,6 +14,13 @@ import numpy as np
 from onnxgate._version import __version__
 from onnxgate.compare import CompareReport, compare_runners
 from onnxgate.compare._compare import declared_dtype
+from onnxgate.contract._hollow import (
+    contract_findings,
+    output_extents,
+    refuse_hollow,
+    rule_findings,
+)
+from onnxgate.contract._names import shown
 from onnxgate.contract._schema import (
     Contract,
     Golden,
@@ -27,8 +34,10 @@ from onnxgate.contract._schema import (
     contract_paths,
     dim_bounds,
     identity,
+    recordable,
     sha256_file,
 )
+from onnxgate.contract._sign import sign_new
 from onnxgate.contract._store import SIDECAR, ContractStore
 from onnxgate.data import DimChoice, Sample, chosen_ranges, feeds_digest, validate_feeds
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
@@ -91,16 +100,25 @@ def read_golden(
     """
     if contract.golden is None:
         return []
-    arrays = store.read_golden(model, contract)
+    return golden_pairs(contract, store.read_golden(model, contract), shown(store.location(model)))
+
+
+def golden_pairs(
+    contract: Contract, arrays: Mapping[str, np.ndarray], where: str
+) -> list[tuple[Sample, dict[str, np.ndarray]]]:
+    """The golden samples with their expected outputs, from the golden file's arrays.
+
+    Raises:
+        ModelLoadError: an array the contract lists is not in ``arrays``.
+    """
     samples = []
-    for g in contract.golden.samples:
+    for g in contract.golden.samples if contract.golden else []:
         try:
             feeds = {n: arrays[f"{g.key}/in/{n}"] for n in g.inputs}
             outputs = {n: arrays[f"{g.key}/out/{n}"] for n in g.outputs}
         except KeyError as err:
             raise ModelLoadError(
-                f"{store.location(model)}: the golden samples have no array {err} that the "
-                "contract lists."
+                f"{where}: the golden samples have no array {err} that the contract lists."
             ) from err
         samples.append((Sample(g.label, feeds, dict(g.dims)), outputs))
     return samples
@@ -146,13 +164,17 @@ def write_contract(
     lineage: dict[str, Any] | None = None,
     second_opinion: Runner | SecondOpinion | None = None,
     store: ContractStore = SIDECAR,
+    allow_weak_rules: bool = True,
 ) -> Contract:
     """Run ``reference`` on the samples and write ``<model>.contract.json`` and ``.golden.npz``.
 
     Both files are written atomically, the golden file first, so a contract never names a golden
     file that is not complete. With a second-opinion runner, the golden outputs must agree with
     it by the contract's own rules before anything is written; a disagreement raises with the
-    first diverging node, replayed.
+    first diverging node, replayed. A contract ``verify`` would refuse as hollow is never
+    written; rules weaker than ``RULE_FLOORS`` are written only with ``allow_weak_rules`` (off in
+    ``contract init``; export and quantize keep the rules their callers chose). With a signing
+    key configured (``_sign``), the contract is signed.
 
     Args:
         loaded: the model the contract is about.
@@ -169,9 +191,14 @@ def write_contract(
             ``second_opinion_for``), or the record of a cross-check made elsewhere (an export's
             parity check) or of why none was taken.
         store: where the contract and golden samples are kept.
+        allow_weak_rules: write rules weaker than ``RULE_FLOORS`` (``verify`` will then need
+            ``allow_weak_rules`` too).
 
     Raises:
         ConfigError: a contract exists already and ``force`` is not set.
+        HollowContract: the contract would prove nothing (CON002-CON005), or a rule is weaker
+            than its floor (CON006) and ``allow_weak_rules`` is off; nothing is written.
+        ContractKeyError: a signing key is configured and unusable.
         FeedError: a sample does not fit the model.
         RunFailed: the reference cannot run the model.
         ParityError: the second opinion disagrees with the golden outputs (nothing is written).
@@ -179,7 +206,7 @@ def write_contract(
     _, golden_path = contract_paths(loaded.path)
     if store.exists(loaded.path) and not force:
         raise ConfigError(
-            f"{store.location(loaded.path)}: a contract exists already.",
+            f"{shown(store.location(loaded.path))}: a contract exists already.",
             hint="Replace it with force.",
             field="force",
         )
@@ -222,10 +249,15 @@ def write_contract(
             )
     if not last_outputs:
         raise ConfigError(
-            f"{loaded.path}: no output is a tensor ({', '.join(sorted(skipped))}), so there is no "
+            f"{shown(loaded.path)}: no output is a tensor ({', '.join(sorted(skipped))}), so there is no "
             "golden value to keep."
         )
     rules = rules_for(signature, last_outputs, config)
+    where = shown(store.location(loaded.path))
+    if not allow_weak_rules:  # before the second opinion runs: weak rules are refused at once
+        refuse_hollow(
+            rule_findings(rules, output_extents(golden, arrays)), where, allow_weak_rules=False
+        )
     if isinstance(second_opinion, SecondOpinion):
         opinion = second_opinion
     elif second_opinion is not None:
@@ -238,7 +270,7 @@ def write_contract(
     model_identity = identity(loaded)
     min_runtime = info.min_runtime.get("onnxruntime")
     contract = Contract(
-        model=loaded.path.name,
+        model=recordable(loaded.path.name, loaded.path),
         identity=model_identity,
         signature=SignatureContract(
             inputs=list(signature.inputs),
@@ -259,7 +291,7 @@ def write_contract(
         provenance=provenance or Provenance(onnxgate=__version__),
         lineage=lineage,
         golden=Golden(
-            file=golden_path.name,
+            file=recordable(golden_path.name, golden_path),
             sha256=hashlib.sha256(data).hexdigest(),
             produced_by=reference.name,
             samples=golden,
@@ -268,6 +300,10 @@ def write_contract(
             second_opinion=opinion,
         ),
     )
+    refuse_hollow(
+        contract_findings(contract, signature, arrays), where, allow_weak_rules=allow_weak_rules
+    )
+    contract = sign_new(contract)
     store.write(loaded.path, contract, data)
     return contract
 
@@ -391,11 +427,13 @@ def contract_samples(model: Path, *, store: ContractStore = SIDECAR) -> list[Sam
     try:
         contract = store.read(model)
         if sha256_file(model) != contract.identity.model.sha256:
-            log.info("%s: its contract describes other bytes; its samples are not used", model)
+            log.info(
+                "%s: its contract describes other bytes; its samples are not used", shown(model)
+            )
             return None
         return [sample for sample, _ in read_golden(contract, model, store=store)] or None
     except ModelLoadError as err:
-        log.warning("%s: its contract's samples are not used: %s", model, err.message)
+        log.warning("%s: its contract's samples are not used: %s", shown(model), err.message)
         return None
 
 

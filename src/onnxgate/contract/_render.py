@@ -6,7 +6,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from onnxgate._inspection_render import leftover_line
 from onnxgate._rich import Lines, line, verdict
+from onnxgate.contract._names import shown
 from onnxgate.contract._schema import Contract, contract_paths
 from onnxgate.contract._verify import Cell, VerifyReport
 
@@ -18,7 +20,7 @@ def render_written(contract: Contract, model: Path) -> Lines:
     """What ``contract init`` wrote beside ``model``: files, golden samples, rules, requirements."""
     contract_path, golden_path = contract_paths(Path(model))
     golden = contract.golden
-    lines: Lines = [line(f"wrote {escape(str(contract_path))} and {escape(str(golden_path))}")]
+    lines: Lines = [line(f"wrote {escape(shown(contract_path))} and {escape(shown(golden_path))}")]
     if golden:
         shapes = ", ".join(escape(s.label) for s in golden.samples)
         lines.append(
@@ -38,6 +40,10 @@ def render_written(contract: Contract, model: Path) -> Lines:
         if opinion is not None:
             who = f"{opinion.runner} agreed: " if opinion.agreed else ""
             lines.append(line(f"  second opinion: {escape(who + opinion.detail)}"))
+    if contract.signing is not None:
+        lines.append(
+            line(f"  signed: {contract.signing.algorithm}, key {escape(contract.signing.key_id)}")
+        )
     r = contract.requirements
     lines.append(
         line(
@@ -62,6 +68,18 @@ def render_verify(report: VerifyReport) -> Lines:
             f"  identity (sha256): {_cell(report.identity)} {escape(report.identity.reason or '')}"
         ),
     ]
+    unsigned_unchecked = (
+        report.signature is not None
+        and report.signature.passed is None
+        and "(signed:" not in (report.signature.reason or "")
+    )
+    if report.signature is not None and not unsigned_unchecked:  # nothing to say of no signature
+        lines.append(
+            line(f"  signature: {_cell(report.signature)} {escape(report.signature.reason or '')}")
+        )
+    for finding in report.findings:
+        if finding.allowed:  # a failure is in the identity's reason already
+            lines.append(line(f"  {finding.code} [yellow]admitted[/]: {escape(finding.message)}"))
     for result in report.results:
         lines.append(
             line(
@@ -79,5 +97,14 @@ def render_verify(report: VerifyReport) -> Lines:
                 if len(reason) > MAX_REASON:
                     reason = reason[: MAX_REASON - 1] + "…"
                 lines.append(line(f"      {name}: [dim]{escape(reason)}[/]"))
+    lines.extend(line(escape(leftover_line(left))) for left in report.leftovers)
     lines.append(line(f"{verdict(report.passed)}  on {', '.join(report.providers)}"))
     return lines
+
+
+def render_signed(contract: Contract, model: Path) -> Lines:
+    """What ``contract sign`` did."""
+    contract_path, _ = contract_paths(Path(model))
+    signing = contract.signing
+    how = f"{signing.algorithm}, key {signing.key_id}" if signing else "unsigned"
+    return [line(f"signed {escape(shown(contract_path))} ({escape(how)})")]

@@ -1,9 +1,11 @@
-"""The deployment contract: what was proved about a model, written next to it.
+r"""The deployment contract: what was proved about a model, written next to it.
 
 ``model.onnx`` gets ``model.contract.json`` (this schema) and ``model.golden.npz`` (inputs and
 expected outputs of the golden samples). The contract names every file by its sha256, so a model
 swapped after the fact, or a side file of external data that changed, fails ``verify`` before
 anything runs. The schema is versioned (``format``) and strict: an unknown field is an error.
+File names are stored in the escaped form of ``_names`` (a name that is not UTF-8 has its bytes
+as ``\xNN``), and an optional ``signing`` block lets a key vouch for everything else (``_sign``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from onnxgate.contract._names import plain_name, shown, stored_name
+from onnxgate.errors import ModelLoadError
 from onnxgate.model import LoadedModel, TensorSpec
 
 CONTRACT_FORMAT = 1
@@ -25,7 +29,10 @@ class _Strict(BaseModel):
 
 
 class FileDigest(_Strict):
-    """A file the model needs, relative to the model's folder, with its size and sha256."""
+    """A file the model needs, relative to the model's folder, with its size and sha256.
+
+    ``path`` is in the escaped form of ``_names.stored_name``.
+    """
 
     path: str
     size: int
@@ -137,8 +144,9 @@ class SecondOpinion(_Strict):
 class Golden(_Strict):
     """The golden file and how its expected outputs were produced."""
 
-    file: str = Field(pattern=r"^[^/\\]+$")
-    """A plain file name in the model's folder (a path elsewhere is refused)."""
+    file: str = Field(pattern=r"^(?:[^/\\]|\\\\|\\x[89a-f][0-9a-f])+$")
+    """A plain file name in the model's folder (a path elsewhere is refused), in the escaped form
+    of ``_names.stored_name``."""
     sha256: str
     produced_by: str
     """The runner whose outputs are the expected ones (``reference``, ``torch:...``)."""
@@ -218,12 +226,27 @@ class Performance(_Strict):
     tuned: list[TunedSettings] = []
 
 
+class Signing(_Strict):
+    """A key's signature over the rest of the contract (``onnxgate.contract._sign``)."""
+
+    algorithm: Literal["hmac-sha256", "ed25519"]
+    key_id: str
+    """16 hex digits naming the key (an HMAC of a fixed text, or the public key's sha256), so a
+    verifier can tell "signed with another key" from "edited since it was signed"."""
+    content_sha256: str
+    """The sha256 of the signed bytes: tells an edit from a wrong key, and lets a step that
+    updates the contract without the key drop a signature that no longer holds."""
+    value: str
+    """The signature: hex for HMAC-SHA256, base64 for Ed25519."""
+
+
 class Contract(_Strict):
     """The deployment contract of one model."""
 
     format: StrictInt = CONTRACT_FORMAT
     model: str
-    """The model's file name; the contract lives in the same folder."""
+    """The model's file name (escaped form of ``_names.stored_name``); the contract lives in the
+    same folder. ``verify`` refuses a contract that names another file there (CON001)."""
     identity: Identity
     signature: SignatureContract
     requirements: Requirements
@@ -234,6 +257,8 @@ class Contract(_Strict):
     lineage: dict[str, Any] | None = None
     """The step's details about the parent (``quantize``: the float model, the gate's figures,
     the speed gate); the typed link to the parent is ``provenance.lineage``."""
+    signing: Signing | None = None
+    """A key's signature over everything above (absent when no key was configured)."""
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -245,11 +270,28 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def recordable(name: str, path: Path) -> str:
+    """``name`` in the escaped form a contract stores.
+
+    Raises:
+        ModelLoadError: the name holds a character no file-name byte stands for.
+    """
+    try:
+        return stored_name(name)
+    except ValueError as err:
+        raise ModelLoadError(
+            f"{shown(path)}: its name cannot be recorded in a contract ({err}).",
+            hint="Rename the file.",
+        ) from err
+
+
 def digest(path: Path, base: Path) -> FileDigest:
     """A FileDigest of ``path`` relative to ``base`` (both resolved first)."""
     path, base = path.resolve(), base.resolve()
     return FileDigest(
-        path=path.relative_to(base).as_posix(), size=path.stat().st_size, sha256=sha256_file(path)
+        path=recordable(path.relative_to(base).as_posix(), path),
+        size=path.stat().st_size,
+        sha256=sha256_file(path),
     )
 
 
@@ -264,6 +306,21 @@ def contract_paths(model: Path) -> tuple[Path, Path]:
     """``model.contract.json`` and ``model.golden.npz`` beside ``model.onnx``."""
     stem = model.name.removesuffix(".onnx")
     return model.with_name(f"{stem}.contract.json"), model.with_name(f"{stem}.golden.npz")
+
+
+def golden_path(model: Path, golden: Golden) -> Path:
+    """The golden file a contract names, in the model's folder.
+
+    Raises:
+        ModelLoadError: the name is not a plain file name in that folder.
+    """
+    name = plain_name(golden.file)
+    if name is None:
+        raise ModelLoadError(
+            f"{shown(model)}: the contract names golden file {golden.file!r}, which is not a "
+            "plain file name in the model's folder; refused."
+        )
+    return model.parent / name
 
 
 def dim_bounds(specs: list[TensorSpec], sizes: list[dict[str, int]]) -> dict[str, DimBound]:

@@ -6,19 +6,31 @@ enrich or hold a model to its contract (``export``, ``contract init``, ``tune``,
 ``model.contract.json`` and ``model.golden.npz``, each written atomically and the golden file
 first, so a contract never names a golden file that is not complete; the registry's store will
 implement the same interface tomorrow.
+
+A store signs what it writes when a signing key is configured (``_sign.seal``): a new contract
+always, an updated one (``tune``'s settings) only when the contract it replaces carried a valid
+signature of that key, so an edited contract is never laundered by a later step's signature.
 """
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text
-from onnxgate.contract._schema import CONTRACT_FORMAT, Contract, contract_paths, sha256_file
-from onnxgate.errors import ModelLoadError
+from onnxgate.contract._names import shown
+from onnxgate.contract._schema import (
+    CONTRACT_FORMAT,
+    Contract,
+    contract_paths,
+    golden_path,
+    sha256_file,
+)
+from onnxgate.contract._sign import seal
+from onnxgate.data import read_npz
+from onnxgate.errors import DataFileError, ModelLoadError
 
 
 @runtime_checkable
@@ -50,7 +62,11 @@ class ContractStore(Protocol):
         ...
 
     def write(self, model: Path, contract: Contract, golden: bytes | None = None) -> None:
-        """Keep ``contract`` (and, when given, the golden file it names, written first)."""
+        """Keep ``contract`` (and, when given, the golden file it names, written first).
+
+        A new contract comes with its golden bytes, signed by its writer (``write_contract``);
+        one without them updates the contract kept, and the store seals it (``_sign.seal``).
+        """
         ...
 
     def remove(self, model: Path) -> list[str]:
@@ -78,16 +94,17 @@ class SidecarStore:
         path, _ = contract_paths(model)
         if not path.is_file():
             raise ModelLoadError(
-                f"{path}: no contract beside {model.name}.",
-                hint=f"Create one with `onnxgate contract init {model}`.",
+                f"{shown(path)}: no contract beside {shown(model.name)}.",
+                hint=f"Create one with `onnxgate contract init {shown(model)}`.",
             )
         try:
             contract = Contract.model_validate_json(path.read_text(encoding="utf-8"))
         except (ValueError, OSError) as err:
-            raise ModelLoadError(f"{path}: is not a valid contract ({err}).") from err
+            raise ModelLoadError(f"{shown(path)}: is not a valid contract ({err}).") from err
         if contract.format != CONTRACT_FORMAT:
             raise ModelLoadError(
-                f"{path}: contract format {contract.format}; this onnxgate reads {CONTRACT_FORMAT}."
+                f"{shown(path)}: contract format {contract.format}; this onnxgate reads "
+                f"{CONTRACT_FORMAT}."
             )
         return contract
 
@@ -100,31 +117,34 @@ class SidecarStore:
         """
         if contract.golden is None:
             return {}
-        name = contract.golden.file
-        if Path(name).name != name or name in ("", ".", ".."):
-            raise ModelLoadError(
-                f"{model}: the contract names golden file {name!r}, which is not a plain file name "
-                "in the model's folder; refused."
-            )
-        path = model.parent / name
+        path = golden_path(model, contract.golden)
         if not path.is_file():
-            raise ModelLoadError(f"{path}: the golden file the contract names is missing.")
+            raise ModelLoadError(f"{shown(path)}: the golden file the contract names is missing.")
         if sha256_file(path) != contract.golden.sha256:
             raise ModelLoadError(
-                f"{path}: changed since the contract was written (sha256 differs).",
+                f"{shown(path)}: changed since the contract was written (sha256 differs).",
                 hint="Re-create the contract with `onnxgate contract init --force`.",
             )
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                return {k: archive[k] for k in archive.files}
-        except (ValueError, OSError, zipfile.BadZipFile) as err:
-            raise ModelLoadError(f"{path}: is not a readable golden file ({err}).") from err
+            return read_npz(path)
+        except DataFileError as err:
+            raise ModelLoadError(
+                f"{shown(path)}: is not a readable golden file: {err.message}", hint=err.hint
+            ) from err
 
     def write(self, model: Path, contract: Contract, golden: bytes | None = None) -> None:
-        """The golden file first (when given), then the contract, each atomically."""
-        contract_path, golden_path = contract_paths(model)
+        """The golden file first (when given), then the contract, each atomically.
+
+        An update (no golden bytes) is re-signed when a signing key is configured and the
+        contract it replaces carried that key's valid signature; otherwise a signature that no
+        longer matches the content is dropped (``_sign.seal``).
+        """
+        contract_path, golden_file = contract_paths(model)
         if golden is not None:
-            atomic_write_bytes(golden_path, golden)
+            atomic_write_bytes(golden_file, golden)
+        else:
+            previous = contract_path.read_bytes() if contract_path.is_file() else None
+            contract = seal(contract, previous=previous, where=shown(contract_path))
         atomic_write_text(contract_path, contract.model_dump_json(indent=2) + "\n")
 
     def remove(self, model: Path) -> list[str]:
@@ -133,7 +153,9 @@ class SidecarStore:
         for path in contract_paths(model):
             if path.exists():
                 path.unlink()
-                notices.append(f"removed {path.name}: it described the model this export replaced")
+                notices.append(
+                    f"removed {shown(path.name)}: it described the model this export replaced"
+                )
         return notices
 
 

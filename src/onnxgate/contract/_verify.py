@@ -1,14 +1,24 @@
 """``verify``: does the contract hold here, or on named ONNX Runtime releases?
 
 For each runtime, three cells: the model loads, every node is placed where required, and every
-golden sample is within its rule. Before any of it, the model's and side files' sha256 must be
-the contract's: a contract proves things about bytes, not about a file name.
+golden sample is within its rule. Before any of it, the identity: the model's and side files'
+sha256 must be the contract's (a contract proves things about bytes, not about a file name), the
+contract must not name another model file beside it (CON001), and with a verifying key
+configured it must carry that key's signature (CON010, CON011); a failed identity is a failed
+verification (exit 1). Then the contract must not be hollow (``_hollow``: CON002-CON006): a
+contract that proves nothing is refused like a damaged one (``HollowContract``, exit 2).
+Which model file a contract is about, and the rule for its ``model`` field: see ``_identity``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,20 +31,24 @@ from onnxgate.compat.runtime import RuntimeSpec, installed_runtime
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
-    read_golden,
+    golden_pairs,
     second_opinion_for,
     write_contract,
 )
-from onnxgate.contract._schema import (
-    Contract,
-    Provenance,
-    SecondOpinion,
-    identity,
-    sha256_file,
+from onnxgate.contract._hollow import ContractFinding, contract_findings, refuse_hollow
+from onnxgate.contract._identity import (
+    MODEL_NAMED,
+    Cell,
+    identity_cell,
+    named_elsewhere,
 )
+from onnxgate.contract._names import shown
+from onnxgate.contract._schema import Contract, Provenance, SecondOpinion
+from onnxgate.contract._sign import check_signature, signature_required
 from onnxgate.contract._store import SIDECAR
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
 from onnxgate.errors import ConfigError, GateError, RunFailed, RuntimeEnvError, SessionFailed
+from onnxgate.inspection import Leftover, leftovers
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.placement import PlacementConfig, placement
 from onnxgate.runners import Runner, RunnerInfo, make_runner
@@ -68,6 +82,8 @@ class ContractConfig(Part):
     """Replace an existing contract."""
     trust_pickle: bool = False
     """Allow a ``sklearn:`` reference to be unpickled (unpickling runs code from the file)."""
+    allow_weak_rules: bool = False
+    """Write rules weaker than ``RULE_FLOORS`` (``verify`` then needs ``allow_weak_rules`` too)."""
 
 
 class VerifyConfig(Part):
@@ -79,16 +95,11 @@ class VerifyConfig(Part):
     session: SessionSettings = SessionSettings()
     """Session settings, applied the same way on every runtime and by every check; every
     compute node must be on the first provider."""
-
-
-class Cell(BaseModel):
-    """One check on one runtime."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    passed: bool | None
-    """None when the check could not run (the model did not load)."""
-    reason: str | None = None
+    allow_weak_rules: bool = False
+    """Admit rules weaker than ``RULE_FLOORS`` (CON006): reported in ``findings``, not refused."""
+    require_signature: bool = False
+    """Refuse to verify without a verifying key configured (``ONNXGATE_REQUIRE_SIGNATURE=1``
+    does the same). With a key configured, a signature is always required."""
 
 
 class RuntimeResult(BaseModel):
@@ -118,8 +129,16 @@ class VerifyReport(BaseModel):
     model: str
     contract: str
     identity: Cell
+    """The files' sha256, the model the contract names (CON001) and its signature (CON010,
+    CON011): nothing runs unless it passed."""
     providers: list[str]
     results: list[RuntimeResult]
+    signature: Cell | None = None
+    """The signature alone: passed None when no verifying key is configured (not checked)."""
+    findings: list[ContractFinding] = []
+    """Coded findings: identity's failures, and weak rules admitted by ``allow_weak_rules``."""
+    leftovers: list[Leftover] = []
+    """Partial files of interrupted writes beside the model (they do not fail verification)."""
 
 
 def golden_samples(
@@ -167,8 +186,12 @@ def init_contract(
     shares no code with the first (``second_opinion_for``) before anything is written; the
     contract records which was used.
 
+    The contract is never hollow (``_hollow``), and its rules are at least ``RULE_FLOORS`` unless
+    ``config.allow_weak_rules``. With a signing key configured (``_sign``) it is signed.
+
     Raises:
         ConfigError: a contract exists and ``force`` is not set, or contradicting feeds.
+        HollowContract: a rule weaker than its floor without ``allow_weak_rules`` (CON006).
         ParityError: the second opinion disagrees (the message names the first diverging node).
         ReferenceFailed: the reference evaluator crashed on the model (exit 3; use ONNX Runtime).
     """
@@ -198,36 +221,8 @@ def init_contract(
         progress=progress,
         provenance=Provenance(onnxgate=__version__, exporter=None),
         second_opinion=second,
+        allow_weak_rules=config.allow_weak_rules,
     )
-
-
-def identity_cell(loaded: LoadedModel, contract: Contract) -> Cell:
-    now = identity(loaded)
-    problems = []
-    if now.model.sha256 != contract.identity.model.sha256:
-        problems.append(f"{loaded.path.name} differs from the contract's (sha256)")
-    want = {f.path: f.sha256 for f in contract.identity.external_data}
-    have = {f.path: f.sha256 for f in now.external_data}
-    if contract.golden is not None:
-        golden = loaded.path.parent / contract.golden.file
-        if not golden.is_file():
-            problems.append(f"the golden file {contract.golden.file} is missing")
-        elif sha256_file(golden) != contract.golden.sha256:
-            problems.append(
-                f"the golden file {contract.golden.file} changed since the contract was written "
-                "(re-export, or run contract init again for a model made elsewhere)"
-            )
-    for path in sorted(set(want) | set(have)):
-        if want.get(path) != have.get(path):
-            state = (
-                "missing"
-                if path not in have
-                else "not in the contract"
-                if path not in want
-                else "changed"
-            )
-            problems.append(f"external data {path} is {state}")
-    return Cell(passed=not problems, reason="; ".join(problems) or None)
 
 
 def _one_runtime(
@@ -325,11 +320,12 @@ def placement_cell(
     """
     required = require or (options.providers[0] if options.providers else CPU)
     try:
-        audit = placement(
-            loaded,
-            PlacementConfig(session=session, require=required, runtime=str(spec)),
-            samples=samples,
-        )
+        with _openable(loaded) as openable:
+            audit = placement(
+                openable,
+                PlacementConfig(session=session, require=required, runtime=str(spec)),
+                samples=samples,
+            )
     except RunFailed as err:
         return Cell(passed=False, reason=err.message)
     required = audit.required or required
@@ -344,6 +340,32 @@ def placement_cell(
     )
 
 
+@contextmanager
+def _openable(loaded: LoadedModel) -> Iterator[LoadedModel]:
+    """The model under a path ONNX Runtime can open by name.
+
+    ONNX Runtime takes a model's path as UTF-8 text, so a path with bytes that are not UTF-8 is
+    opened through a link in a temporary folder, with links to its external data beside it.
+    ``placement`` opens the model by path; the runners read its bytes and need none of this.
+    """
+    try:
+        os.fspath(loaded.path.resolve()).encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield loaded
+        return
+    with tempfile.TemporaryDirectory(prefix="onnxgate-verify-") as folder:
+        alias = Path(folder) / "model.onnx"
+        alias.symlink_to(loaded.path.resolve())
+        for ref in loaded.external_data:
+            link = Path(folder) / ref.location
+            if not link.exists():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(ref.path.resolve())
+        yield dataclasses.replace(loaded, path=alias)
+
+
 def verify(
     model: str | Path,
     config: VerifyConfig | None = None,
@@ -354,20 +376,24 @@ def verify(
 
     Args:
         model: the model beside its contract.
-        config: the runtimes, and the session settings applied on each of them.
+        config: the runtimes, the session settings applied on each of them, whether weak rules
+            are admitted and whether a signature is required.
         progress: called with a short message before slow steps.
 
     Raises:
         ModelLoadError: the model, its contract or its golden file is missing or damaged.
+        HollowContract: the contract proves nothing (CON002-CON005), or has a rule weaker than
+            its floor (CON006) and ``allow_weak_rules`` is off.
+        ContractKeyMissing: a signature is required and no verifying key is configured.
+        ContractKeyError: a configured key is unusable.
         ProviderUnavailable: a requested provider is not in a runtime's build.
         ProviderFailed: a requested provider did not start on a runtime.
     """
     config = config or VerifyConfig()
     session = config.session
+    require = signature_required(config.require_signature)
     loaded = load_model(model)
     contract = SIDECAR.read(loaded.path)
-    if contract.golden is None:
-        raise ConfigError(f"{loaded.path}: the contract has no golden samples to verify.")
     options = session.ort_options()
     wanted = options.resolved_providers()  # full names, CPU appended
     specs = [RuntimeSpec.parse(r) for r in names(list(config.runtimes))]
@@ -375,25 +401,48 @@ def verify(
         raise ConfigError(
             "runtimes names no runtime; use 'installed' or onnxruntime==X.Y.Z.", field="runtimes"
         )
-    contract_file = SIDECAR.location(loaded.path)
+    contract_file = shown(SIDECAR.location(loaded.path))
     # the bytes first: a contract proves things about these files, not about a file name
     ident = identity_cell(loaded, contract)
+    checked = check_signature(contract, require=require)
+    signature = Cell(passed=checked.passed, reason=checked.detail)
+    findings = []
+    if (elsewhere := named_elsewhere(loaded, contract)) is not None:
+        findings.append(ContractFinding(code=MODEL_NAMED, message=elsewhere))
+    if checked.code is not None:
+        findings.append(ContractFinding(code=checked.code, message=checked.detail))
+        ident = Cell(
+            passed=False,
+            reason="; ".join(filter(None, (ident.reason, f"{checked.code} {checked.detail}"))),
+        )
+    report = functools.partial(
+        VerifyReport,
+        model=shown(loaded.path),
+        contract=contract_file,
+        identity=ident,
+        providers=wanted,
+        signature=signature,
+        leftovers=leftovers(Path(loaded.path).parent),
+    )
     if not ident.passed:
         skipped = Cell(
             passed=None, reason="not run: the files are not the ones the contract describes"
         )
-        return VerifyReport(
+        return report(
             passed=False,
-            model=str(loaded.path),
-            contract=contract_file,
-            identity=ident,
-            providers=wanted,
             results=[
                 RuntimeResult(runtime=str(spec), loads=skipped, placement=skipped, parity=skipped)
                 for spec in specs
             ],
+            findings=findings,
         )
-    expected = read_golden(contract, loaded.path)
+    arrays = SIDECAR.read_golden(loaded.path, contract)
+    admitted = refuse_hollow(
+        contract_findings(contract, Signature.from_graph(loaded.proto.graph), arrays),
+        contract_file,
+        allow_weak_rules=config.allow_weak_rules,
+    )
+    expected = golden_pairs(contract, arrays, contract_file)
     samples = [sample for sample, _ in expected]
     results = []
     for spec in specs:
@@ -409,11 +458,6 @@ def verify(
             results.append(
                 RuntimeResult(runtime=str(spec), loads=cell, placement=skipped, parity=skipped)
             )
-    return VerifyReport(
-        passed=all(r.passed for r in results),
-        model=str(loaded.path),
-        contract=contract_file,
-        identity=ident,
-        providers=wanted,
-        results=results,
+    return report(
+        passed=all(r.passed for r in results), results=results, findings=findings + admitted
     )

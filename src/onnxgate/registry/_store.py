@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from onnxgate._fs import open_partial
 from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
 
 log = logging.getLogger(__name__)
@@ -170,8 +171,7 @@ class Store:
             ArtefactCorrupt: the blob is missing, truncated or its bytes are not ``sha256``'s.
         """
         source = self.path(sha256)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, name = open_partial(target)
         tmp = Path(name)
         try:
             with os.fdopen(fd, "wb") as out:
