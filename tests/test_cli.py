@@ -366,3 +366,15 @@ def test_help_keeps_every_option_name_whole(columns):
             for name in (*param.opts, *param.secondary_opts):
                 if name.startswith("--") and not param.hidden:
                     assert name in result.output, (path, name)
+
+
+def test_control_characters_from_a_model_never_reach_the_terminal(tmp_path):
+    """ESC sequences in node and output names (``\\x1b[8m`` hides what follows) are escaped."""
+    name = "y\x1b[8mhidden"
+    nodes = [helper.make_node("Relu", ["x"], [name], name="r\x1b]0;title\x07")]
+    path = save(model(nodes, [value("x", shape=(1, 4))], [value(name)]), tmp_path / "ctl.onnx")
+    for args in (["inspect"], ["check"], ["check", "--format", "github"], ["compare"]):
+        result = runner.invoke(app, [*args, str(path)])
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.stdout and "\x1b" not in result.stderr, args
+    assert "y\\x1b[8mhidden" in runner.invoke(app, ["compare", str(path)]).stdout

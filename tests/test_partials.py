@@ -106,3 +106,32 @@ def test_verify_mentions_partials_beside_the_model_without_failing(tmp_path):
     assert document["passed"] and [left["target"] for left in document["leftovers"]] == [
         "mlp.int8.onnx"
     ]
+
+
+LOCKER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_locked_partial_is_live_even_when_its_pid_means_nothing_here(tmp_path):
+    """Found in review: a writer in another container (another pid namespace) looked dead."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    partial = tmp_path / f".m.onnx.abcd1234.{int(dead.stdout)}.onnxgate-partial.onnx"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(partial)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert not is_stale(partial)
+        atomic_write_text(tmp_path / "other.json", "{}")
+        assert partial.exists(), "a write in progress elsewhere was removed"
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert is_stale(partial), "once the lock is gone, the dead pid judges"

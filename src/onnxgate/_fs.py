@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -66,8 +67,7 @@ def staged_file(target: Path) -> Iterator[Path]:
     without an exception the file gets the usual mode, is fsynced and renamed over ``target``;
     otherwise it is removed, and ``target`` is untouched.
     """
-    fd, name = open_partial(target, target.suffix)
-    os.close(fd)
+    fd, name = open_partial(target, target.suffix)  # held open: its lock says "being written"
     tmp = Path(name)
     try:
         yield tmp
@@ -76,6 +76,7 @@ def staged_file(target: Path) -> Iterator[Path]:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -86,16 +87,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """
     target = Path(path)
     fd, tmp = open_partial(target, "")
-    try:
-        with os.fdopen(fd, "wb") as handle:
+    with os.fdopen(fd, "wb") as handle:  # closed, and so unlocked, after the rename
+        try:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        public_mode(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            public_mode(tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -104,14 +105,23 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def open_partial(target: Path, suffix: str = "") -> tuple[int, str]:
-    """Create the partial file for ``target`` (removing stale ones beside it first): (fd, path)."""
+    """Create the partial file for ``target`` (removing stale ones beside it first): (fd, path).
+
+    The file is locked (``flock``) for as long as ``fd`` is open: a writer in another container
+    or on another host, whose pid means nothing here, still shows that it is at work.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target.parent)
-    return tempfile.mkstemp(
+    fd, name = tempfile.mkstemp(
         prefix=f".{target.name}.",
         suffix=f".{os.getpid()}.{PARTIAL_MARK}{suffix}",
         dir=target.parent,
     )
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:  # a file system without locks: the pid and the age still judge
+        log.debug("cannot lock %s: %s", name, error)
+    return fd, name
 
 
 def partial_files(folder: str | os.PathLike[str]) -> list[Path]:
@@ -136,9 +146,12 @@ def partial_writer(path: Path) -> int | None:
 
 
 def is_stale(path: Path, *, now: float | None = None) -> bool:
-    """Whether a partial file's writer is gone: its process has ended, or it is over a day old."""
+    """Whether a partial file's writer is gone.
+
+    It is, when nobody holds the file's lock and its process has ended or it is over a day old.
+    """
     match = _PARTIAL.match(path.name)
-    if match is None:
+    if match is None or _locked(path):
         return False
     try:
         age = (time.time() if now is None else now) - path.stat().st_mtime
@@ -164,6 +177,23 @@ def remove_stale_partials(folder: str | os.PathLike[str]) -> list[Path]:
         log.info("removed %s, left by an interrupted write of %s", path, partial_target(path))
         removed.append(path)
     return removed
+
+
+def _locked(path: Path) -> bool:
+    """Whether a writer holds the partial file's lock (see ``open_partial``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # gone, or a link: not a file onnxgate is writing
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no locks on this file system
+        return False
+    finally:
+        os.close(fd)  # releases the lock it may have taken
+    return False
 
 
 def _alive(pid: int) -> bool:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.console import RenderHook
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -47,3 +49,44 @@ class Unclipped:
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement.get(console, options.update_width(10_000), self.renderable)
+
+
+def printable(text: str, keep: str = "\n\t") -> str:
+    r"""``text`` with each character that is not printable as its escape (``\x1b``, ``\u202e``).
+
+    Names, messages and attributes come from untrusted models: an ESC sequence in a node name
+    could hide a verdict or rewrite the terminal's title.
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text
+    )
+
+
+class Scrubbed:
+    """A renderable whose text has its control characters escaped; rich's own styling is kept.
+
+    Styles and cursor moves are rich's (segment styles, control segments), added when it writes;
+    the text of every segment is what was given to it, model text included, and is escaped here.
+    """
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.renderable, options):
+            if segment.control or segment.text.isprintable():
+                yield segment
+            else:
+                yield Segment(printable(segment.text), segment.style)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.renderable)
+
+
+class Scrub(RenderHook):
+    """``console.push_render_hook(Scrub())``: everything the console prints goes out scrubbed."""
+
+    def process_renderables(self, renderables: list[RenderableType]) -> list[RenderableType]:
+        return [Scrubbed(r) for r in renderables]

@@ -413,3 +413,39 @@ def test_ctrl_c_at_a_terminal_reaches_the_command_once():
 def test_which_commands_run_in_a_supervised_child(args, forked, monkeypatch):
     monkeypatch.delenv("ONNXGATE_SUPERVISE", raising=False)
     assert supervised(args) is forked
+
+
+ORPHAN_SCRIPT = """
+import os, time
+from onnxgate.cli import _supervise
+
+def command():
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+
+_supervise.run(command, ["inspect", "m.onnx"])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_command_dies_with_a_killed_parent_instead_of_running_orphaned():
+    """Found in review: after ``kill -9`` of the parent (a CI timeout), a tune ran on, orphaned."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT], stdout=subprocess.PIPE, text=True
+    )
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    state = "R"
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        if state in ("Z", "X", "gone"):
+            break
+        time.sleep(0.05)
+    assert state in ("Z", "X", "gone"), (
+        f"the command still runs (state {state}) after its parent died"
+    )

@@ -260,7 +260,7 @@ def test_json_junk_is_refused_naming_file_and_key(tmp_path, content, expected):
 
 
 def test_json_string_that_is_no_character_is_refused():
-    with pytest.raises(DataFileError, match="U\\+D800, a lone surrogate"):
+    with pytest.raises(DataFileError, match="code point 0xd800, which is not a Unicode character"):
         json_array(["a", "\ud800"], "in.json: input 's'")
 
 
@@ -379,3 +379,48 @@ def test_quantize_writes_to_an_output_name_that_is_not_utf8(tmp_path):
     report = json.loads(done.stdout)
     assert report["passed"] is True
     assert (tmp_path / os.fsdecode(out)).is_file()
+
+
+def _npy(descr: str, shape: tuple, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    npy_format.write_array_header_1_0(
+        buffer, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    return buffer.getvalue() + data
+
+
+def test_strings_are_checked_in_place_not_as_python_strings(tmp_path):
+    """Found in review: a list of every string took ~22x the array; at the cap, an OOM kill."""
+    import tracemalloc
+
+    texts = np.full(2_000_000, "中", dtype="<U1")  # 8 MB of code points
+    path = write(tmp_path / "text.npz", npz_bytes(x=texts))
+    tracemalloc.start()
+    assert read_npz(path)["x"].shape == (2_000_000,)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 4 * texts.nbytes, f"peak {peak:,} bytes for an array of {texts.nbytes:,}"
+
+
+@pytest.mark.parametrize("code", [0x110000, 0xD800, 0xFFFFFFFF])
+def test_a_code_point_that_is_no_character_is_refused(tmp_path, code):
+    path = write(tmp_path / "bad.npy", _npy("<U1", (1,), code.to_bytes(4, "little")))
+    with pytest.raises(DataFileError, match="not a Unicode character"):
+        read_npy(path)
+
+
+def test_a_dimension_beyond_any_real_axis_is_refused(tmp_path):
+    path = write(tmp_path / "huge.npy", _npy("<f4", (0, 2**64), b""))  # 0 bytes, NumPy overflows
+    with pytest.raises(DataFileError, match="impossible shape"):
+        read_npy(path)
+
+
+def test_an_archive_of_too_many_members_is_refused_before_any_is_read(tmp_path):
+    from onnxgate.data._files import MAX_MEMBERS
+
+    path = tmp_path / "many.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        for index in range(MAX_MEMBERS + 1):
+            archive.writestr(f"a{index}.npy", b"")
+    with pytest.raises(DataFileError, match="members, more than"):
+        read_npz(path)

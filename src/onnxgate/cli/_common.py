@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from onnxgate._pathtext import shown
+from onnxgate._rich import Scrub
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 
@@ -37,6 +38,8 @@ INTERRUPTED = 130
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
+for _console in (out, err):  # text from models never reaches the terminal as control codes
+    _console.push_render_hook(Scrub())
 
 
 class Format(StrEnum):

@@ -43,6 +43,9 @@ FATAL = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """Signals the parent passes on to the child when they were sent to the parent alone."""
 
+PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: a signal the child gets when its parent dies."""
+
 SI_KERNEL = 0x80
 """Linux's ``si_code`` of a signal the kernel sent itself, such as the terminal's Ctrl-C to its
 foreground process group (which the child is in too)."""
@@ -88,9 +91,23 @@ def run(command: Callable[[], object], args: list[str]) -> NoReturn:
     if pid == 0:
         if precise:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _die_with_parent(os.getppid())
         _child(command, page, args)
     status = _wait_linux(pid) if precise else _wait_portable(pid)
     _conclude(status, _native.read(page), args)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: be killed when the parent dies (``kill -9`` by a CI timeout), never run orphaned."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the child may outlive a killed parent
+        return
+    if os.getppid() != parent:  # the parent died before the request was in place
+        os._exit(128 + signal.SIGKILL)
 
 
 def _child(command: Callable[[], object], page: mmap.mmap, args: list[str]) -> NoReturn:
@@ -149,6 +166,11 @@ def _conclude(status: int, record: _native.Record, args: list[str]) -> NoReturn:
         error = crash_error(number, record, args)
         _report(error, args)
         _exit(int(error.exit_code))
+    if number == signal.SIGKILL:  # nobody can catch it: most often the kernel's OOM killer
+        _text(
+            "error: onnxgate's process was killed (SIGKILL) before it could answer; if nobody "
+            "killed it, the machine ran out of memory (dmesg says: Out of memory: Killed process)."
+        )
     _die_by(number)
 
 

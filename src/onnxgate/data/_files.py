@@ -72,6 +72,10 @@ _UNREADABLE = (
 """What reading a damaged file or zip member raises: numpy's EOF, zipfile's and each
 decompressor's own errors."""
 _MAX_NDIM = 64  # NumPy's own limit (NPY_MAXDIMS)
+_MAX_DIM = 2**40  # beyond any real axis; larger ones overflow NumPy's size arithmetic
+MAX_MEMBERS = 100_000
+"""Members an ``.npz`` may hold: a zip of many empty members costs time, not bytes."""
+_CHUNK = 1 << 24  # code points checked at a time
 
 
 def max_data_bytes() -> int:
@@ -231,7 +235,7 @@ def read_npy_header(fp: IO[bytes], where: str) -> NpyHeader:
     if not (
         isinstance(shape, tuple)
         and len(shape) <= _MAX_NDIM
-        and all(type(d) is int and d >= 0 for d in shape)
+        and all(type(d) is int and 0 <= d <= _MAX_DIM for d in shape)
     ):
         raise DataFileError(f"{where}: its .npy header declares an impossible shape {shape!r}.")
     check_dtype(dtype, where)
@@ -262,19 +266,22 @@ def _native(array: np.ndarray, where: str) -> np.ndarray:
         DataFileError: a unicode array holds a code point that is no character (a lone
             surrogate), which no runtime can encode as UTF-8.
     """
-    if array.dtype.kind == "U":
-        for text in array.ravel().tolist():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as err:
-                code = ord(text[err.start])
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if array.dtype.kind == "U" and array.size:
+        # UTF-32 code points, checked in place and in chunks: no Python string is made
+        codes = np.ascontiguousarray(array).reshape(-1).view(np.uint32)
+        for start in range(0, codes.size, _CHUNK):
+            chunk = codes[start : start + _CHUNK]
+            bad = (chunk > 0x10FFFF) | ((chunk >= 0xD800) & (chunk <= 0xDFFF))
+            if bad.any():
+                code = int(chunk[int(np.argmax(bad))])
                 raise DataFileError(
-                    f"{where}: holds a string with U+{code:04X}, a lone surrogate that is not a "
-                    "character; strings must be valid Unicode."
-                ) from err
-    if array.dtype.isnative:
-        return array
-    return array.astype(array.dtype.newbyteorder("="))
+                    f"{where}: holds a string with code point {code:#x}, which is not a Unicode "
+                    "character (a lone surrogate or beyond U+10FFFF); strings must be valid "
+                    "Unicode."
+                )
+    return array
 
 
 def _read_checked(fp: IO[bytes], header: NpyHeader, where: str) -> np.ndarray:
@@ -330,7 +337,14 @@ def _not_npz(path: Path, reason: str) -> DataFileError:
 
 def _member_keys(path: Path, infos: list[zipfile.ZipInfo]) -> list[str]:
     """Each member's array name (``x.npy`` → ``x``, as ``np.load`` names them), checked."""
+    if len(infos) > MAX_MEMBERS:
+        raise DataFileError(
+            f"{shown(path)}: holds {len(infos):,} members, more than the {MAX_MEMBERS:,} onnxgate "
+            "reads from one archive.",
+            hint="Stack samples of one input into one array, or split the data into files.",
+        )
     keys: list[str] = []
+    seen: set[str] = set()
     for info in infos:
         member = f"{shown(path)} member {shown(info.filename)!r}"
         if not info.filename:
@@ -340,12 +354,13 @@ def _member_keys(path: Path, infos: list[zipfile.ZipInfo]) -> list[str]:
         if info.flag_bits & 0x1:
             raise DataFileError(f"{member}: is encrypted; onnxgate reads plain .npz archives.")
         key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-        if key in keys:
+        if key in seen:
             raise DataFileError(
                 f"{member}: appears twice in the archive; which one is meant is ambiguous.",
                 hint=_NPZ_HINT,
             )
         keys.append(key)
+        seen.add(key)
     return keys
 
 
@@ -425,6 +440,19 @@ def read_arrays(path: str | Path) -> np.ndarray | dict[str, np.ndarray]:
 # --- JSON ----------------------------------------------------------------------------------------
 
 
+def _read_at_most(path: Path, limit: int, kind: str) -> bytes:
+    """The file's bytes, refusing it if it has grown past ``limit`` since its size was checked."""
+    with path.open("rb") as fp:
+        data = fp.read(limit + 1)
+    if len(data) > limit:
+        raise DataFileError(
+            f"{shown(path)}: grew past {size_text(limit)} while it was read, more than onnxgate "
+            f"reads as {kind}.",
+            hint="Let whatever writes it finish first.",
+        )
+    return data
+
+
 def read_text(path: str | Path, *, kind: str = "text") -> str:
     """A UTF-8 text file (a BOM is dropped), no larger than ``1/JSON_SHARE`` of the cap.
 
@@ -447,7 +475,7 @@ def read_text(path: str | Path, *, kind: str = "text") -> str:
             f"be 1/{JSON_SHARE} of it).",
         )
     try:
-        return path.read_bytes().decode("utf-8-sig")
+        return _read_at_most(path, limit, kind).decode("utf-8-sig")
     except OSError as err:
         raise DataFileError(f"{where}: cannot be read ({err.strerror or err}).") from err
     except UnicodeDecodeError as err:
@@ -621,7 +649,7 @@ def read_pb(path: str | Path, kind: type = TensorProto) -> tuple[str, Any]:
         raise _too_large(where, "is", size, min(cap, PROTOBUF_LIMIT))
     proto = kind()
     try:
-        proto.ParseFromString(path.read_bytes())
+        proto.ParseFromString(_read_at_most(path, min(cap, PROTOBUF_LIMIT), kind.__name__))
     except OSError as err:
         raise DataFileError(f"{where}: cannot be read ({err.strerror or err}).") from err
     except Exception as err:  # protobuf raises DecodeError, RuntimeWarning, ValueError...
