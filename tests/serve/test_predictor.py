@@ -142,3 +142,76 @@ def test_explicit_session_settings_win_over_tuned_ones_and_are_said(model: Path)
     with Predictor.open(model, config) as predictor:
         assert predictor.runner.options.optimization == "basic"
         assert any("session settings were given" in note for note in predictor.notes)
+
+
+CONTRACT_KEYS = (
+    "ONNXGATE_CONTRACT_KEY",
+    "ONNXGATE_CONTRACT_SIGNING_KEY",
+    "ONNXGATE_CONTRACT_VERIFY_KEY",
+    "ONNXGATE_REQUIRE_SIGNATURE",
+)
+
+
+def _edit_contract(model: Path, change) -> None:
+    """Edit the contract beside ``model``; its sha256 fields stay right (the files are intact)."""
+    import json
+
+    path = model.with_name("tok.contract.json")
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+
+
+@pytest.fixture
+def no_contract_keys(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in CONTRACT_KEYS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_an_edited_contract_is_refused_when_a_key_is_configured(
+    model: Path, no_contract_keys: pytest.MonkeyPatch
+) -> None:
+    """Serving admits a contract as ``verify`` does: with a key, unsigned or edited is refused."""
+    from onnxgate.contract import sign_contract
+
+    config = PredictorConfig(allow_ungated=True)
+    _edit_contract(model, lambda d: d["golden"]["rules"][0].update(rtol=0.05))
+    no_contract_keys.setenv("ONNXGATE_CONTRACT_KEY", "k" * 32)
+    with Predictor.open(model, config) as predictor:
+        assert not predictor.ready
+        assert "CON010" in predictor.proof.identity and "not run" in predictor.proof.parity
+        with pytest.raises(Unavailable, match="CON010"):
+            predictor.predict({"ids": np.ones((1, 2), np.int64), "mask": np.ones((1, 2), np.int64)})
+
+    sign_contract(model)  # vouched for by the key: served
+    with Predictor.open(model, config) as predictor:
+        assert predictor.ready, predictor.why_not()
+        assert "signature hmac-sha256" in predictor.proof.identity
+
+    _edit_contract(model, lambda d: d["golden"]["rules"][0].update(rtol=0.09))
+    with Predictor.open(model, config) as predictor:
+        assert not predictor.ready and "CON011" in predictor.why_not()
+
+
+def test_a_hollow_contract_is_refused(model: Path, no_contract_keys: pytest.MonkeyPatch) -> None:
+    def compare_nothing(document: dict) -> None:
+        for sample in document["golden"]["samples"]:
+            sample["outputs"] = []
+
+    _edit_contract(model, compare_nothing)
+    with Predictor.open(model, PredictorConfig(allow_ungated=True)) as predictor:
+        assert not predictor.ready
+        assert "CON003" in predictor.why_not() and "hollow" in predictor.proof.identity
+
+
+def test_a_weak_rule_is_refused_unless_admitted(
+    model: Path, no_contract_keys: pytest.MonkeyPatch
+) -> None:
+    _edit_contract(model, lambda d: d["golden"]["rules"][0].update(metric="cosine>=-1"))
+    with Predictor.open(model, PredictorConfig(allow_ungated=True)) as predictor:
+        assert not predictor.ready and "CON006" in predictor.why_not()
+    config = PredictorConfig(allow_ungated=True, allow_weak_rules=True)
+    with Predictor.open(model, config) as predictor:
+        assert predictor.ready, predictor.why_not()
+        assert "CON006 admitted" in predictor.proof.identity

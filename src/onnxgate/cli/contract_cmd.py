@@ -106,9 +106,11 @@ def init_command(
     evaluator when they come from ONNX Runtime. If the two disagree, nothing is written, the
     command exits 1 and names the first diverging node, replayed alone on both.
 
-    A rule weaker than its floor (see --allow-weak-rules) is refused before anything runs, so
-    init never writes a contract that verify refuses; with --allow-weak-rules, verify needs it
-    too. With a signing key configured the contract is signed (see `contract sign`).
+    A rule weaker than its floor (see --allow-weak-rules) is refused before anything is written:
+    the reference runs the samples first (some floors scale with the golden values), then the
+    rules are checked, before the second opinion runs. So init never writes a contract that
+    verify refuses; with --allow-weak-rules, verify needs it too. With a signing key configured
+    the contract is signed (see `contract sign`).
 
     Exit codes: 0 written; 1 the reference failed on the model or the second opinion disagrees;
     2 bad options, a malformed model, an existing contract without --force, a rule weaker than its

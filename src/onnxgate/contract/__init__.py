@@ -1,5 +1,6 @@
 """The deployment contract: identity, signature, requirements, provenance and golden samples."""
 
+from onnxgate.contract._admit import Admission, admit
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
@@ -69,6 +70,7 @@ __all__ = [
     "RULE_FLOORS",
     "SIDECAR",
     "GOLDEN_SIZES",
+    "Admission",
     "Cell",
     "Contract",
     "ContractConfig",
@@ -95,6 +97,7 @@ __all__ = [
     "TunedSettings",
     "VerifyConfig",
     "VerifyReport",
+    "admit",
     "canonical",
     "check_signature",
     "config_from_rules",

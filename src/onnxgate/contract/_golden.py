@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
+from pydantic import ValidationError
 
 from onnxgate._version import __version__
 from onnxgate.compare import CompareReport, compare_runners
@@ -143,12 +144,71 @@ def rules_for(
     return rules
 
 
-def config_from_rules(rules: Sequence[OutputRule]) -> Tolerances:
-    """The tolerances a contract's rules describe."""
-    return Tolerances(
-        per_output={r.output: (r.atol, r.rtol) for r in rules},
-        metrics=tuple(f"{r.output}:{r.metric}" for r in rules if r.metric),
-    )
+_RECREATE = "Re-create the contract from the model: `onnxgate contract init --force`."
+
+
+def config_from_rules(
+    rules: Sequence[OutputRule],
+    *,
+    where: str = "the contract",
+    outputs: Sequence[str] | None = None,
+) -> Tolerances:
+    """The tolerances a contract's rules describe, built from their parsed criteria.
+
+    Args:
+        rules: the contract's rules.
+        where: the contract, for messages.
+        outputs: the model's outputs; when given, a rule for another output is refused.
+
+    Raises:
+        ModelLoadError: a rule is not one onnxgate can judge by (its metric does not parse, or
+            names an output), names an output the model does not have, or does not come back
+            from the tolerances as written; the message names the contract and the rule.
+    """
+    from onnxgate.compare._metrics import parse_metric
+
+    criteria = {}
+    for index, rule in enumerate(rules):
+        field = f"golden.rules[{index}] (output {rule.output!r})"
+        if outputs is not None and rule.output not in outputs:
+            raise ModelLoadError(
+                f"{where}: {field} judges an output the model does not have; its outputs: "
+                f"{', '.join(outputs)}.",
+                hint=_RECREATE,
+            )
+        if rule.metric is None:
+            continue
+        try:
+            named, criterion = parse_metric(rule.metric)
+        except ConfigError as err:
+            raise ModelLoadError(
+                f"{where}: {field} has metric {rule.metric!r}, which is not METRIC OP VALUE.",
+                hint=_RECREATE,
+            ) from err
+        if named is not None:
+            raise ModelLoadError(
+                f"{where}: {field} has metric {rule.metric!r}, which names output {named!r}.",
+                hint=_RECREATE,
+            )
+        criteria[rule.output] = criterion
+    try:
+        config = Tolerances.from_criteria(
+            criteria, per_output={r.output: (r.atol, r.rtol) for r in rules}
+        )
+    except ValidationError as err:
+        raise ModelLoadError(
+            f"{where}: golden.rules cannot be used as tolerances ({err}).", hint=_RECREATE
+        ) from err
+    for output, criterion in criteria.items():
+        # the tolerances hold metrics as text: an output name the text cannot carry would leave
+        # its output to the element rule
+        if config.criterion(output) != criterion:
+            raise ModelLoadError(
+                f"{where}: the rule for output {output!r} cannot be held as written "
+                f"({criterion}); its name does not survive the metric syntax.",
+                hint="Judge it by atol/rtol, or rename the output.",
+            )
+    return config
 
 
 def write_contract(
@@ -254,7 +314,8 @@ def write_contract(
         )
     rules = rules_for(signature, last_outputs, config)
     where = shown(store.location(loaded.path))
-    if not allow_weak_rules:  # before the second opinion runs: weak rules are refused at once
+    # the floors need the golden values, so the reference has run; the second opinion has not
+    if not allow_weak_rules:
         refuse_hollow(
             rule_findings(rules, output_extents(golden, arrays)), where, allow_weak_rules=False
         )

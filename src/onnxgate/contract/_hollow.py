@@ -4,8 +4,9 @@ A contract is evidence only when it compares some outputs, at sizes that exist, 
 fail. An edited contract can keep valid identity fields and lose all three: its golden outputs
 emptied, its dims made negative, a rule made vacuous (``cosine>=-1``). ``contract_findings`` names
 each such defect with a stable code; ``verify`` refuses the contract with ``HollowContract``
-(exit 2, as for a damaged contract: nothing was verified), and ``write_contract`` refuses to write
-one, so ``contract init`` never makes a contract that ``verify`` would refuse.
+(exit 2, as for a damaged contract: nothing was verified), ``serve`` keeps its model not ready
+(both through ``_admit``), and ``write_contract`` refuses to write one, so ``contract init``
+never makes a contract that ``verify`` would refuse.
 
 Codes (each finding's ``code``; CON001, CON010 and CON011 are identity's, see ``_verify`` and
 ``_sign``):
@@ -58,7 +59,8 @@ class Extent:
     elements: int
     """Elements over all golden samples."""
     scale: float
-    """The largest finite absolute value (0 when none, or not a number)."""
+    """The 90th percentile of the finite absolute values, the largest over the golden samples (0
+    when none, or not numbers): a few planted outliers cannot raise it."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,9 @@ class Floor:
     """``>=``: the figure must be at least the bound (cosine); ``<=``: at most (errors)."""
     value: float
     per: str = ""
-    """What ``value`` is a fraction of: nothing (a plain bound), ``scale`` (the output's largest
-    golden absolute value) or ``elements`` (its elements over all golden samples)."""
+    """What ``value`` is a fraction of: nothing (a plain bound), ``scale`` (the 90th percentile
+    of the output's golden absolute values) or ``elements`` (its elements over all golden
+    samples)."""
     least: float = 0.0
     """A bound that scales is never below this."""
 
@@ -83,11 +86,13 @@ class Floor:
         return self.value
 
     def describe(self, figure: str, extent: Extent | None) -> str:
-        """``cosine>=0.9``, ``atol<=0.3 (10% of its largest golden |value|, 3; at least 0.01)``."""
+        """The floor as a rule, with what it scales with: ``atol<=0.3 (10% of ...; at least 0.01)``."""
         text = f"{figure}{self.op}{self.bound(extent):g}"
         if self.per == "scale":
             scale = extent.scale if extent else 0.0
-            text += f" ({self.value:.0%} of its largest golden |value|, {scale:g}; at least "
+            text += (
+                f" ({self.value:.0%} of its golden |value|'s 90th percentile, {scale:g}; at least "
+            )
             text += f"{self.least:g})"
         elif self.per == "elements":
             text += f" ({self.value:.0%} of its {extent.elements if extent else 0} element(s))"
@@ -118,9 +123,9 @@ RULE_FLOORS: dict[str, Floor] = {
 }
 """The weakest rule accepted per figure, inclusive.
 
-- Absolute errors (``atol``, ``max_abs``, ``p99_abs``, ``mean_abs``): at most 10% of the output's
-  largest absolute value in the golden samples, or 0.01 if that is more: a tolerance as large as
-  the values themselves compares nothing.
+- Absolute errors (``atol``, ``max_abs``, ``p99_abs``, ``mean_abs``): at most 10% of the 90th
+  percentile of the output's absolute golden values, or 0.01 if that is more: a tolerance as large
+  as the values themselves compares nothing, and one planted outlier does not widen it.
 - Relative errors (``rtol``, ``max_rel``): at most 0.1.
 - Agreement (``cosine``, ``top1``, ``topk``): at least 0.9.
 - Mismatches: ``mismatch_fraction`` at most 0.01; ``mismatches`` at most 1% of the output's
@@ -286,18 +291,18 @@ def contract_findings(
 def output_extents(
     samples: Sequence[GoldenSample], arrays: Mapping[str, np.ndarray]
 ) -> dict[str, Extent]:
-    """What the golden samples hold of each compared output: elements, largest |value|."""
+    """What the golden samples hold of each compared output: elements, scale of |value|."""
     elements: dict[str, int] = {}
     scale: dict[str, float] = {}
     for sample in samples:
         for name in sample.outputs:
             array = arrays.get(f"{sample.key}/out/{name}")
             elements[name] = elements.get(name, 0) + (array.size if array is not None else 0)
-            largest = 0.0
+            typical = 0.0
             if array is not None and array.size and array.dtype.kind in "biufc":
                 finite = np.abs(array[np.isfinite(array)])
-                largest = float(finite.max()) if finite.size else 0.0
-            scale[name] = max(scale.get(name, 0.0), largest)
+                typical = float(np.percentile(finite, 90)) if finite.size else 0.0
+            scale[name] = max(scale.get(name, 0.0), typical)
     return {name: Extent(elements[name], scale[name]) for name in elements}
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate.contract._golden import config_from_rules
 from onnxgate.contract._hollow import contract_findings, refuse_hollow
 from onnxgate.contract._names import plain_name, same_name, shown
 from onnxgate.contract._schema import Contract, golden_path, identity, sha256_file
@@ -125,7 +126,8 @@ def sign_contract(model: str | Path, *, allow_weak_rules: bool = False) -> Contr
         ContractKeyError: the configured key is unusable.
         ArtefactCorrupt: the files are not the ones the contract describes (exit 1).
         HollowContract: the contract proves nothing, or has weak rules not admitted.
-        ModelLoadError: the model, its contract or its golden file is missing or damaged.
+        ModelLoadError: the model, its contract or its golden file is missing or damaged, or a
+            rule cannot be judged by (``config_from_rules``).
     """
     by = signer()
     if by is None:
@@ -144,10 +146,13 @@ def sign_contract(model: str | Path, *, allow_weak_rules: bool = False) -> Contr
             "`onnxgate contract init --force`.",
         )
     arrays = SIDECAR.read_golden(loaded.path, contract)
+    signature = Signature.from_graph(loaded.proto.graph)
     refuse_hollow(
-        contract_findings(contract, Signature.from_graph(loaded.proto.graph), arrays),
-        where,
-        allow_weak_rules=allow_weak_rules,
+        contract_findings(contract, signature, arrays), where, allow_weak_rules=allow_weak_rules
+    )
+    assert contract.golden is not None  # a contract without one is CON002
+    config_from_rules(
+        contract.golden.rules, where=where, outputs=[o.name for o in signature.outputs]
     )
     signed = sign(contract, by)
     SIDECAR.write(loaded.path, signed)

@@ -15,17 +15,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from onnxgate.compare._metrics import METRICS, parse_metric
 from onnxgate.contract._names import plain_name, shown, stored_name
-from onnxgate.errors import ModelLoadError
+from onnxgate.errors import ConfigError, ModelLoadError
 from onnxgate.model import LoadedModel, TensorSpec
 
 CONTRACT_FORMAT = 1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # an infinite bound is written "Infinity" (JSON has no such number) and reads back as one;
+    # pydantic's default, null, would make the contract unreadable or confuse inf with -inf
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
 
 class FileDigest(_Strict):
@@ -113,11 +116,31 @@ class Provenance(_Strict):
 class OutputRule(_Strict):
     """How one output is judged against its golden values."""
 
-    output: str
+    output: str = Field(min_length=1)
     atol: float = Field(ge=0, allow_inf_nan=False)
     rtol: float = Field(ge=0, allow_inf_nan=False)
     metric: str | None = None
-    """A rule on one figure (``cosine>=0.999``) instead of the element rule."""
+    """A rule on one figure (``cosine>=0.999``) instead of the element rule: ``METRIC OP VALUE``
+    with a known metric, naming no output (the rule's ``output`` is the one it judges)."""
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            named, _ = parse_metric(value)
+        except ConfigError as err:
+            raise ValueError(
+                f"{value!r} is not METRIC OP VALUE with a finite VALUE, one of the operators "
+                f">=, <=, >, < and one of the metrics {', '.join(METRICS)}"
+            ) from err
+        if named is not None:
+            raise ValueError(
+                f"{value!r} names output {named!r}; a rule's metric names none, its output "
+                "field says which output it judges"
+            )
+        return value
 
 
 class GoldenSample(_Strict):

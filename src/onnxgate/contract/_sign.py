@@ -15,14 +15,20 @@ process lists):
 - ``ONNXGATE_CONTRACT_VERIFY_KEY``: an Ed25519 public key, PEM text or a path; it only verifies.
 
 What is signed is ``canonical(contract)``: a fixed prefix, then the JSON of every field but
-``signing``, keys sorted, no spaces, ASCII only, with every field whose value is null, ``[]`` or
-``{}`` left out, so a field a later onnxgate adds with such a default does not void older
-signatures. That is safe because no field of the schema gives null or an empty value a meaning
-different from its absence: every default is null, empty or a scalar, and a required field that
-is left out is an invalid contract. Keep it so when adding fields. The JSON is the one the
-contract file holds, read back, so the bytes are the same before writing and after reading. Files
-are covered through their sha256: the model, its external data, the golden file, an optimised
-graph ``tune`` recorded.
+``signing``, keys sorted, no spaces, ASCII only. A field of a schema model is left out only when
+its value is the field's static declared default (``format`` 1, ``golden: None``, ``[]`` for
+``skipped_outputs``), so a field a later onnxgate adds with such a default does not void older
+signatures; a field left out reads back as that same default, so no two contracts share their
+bytes. Everything else is kept: a required field even when null or empty (``shape: []``, a
+scalar, is not ``shape: null``, an unknown rank), every entry of a mapping, and every field with
+a ``default_factory`` (the ``created`` timestamp is content, not a default to compare with the
+clock). Non-finite floats are written ``Infinity``, ``-Infinity`` and ``NaN``, bare tokens no
+string or null can be confused with (a float field of the contract file holds them as the strings
+``"Infinity"``, ``"-Infinity"`` and ``"NaN"``, which read back as the floats). Give a new field a
+static default, never a factory, or older signatures break. The contract is signed as it reads
+back from its file, so the bytes are the same before writing and after reading. Files are covered
+through their sha256: the model, its external data, the golden file, an optimised graph ``tune``
+recorded.
 """
 
 from __future__ import annotations
@@ -33,10 +39,14 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined, to_jsonable_python
 
 from onnxgate.contract._schema import Contract, Signing
 from onnxgate.errors import ConfigError, ContractKeyError, ContractKeyMissing, ExtraMissing
@@ -59,21 +69,41 @@ BAD_SIGNATURE = "CON011"
 """Rule code: the signature does not hold (edited since signed, another key, or forged)."""
 
 
-def _pruned(value: Any) -> Any:
-    """``value`` with every mapping entry whose value is null, ``[]`` or ``{}`` left out."""
-    if isinstance(value, dict):
-        kept = {k: _pruned(v) for k, v in value.items()}
-        return {k: v for k, v in kept.items() if v is not None and v != [] and v != {}}
-    if isinstance(value, list):
-        return [_pruned(v) for v in value]
-    return value
+def _at_static_default(field: FieldInfo, value: Any) -> bool:
+    """Whether ``value`` is the field's declared default (never for a factory's)."""
+    if field.default_factory is not None or field.default is PydanticUndefined:
+        return False
+    default = field.default
+    return type(value) is type(default) and value == default
+
+
+def _document(value: Any) -> Any:
+    """``value`` as canonical JSON data: fields at their static default left out (see above)."""
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return {
+            name: _document(item)
+            for name, field in fields.items()
+            if not _at_static_default(field, item := getattr(value, name))
+        }
+    if isinstance(value, Mapping):
+        return {str(k): _document(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_document(v) for v in value]
+    if value is None or isinstance(value, str | int | float):
+        return value  # a non-finite float is written as a bare token by json.dumps
+    return to_jsonable_python(value)
 
 
 def canonical(contract: Contract) -> bytes:
-    """The bytes a signature covers: everything but ``signing``, deterministically serialised."""
-    document = _pruned(json.loads(contract.model_dump_json(exclude={"signing"})))
+    """The bytes a signature covers: everything but ``signing``, deterministically serialised.
+
+    See the module's note for which fields are left out and how non-finite floats are written.
+    """
+    document = _document(contract)
+    document.pop("signing", None)
     return DOMAIN + json.dumps(
-        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
     ).encode("ascii")
 
 

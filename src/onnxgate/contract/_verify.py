@@ -6,7 +6,8 @@ sha256 must be the contract's (a contract proves things about bytes, not about a
 contract must not name another model file beside it (CON001), and with a verifying key
 configured it must carry that key's signature (CON010, CON011); a failed identity is a failed
 verification (exit 1). Then the contract must not be hollow (``_hollow``: CON002-CON006): a
-contract that proves nothing is refused like a damaged one (``HollowContract``, exit 2).
+contract that proves nothing is refused like a damaged one (``HollowContract``, exit 2). Both
+steps are ``admit``'s, which ``serve`` runs too, so the two refuse the same contracts.
 Which model file a contract is about, and the rule for its ``model`` field: see ``_identity``.
 """
 
@@ -28,23 +29,12 @@ from onnxgate._version import __version__
 from onnxgate.compare import compare_runners
 from onnxgate.compat.providers import CPU, names
 from onnxgate.compat.runtime import RuntimeSpec, installed_runtime
-from onnxgate.contract._golden import (
-    GoldenRunner,
-    config_from_rules,
-    golden_pairs,
-    second_opinion_for,
-    write_contract,
-)
-from onnxgate.contract._hollow import ContractFinding, contract_findings, refuse_hollow
-from onnxgate.contract._identity import (
-    MODEL_NAMED,
-    Cell,
-    identity_cell,
-    named_elsewhere,
-)
+from onnxgate.contract._admit import admit
+from onnxgate.contract._golden import GoldenRunner, second_opinion_for, write_contract
+from onnxgate.contract._hollow import ContractFinding
+from onnxgate.contract._identity import Cell
 from onnxgate.contract._names import shown
 from onnxgate.contract._schema import Contract, Provenance, SecondOpinion
-from onnxgate.contract._sign import check_signature, signature_required
 from onnxgate.contract._store import SIDECAR
 from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
 from onnxgate.errors import ConfigError, GateError, RunFailed, RuntimeEnvError, SessionFailed
@@ -187,7 +177,9 @@ def init_contract(
     contract records which was used.
 
     The contract is never hollow (``_hollow``), and its rules are at least ``RULE_FLOORS`` unless
-    ``config.allow_weak_rules``. With a signing key configured (``_sign``) it is signed.
+    ``config.allow_weak_rules``: weak rules are refused once the reference has run the samples
+    (some floors scale with the golden values), before the second opinion and before anything is
+    written. With a signing key configured (``_sign``) it is signed.
 
     Raises:
         ConfigError: a contract exists and ``force`` is not set, or contradicting feeds.
@@ -231,6 +223,7 @@ def _one_runtime(
     samples: list[Sample],
     expected: list,
     contract: Contract,
+    config: Tolerances,
     session: SessionSettings,
     options: OrtOptions,
     progress: Callable[[str], None] | None,
@@ -250,7 +243,6 @@ def _one_runtime(
     golden = GoldenRunner(
         expected, contract.golden.produced_by if contract.golden else "", signature
     )
-    config = config_from_rules(contract.golden.rules if contract.golden else [])
     not_run = Cell(passed=None, reason="not run: the model does not load")
     try:
         report = compare_runners(candidate, golden, samples, signature=signature, tolerances=config)
@@ -381,7 +373,8 @@ def verify(
         progress: called with a short message before slow steps.
 
     Raises:
-        ModelLoadError: the model, its contract or its golden file is missing or damaged.
+        ModelLoadError: the model, its contract or its golden file is missing or damaged, or a
+            rule of the contract cannot be judged by (the message names the file and the rule).
         HollowContract: the contract proves nothing (CON002-CON005), or has a rule weaker than
             its floor (CON006) and ``allow_weak_rules`` is off.
         ContractKeyMissing: a signature is required and no verifying key is configured.
@@ -391,7 +384,6 @@ def verify(
     """
     config = config or VerifyConfig()
     session = config.session
-    require = signature_required(config.require_signature)
     loaded = load_model(model)
     contract = SIDECAR.read(loaded.path)
     options = session.ort_options()
@@ -403,28 +395,24 @@ def verify(
         )
     contract_file = shown(SIDECAR.location(loaded.path))
     # the bytes first: a contract proves things about these files, not about a file name
-    ident = identity_cell(loaded, contract)
-    checked = check_signature(contract, require=require)
-    signature = Cell(passed=checked.passed, reason=checked.detail)
-    findings = []
-    if (elsewhere := named_elsewhere(loaded, contract)) is not None:
-        findings.append(ContractFinding(code=MODEL_NAMED, message=elsewhere))
-    if checked.code is not None:
-        findings.append(ContractFinding(code=checked.code, message=checked.detail))
-        ident = Cell(
-            passed=False,
-            reason="; ".join(filter(None, (ident.reason, f"{checked.code} {checked.detail}"))),
-        )
+    admission = admit(
+        loaded,
+        contract,
+        where=contract_file,
+        require_signature=config.require_signature,
+        allow_weak_rules=config.allow_weak_rules,
+    )
     report = functools.partial(
         VerifyReport,
         model=shown(loaded.path),
         contract=contract_file,
-        identity=ident,
+        identity=admission.identity,
         providers=wanted,
-        signature=signature,
+        signature=admission.signature,
+        findings=admission.findings,
         leftovers=leftovers(Path(loaded.path).parent),
     )
-    if not ident.passed:
+    if not admission.passed:
         skipped = Cell(
             passed=None, reason="not run: the files are not the ones the contract describes"
         )
@@ -434,15 +422,10 @@ def verify(
                 RuntimeResult(runtime=str(spec), loads=skipped, placement=skipped, parity=skipped)
                 for spec in specs
             ],
-            findings=findings,
         )
-    arrays = SIDECAR.read_golden(loaded.path, contract)
-    admitted = refuse_hollow(
-        contract_findings(contract, Signature.from_graph(loaded.proto.graph), arrays),
-        contract_file,
-        allow_weak_rules=config.allow_weak_rules,
-    )
-    expected = golden_pairs(contract, arrays, contract_file)
+    expected = admission.expected
+    tolerances = admission.tolerances
+    assert tolerances is not None  # set when admitted
     samples = [sample for sample, _ in expected]
     results = []
     for spec in specs:
@@ -450,7 +433,17 @@ def verify(
             progress(f"verifying on {spec}")
         try:
             results.append(
-                _one_runtime(loaded, spec, samples, expected, contract, session, options, progress)
+                _one_runtime(
+                    loaded,
+                    spec,
+                    samples,
+                    expected,
+                    contract,
+                    tolerances,
+                    session,
+                    options,
+                    progress,
+                )
             )
         except RuntimeEnvError as err:  # one release that cannot be installed is one failed row
             cell = Cell(passed=False, reason=err.message)
@@ -458,6 +451,4 @@ def verify(
             results.append(
                 RuntimeResult(runtime=str(spec), loads=cell, placement=skipped, parity=skipped)
             )
-    return report(
-        passed=all(r.passed for r in results), results=results, findings=findings + admitted
-    )
+    return report(passed=all(r.passed for r in results), results=results)

@@ -3,8 +3,10 @@
 ``Predictor.open(REF)`` takes a registry version or a model file with its contract, refuses a
 version whose gate did not pass (unless told to serve it anyway), builds ONE session with the
 settings the model was gated and tuned with, and then proves the model here before it calls
-itself ready: the files are the contract's by sha256, every compute node is on the provider the
-gate required, and every golden sample is within its rule when run by that same session. Each
+itself ready: the contract is admitted as ``verify`` admits it (the files are the contract's by
+sha256, its signature holds when a verifying key is configured, it is not hollow), every compute
+node is on the provider the gate required, and every golden sample is within its rule when run
+by that same session. Each
 request is held to the contract (``RequestValidator``) and counted.
 
 ONNX Runtime's ``InferenceSession.run`` may be called from several threads at once, so the
@@ -26,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec
-from onnxgate.contract import SIDECAR, config_from_rules, read_golden
-from onnxgate.contract._verify import Cell, identity_cell, placement_cell
+from onnxgate.contract import SIDECAR, Admission, admit, shown
+from onnxgate.contract._verify import Cell, placement_cell
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
 from onnxgate.runners import Inference, RunnerInfo
@@ -59,6 +61,9 @@ class PredictorConfig(Part):
     """The largest request's tensors, in bytes."""
     allow_ungated: bool = False
     """Serve a version whose gate did not pass (or a file with no gate report beside it)."""
+    allow_weak_rules: bool = False
+    """Admit contract rules weaker than their floors (CON006), as ``verify --allow-weak-rules``
+    does; without it such a contract is refused like a hollow one and the model is not ready."""
     variant: str | None = None
     """Serve ``model.VARIANT`` of a registry version (``int8``) instead of ``model``."""
     registry: str | None = None
@@ -229,17 +234,32 @@ class Predictor:
         return predictor
 
     def prove(self) -> Proof:
-        """Identity, placement and every golden sample, with the serving session; sets ``ready``."""
+        """Admission, placement and every golden sample, with the serving session; sets ``ready``.
+
+        Admission is ``verify``'s (``onnxgate.contract.admit``): the files are the contract's by
+        sha256, the contract names no other model, carries a valid signature when a verifying
+        key is configured (CON010, CON011), and is not hollow (CON002-CON006). A contract it
+        refuses leaves the model not ready, with the reason; nothing is raised for it.
+        """
         start = time.perf_counter()
         model = load_model(self.source.model)  # the contract's (the runner may run a tuned graph)
-        ident = identity_cell(model, self.contract)
-        placement = parity = "not run: the files are not the ones the contract describes"
-        passed = bool(ident.passed)
-        if passed and self.contract.golden is None:
-            placement = parity = "not run: the contract has no golden samples"
+        placement = parity = "not run: the identity failed"
+        try:
+            admission = admit(
+                model,
+                self.contract,
+                where=shown(SIDECAR.location(self.source.model)),
+                allow_weak_rules=self.config.allow_weak_rules,
+            )
+        except GateError as err:  # hollow, damaged golden file, unusable rule or key
+            identity = f"failed: {err.message}"
+            placement = parity = "not run: the contract is refused"
             passed = False
+        else:
+            passed = admission.passed
+            identity = _admitted(admission) if passed else f"failed: {admission.identity.reason}"
         if passed:
-            expected = read_golden(self.contract, self.source.model)
+            expected = admission.expected
             samples = [sample for sample, _ in expected]
             options = self.runner.options
             try:
@@ -257,6 +277,7 @@ class Predictor:
             from onnxgate.contract import GoldenRunner
 
             signature = Signature.from_graph(model.proto.graph)
+            assert self.contract.golden is not None  # admitted: it has golden samples
             golden = GoldenRunner(expected, self.contract.golden.produced_by, signature)
             try:
                 report = compare_runners(
@@ -264,7 +285,7 @@ class Predictor:
                     golden,
                     samples,
                     signature=signature,
-                    tolerances=config_from_rules(self.contract.golden.rules),
+                    tolerances=admission.tolerances,
                     progress=lambda message: log.debug("%s", message),
                 )
             except GateError as err:
@@ -282,7 +303,7 @@ class Predictor:
                 placement = f"failed: {placement}"
         proof = Proof(
             ready=passed,
-            identity="the files are the contract's" if ident.passed else f"failed: {ident.reason}",
+            identity=identity,
             placement=placement,
             parity=parity,
             seconds=round(time.perf_counter() - start, 3),
@@ -382,6 +403,15 @@ class Predictor:
 
     def __repr__(self) -> str:
         return f"Predictor({self.name}@{self.version}, ready={self.ready})"
+
+
+def _admitted(admission: Admission) -> str:
+    """What admission proved, for the proof's identity line."""
+    said = ["the files are the contract's"]
+    if admission.signature.passed:
+        said.append(f"signature {admission.signature.reason}")
+    said += [f"{f.code} admitted: {f.message}" for f in admission.findings if f.allowed]
+    return "; ".join(said)
 
 
 def _datatype(name: str, array: np.ndarray) -> str:
