@@ -10,8 +10,8 @@ folder.
 
 The budget is fixed and the examples are derandomised, so CI runs the same cases every time
 (about a minute on 2 cores). A failing case is saved (model, edits, Python reproducer) under
-$ONNXGATE_FUZZ_FINDINGS or a temporary folder named in the failure. The ``slow`` variant runs four
-times as many; tools/fuzz_models.py is the long coverage-guided run.
+$ONNXGATE_FUZZ_FINDINGS or a temporary folder named in the failure. tools/fuzz_models.py is the
+long coverage-guided run.
 """
 
 from __future__ import annotations
@@ -198,13 +198,3 @@ def test_mutated_corpus_models_get_an_answer(fuzz, command):
     assert sum(codes.values()) >= BUDGET[command] * 0.9
     assert codes[0] + codes[1] >= MIN_RUN[command] * sum(codes.values()), codes
     assert codes[2] > 0, codes  # and some mutants must be refused, or nothing was mutated
-
-
-SLOW_FACTOR = 2
-"""The ``slow`` run's budget against the default one (about 3.5 minutes on 2 cores)."""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("command", ["inspect", "check", "compare"])
-def test_mutated_corpus_models_get_an_answer_at_length(fuzz, command):
-    _run(fuzz, command, BUDGET[command] * SLOW_FACTOR)
