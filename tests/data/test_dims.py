@@ -154,3 +154,13 @@ def test_a_dimension_without_a_name_is_sized_by_input_and_axis(tmp_path):
     assert "it has: N, x[2], x[3] (a dimension without a name is INPUT[AXIS])" in " ".join(
         stray.output.split()
     )
+
+
+def test_an_empty_dim_param_is_a_dimension_without_a_name(tmp_path):
+    """Found by the 10,000-case fuzzing run: ``dim_param: ""`` was a name with no size (exit 4)."""
+    proto = mlp()
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = ""
+    (sample,) = synthetic_samples(signature_of(proto), model=proto)
+    assert sample.feeds["x"].shape[0] == 3 and "x[0]=3" in sample.label
+    result = run("compare", str(save(proto, tmp_path / "empty_dim.onnx")))
+    assert result.exit_code in (0, 1), result.output

@@ -45,8 +45,8 @@ class TensorSpec(BaseModel):
 
     @property
     def symbolic_dims(self) -> tuple[str, ...]:
-        """Names of the symbolic dimensions."""
-        return tuple(d for d in self.shape or () if isinstance(d, str))
+        """Names of the symbolic dimensions (an empty ``dim_param`` names nothing: it is unnamed)."""
+        return tuple(d for d in self.shape or () if isinstance(d, str) and d)
 
 
 class Signature(BaseModel):
