@@ -27,19 +27,11 @@ from onnxgate.contract._schema import ValueBound
 from onnxgate.contract._sign import sign, signer
 
 HMAC_KEY = "k" * 32
-KEY_VARIABLES = (
-    "ONNXGATE_CONTRACT_KEY",
-    "ONNXGATE_CONTRACT_SIGNING_KEY",
-    "ONNXGATE_CONTRACT_VERIFY_KEY",
-    "ONNXGATE_REQUIRE_SIGNATURE",
-)
 
 
 @pytest.fixture(autouse=True)
 def _hmac_key(monkeypatch):
-    """Only the test's own key: an HMAC secret that signs and verifies."""
-    for name in KEY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    """Only the test's own key (tests/conftest.py removes the machine's): an HMAC secret."""
     monkeypatch.setenv("ONNXGATE_CONTRACT_KEY", HMAC_KEY)
 
 

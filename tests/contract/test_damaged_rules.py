@@ -27,18 +27,6 @@ from onnxgate.contract import (
 from onnxgate.errors import ModelLoadError
 
 runner = CliRunner()
-KEY_VARIABLES = (
-    "ONNXGATE_CONTRACT_KEY",
-    "ONNXGATE_CONTRACT_SIGNING_KEY",
-    "ONNXGATE_CONTRACT_VERIFY_KEY",
-    "ONNXGATE_REQUIRE_SIGNATURE",
-)
-
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch):
-    for name in KEY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -49,19 +49,6 @@ from onnxgate.errors import (
 runner = CliRunner()
 ONNXGATE = Path(sys.executable).with_name("onnxgate")
 HMAC_KEY = "k" * 32
-KEY_VARIABLES = (
-    "ONNXGATE_CONTRACT_KEY",
-    "ONNXGATE_CONTRACT_SIGNING_KEY",
-    "ONNXGATE_CONTRACT_VERIFY_KEY",
-    "ONNXGATE_REQUIRE_SIGNATURE",
-)
-
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch):
-    """No key from the machine running the tests: each test sets the ones it means."""
-    for name in KEY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -369,7 +356,7 @@ def test_a_model_named_in_bytes_that_are_not_utf8_works_end_to_end(tmp_path):
     folder = os.fsencode(tmp_path)
     path = os.path.join(folder, b"m\xff.onnx")
     onnx.save_model(mlp(), os.fsdecode(path))
-    env = {k: v for k, v in os.environ.items() if k not in KEY_VARIABLES}
+    env = dict(os.environ)  # without contract keys (tests/conftest.py)
     for command in ([b"contract", b"init", path], [b"verify", path, b"--format", b"json"]):
         done = subprocess.run(
             [os.fsencode(ONNXGATE), *command], capture_output=True, env=env, timeout=300
