@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # PyTorch comes from the CPU wheel on this machine's disk; a bare `torch` can pull a CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint format clean
+.PHONY: demo test test-fast lint format docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,10 +15,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# The demo exports all-MiniLM-L6-v2 from PyTorch: torch from its pinned CPU wheel first.
+# The demo exports all-MiniLM-L6-v2 from PyTorch: torch from its pinned CPU wheel first. The serve
+# extra makes the README's serve example run on what the demo registered.
 $(VENV)/.installed-demo: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e '.[torch,examples]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,examples,serve]'
 	touch $@
 
 # torch first, from its pinned CPU wheel, so nothing later pulls a CUDA build to satisfy "torch".
@@ -37,6 +38,11 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff format --check src tests tools benchmarks
 	$(BIN)/python -m pytest
 
+# The documentation site, strict: a broken link or anchor fails. tests/test_docs.py builds it in
+# `make test` too; `$(BIN)/mkdocs serve` serves it while you edit.
+docs: $(VENV)/.installed-test
+	$(BIN)/mkdocs build --strict --site-dir site
+
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow"
 
@@ -48,4 +54,4 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff check --fix src tests tools benchmarks
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .ruff_cache

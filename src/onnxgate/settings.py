@@ -155,12 +155,13 @@ class FeedSettings(Part):
     """Where a step's input feeds come from: a file, or seeded synthetic values."""
 
     inputs: Path | None = None
-    """An .npz, JSON, test_data_set folder or folder of them; None for synthetic feeds."""
+    """An .npz, JSON, test_data_set folder or folder of them; not set (None): synthetic feeds."""
     dims: dict[str, list[Annotated[int, Field(ge=1)]]] = {}
     """Sizes of symbolic dimensions for synthetic feeds; several sizes give several samples."""
     ranges: dict[str, str] = {}
     """Values per input for synthetic feeds: ``"LOW:HIGH"`` (HIGH excluded) or ``"VALUE"``."""
     seed: int = 0
+    """Seed of the synthetic values: the same seed, the same feeds."""
 
     @field_validator("dims", mode="before")
     @classmethod
@@ -267,7 +268,10 @@ class Tolerances(Part):
     """
 
     atol: Bound | None = None
+    """Absolute tolerance for every float output; not set: the per-dtype default."""
     rtol: Bound | None = None
+    """Relative tolerance (``|a - b| <= atol + rtol * |b|``) for every float output; not set:
+    the per-dtype default."""
     per_output: dict[str, tuple[Bound, Bound]] = {}
     """``{"logits": (ATOL, RTOL)}``: the tolerance of one output, any dtype."""
     metrics: tuple[str, ...] = ()

@@ -47,6 +47,7 @@ class ModelSection(Part):
     opset: int | None = None
     """torch/sklearn: the opset to export at (default: the exporter's, capped by the runtimes)."""
     exporter: Literal["dynamo", "torchscript", "auto"] = "dynamo"
+    """torch: which ``torch.onnx`` exporter; ``auto`` tries dynamo, then TorchScript."""
     data: Path | None = None
     """sklearn: the rows (.npz, .npy or .csv) the conversion is proved on."""
     trust_pickle: bool = False
@@ -94,6 +95,7 @@ class Step(Part):
     """What every step table has."""
 
     enabled: bool = True
+    """Run this step; a disabled step is reported as not run (``disabled in the config``)."""
 
 
 class CheckStep(Step):
@@ -102,29 +104,38 @@ class CheckStep(Step):
     ignore: list[str] = []
     """Rule codes to ignore (``SHP001``)."""
     fail_on: Literal["error", "warning", "info"] = "error"
+    """The lowest severity of finding that fails the step."""
 
 
 class ExportStep(Step):
     """``[steps.export]``: parity of the export (torch/sklearn) or the golden samples (.onnx)."""
 
     tolerances: Tolerances = Tolerances()
+    """How outputs are judged: the export's parity with the source (torch/sklearn), and the
+    rules the contract records for its golden samples."""
 
     feeds: FeedSettings = FeedSettings()
     """For an .onnx source: the golden samples' feeds (the contract's)."""
     reference: str = "reference"
     """For an .onnx source: who computes the golden outputs."""
     second_opinion: bool = True
+    """For an .onnx source: have a second runner that shares no code with ``reference`` confirm
+    the golden outputs (ONNX Runtime with optimisations off, or the reference evaluator when
+    ``reference`` is ONNX Runtime); false for models the second runner cannot run (recorded)."""
 
 
 class CompareStep(Step):
     """``[steps.compare]``: ONNX Runtime (as deployed) against a reference."""
 
     tolerances: Tolerances = Tolerances()
+    """How each output is judged against the reference."""
 
     against: str = "reference"
     """``reference``, ``ort:disable``, ``torch:package.module:factory`` or another .onnx file."""
     feeds: FeedSettings = FeedSettings()
+    """The feeds both sides run on."""
     session: SessionSettings = SessionSettings()
+    """The candidate's ONNX Runtime session (providers default to ``targets.providers``)."""
     localize: bool = True
     """On a miss, find the first diverging node and replay it."""
 
@@ -147,14 +158,20 @@ class PlacementStep(Step):
     runtime: str | None = None
     """Default: the first target runtime."""
     feeds: FeedSettings = FeedSettings()
+    """The feeds of the profiled run, where placement must run the model (releases before
+    1.24); the contract's golden samples when left empty."""
 
 
 class TuneStep(Step):
     """``[steps.tune]``: the fastest session settings that keep parity, recorded in the contract."""
 
     objective: Literal["latency", "throughput"] = "latency"
+    """``latency`` (p50 at the batch) or ``throughput`` (samples/s at the batch)."""
     batch: int | None = Field(None, ge=1)
+    """Size of the batch dimension of the tuning shape (the first input's axis 0, when
+    symbolic)."""
     dims: dict[str, int] = {}
+    """One size per symbolic dimension of the tuning shape (``{ seq = 128 }``)."""
     time_budget: float | None = Field(600.0, ge=0, allow_inf_nan=False)
     """Seconds the whole tuning may take (see ``TuneConfig.time_budget``); 0 for no limit."""
     contest_seconds: float = Field(3.0, gt=0, allow_inf_nan=False)
@@ -164,8 +181,12 @@ class TuneStep(Step):
     max_runs: int = Field(60, ge=1)
     """The most timed runs one candidate gets in the search."""
     threads: list[int] | None = None
+    """Intra-op thread counts to search instead of 1, 2, 4 ... up to the usable CPUs."""
     fusions: bool = True
+    """Try graph rewrites: attention fusion, and ONNX Runtime's transformer fusions for
+    encoders."""
     min_gain: float = Field(0.02, ge=0)
+    """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
 
     @model_validator(mode="before")
     @classmethod
@@ -187,20 +208,33 @@ class QuantizeStep(Step):
     """``[steps.quantize]``: int8 inside an accuracy budget, never slower than float."""
 
     mode: Literal["dynamic", "static"] = "dynamic"
+    """``dynamic`` (scales computed at run time) or ``static`` (QDQ, calibrated on
+    ``calibration``)."""
     preset: str = "auto"
+    """Integer types for this CPU: ``auto`` reads its flags (``vnni``, ``avx2`` or ``arm64``;
+    ``onnxgate quantize --help`` says what each chooses)."""
     per_channel: bool | None = None
+    """One scale per output channel of each weight (true) or one per tensor (false); not set:
+    the preset's choice."""
     max_drop: float = Field(0.01, ge=0, lt=1)
     """The budget: 1 - cosine, 1 - top-1 agreement, or accuracy points lost."""
     metrics: list[str] = []
+    """``compare`` rules (``[OUTPUT:]METRIC OP VALUE``) that replace the budget for outputs."""
     eval: str | None = None
     """Held-apart evaluation feeds (.npz, folder, JSON or ``package.module:function``)."""
     calibration: str | None = None
     """static: calibration feeds."""
     labels: Path | None = None
+    """True labels of the evaluation rows (.npy, .npz, .json or .txt), in row order: the budget
+    is then accuracy points lost."""
     max_excluded: int | None = Field(None, ge=0)
+    """The most nodes the search may keep in float (not set: all but one); 0: no search."""
     bench: bool = True
+    """Time the int8 model against the float one and fail when it is slower beyond noise."""
     bench_budget: float = Field(1.0, gt=0)
+    """Seconds of timed runs per model and shape."""
     allow_slower: bool = False
+    """Keep an int8 model that is slower than the float one beyond noise (with a warning)."""
     required: bool = True
     """When False, a model that cannot be quantised inside the budget does not fail the gate."""
 
@@ -209,7 +243,10 @@ class BenchStep(Step):
     """``[steps.bench]``: latency, throughput and size, with thresholds, against a contender."""
 
     batches: list[int] = []
+    """Batch sizes to time; empty: the contract's golden samples' shapes."""
     dims: dict[str, list[int]] = {}
+    """Sizes of symbolic dimensions to time (``{ seq = [128] }``); several sizes, several
+    configurations."""
     budget: float = Field(2.0, gt=0)
     """Seconds of timed runs per configuration (interleaved with the contender's)."""
     vs: str | None = None
@@ -217,9 +254,12 @@ class BenchStep(Step):
     tuned: bool = True
     """Use what ``tune`` recorded for this machine, when the tune step ran."""
     session: SessionSettings = SessionSettings()
+    """The session timed when ``tuned`` does not apply (providers default to
+    ``targets.providers``)."""
     max_p50_ms: float | None = Field(None, gt=0)
     """Fail when the median latency of any configuration is above this."""
     max_p99_ms: float | None = Field(None, gt=0)
+    """Fail when the 99th-percentile latency of any configuration is above this."""
     min_speedup: float | None = Field(None, gt=0)
     """Fail when the model is not at least this many times faster than ``vs`` (1.0: not slower)."""
     max_size_mb: float | None = Field(None, gt=0)
@@ -243,6 +283,7 @@ class RegisterSection(Part):
     """``[register]``: where a passing version goes."""
 
     enabled: bool = True
+    """Register a version when the gate passes."""
     name: str | None = None
     """Default: ``model.name``."""
     alias: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -250,8 +291,12 @@ class RegisterSection(Part):
     registry: str | None = None
     """A SQLAlchemy URL; default: ``$ONNXGATE_REGISTRY``, else the embedded SQLite registry."""
     store: Path | None = None
+    """The folder of the registry's artefact store; default: ``$ONNXGATE_STORE``, else beside a
+    SQLite database, else the user data folder."""
     description: str | None = None
+    """Recorded with the version (``registry show`` prints it)."""
     tags: dict[str, str] = {}
+    """Recorded with the version (``{ task = "sentence-embedding" }``)."""
 
 
 class OutputSection(Part):
@@ -267,11 +312,13 @@ class GateConfig(Part):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     version: int
+    """The file format's version: ``1``, the first line of the file."""
     model: ModelSection
     targets: TargetsSection = TargetsSection()
     steps: StepsSection = StepsSection()
     registration: RegisterSection | None = Field(None, alias="register")
-    """``[register]`` (``register`` is a name pydantic keeps for itself)."""
+    """``[register]``: where a passing version goes; without the table nothing is registered.
+    (The field is ``registration`` in Python: pydantic keeps ``register`` for itself.)"""
     output: OutputSection = OutputSection()
 
     @field_validator("version")
