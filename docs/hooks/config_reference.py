@@ -99,13 +99,20 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
 
 def _markdown(text: str) -> str:
-    """A docstring as one line of Markdown: RST ``literals`` in single backticks, pipes escaped.
+    """A docstring as one line of a Markdown table: RST ``literals`` in single backticks.
 
     A leading ``[table]:``, which a table's heading already says, is left out.
     """
     text = re.sub(r"``(.+?)``", r"`\1`", " ".join(text.split()))
     text = re.sub(r"^`\[[^\]]+\]`:?\s*", "", text)
-    return (text[:1].upper() + text[1:]).replace("|", r"\|")
+    text = text[:1].upper() + text[1:]
+    # outside code spans a pipe would end the cell and <model> be taken for an HTML tag; inside
+    # them the table extension leaves both alone
+    parts = text.split("`")
+    parts[::2] = [
+        p.replace("|", r"\|").replace("<", "&lt;").replace(">", "&gt;") for p in parts[::2]
+    ]
+    return "`".join(parts)
 
 
 def _bound(item: Any) -> list[str]:
@@ -262,8 +269,11 @@ def render(model: type | None = None) -> str:
 
 def _include(match: re.Match[str]) -> str:
     path = ROOT / match.group(1)
-    fence = FENCES.get(path.suffix, "")
-    return f"```{fence}\n{path.read_text(encoding='utf-8').rstrip()}\n```"
+    try:
+        text = path.read_text(encoding="utf-8").rstrip()
+    except OSError as error:
+        raise PluginError(f"{match.group(0)}: cannot read {path}: {error}") from error
+    return f"```{FENCES.get(path.suffix, '')}\n{text}\n```"
 
 
 def on_config(config: Any, **kwargs: Any) -> Any:
