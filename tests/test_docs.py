@@ -116,6 +116,16 @@ def test_every_command_has_a_page(site: Path):
     assert (site / "commands" / "gate-init" / "index.html").is_file()
 
 
+def test_the_readmes_links_lead_to_files():
+    # the README is read on a code host and in the sdist, not built: its links are checked here
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    assert "docs/index.md" in targets
+    for target in targets:
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+
+
 def _hook() -> types.ModuleType:
     path = ROOT / "docs" / "hooks" / "config_reference.py"
     spec = importlib.util.spec_from_file_location("_docs_config_reference", path)
