@@ -158,8 +158,8 @@ class PlacementStep(Step):
     runtime: str | None = None
     """Default: the first target runtime."""
     feeds: FeedSettings = FeedSettings()
-    """The feeds of the profiled run, where placement must run the model (releases before
-    1.24); the contract's golden samples when left empty."""
+    """The feeds of the one profiled run, when placement must run the model to see it (releases
+    before 1.24); synthetic when left empty."""
 
 
 class TuneStep(Step):
@@ -254,8 +254,8 @@ class BenchStep(Step):
     tuned: bool = True
     """Use what ``tune`` recorded for this machine, when the tune step ran."""
     session: SessionSettings = SessionSettings()
-    """The session timed when ``tuned`` does not apply (providers default to
-    ``targets.providers``)."""
+    """How the timed session is built (providers default to ``targets.providers``); when
+    ``tuned`` applies, the settings ``tune`` recorded replace these."""
     max_p50_ms: float | None = Field(None, gt=0)
     """Fail when the median latency of any configuration is above this."""
     max_p99_ms: float | None = Field(None, gt=0)
