@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -105,3 +106,14 @@ def test_a_golden_file_changed_since_is_named(proven, tmp_path):
     (repo / "ocr" / "1" / "ocr.golden.npz").write_bytes(b"PK not the golden file")
     checked = check_repository(repo)
     assert [f.code for f in checked.findings if f.severity == "error"] == ["DPL030"]
+
+
+def test_a_contract_written_before_observed_shapes_is_judged_by_its_golden_file(proven, tmp_path):
+    repo = _declared_repo(proven, tmp_path / "repo", "[1, -1]")
+    path = repo / "ocr" / "1" / "model.contract.json"
+    data = json.loads(path.read_text())
+    del data["signature"]["observed"]  # as onnxgate wrote contracts before it recorded them
+    path.write_text(json.dumps(data))
+    (found,) = [f for f in check_repository(repo).findings if f.severity == "error"]
+    assert found.code == "DPL019"
+    assert found.message.endswith("on golden sample N=1; it declares [1, seqlen]")

@@ -9,8 +9,6 @@ from onnxgate.contract._golden import (
     cross_check,
     drop_stale_contract,
     load_contract,
-    observed_outputs,
-    observed_shapes,
     opinion_from,
     read_golden,
     second_opinion_for,
@@ -19,6 +17,7 @@ from onnxgate.contract._golden import (
 from onnxgate.contract._hollow import CODES, RULE_FLOORS, ContractFinding, Floor, contract_findings
 from onnxgate.contract._identity import sign_contract
 from onnxgate.contract._names import shown, stored_name
+from onnxgate.contract._observed import observed_outputs, observed_shapes
 from onnxgate.contract._schema import (
     CONTRACT_FORMAT,
     Contract,
