@@ -1,4 +1,4 @@
-"""Outputs whose golden values contradict their declared shape: the contract records what they are."""
+"""Outputs whose golden values contradict their declared shape: the contract records their shape."""
 
 from __future__ import annotations
 

@@ -3,13 +3,14 @@
 Everything the config says comes from what onnxgate already proved about the model: inputs and
 outputs from the contract's signature (``-1`` where a dim is symbolic; an output whose golden
 values contradict its declared shape takes the shape they have, and the model deployed declares
-it, since Triton's ONNX Runtime backend requires output dims equal to the declared ones), ``max_batch_size`` from
-the batch axis the contract proves (the symbolic dim that is axis 0 of every input and output)
-and its largest proven size, the tuned session settings as the ONNX Runtime backend's
-parameters, and ``model_warmup`` from the golden samples, so Triton does not call the model ready
-until it has run on them. The config is built as a ``model_config_pb2.ModelConfig`` message and
-written with ``text_format``; the repository is then checked by :func:`check_repository`, the
-same checks ``deploy check`` runs on a repository written by hand.
+it, since Triton's ONNX Runtime backend requires output dims equal to the declared ones),
+``max_batch_size`` from the batch axis the contract proves (the symbolic dim that is axis 0 of
+every input and output) and its largest proven size, the tuned session settings as the ONNX
+Runtime backend's parameters, and ``model_warmup`` from the golden samples, so Triton does not
+call the model ready until it has run on them. The config is built as a
+``model_config_pb2.ModelConfig`` message and written with ``text_format``; the repository is then
+checked by :func:`check_repository`, the same checks ``deploy check`` runs on a repository
+written by hand.
 
 A version is written under a temporary name and renamed into place, so an interrupted deploy
 never leaves a version folder Triton would load half-written; other versions in the repository
@@ -379,7 +380,7 @@ def deploy_triton(
     loaded = load_model(source.model)
     # a model that declares one output shape and produces another is deployed declaring what it
     # produces: Triton's ONNX Runtime backend holds config dims to the declared ones
-    gated, contract, declared = declaring_observed(contract, loaded)
+    redeclared, contract, declared = declaring_observed(contract, loaded)
     name = config.name or source.name
     if not NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
@@ -450,10 +451,10 @@ def deploy_triton(
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=model_dir))
     try:
         public_mode(staging, folder=True)  # mkdtemp makes 0700; Triton may run as another user
-        if gated is None:
+        if redeclared is None:
             _copy(source.model, staging / MODEL_FILE)
         else:
-            atomic_write_bytes(staging / MODEL_FILE, gated)
+            atomic_write_bytes(staging / MODEL_FILE, redeclared)
         for ref_ in loaded.external_data:
             target = staging / ref_.location  # where the model will look for it
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -461,7 +462,7 @@ def deploy_triton(
                 _copy(ref_.path, target)
         contract_file, _ = contract_paths(staging / MODEL_FILE)
         _copy(Path(SIDECAR.location(source.model)), contract_file)
-        if gated is not None:  # re-signed only when the copied contract's signature held
+        if redeclared is not None:  # re-signed only when the copied contract's signature held
             SIDECAR.write(staging / MODEL_FILE, contract)
         if contract.golden is not None:
             _copy(source.model.parent / contract.golden.file, staging / contract.golden.file)
