@@ -149,3 +149,24 @@ def token_model(vocab: int = 50) -> onnx.ModelProto:
     ids = value("input_ids", TensorProto.INT64, ("batch", "sequence"))
     mask = value("attention_mask", TensorProto.INT64, ("batch", "sequence"))
     return model(nodes, [ids, mask], [value("y", shape=("batch", 8))], initializers=[table, axis])
+
+
+def misdeclared() -> onnx.ModelProto:
+    """x[N, 10] -> y[N, 1, 10], while y is declared [1, seqlen] (as ddddocr's OCR model does).
+
+    The reshape's target is sliced to a length only known when the model runs, so onnx's shape
+    inference cannot see the contradiction: only running the model shows it.
+    """
+    const = functools.partial(helper.make_node, "Constant")
+    nodes = [
+        const([], ["zero"], value=numpy_helper.from_array(np.array([0], np.int64))),
+        const([], ["one"], value=numpy_helper.from_array(np.array([1], np.int64))),
+        const([], ["tail"], value=numpy_helper.from_array(np.array([1, -1], np.int64))),
+        helper.make_node("Shape", ["x"], ["sx"], name="shape"),
+        helper.make_node("Slice", ["sx", "zero", "one"], ["n"], name="batch"),
+        helper.make_node("Concat", ["n", "tail"], ["full"], axis=0, name="target"),
+        helper.make_node("Shape", ["full"], ["length"], name="length"),
+        helper.make_node("Slice", ["full", "zero", "length"], ["target"], name="hide"),
+        helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
+    ]
+    return model(nodes, [value("x", shape=("N", 10))], [value("y", shape=(1, "seqlen"))])

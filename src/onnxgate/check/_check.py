@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -50,6 +50,10 @@ class CheckConfig(Part):
     """Finding codes to leave out (``SHP001``)."""
     fail_on: Literal["error", "warning", "info"] = "error"
     """The lowest severity that makes ``passed`` false."""
+    observed_outputs: dict[str, tuple[int | str, ...]] = {}
+    """Output shapes the model was seen to produce (its contract's golden outputs, where they
+    contradict the declaration), judged against the declared ones (SHP003). check never runs
+    the model: its caller passes what was observed (``contract.observed_outputs``)."""
 
 
 def _infer(model: ModelProto, source: Path) -> tuple[ModelProto, Finding | None]:
@@ -121,6 +125,34 @@ def shape_findings(model: ModelProto) -> list[Finding]:
                 )
             )
     return found
+
+
+def observed_findings(
+    model: ModelProto, observed: Mapping[str, Sequence[int | str]]
+) -> list[Finding]:
+    """SHP003: an output whose declared shape differs from the shape the model was seen to produce.
+
+    Consumers that trust the declaration (a Triton config, a client's buffers) then disagree
+    with what the model returns at run time; ONNX Runtime itself only logs it.
+    """
+    found = []
+    for spec in Signature.from_graph(model.graph).outputs:
+        shape = observed.get(spec.name)
+        if shape is None or spec.shape is None or tuple(spec.shape) == tuple(shape):
+            continue
+        found.append(
+            finding(
+                "SHP003",
+                f"output '{spec.name}' is declared {_shown(spec.shape)} but the model produces "
+                f"{_shown(shape)} (its contract's golden outputs)",
+                tensor=spec.name,
+            )
+        )
+    return found
+
+
+def _shown(shape: Sequence[int | str | None]) -> str:
+    return "[" + ", ".join("?" if d is None or d == "" else str(d) for d in shape) + "]"
 
 
 def file_findings(loaded: LoadedModel) -> list[Finding]:
@@ -202,6 +234,7 @@ def check_model(
             seen, profile, table, chosen, value_types(inferred), value_type_protos(inferred)
         ),
         *shape_findings(proto),
+        *observed_findings(proto, config.observed_outputs),
         *file_findings(loaded),
     ]
     skip = set(ignore)

@@ -74,6 +74,7 @@ _RULES = (
     # shapes
     Rule("SHP001", Severity.WARNING, "an input has no dynamic batch axis", "Re-export with a dynamic first axis (torch.onnx.export dynamic_shapes / dynamic_axes) if callers batch requests.", False),
     Rule("SHP002", Severity.WARNING, "an input has no shape (unknown rank)", "Declare the input's rank and dimensions so callers and the runtime can validate feeds.", False),
+    Rule("SHP003", Severity.WARNING, "an output's declared shape contradicts what the model produces", "Fix the output's declared shape in the exporter (or with onnx-ir); until then deploy from the contract's observed shape (onnxgate deploy triton writes it), not from the declaration.", False),
     # external data and size
     Rule("EXT001", Severity.INFO, "weights are kept in external data files", "Ship the listed files next to the .onnx file; the model cannot load without them.", False),
     Rule("SIZ001", Severity.WARNING, "the model file is close to protobuf's 2 GiB limit", "Save weights as external data before the model grows past the limit.", False),

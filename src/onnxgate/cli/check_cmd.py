@@ -69,12 +69,14 @@ def check_command(
     Static findings with stable codes (see docs/checks.md), each with a severity, the node or
     tensor concerned and a fix: structure (checker, shape inference, order, names), versions (IR
     and opsets against the target's measured limits), operators (a kernel for each node's schema
-    version and input types on the requested providers), shapes, external data and size.
+    version and input types on the requested providers), shapes (with the contract beside the
+    model, outputs that produce another shape than declared), external data and size.
 
     Exit codes: 0 no finding at or above --fail-on; 1 some; 2 the model is malformed or unsafe, or
     an option is wrong; 3 the target runtime cannot be installed or probed.
     """
     from onnxgate.compat.runtime import runtime_profile
+    from onnxgate.contract import observed_outputs
 
     config = build(
         CheckConfig,
@@ -82,6 +84,8 @@ def check_command(
         providers=tuple(providers or ()),
         ignore=tuple(ignore or ()),
         fail_on=Severity(fail_on).value,
+        # the contract beside the model, when it describes these bytes, says what it produced
+        observed_outputs={n: o.shape for n, o in observed_outputs(model).items()},
     )
 
     def call(progress: Callable[[str], None]) -> CheckReport:

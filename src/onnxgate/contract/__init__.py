@@ -17,6 +17,7 @@ from onnxgate.contract._golden import (
 from onnxgate.contract._hollow import CODES, RULE_FLOORS, ContractFinding, Floor, contract_findings
 from onnxgate.contract._identity import sign_contract
 from onnxgate.contract._names import shown, stored_name
+from onnxgate.contract._observed import observed_outputs, observed_shapes
 from onnxgate.contract._schema import (
     CONTRACT_FORMAT,
     Contract,
@@ -26,6 +27,7 @@ from onnxgate.contract._schema import (
     Identity,
     Lineage,
     Machine,
+    ObservedShape,
     OutputRule,
     Performance,
     Provenance,
@@ -84,6 +86,7 @@ __all__ = [
     "Identity",
     "Lineage",
     "Machine",
+    "ObservedShape",
     "OutputRule",
     "Performance",
     "Provenance",
@@ -111,6 +114,8 @@ __all__ = [
     "identity",
     "init_contract",
     "load_contract",
+    "observed_outputs",
+    "observed_shapes",
     "opinion_from",
     "read_golden",
     "second_opinion_for",

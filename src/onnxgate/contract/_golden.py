@@ -22,6 +22,7 @@ from onnxgate.contract._hollow import (
     rule_findings,
 )
 from onnxgate.contract._names import shown
+from onnxgate.contract._observed import observed_shapes
 from onnxgate.contract._schema import (
     Contract,
     Golden,
@@ -337,6 +338,7 @@ def write_contract(
             inputs=list(signature.inputs),
             outputs=list(signature.outputs),
             dims=dim_bounds(list(signature.inputs), [s.dims for s in samples]),
+            observed=observed_shapes(signature, produced),
             values={
                 n: ValueBound(low=r.low, high=r.high, why=r.why)
                 for n, r in chosen_ranges(signature, loaded.proto, None).items()

@@ -40,6 +40,14 @@ def render_written(contract: Contract, model: Path) -> Lines:
         if opinion is not None:
             who = f"{opinion.runner} agreed: " if opinion.agreed else ""
             lines.append(line(f"  second opinion: {escape(who + opinion.detail)}"))
+    for name, seen in contract.signature.observed.items():
+        declared = _dims(seen.declared) if seen.declared is not None else "no shape"
+        lines.append(
+            line(
+                f"  [yellow]{escape(name)}: declared {escape(declared)}, the model produces "
+                f"{escape(_dims(seen.shape))}[/] ({escape(seen.why)}); recorded as observed"
+            )
+        )
     if contract.signing is not None:
         lines.append(
             line(f"  signed: {contract.signing.algorithm}, key {escape(contract.signing.key_id)}")
@@ -52,6 +60,10 @@ def render_written(contract: Contract, model: Path) -> Lines:
         )
     )
     return lines
+
+
+def _dims(shape: tuple[int | str | None, ...]) -> str:
+    return "[" + ", ".join("?" if d is None or d == "" else str(d) for d in shape) + "]"
 
 
 def _cell(cell: Cell) -> str:

@@ -64,13 +64,45 @@ class ValueBound(_Strict):
     why: str = ""
 
 
+class ObservedShape(_Strict):
+    """An output's shape as the golden samples produced it, where it contradicts the declaration.
+
+    Each axis is a size (the same in every sample), the name of an input dim it equalled in every
+    sample (``N``), or a fresh name (``387_dim0``) for an axis that varied with no input dim.
+    """
+
+    declared: tuple[int | str | None, ...] | None
+    """The shape the model declares for the output (the same as in ``outputs``)."""
+    shape: tuple[int | str, ...]
+    """The shape the golden outputs have."""
+    seen: list[tuple[int, ...]]
+    """The output's shape in each golden sample, in the samples' order."""
+    why: str
+    """What contradicts the declaration: ``rank 3, declared 2``."""
+
+
 class SignatureContract(_Strict):
     """Inputs and outputs with dtypes and dims, and what is known of their ranges."""
 
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    """As the model declares them."""
     dims: dict[str, DimBound] = {}
     values: dict[str, ValueBound] = {}
+    observed: dict[str, ObservedShape] = {}
+    """Outputs whose golden values contradict their declared shape, with the shape they have."""
+
+    def served_outputs(self) -> list[TensorSpec]:
+        """The outputs with the observed shape where the golden values contradict the declared one.
+
+        What a deployment must describe: the shape the model really returns.
+        """
+        return [
+            spec.model_copy(update={"shape": self.observed[spec.name].shape})
+            if spec.name in self.observed
+            else spec
+            for spec in self.outputs
+        ]
 
 
 class Requirements(_Strict):

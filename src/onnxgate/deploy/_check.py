@@ -5,8 +5,9 @@ value is a parse error, as in Triton), then every version's model is read (as an
 and the config is held against it: names, datatypes and ranks of inputs and outputs, fixed dims,
 the batch axis ``max_batch_size`` implies, and every warm-up's inputs, shapes and data files.
 Where the version folder holds the model's onnxgate contract, the config is also held against
-what the contract proves: ``max_batch_size`` and warm-up shapes inside the proven ranges, and the
-model file the one the contract describes.
+what the contract proves: ``max_batch_size`` and warm-up shapes inside the proven ranges, every
+output's dims able to hold the shape it had in each golden sample (a model may declare one shape
+and produce another), and the model file the one the contract describes.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ RULES: dict[str, str] = {
     "DPL016": "max_batch_size > 0 but the model's axis 0 is not a free batch dim",
     "DPL017": "max_batch_size beyond the batch the contract proves",
     "DPL018": "a dim fixed in the config outside the range the contract proves",
+    "DPL019": "an output's dims contradict what the model produced (the contract's golden outputs)",
     "DPL020": "a warm-up input the config does not list, or a config input a warm-up misses",
     "DPL021": "a warm-up datatype or dims that differ from the config's",
     "DPL022": "a warm-up shape outside the range the contract proves, or its batch too large",
@@ -359,6 +361,8 @@ def _check_version(
                             f"axis {axis} ({theirs}) is fixed at {ours}, outside the proven "
                             f"{bound.min}..{bound.max}",
                         )  # fmt: skip
+    if contract is not None:
+        _check_golden_outputs(config, model_dir.name, where, model_path, contract, found)
     listed_inputs = {s.name for s in config.input}
     for name_ in model_inputs:
         if name_ not in listed_inputs:
@@ -385,6 +389,61 @@ def _check_version(
 
 def _show(shape: Sequence[Any]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _check_golden_outputs(
+    config: Any, name: str, where: str, model_path: Path, contract: Any, found: _Findings
+) -> None:
+    """DPL019: each output's config shape against the shape it had in every golden sample.
+
+    The declaration can be wrong (an exporter that writes ``[1, seqlen]`` for ``[N, 1, 8210]``);
+    the golden outputs are what the model returned, so a config that cannot hold them makes
+    Triton fail at run time however well it matches the declaration.
+    """
+    from onnxgate.contract import read_golden
+    from onnxgate.contract._schema import golden_path
+
+    golden = contract.golden
+    observed = contract.signature.observed
+    made: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+    if golden is not None and golden_path(model_path, golden).is_file():
+        try:
+            pairs = read_golden(contract, model_path)
+        except GateError as err:
+            found.add("DPL030", "error", where, f"its golden samples cannot be read: {err.message}")
+            return
+        for sample, outputs in pairs:
+            for output, value in outputs.items():
+                made.setdefault(output, []).append((sample.label, tuple(value.shape)))
+    elif golden is not None:
+        # a repository written by hand may leave the golden file out: the shapes the contract
+        # recorded for outputs that contradict their declaration are still known
+        labels = [g.label for g in golden.samples]
+        for output, seen in observed.items():
+            made[output] = list(zip(labels, seen.seen, strict=False))
+    batched = config.max_batch_size > 0
+    declared = {s.name: s.shape for s in contract.signature.outputs}
+    for spec in config.output:
+        shape = _shape(spec, batched)
+        for label, got in made.get(spec.name, []):
+            if len(got) == len(shape) and all(
+                c in (-1, m) for c, m in zip(shape, got, strict=True)
+            ):
+                continue
+            what = f"batch + dims {list(spec.dims)}" if batched else f"dims {list(spec.dims)}"
+            told = declared.get(spec.name)
+            shown = f"; it declares {_show(told)}" if told is not None else ""
+            if spec.name in observed:
+                shown += f", its golden outputs are {_show(observed[spec.name].shape)}"
+            found.add(
+                "DPL019", "error", f"{where} output {spec.name}",
+                f"model {name!r}, output {spec.name!r}: the config gives {_show(shape)} ({what}), "
+                f"the model produced {_show(got)} on golden sample {label}{shown}",
+                "Describe the shape the model produces (onnxgate deploy triton writes the "
+                "contract's observed shape, with a model that declares it: Triton's ONNX Runtime "
+                "backend requires output dims equal to the model's declared ones).",
+            )  # fmt: skip
+            break
 
 
 def _check_warmups(

@@ -1,13 +1,16 @@
 """A Triton model repository from a gated model: the layout, ``config.pbtxt`` and warm-up data.
 
 Everything the config says comes from what onnxgate already proved about the model: inputs and
-outputs from the contract's signature (``-1`` where a dim is symbolic), ``max_batch_size`` from
-the batch axis the contract proves (the symbolic dim that is axis 0 of every input and output)
-and its largest proven size, the tuned session settings as the ONNX Runtime backend's
-parameters, and ``model_warmup`` from the golden samples, so Triton does not call the model ready
-until it has run on them. The config is built as a ``model_config_pb2.ModelConfig`` message and
-written with ``text_format``; the repository is then checked by :func:`check_repository`, the
-same checks ``deploy check`` runs on a repository written by hand.
+outputs from the contract's signature (``-1`` where a dim is symbolic; an output whose golden
+values contradict its declared shape takes the shape they have, and the model deployed declares
+it, since Triton's ONNX Runtime backend requires output dims equal to the declared ones),
+``max_batch_size`` from the batch axis the contract proves (the symbolic dim that is axis 0 of
+every input and output) and its largest proven size, the tuned session settings as the ONNX
+Runtime backend's parameters, and ``model_warmup`` from the golden samples, so Triton does not
+call the model ready until it has run on them. The config is built as a
+``model_config_pb2.ModelConfig`` message and written with ``text_format``; the repository is then
+checked by :func:`check_repository`, the same checks ``deploy check`` runs on a repository
+written by hand.
 
 A version is written under a temporary name and renamed into place, so an interrupted deploy
 never leaves a version folder Triton would load half-written; other versions in the repository
@@ -16,6 +19,7 @@ are kept.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -27,17 +31,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import onnx
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
-from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
+from onnxgate.contract import SIDECAR, Contract, Lineage, contract_paths, read_golden
 from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
 from onnxgate.deploy._gated import open_gated
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
 from onnxgate.errors import ConfigError
-from onnxgate.model import TensorSpec, load_model
+from onnxgate.model import LoadedModel, TensorSpec, load_model
 from onnxgate.runners._tensorrt import tensorrt_options, triton_parameters
-from onnxgate.settings import Part
+from onnxgate.settings import Part, config_hash
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +279,75 @@ def _warmup_arrays(
     return made
 
 
+def declaring_observed(
+    contract: Contract, loaded: LoadedModel
+) -> tuple[bytes | None, Contract, list[str]]:
+    """The model and contract to deploy when outputs produce another shape than declared.
+
+    The graph outputs of a copy of the model declare the contract's observed shapes (nothing
+    else changes: nodes, weights and external-data references are the same), and the contract
+    is that copy's: its identity, outputs as observed, the gated model as its parent. Returns
+    ``(None, contract, [])`` when every output produces what it declares.
+    """
+    observed = contract.signature.observed
+    if not observed:
+        return None, contract, []
+    proto = onnx.ModelProto()
+    proto.CopyFrom(loaded.proto)
+    for output in proto.graph.output:
+        seen = observed.get(output.name)
+        if seen is None or not output.type.HasField("tensor_type"):
+            continue
+        shape = output.type.tensor_type.shape
+        del shape.dim[:]
+        for size in seen.shape:
+            dim = shape.dim.add()
+            if isinstance(size, int):
+                dim.dim_value = size
+            else:
+                dim.dim_param = size
+    kept = [v for v in proto.graph.value_info if v.name not in observed]
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(kept)
+    data = proto.SerializeToString()
+    parent = contract.identity.model
+    model = parent.model_copy(
+        update={"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    )
+    was = {name: list(seen.declared or ()) for name, seen in observed.items()}
+    deployed = contract.model_copy(
+        update={
+            "identity": contract.identity.model_copy(update={"model": model}),
+            "signature": contract.signature.model_copy(
+                update={"outputs": contract.signature.served_outputs(), "observed": {}}
+            ),
+            "provenance": contract.provenance.model_copy(
+                update={
+                    "lineage": Lineage(
+                        parent_sha256=parent.sha256,
+                        step="deploy",
+                        config_hash=config_hash({"declared": was}),
+                    )
+                }
+            ),
+            "lineage": {**(contract.lineage or {}), "declared_outputs": was},
+        }
+    )
+    notes = [
+        f"output {name}: the model declares {_dims_text(seen.declared)} and produces "
+        f"{_dims_text(seen.shape)} ({seen.why}); deployed declaring the observed shape "
+        f"(model.onnx and its contract differ from the gated ones only there)"
+        for name, seen in observed.items()
+    ]
+    return data, deployed, notes
+
+
+def _dims_text(shape: Sequence[Any] | None) -> str:
+    if shape is None:
+        return "no shape"
+    return "[" + ", ".join("?" if d is None or d == "" else str(d) for d in shape) + "]"
+
+
 def _copy(source: Path, target: Path) -> None:
     shutil.copyfile(source, target)
     fsync_file(target)
@@ -304,6 +378,9 @@ def deploy_triton(
     )
     contract = SIDECAR.read(source.model)
     loaded = load_model(source.model)
+    # a model that declares one output shape and produces another is deployed declaring what it
+    # produces: Triton's ONNX Runtime backend holds config dims to the declared ones
+    redeclared, contract, declared = declaring_observed(contract, loaded)
     name = config.name or source.name
     if not NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
@@ -342,6 +419,7 @@ def deploy_triton(
             field="version",
         )
     notes = list(source.notes)
+    notes += declared
     settings = _tuned_settings(source.model, notes, gpu=config.gpu)
     batch_dim, _, _ = batching(contract)
     batched = batch_dim is not None and config.max_batch != 0
@@ -373,7 +451,10 @@ def deploy_triton(
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=model_dir))
     try:
         public_mode(staging, folder=True)  # mkdtemp makes 0700; Triton may run as another user
-        _copy(source.model, staging / MODEL_FILE)
+        if redeclared is None:
+            _copy(source.model, staging / MODEL_FILE)
+        else:
+            atomic_write_bytes(staging / MODEL_FILE, redeclared)
         for ref_ in loaded.external_data:
             target = staging / ref_.location  # where the model will look for it
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -381,6 +462,8 @@ def deploy_triton(
                 _copy(ref_.path, target)
         contract_file, _ = contract_paths(staging / MODEL_FILE)
         _copy(Path(SIDECAR.location(source.model)), contract_file)
+        if redeclared is not None:  # re-signed only when the copied contract's signature held
+            SIDECAR.write(staging / MODEL_FILE, contract)
         if contract.golden is not None:
             _copy(source.model.parent / contract.golden.file, staging / contract.golden.file)
         # warm-up files are named by version, so those of the config Triton serves now stay
