@@ -85,7 +85,6 @@ class QuietPipe:
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
-        self.reader_left = False
 
     def write(self, text: str) -> int:
         try:
@@ -105,7 +104,6 @@ class QuietPipe:
             self._to_devnull()
 
     def _to_devnull(self) -> None:
-        self.reader_left = True
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(devnull, self._stream.fileno())
