@@ -68,6 +68,20 @@ def test_closed_stdout_and_stderr_together(model: Path) -> None:
     )
 
 
+def test_deploy_triton_into_head_writes_the_repository_and_exits_0(
+    model: Path, tmp_path: Path
+) -> None:
+    from onnxgate.contract import ContractConfig, init_contract
+
+    proven = tmp_path / "proven.onnx"
+    proven.write_bytes(model.read_bytes())
+    init_contract(proven, ContractConfig())
+    out = tmp_path / "repo"
+    args = ["deploy", "triton", str(proven), "--out", str(out), "--allow-ungated"]
+    assert _with_reader_gone(args) == (0, "")
+    assert (out / "proven" / "config.pbtxt").is_file()
+
+
 def test_head_reads_the_first_line_and_the_pipeline_succeeds(model: Path) -> None:
     shell = f"set -o pipefail; {sys.executable} -m onnxgate inspect {model} | head -1"
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=300)
