@@ -1,4 +1,4 @@
-"""What onnxgate imports is declared: a core import in the core dependencies, a lazy one in an extra.
+"""What onnxgate imports is declared: core imports as core dependencies, lazy ones in an extra.
 
 ``pip install onnxgate`` once failed at ``onnxgate --help`` on ``import click``, which no
 dependency declared (typer had stopped depending on it). tools/check_core_install.py proves the

@@ -1,4 +1,4 @@
-"""The install line of a missing extra fits how onnxgate was installed; every raise site gives it."""
+"""A missing extra's install line fits how onnxgate was installed; every raise site gives it."""
 
 from __future__ import annotations
 

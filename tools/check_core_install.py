@@ -71,7 +71,8 @@ for path in walk(typer.main.get_command(app), []):
             code = 0
         except SystemExit as done:
             code = done.code or 0
-    print(json.dumps({"path": path, "code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}))
+    result = {"path": path, "code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    print(json.dumps(result))
 """
 """``--help`` of every command and group, through the CLI's ``main`` as the script calls it, in
 one process: a process start costs seconds on a busy machine, help needs no fork

@@ -4,9 +4,10 @@
 there it asks the index for an onnxgate that may not exist, or installs a different one over the
 checkout. The form is read from the distribution's PEP 610 record (``direct_url.json``): an
 editable checkout gets ``pip install -e '/path/to/checkout[serve]'`` (so does a checkout's
-``src`` on ``sys.path``: the package runs from ``ROOT/src/onnxgate`` beside ``ROOT/pyproject.toml``),
-a local folder installed without ``-e`` ``pip install '/path/to/checkout[serve]'``, a VCS or
-archive URL ``pip install 'onnxgate[serve] @ URL'``, and a package from an index (no record)
+``src`` on ``sys.path``: the package runs from ``ROOT/src/onnxgate`` beside
+``ROOT/pyproject.toml``), a local folder installed without ``-e``
+``pip install '/path/to/checkout[serve]'``, a VCS or archive URL
+``pip install 'onnxgate[serve] @ URL'``, and a package from an index (no record)
 ``pip install 'onnxgate[serve]'``.
 
 Standard library only: ``errors.py`` builds every ``ExtraMissing`` hint with it.
@@ -15,6 +16,7 @@ Standard library only: ``errors.py`` builds every ``ExtraMissing`` hint with it.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 from importlib import metadata
@@ -94,7 +96,7 @@ def torch_requirement(dist: metadata.Distribution | None = None) -> str:
         return "torch"
     for requirement in dist.requires or ():
         spec, _, marker = requirement.partition(";")
-        if spec.strip().startswith("torch") and "torch" in marker and "extra" in marker:
+        if re.match(r"torch(?![\w.-])", spec.strip()) and "torch" in marker and "extra" in marker:
             return spec.strip().replace(" ", "")
     return "torch"
 
@@ -136,7 +138,7 @@ def _installed(
 
 
 def _checkout_of(package: Path) -> Path | None:
-    """The project folder of a package in a source checkout (``ROOT/src/onnxgate``), if it is one."""
+    """The project folder of a package in a checkout (``ROOT/src/onnxgate``), if it is one."""
     root = package.parent.parent
     if package.parent.name == "src" and (root / "pyproject.toml").is_file():
         return root
