@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # PyTorch comes from the CPU wheel on this machine's disk; a bare `torch` can pull a CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint format docs clean
+.PHONY: demo test test-fast lint format docs clean check-core-install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-demo
 demo: $(VENV)/.installed-demo
 	PATH="$(abspath $(BIN)):$$PATH" bash scripts/demo.sh
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test check-core-install
 	$(BIN)/ruff check src tests tools benchmarks
 	$(BIN)/ruff format --check src tests tools benchmarks
 	$(BIN)/python -m pytest
@@ -42,6 +42,12 @@ test: $(VENV)/.installed-test
 # `make test` too; `$(BIN)/mkdocs serve` serves it while you edit.
 docs: $(VENV)/.installed-test
 	$(BIN)/mkdocs build --strict --site-dir site
+
+# CI's core-only install: a fresh venv with `pip install .` alone (no extras) in a temp folder;
+# every command's --help, inspect, check and gate init run, and each command that needs an extra
+# exits 3 naming it with the install line. Standard library only, so no venv is needed to run it.
+check-core-install:
+	$(PYTHON) tools/check_core_install.py
 
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow"

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import IntEnum
 
+from onnxgate._install import install_hint
+
 
 def first_line(error: BaseException, limit: int = 500, *, with_type: bool = False) -> str:
     """A foreign exception's text on one line, cut at ``limit`` characters, for messages."""
@@ -129,9 +131,32 @@ class RuntimeEnvError(EnvironmentProblem):
 
 
 class ExtraMissing(EnvironmentProblem):
-    """An optional dependency group is needed and not installed."""
+    """An optional dependency group is needed and not installed.
+
+    ``extra`` names the group (``serve``) or groups; the hint then starts with the pip command
+    that installs it in the form that fits how onnxgate was installed (an editable checkout, a
+    local folder, a package from an index: ``onnxgate._install``), followed by ``hint`` if given.
+    Every raise site passes ``extra``, None only for what no extra provides (a minimal
+    onnxruntime build, a database driver onnxgate does not support).
+    """
 
     code = "extra-missing"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        extra: str | Sequence[str] | None = None,
+        hint: str | None = None,
+    ) -> None:
+        if extra is not None:
+            hint = " ".join(filter(None, (install_hint(extra), hint)))
+        super().__init__(message, hint=hint)
+        self.extras = [extra] if isinstance(extra, str) else list(extra or ())
+
+    def to_dict(self) -> dict[str, object]:
+        """The error as a JSON-ready mapping, with the extras to install."""
+        return super().to_dict() | {"extras": self.extras}
 
 
 class ProviderUnavailable(EnvironmentProblem):

@@ -11,7 +11,7 @@ from typer.core import TyperOption
 
 from onnxgate import __version__
 from onnxgate.cli import _help
-from onnxgate.cli._common import configure_logging
+from onnxgate.cli._common import configure_logging, quiet_closed_pipes
 from onnxgate.cli._supervise import run as run_supervised
 from onnxgate.cli._supervise import supervised
 from onnxgate.cli.bench_cmd import bench_command
@@ -135,6 +135,7 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints, escaped
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    quiet_closed_pipes()  # `onnxgate ... | head` ends with the command's own exit code
     args = hoist_verbosity(sys.argv[1:])
     if supervised(args):
         run_supervised(lambda: app(args=args), args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -69,6 +70,58 @@ def emit_json(document: Any) -> None:
     """
     sys.stdout.write(json.dumps(_representable(document), indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+class QuietPipe:
+    """A standard stream whose reader may leave early, as ``onnxgate ... | head -3`` does.
+
+    Python ignores SIGPIPE, so once the reader has closed the pipe every write fails with EPIPE
+    (BrokenPipeError): rich then exits 1, ``print`` raises, and whatever is still buffered fails
+    again at interpreter shutdown ("Exception ignored ... BrokenPipeError"). A closed stdout is
+    not a failed check: on the first EPIPE the stream's file descriptor is pointed at
+    ``os.devnull`` (Python's own advice, in the signal module's note on SIGPIPE) and the command
+    goes on to its own exit code, saying nothing. Everything else is the wrapped stream's.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for text in lines:
+            self.write(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+        with contextlib.suppress(OSError):  # what the pipe refused is dropped into devnull
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def quiet_closed_pipes() -> None:
+    """Make stdout and stderr ``QuietPipe``s (``main`` does, before the command forks)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, QuietPipe):
+            setattr(sys, name, QuietPipe(stream))
 
 
 def _representable(value: Any) -> Any:
@@ -270,7 +323,7 @@ def run(
     *,
     progress: Display = "line",
     passed: Callable[[R], bool] | None = _passed,
-    failed: ExitCode = ExitCode.FAILED,
+    failed: ExitCode | Callable[[R], ExitCode] = ExitCode.FAILED,
     document: Callable[[R], Any] = _document,
     formats: Mapping[str, Callable[[R], None]] | None = None,
 ) -> R:
@@ -288,7 +341,8 @@ def run(
         progress: The display on stderr while ``call`` runs.
         passed: Whether the result passed; it exits 0 if so and ``failed`` if not. None: no
             verdict, ``run`` returns the result and the command exits 0 when it ends.
-        failed: The exit code of a result that did not pass.
+        failed: The exit code of a result that did not pass, or a function of the result that
+            gives it (the gate's 1 or 3).
         document: The JSON document of the result (its ``model_dump``).
         formats: Writers of further formats (``check``'s sarif and github), by ``--format``.
     """
@@ -302,5 +356,5 @@ def run(
     else:
         show(render(result))
     if passed is not None:
-        finish(passed(result), failed=failed)
+        finish(passed(result), failed=failed(result) if callable(failed) else failed)
     return result

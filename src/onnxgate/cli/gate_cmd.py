@@ -8,7 +8,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 class _RunByDefault(TyperGroup):
     """``gate CONFIG`` runs a config; ``gate init MODEL`` is the one subcommand besides it."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
@@ -36,7 +35,8 @@ gate_app = typer.Typer(
         "all passed.\n\n"
         "`onnxgate gate gate.toml` runs a config; `onnxgate gate init MODEL` writes one.\n\n"
         "Exit codes: 0 every step passed · 1 a step failed or could not run (the report names "
-        "it) · 2 the config is invalid · 3 the registry cannot be reached."
+        "it) · 2 the config is invalid · 3 a step could not run for a missing extra, provider or "
+        "runtime (and none failed), or the registry cannot be reached."
     ),
     no_args_is_help=True,
     rich_markup_mode="markdown",
@@ -113,10 +113,12 @@ def run_command(
         onnxgate gate gate.toml --registry postgresql+psycopg://ci@db/models
 
     Exit codes: 0 every step passed · 1 a step failed or could not run (the report names it)
-    · 2 the config is invalid or the run folder not empty · 3 the registry cannot be reached.
+    · 2 the config is invalid or the run folder not empty · 3 a step could not run for a missing
+    extra, provider or runtime (and none failed), or the registry cannot be reached.
     """
     from onnxgate.gate import run_gate
     from onnxgate.gate._github import render_github
+    from onnxgate.gate._pipeline import exit_code
     from onnxgate.gate._render import render_step, render_text
 
     def call(progress: Callable[[str], None]) -> GateReport:
@@ -137,7 +139,7 @@ def run_command(
     def github(report: GateReport) -> None:
         print(render_github(report, str(config)), end="")
 
-    run(fmt, call, render_text, formats={"github": github})
+    run(fmt, call, render_text, formats={"github": github}, failed=exit_code)
 
 
 @gate_app.command("init")

@@ -214,8 +214,8 @@ def serve_command(
         import uvicorn  # noqa: F401
     except ImportError as missing:
         raise ExtraMissing(
-            f"onnxgate serve needs the serve extra ({missing.name} is not installed).",
-            hint="pip install 'onnxgate[serve]'",
+            f"`onnxgate serve` needs the 'serve' extra ({missing.name} is not installed).",
+            extra="serve",
         ) from None
     from onnxgate.serve import ModelSettings, PredictorConfig, ServeConfig, serve
 

@@ -183,8 +183,9 @@ def _crypto() -> tuple[Any, Any]:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError as err:
         raise ExtraMissing(
-            "Ed25519 contract signatures need the 'cryptography' package: "
-            "pip install 'onnxgate[sign]' (or pip install cryptography).",
+            "Ed25519 contract signatures need the 'sign' extra "
+            f"({err.name or 'cryptography'} is not installed).",
+            extra="sign",
             hint=f"Or sign with an HMAC secret in {ENV_HMAC}.",
         ) from err
     return serialization, ed25519

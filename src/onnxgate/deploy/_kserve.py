@@ -15,6 +15,7 @@ have run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
@@ -143,8 +144,8 @@ def deploy_kserve(
         ConfigError: a name that cannot be a DNS label, or values KServe's types refuse.
         ExtraMissing: the ``kserve`` extra is not installed.
     """
-    import yaml
-
+    if importlib.util.find_spec("kserve") is None:  # before any work is done for nothing
+        raise _kserve_missing("No module named 'kserve'")
     say = progress or (lambda message: log.info("%s", message))
     source = open_gated(
         ref,
@@ -202,12 +203,11 @@ def deploy_kserve(
             hint="Run with -vv and report it, with `pip show kserve`.",
         ) from None
     if "missing" in answer:
-        raise ExtraMissing(
-            f"`deploy kserve` builds the manifest with the kserve package ({answer['missing']}).",
-            hint="pip install 'onnxgate[kserve]'",
-        )
+        raise _kserve_missing(answer["missing"])
     if "invalid" in answer:
         raise ConfigError(f"KServe's types refuse the InferenceService: {answer['invalid']}")
+    import yaml  # PyYAML comes with kserve, known to be installed from here on
+
     manifest = answer["manifest"]
     text = yaml.safe_dump(manifest, sort_keys=False)
     written = None
@@ -229,4 +229,12 @@ def deploy_kserve(
         kserve=answer["kserve"],
         written=written,
         notes=notes,
+    )
+
+
+def _kserve_missing(detail: str) -> ExtraMissing:
+    return ExtraMissing(
+        "`deploy kserve` needs the 'kserve' extra: it builds the manifest with the kserve "
+        f"package ({detail}).",
+        extra="kserve",
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxgate.errors import ConfigError, ExtraMissing
+from onnxgate.errors import ConfigError, ExtraMissing, first_line
 from onnxgate.serve._tensors import OIP_OF
 
 try:
@@ -10,8 +10,9 @@ try:
     from tritonclient.grpc import model_config_pb2
 except ImportError as err:  # pragma: no cover - the extra is installed in the test environment
     raise ExtraMissing(
-        f"`onnxgate deploy` needs tritonclient's model_config_pb2 ({err}).",
-        hint="pip install 'onnxgate[deploy]'",
+        "`onnxgate deploy` needs the 'deploy' extra for tritonclient's model_config_pb2 "
+        f"({first_line(err)}).",
+        extra="deploy",
     ) from err
 
 __all__ = ["DATATYPES", "model_config_pb2", "text_format", "triton_datatype"]

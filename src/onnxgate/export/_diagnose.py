@@ -26,7 +26,9 @@ def torch_module() -> Any:
         import torch  # noqa: TID251  (the PyTorch exporter)
     except ImportError as err:
         raise ExtraMissing(
-            "exporting from PyTorch needs the 'torch' extra: pip install 'onnxgate[torch]'."
+            f"exporting from PyTorch needs the 'torch' extra ({err.name or 'torch'} is not "
+            "installed).",
+            extra="torch",
         ) from err
     return torch
 

@@ -96,7 +96,9 @@ def _skl2onnx() -> Any:
         import skl2onnx
     except ImportError as err:
         raise ExtraMissing(
-            "exporting scikit-learn models needs the 'sklearn' extra: pip install 'onnxgate[sklearn]'."
+            "exporting scikit-learn models needs the 'sklearn' extra "
+            f"({err.name or 'skl2onnx'} is not installed).",
+            extra="sklearn",
         ) from err
     return skl2onnx
 

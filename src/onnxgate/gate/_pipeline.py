@@ -369,6 +369,22 @@ def run_gate(
     return report
 
 
+def exit_code(report: GateReport) -> ExitCode:
+    """The gate's exit code: 0 passed, 3 when it could not prove the model here, 1 otherwise.
+
+    3 (environment) when no step failed its check and a step could not run for the machine's
+    sake: a missing extra, provider or runtime (an ``EnvironmentProblem``). A failed check says
+    something about the model and wins over it: 1, as does any other step error.
+    """
+    if report.passed:
+        return ExitCode.PASSED
+    errors = [s for s in report.steps if s.status == "error"]
+    failed = any(s.status == "failed" for s in report.steps)
+    if errors and not failed and all(s.exit_code == ExitCode.ENVIRONMENT for s in errors):
+        return ExitCode.ENVIRONMENT
+    return ExitCode.FAILED
+
+
 def _artefact(run_dir: Path, rel: str, digest: str, model: str) -> Artefact:
     return Artefact(
         role=_role(rel, model),

@@ -63,6 +63,7 @@ def _ort_quantization():
     except ImportError as err:  # a broken or minimal ONNX Runtime build
         raise ExtraMissing(
             f"onnxruntime.quantization cannot be imported ({first_line(err)}).",
+            extra=None,  # part of onnxruntime itself, which no extra provides
             hint="Install the full CPU wheel: pip install onnxruntime.",
         ) from err
     return quantization
@@ -117,6 +118,7 @@ def quantisable(mode: str, fmt: str) -> frozenset[str]:
     except ImportError as err:
         raise ExtraMissing(
             f"onnxruntime.quantization cannot be imported ({first_line(err)}).",
+            extra=None,  # part of onnxruntime itself, which no extra provides
             hint="Install the full CPU wheel: pip install onnxruntime.",
         ) from err
     if mode == "dynamic":

@@ -134,10 +134,13 @@ def create(url: URL) -> Engine:
         ) from err
     except ModuleNotFoundError as err:
         module = (err.name or "?").split(".")[0]
+        supported = module == "psycopg"
         raise ExtraMissing(
-            f"{mask(url)} needs the database driver {module!r}, which is not installed.",
-            hint="pip install 'onnxgate[postgres]'"
-            if module == "psycopg"
+            f"{mask(url)} needs the database driver {module!r}, which is not installed"
+            + (" (the 'postgres' extra)." if supported else "."),
+            extra="postgres" if supported else None,  # other drivers are no extra of onnxgate
+            hint=None
+            if supported
             else f"pip install {module} (or use postgresql+psycopg://, the supported driver)",
         ) from err
     if backend == "sqlite":

@@ -10,7 +10,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from onnxgate.errors import ConfigError, RunFailed
+from onnxgate.errors import ConfigError, ExtraMissing, RunFailed
 from onnxgate.model import Signature
 from onnxgate.runners._base import Inference, RunnerInfo
 
@@ -41,6 +41,12 @@ def load_estimator(path: str | Path, *, trust_pickle: bool) -> Any:
         with path.open("rb") as file:
             return pickle.load(file)  # noqa: S301  (the user passed --trust-pickle)
     except Exception as err:  # unpickling raises whatever the pickled code raises
+        if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == "sklearn":
+            raise ExtraMissing(
+                f"{path}: a scikit-learn estimator needs the 'sklearn' extra (sklearn is not "
+                "installed).",
+                extra="sklearn",
+            ) from err
         raise ConfigError(
             f"{path}: cannot be unpickled ({type(err).__name__}: {err}).",
             hint="Unpickle it where the packages it was saved with are installed "

@@ -109,7 +109,9 @@ class TorchRunner:
             import torch  # noqa: TID251  (the PyTorch adapter)
         except ImportError as err:
             raise ExtraMissing(
-                "running a PyTorch module needs the 'torch' extra: pip install 'onnxgate[torch]'."
+                f"running a PyTorch module needs the 'torch' extra ({err.name or 'torch'} is not "
+                "installed).",
+                extra="torch",
             ) from err
         self._torch = torch
         if self._given is not None:

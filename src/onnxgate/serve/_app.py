@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from onnxgate.errors import EnvironmentProblem
+from onnxgate.errors import EnvironmentProblem, ExtraMissing
 from onnxgate.serve._hub import Hub, ServeConfig
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,13 @@ class Listen:
 
 
 def _uvicorn_server(app: object, listen: Listen, grace: float) -> object:
-    import uvicorn
+    try:
+        import uvicorn
+    except ImportError as err:
+        raise ExtraMissing(
+            f"serving REST needs the 'serve' extra ({err.name or 'uvicorn'} is not installed).",
+            extra="serve",
+        ) from err
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager

@@ -47,7 +47,8 @@ try:
     import grpc.aio
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ExtraMissing(
-        "serving gRPC needs grpcio: pip install 'onnxgate[serve]' (or pip install grpcio)."
+        f"serving gRPC needs the 'serve' extra ({err.name or 'grpc'} is not installed).",
+        extra="serve",
     ) from err
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,8 @@ try:
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ExtraMissing(
-        "serving needs prometheus-client: pip install 'onnxgate[serve]'."
+        f"serving needs the 'serve' extra ({missing.name or 'prometheus_client'} is not installed).",
+        extra="serve",
     ) from missing
 
 LATENCY_BUCKETS = (

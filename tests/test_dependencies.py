@@ -1,0 +1,120 @@
+"""What onnxgate imports is declared: core imports as core dependencies, lazy ones in an extra.
+
+``pip install onnxgate`` once failed at ``onnxgate --help`` on ``import click``, which no
+dependency declared (typer had stopped depending on it). tools/check_core_install.py proves the
+same end to end in a fresh environment; these tests catch it in the suite.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "onnxgate"
+
+BLOCKED = (
+    "click",
+    "torch",
+    "sklearn",
+    "skl2onnx",
+    "joblib",
+    "uvicorn",
+    "grpc",
+    "prometheus_client",
+    "tritonclient",
+    "kserve",
+    "yaml",
+    "cryptography",
+    "psycopg",
+    "transformers",
+)
+"""Modules no core dependency provides (or that an extra provides): the CLI must start without."""
+
+
+def _name(requirement: str) -> str:
+    """``onnx-ir>=1.1,<2`` → ``onnx_ir``: a distribution's normalized name."""
+    return re.sub(r"[-_.]+", "_", re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0]).lower()
+
+
+def _declared() -> tuple[set[str], set[str]]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {_name(r) for r in project["dependencies"]}
+    extras = {_name(r) for group in project["optional-dependencies"].values() for r in group}
+    return core, extras - {"onnxgate"}
+
+
+def _imports() -> list[tuple[str, str, bool]]:
+    """Every absolute import of another package in src: (module, where, needed at import time).
+
+    Needed at import time: at module level, neither under ``TYPE_CHECKING`` nor in a ``try``
+    that catches ImportError (an optional import, or an ExtraMissing raised for it).
+    """
+    local = {path.stem for path in SRC.rglob("*.py")}  # scripts run beside their siblings
+    found = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            eager, parent = True, parents.get(node)
+            while parent is not None:
+                if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
+                    eager = False
+                elif isinstance(parent, ast.If) and "TYPE_CHECKING" in ast.unparse(parent.test):
+                    eager = False
+                elif isinstance(parent, ast.Try) and any(
+                    "ImportError" in ast.unparse(h.type or ast.Name("BaseException"))
+                    for h in parent.handlers
+                ):
+                    eager = False
+                parent = parents.get(parent)
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top in local or top in ("onnxgate",):
+                    continue
+                found.append((top, f"{path.relative_to(ROOT)}:{node.lineno}", eager))
+    return found
+
+
+def test_every_import_is_declared_core_at_import_time_else_in_an_extra() -> None:
+    core, extras = _declared()
+    providers = metadata.packages_distributions()
+    undeclared = []
+    for module, where, eager in _imports():
+        dists = {_name(d) for d in providers.get(module, [module])}
+        allowed = core if eager else core | extras
+        if not dists & allowed and module != "uvloop":  # optional: asyncio's loop otherwise
+            undeclared.append(f"{where}: {module} ({', '.join(sorted(dists))})")
+    assert not undeclared, "imported but not declared:\n" + "\n".join(sorted(undeclared))
+
+
+def test_the_cli_starts_and_helps_without_any_extra() -> None:
+    code = (
+        "import sys\n"
+        f"for name in {BLOCKED!r}:\n"
+        "    sys.modules[name] = None  # an import of it raises ImportError\n"
+        "sys.argv = ['onnxgate', 'gate', '--help']\n"
+        "from onnxgate.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage" in done.stdout and "init" in done.stdout
