@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from onnxgate.cli._common import emit_json, handles_errors, out, run, show
+from onnxgate.cli._common import emit_json, err, handles_errors, out, run, show
 
 if TYPE_CHECKING:
     from onnxgate.gate import GateReport
@@ -132,6 +132,9 @@ def run_command(
         if junit is not None:
             junit.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(Path(report.run_dir) / "junit.xml", junit)
+        if fmt == "text":  # once per run, not between the step lines (also in report.html)
+            for note in report.notes:
+                err.print(f"[dim]{escape(note)}[/]", markup=True)
         return report
 
     def github(report: GateReport) -> None:

@@ -24,7 +24,9 @@ from typing import Any
 
 from onnxgate import __version__
 from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate._words import gate_key, gate_words, renamed, speaking
 from onnxgate.contract._schema import sha256_file
+from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError
 from onnxgate.gate import _steps
 from onnxgate.gate._config import GateConfig, Step, load_config
@@ -326,6 +328,7 @@ def run_gate(
     ctx = _steps.Context(config=config, run_dir=run_dir, progress=say)
     store = _Cache(cache_dir() / "gate" if cache else None)
     results: list[StepResult] = []
+    fed: dict[str, list[Synthesized]] = {}
     for name in ORDER:
         section = getattr(config.steps, name)
         if not section.enabled and name != "export":
@@ -333,8 +336,10 @@ def run_gate(
         elif (why := _not_run(name, ctx, config)) is not None:
             result = StepResult(name=name, status="not_run", reason=why)
         else:
-            result = _run_step(name, section, ctx, env, config, store, say)
+            with listen_synthetic(fed.setdefault(name, []).append):
+                result = _run_step(name, section, ctx, env, config, store, say)
             ctx.passed[name] = result.passed
+            result = _with_feeds_hint(result, fed[name])
         results.append(result)
         if on_step is not None:
             on_step(result)
@@ -360,6 +365,7 @@ def run_gate(
         environment=env,
         steps=results,
         artefacts=artefacts,
+        notes=feeds_notes(fed),
     )
     write_outputs(report, run_dir)  # before registering: an unreachable registry loses nothing
     if passed and register and config.registration is not None and config.registration.enabled:
@@ -396,7 +402,8 @@ def _run_step(
             return hit
         say(name)
         before = _snapshot(ctx.run_dir)
-        outcome = RUNNERS[name](ctx, section)
+        with speaking(functools.partial(gate_words, step=name)):
+            outcome = RUNNERS[name](ctx, section)
     except OSError as error:  # a file the step reads or writes: the user's to fix
         return StepResult(
             name=name,
@@ -408,6 +415,8 @@ def _run_step(
             config_hash=settings,
         )
     except GateError as error:
+        if isinstance(error, ConfigError):  # the config's keys, not a command's flags
+            error = renamed(error, functools.partial(gate_key, step=name))
         reason = error.message + (f" ({error.hint})" if error.hint else "")
         return StepResult(
             name=name,
@@ -450,6 +459,34 @@ def _run_step(
     if key is not None:
         store.put(key, result, ctx.run_dir)
     return result
+
+
+def _with_feeds_hint(result: StepResult, heard: list[Synthesized]) -> StepResult:
+    """A step that could not run on feeds it synthesized says which, and the keys to change."""
+    if result.status != "error" or not heard or result.exit_code not in _RUN_FAILURES:
+        return result
+    with speaking(functools.partial(gate_words, step=result.name)):
+        hint = heard[-1].hint()
+    return result.model_copy(update={"reason": f"{result.reason} ({hint})"})
+
+
+_RUN_FAILURES = (int(ExitCode.FAILED), int(ExitCode.ENVIRONMENT))
+"""Exit codes of ``RunFailed`` and ``ReferenceFailed``: a run on feeds that may not fit."""
+
+
+def feeds_notes(fed: dict[str, list[Synthesized]]) -> list[str]:
+    """One note for the whole run: the synthetic feeds each step made, and the keys to choose."""
+    made = {step: heard for step, heard in fed.items() if heard}
+    if not made:
+        return []
+    with speaking(gate_words):
+        last = list(made.values())[-1][-1]
+        choose = last.notice().rsplit("; ", 1)[-1]
+    shapes = "; ".join(
+        f"{step} {', '.join(dict.fromkeys(h.shapes for h in heard))}"
+        for step, heard in made.items()
+    )
+    return [f"feeds: synthetic ({shapes}); {choose}"]
 
 
 def _scalar(value: Any) -> float | int | str | bool | None:
