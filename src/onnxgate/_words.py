@@ -27,7 +27,8 @@ Words = Callable[[str, object], str]
 """How an interface names a setting: ``(path, value) -> text``."""
 
 
-def _toml_key(name: str) -> str:
+def toml_key(name: str) -> str:
+    """A TOML key: bare when it can be (``batch``), quoted otherwise (``"x[2]"``)."""
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
 
 
@@ -80,7 +81,7 @@ def gate_words(path: str, value: object = None, *, step: str | None = None) -> s
     """A setting as a line of ``gate.toml``: ``[feeds] dims = { "x[2]" = [MIN, MAX] }``."""
     key = gate_key(path, step)
     if path == "feeds.dims" and isinstance(value, Sequence) and not isinstance(value, str):
-        return f"{key} = {{ {', '.join(f'{_toml_key(d)} = [MIN, MAX]' for d in value)} }}"
+        return f"{key} = {{ {', '.join(f'{toml_key(d)} = [MIN, MAX]' for d in value)} }}"
     if path == "feeds.inputs":
         return f'{key} = "FILE"'
     return key if value is None else f"{key} = {_toml_value(value)}"

@@ -384,6 +384,24 @@ def feed_settings(
     )
 
 
+def build_starter_dims(items: list[str] | None) -> dict[str, list[int]]:
+    """``--dim`` of ``gate init``: ``NAME=MIN,MAX`` or ``NAME=SIZE`` → ``{name: [MIN, MAX]}``.
+
+    Raises:
+        ConfigError: an item is not NAME=MIN,MAX or NAME=SIZE with sizes of 1 or more, MIN first.
+    """
+    from onnxgate.data import parse_dims
+
+    dims = parse_dims(items)
+    for name, sizes in dims.items():
+        if len(sizes) > 2 or sizes != sorted(sizes):
+            raise ConfigError(
+                f"--dim {name}={','.join(map(str, sizes))} is not NAME=MIN,MAX or NAME=SIZE.",
+                hint="The serving range of a dimension: for example --dim width=16,512.",
+            )
+    return dims
+
+
 def tolerance_settings(
     atol: float | None, rtol: float | None, tol: list[str] | None, metric: list[str] | None
 ) -> Tolerances:

@@ -482,10 +482,11 @@ def feeds_notes(fed: dict[str, list[Synthesized]]) -> list[str]:
     with speaking(gate_words):
         last = list(made.values())[-1][-1]
         choose = last.notice().rsplit("; ", 1)[-1]
-    shapes = "; ".join(
-        f"{step} {', '.join(dict.fromkeys(h.shapes for h in heard))}"
-        for step, heard in made.items()
-    )
+    steps: dict[str, list[str]] = {}  # shapes → the steps fed them, each said once
+    for step, heard in made.items():
+        for shape in dict.fromkeys(h.shapes for h in heard):
+            steps.setdefault(shape, []).append(step)
+    shapes = "; ".join(f"{', '.join(names)}: {shape}" for shape, names in steps.items())
     return [f"feeds: synthetic ({shapes}); {choose}"]
 
 
