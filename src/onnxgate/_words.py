@@ -64,12 +64,15 @@ GATE_KEYS: dict[str, str] = {
 """Settings that belong to one step's table whichever step meets them."""
 
 
-def gate_key(path: str, step: str | None = None) -> str:
+def gate_key(path: str, step: str | None = None, *, own_feeds: bool = False) -> str:
     """The key of a setting in ``gate.toml``: ``[feeds] dims``, ``steps.export.reference``.
 
-    Feeds are the top-level ``[feeds]`` table, which every step uses unless it overrides it; a
-    setting of one step is that step's key; any other path is a key of ``step``'s table.
+    Feeds are the top-level ``[feeds]`` table, which every step uses unless it overrides it
+    (``own_feeds``: then they are ``steps.STEP.feeds.dims``); a setting of one step is that step's
+    key; any other path is a key of ``step``'s table.
     """
+    if path.startswith("feeds.") and own_feeds and step:
+        return f"steps.{step}.{path}"
     if path.startswith("feeds."):
         return f"[feeds] {path.removeprefix('feeds.')}"
     if path in GATE_KEYS:
@@ -77,9 +80,11 @@ def gate_key(path: str, step: str | None = None) -> str:
     return f"steps.{step}.{path}" if step else path
 
 
-def gate_words(path: str, value: object = None, *, step: str | None = None) -> str:
+def gate_words(
+    path: str, value: object = None, *, step: str | None = None, own_feeds: bool = False
+) -> str:
     """A setting as a line of ``gate.toml``: ``[feeds] dims = { "x[2]" = [MIN, MAX] }``."""
-    key = gate_key(path, step)
+    key = gate_key(path, step, own_feeds=own_feeds)
     if path == "feeds.dims" and isinstance(value, Sequence) and not isinstance(value, str):
         return f"{key} = {{ {', '.join(f'{toml_key(d)} = [MIN, MAX]' for d in value)} }}"
     if path == "feeds.inputs":

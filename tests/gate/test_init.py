@@ -274,3 +274,24 @@ def test_inside_a_gate_hints_name_gate_keys_and_the_feeds_notice_is_said_once(tm
 def test_starters_for_third_party_models_pass(tmp_path: Path, name: str):
     path = write_starter(str(CORPUS / f"{name}.onnx"), tmp_path / "gate.toml")
     _passes(path, tmp_path)
+
+
+def test_a_config_error_inside_a_gate_names_the_key_it_was_set_with(tmp_path: Path):
+    save(mlp(), tmp_path / "mlp.onnx")
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        'version = 1\n[model]\nname = "mlp"\nsource = "mlp.onnx"\n'
+        '[steps.compare.feeds]\nranges = { X = "0:1" }\n'
+        "[steps.tune]\nenabled = false\n[steps.bench]\nenabled = false\n"
+    )
+    report = run_gate(config, register=False, cache=False)
+    compare = report.step("compare")
+    assert compare.status == "error" and compare.exit_code == 2
+    assert compare.reason.startswith("steps.compare.feeds.ranges names 'X'")
+    # the same setting given to a command is named by its flag
+    result = runner.invoke(
+        app, ["compare", str(tmp_path / "mlp.onnx"), "--range", "X=0:1", "--format", "json"]
+    )
+    assert result.exit_code == 2 and json.loads(result.stdout)["message"].startswith(
+        "--range names 'X'"
+    )

@@ -285,7 +285,7 @@ class Synthesized:
     reasons: list[str]
     """Why each free dimension has its size: ``height=224 (typical image size)``."""
     free: list[str]
-    """Free dimensions the user can size (``feeds.dims``), batches left out when there are others."""
+    """Free dimensions the user can size (``feeds.dims``), batches left out if there are others."""
     fits: bool | None
     problem: str
 
@@ -301,7 +301,8 @@ class Synthesized:
         inputs = setting("feeds.inputs")
         if not self.free:
             return f"{text} Give real data with {inputs}."
-        return f"{text} Give sizes that fit with {setting('feeds.dims', self.free)}, or real data with {inputs}."
+        dims = setting("feeds.dims", self.free)
+        return f"{text} Give sizes that fit with {dims}, or real data with {inputs}."
 
     def notice(self) -> str:
         """The note a run on these feeds leaves: what they are, and how to choose others."""

@@ -120,7 +120,9 @@ def _feeds_table(
             lines.append(f"dims = {_dims_toml(dims)}   # serving range: [MIN, MAX], or [SIZE]\n")
         if ranges:
             lines.append(
-                f"ranges = {{ {', '.join(f'{toml_key(k)} = {_toml(v)}' for k, v in ranges.items())} }}\n"
+                "ranges = { "
+                + ", ".join(f"{toml_key(k)} = {_toml(v)}" for k, v in ranges.items())
+                + " }\n"
             )
         if seed:
             lines.append(f"seed = {seed}\n")
@@ -156,7 +158,10 @@ def _header(kind: str, probe: Probe | None) -> str:
             f"Not probed: gate init does not export {what} sources (the export step does). The "
             "steps below are the library's defaults; the first run says what to change."
         )
-    ran = f"gate init ran the model once with {probe.runtime} on the feeds the steps will use ({probe.feeds})"
+    ran = (
+        f"gate init ran the model once with {probe.runtime} on the feeds the steps will use "
+        f"({probe.feeds})"
+    )
     if not probe.loads:
         return _comment(
             f"{ran}: ONNX Runtime does not load it ({probe.ort_error}). No step below can pass "
@@ -351,7 +356,8 @@ ignore = []
 fail_on = "error"
 
 [steps.compare]
-{_compare_against(found)}localize = true                # on a miss, find and replay the first diverging node
+{_compare_against(found)}\
+localize = true                # on a miss, find and replay the first diverging node
 # feeds: [feeds] above; a [steps.compare.feeds] table overrides it for this step
 
 [steps.verify]

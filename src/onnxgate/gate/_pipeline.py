@@ -395,6 +395,8 @@ def _run_step(
 ) -> StepResult:
     clock = time.perf_counter()
     settings = config_hash(section)
+    feeds = getattr(section, "feeds", None)
+    own = feeds is not None and feeds != type(feeds)()  # the step's own table, not [feeds]
     try:
         key = _cache_key(name, section, ctx, env, config)
         if key is not None and (hit := store.get(key, ctx.run_dir)) is not None:
@@ -402,7 +404,7 @@ def _run_step(
             return hit
         say(name)
         before = _snapshot(ctx.run_dir)
-        with speaking(functools.partial(gate_words, step=name)):
+        with speaking(functools.partial(gate_words, step=name, own_feeds=own)):
             outcome = RUNNERS[name](ctx, section)
     except OSError as error:  # a file the step reads or writes: the user's to fix
         return StepResult(
@@ -416,7 +418,7 @@ def _run_step(
         )
     except GateError as error:
         if isinstance(error, ConfigError):  # the config's keys, not a command's flags
-            error = renamed(error, functools.partial(gate_key, step=name))
+            error = renamed(error, functools.partial(gate_key, step=name, own_feeds=own))
         reason = error.message + (f" ({error.hint})" if error.hint else "")
         return StepResult(
             name=name,

@@ -29,7 +29,8 @@ REFERENCE_BUDGET = 30.0
 
 REFERENCE_SLOWDOWN = 150
 """How many times slower than ONNX Runtime the evaluator is on real networks, at worst (40-150x):
-with ONNX Runtime's time on the same sample, it says in advance whether the probe fits the budget."""
+with ONNX Runtime's time on the same sample, it says in advance whether the probe fits the
+budget."""
 
 _STANDARD = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
 """The domains ``onnx.reference`` implements (see ``runners._reference``), with model functions."""
