@@ -17,7 +17,7 @@ from conftest import CORPUS
 from models import mlp, model, save, value
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError, FeedError, ReferenceFailed
-from onnxgate.gate import load_config, run_gate, starter_config, write_starter
+from onnxgate.gate import GateReport, load_config, run_gate, starter_config, write_starter
 from onnxgate.gate._probe import probe, unknown_domain
 
 runner = CliRunner()
@@ -91,11 +91,12 @@ def _quick(path: Path) -> Path:
     return quick
 
 
-def _passes(config: Path, tmp_path: Path) -> None:
+def _passes(config: Path, tmp_path: Path) -> GateReport:
     report = run_gate(_quick(config), out=tmp_path / "run", register=False, cache=False)
     assert report.passed, [(s.name, s.status, s.reason) for s in report.steps]
     ran = {s.name for s in report.steps if s.status == "passed"}
     assert {"export", "check", "compare", "verify", "placement"} <= ran
+    return report
 
 
 def test_a_healthy_model_keeps_the_reference_and_the_header_says_both_ran(tmp_path: Path):
@@ -135,7 +136,9 @@ def test_a_model_the_evaluator_cannot_run_gets_onnx_runtime_as_reference(
     assert "No second opinion can run: it would be the reference evaluator." in text
     assert "ONNX Runtime without any, the second opinion that remains" in text
     assert len(notes) == 1 and why in notes[0] and 'reference = "ort:disable"' in notes[0]
-    _passes(path, tmp_path)
+    report = _passes(path, tmp_path)
+    opinion = report.step("export").report["golden"]["second_opinion"]
+    assert opinion["detail"] == "not taken: steps.export.second_opinion = false"  # the key set
 
 
 def test_unknown_domains_are_found_in_functions_and_subgraphs():
