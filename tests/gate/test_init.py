@@ -190,6 +190,11 @@ def test_inputs_and_dims_are_written_as_feeds_relative_to_the_config(tmp_path: P
     assert data["feeds"] == {"inputs": "data/rows.npz", "dims": {"batch": [1, 64]}}
     config = load_config(out)
     assert config.feeds.inputs == tmp_path / "data" / "rows.npz"
+    missing = runner.invoke(
+        app, ["gate", "init", str(tmp_path / "mlp.onnx"), "--inputs", "nope.npz", "-o", "x.toml"]
+    )
+    assert missing.exit_code == 2 and "nope.npz" in missing.output
+    assert not Path("x.toml").exists()
     assert "the feeds the steps will use (x float32[5,4])" in prose(out.read_text())
 
 

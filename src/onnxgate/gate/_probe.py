@@ -167,6 +167,7 @@ def probe(
 
     Raises:
         ConfigError: ``dims`` or ``ranges`` name nothing in the model.
+        FeedError: ``inputs`` cannot be read, or does not fit the model's inputs.
         ModelLoadError: the model cannot be read.
     """
     from onnxgate.data._dims import unnamed_dims
@@ -187,7 +188,9 @@ def probe(
             samples = _samples(path, inputs, dims or {}, ranges or {}, seed)
     except ConfigError:
         raise
-    except GateError as error:  # feeds that cannot be made or read for this model
+    except GateError as error:  # feeds that cannot be made for this model
+        if inputs is not None:
+            raise  # the data given cannot be read: the user's to fix before anything is written
         return Probe(
             feeds="(none)",
             runtime=runtime,
