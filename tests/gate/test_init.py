@@ -303,3 +303,22 @@ def test_a_config_error_inside_a_gate_names_the_key_it_was_set_with(tmp_path: Pa
     assert result.exit_code == 2 and json.loads(result.stdout)["message"].startswith(
         "--range names 'X'"
     )
+
+
+def test_a_step_that_cannot_run_its_synthesized_feeds_names_the_feeds_keys(tmp_path: Path):
+    save(hidden_fives(), tmp_path / "fives.onnx")
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        'version = 1\n[model]\nname = "fives"\nsource = "fives.onnx"\n'
+        "[steps.export.feeds]\ndims = { n = [5] }\n[steps.compare.feeds]\ndims = { n = [3] }\n"
+        "[steps.tune]\nenabled = false\n[steps.bench]\nenabled = false\n"
+    )
+    report = run_gate(config, register=False, cache=False)
+    assert report.step("export").status == "passed"
+    compare = report.step("compare")
+    assert compare.status == "error" and compare.exit_code == 1
+    assert "The inputs were synthesized: x float32[3,3]" in compare.reason
+    # the step's own feeds table, where the sizes were set
+    assert "Give sizes that fit with steps.compare.feeds.dims = { n = [MIN, MAX] }" in (
+        compare.reason
+    )

@@ -27,7 +27,7 @@ from onnxgate._fs import atomic_write_text, cache_dir
 from onnxgate._words import gate_key, gate_words, renamed, speaking
 from onnxgate.contract._schema import sha256_file
 from onnxgate.data import Synthesized, listen_synthetic
-from onnxgate.errors import ConfigError, ExitCode, GateError
+from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 from onnxgate.gate import _steps
 from onnxgate.gate._config import GateConfig, Step, load_config
 from onnxgate.gate._report import (
@@ -336,10 +336,10 @@ def run_gate(
         elif (why := _not_run(name, ctx, config)) is not None:
             result = StepResult(name=name, status="not_run", reason=why)
         else:
-            with listen_synthetic(fed.setdefault(name, []).append):
-                result = _run_step(name, section, ctx, env, config, store, say)
+            heard = fed.setdefault(name, [])
+            with listen_synthetic(heard.append):
+                result = _run_step(name, section, ctx, env, config, store, say, heard)
             ctx.passed[name] = result.passed
-            result = _with_feeds_hint(result, fed[name])
         results.append(result)
         if on_step is not None:
             on_step(result)
@@ -392,11 +392,13 @@ def _run_step(
     config: GateConfig,
     store: _Cache,
     say: Callable[[str], None],
+    heard: list[Synthesized],
 ) -> StepResult:
     clock = time.perf_counter()
     settings = config_hash(section)
     feeds = getattr(section, "feeds", None)
     own = feeds is not None and feeds != type(feeds)()  # the step's own table, not [feeds]
+    words = functools.partial(gate_words, step=name, own_feeds=own)
     try:
         key = _cache_key(name, section, ctx, env, config)
         if key is not None and (hit := store.get(key, ctx.run_dir)) is not None:
@@ -404,7 +406,7 @@ def _run_step(
             return hit
         say(name)
         before = _snapshot(ctx.run_dir)
-        with speaking(functools.partial(gate_words, step=name, own_feeds=own)):
+        with speaking(words):
             outcome = RUNNERS[name](ctx, section)
     except OSError as error:  # a file the step reads or writes: the user's to fix
         return StepResult(
@@ -419,6 +421,10 @@ def _run_step(
     except GateError as error:
         if isinstance(error, ConfigError):  # the config's keys, not a command's flags
             error = renamed(error, functools.partial(gate_key, step=name, own_feeds=own))
+        if heard and isinstance(error, RunFailed | ReferenceFailed):
+            # a run on made-up inputs failed: say which, and the keys that give ones that fit
+            with speaking(words):
+                error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
         reason = error.message + (f" ({error.hint})" if error.hint else "")
         return StepResult(
             name=name,
@@ -461,19 +467,6 @@ def _run_step(
     if key is not None:
         store.put(key, result, ctx.run_dir)
     return result
-
-
-def _with_feeds_hint(result: StepResult, heard: list[Synthesized]) -> StepResult:
-    """A step that could not run on feeds it synthesized says which, and the keys to change."""
-    if result.status != "error" or not heard or result.exit_code not in _RUN_FAILURES:
-        return result
-    with speaking(functools.partial(gate_words, step=result.name)):
-        hint = heard[-1].hint()
-    return result.model_copy(update={"reason": f"{result.reason} ({hint})"})
-
-
-_RUN_FAILURES = (int(ExitCode.FAILED), int(ExitCode.ENVIRONMENT))
-"""Exit codes of ``RunFailed`` and ``ReferenceFailed``: a run on feeds that may not fit."""
 
 
 def feeds_notes(fed: dict[str, list[Synthesized]]) -> list[str]:
