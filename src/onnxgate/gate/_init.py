@@ -91,7 +91,7 @@ def _dims_toml(dims: Mapping[str, Sequence[int]]) -> str:
 
 def _feeds_table(
     probe: Probe | None,
-    free: Sequence[str],
+    free: Sequence[str] | None,
     *,
     inputs: str | None,
     dims: Mapping[str, Sequence[int]],
@@ -103,8 +103,8 @@ def _feeds_table(
     It is left to fill (uncommented, with a placeholder file) when ONNX Runtime cannot run the
     feeds the steps would synthesize.
     """
-    listed = ", ".join(free) or "none"
-    placeholder = "{ " + ", ".join(f"{toml_key(d)} = [MIN, MAX]" for d in free) + " }"
+    listed = (", ".join(free) or "none") if free is not None else "known once it is exported"
+    placeholder = "{ " + ", ".join(f"{toml_key(d)} = [MIN, MAX]" for d in free or ()) + " }"
     failed = probe is not None and probe.loads and probe.ort_error is not None
     head = _comment(
         "The feeds of every step (a step's own [steps.X.feeds] overrides them). Free "
@@ -286,7 +286,7 @@ def starter_config(
                 field="feeds.dims",
             )
     found: Probe | None = probe if isinstance(probe, Probe) else None
-    free: list[str] = []
+    free: list[str] | None = None
     if kind == "onnx":
         batch, others = _batch_and_dims(source)
         if probe is True:
