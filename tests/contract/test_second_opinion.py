@@ -83,10 +83,12 @@ def test_contract_init_refuses_goldens_a_second_runner_disputes_and_writes_nothi
     assert "disagree with a second opinion, onnxruntime[disable" in message
     assert "First diverging node: bias (Add)" in message
     assert "the two implementations of Add-14 disagree on identical inputs" in message
-    assert "--reference ort:disable" in caught.value.hint
+    assert "reference='ort:disable'" in caught.value.hint  # a Python caller's config field
     assert not any(p.exists() for p in contract_paths(path))
     result = CliRunner().invoke(app, ["contract", "init", str(path), "--format", "json"])
     assert result.exit_code == 1 and json.loads(result.stdout)["error"] == "parity"
+    hint = json.loads(result.stdout)["hint"]  # a command's flags
+    assert "--reference ort:disable" in hint and "--no-second-opinion keeps" in hint
     assert not any(p.exists() for p in contract_paths(path))
 
 

@@ -3,13 +3,16 @@ made-up inputs says what it was fed and which --dim to give (issue 16's first sy
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 from typer.testing import CliRunner
 
 from models import detector, flat_classifier, mlp, save, token_model, value
+from onnxgate._words import gate_words, speaking
 from onnxgate.cli import app
+from onnxgate.cli._options import cli_words
 from onnxgate.contract import golden_samples
 from onnxgate.data import Synthesized, listen_synthetic, plan_dims, synthetic_samples
 from onnxgate.model import Signature, load_model
@@ -132,7 +135,14 @@ def test_the_hint_of_a_synthesized_run_is_a_sentence(sizes):
         synthetic_samples(signature_of(proto), model=proto, dims=sizes)
     hint = heard[0].hint()
     assert hint.startswith("The inputs were synthesized: images float32[")
-    assert hint.endswith("or real data with --inputs.")
+    # in the words of the interface in use: the config field, a command's flag, a gate's key
+    assert hint.endswith("or real data with feeds.inputs=FILE.")
+    with speaking(cli_words):
+        assert heard[0].hint().endswith("or real data with --inputs FILE.")
+    with speaking(functools.partial(gate_words, step="compare")):
+        hint = heard[0].hint()
+    assert "[feeds] dims = { height = [MIN, MAX], width = [MIN, MAX] }" in hint
+    assert hint.endswith('or real data with [feeds] inputs = "FILE".')
 
 
 def test_a_dimension_without_a_name_is_sized_by_input_and_axis(tmp_path):

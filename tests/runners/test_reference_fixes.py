@@ -20,6 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import BACKEND_DATA
 from models import model, save, value
+from onnxgate._words import speaking
+from onnxgate.cli._options import cli_words
 from onnxgate.data import synthetic_samples
 from onnxgate.errors import ExitCode, InternalError, ReferenceFailed
 from onnxgate.model import Signature, load_model
@@ -472,7 +474,13 @@ def test_a_crash_names_the_node_and_points_to_onnxruntime(tmp_path):
     assert error.exit_code == ExitCode.ENVIRONMENT
     assert "node 'upscale' (Resize-10)" in error.message
     assert "output_size is None and scale_factors is None" in error.message  # onnx's own words
-    assert "--against ort:disable" in error.hint and "--reference ort:disable" in error.hint
+    # in the words of the caller: a Python caller's config fields, a command's flags
+    assert "against='ort:disable'" in error.hint and "reference='ort:disable'" in error.hint
+    with speaking(cli_words), ReferenceRunner(load_model(path)) as runner:
+        with pytest.raises(ReferenceFailed) as caught:
+            runner.infer(RESIZE_FEEDS)
+    hint = caught.value.hint
+    assert "--against ort:disable" in hint and "--reference ort:disable" in hint
 
 
 def test_a_crash_inside_a_subgraph_names_both_nodes(tmp_path):

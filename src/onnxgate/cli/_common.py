@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from onnxgate._pathtext import shown
 from onnxgate._rich import Scrub
+from onnxgate._words import speaking
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 
@@ -171,14 +172,20 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         fmt = str(kwargs.get("fmt", "text"))
+        from onnxgate.cli._options import cli_words  # _options imports this module
+
         heard: list[Synthesized] = []
         try:
-            with listen_synthetic(functools.partial(_say_synthetic, heard, fmt)):
+            with (
+                speaking(cli_words),
+                listen_synthetic(functools.partial(_say_synthetic, heard, fmt)),
+            ):
                 return func(*args, **kwargs)
         except GateError as error:
             if heard and isinstance(error, RunFailed | ReferenceFailed):
                 # a run on made-up inputs failed: say which, and how to give ones that fit
-                error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
+                with speaking(cli_words):
+                    error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
             if isinstance(error, ConfigError):
                 from onnxgate.cli._options import translated  # _options imports this module
 
@@ -230,12 +237,7 @@ def _say_synthetic(heard: list[Synthesized], fmt: str, feeds: Synthesized) -> No
         return
     heard.append(feeds)
     if fmt == "text":
-        why = f": {', '.join(feeds.reasons)}" if feeds.reasons else ""
-        err.print(
-            f"[dim]feeds:[/] synthetic {escape(feeds.shapes)}{escape(why)}; "
-            "--dim NAME=SIZE (INPUT[AXIS]=SIZE without a name) or --inputs FILE to choose",
-            markup=True,
-        )
+        err.print(f"[dim]feeds:[/] {escape(feeds.notice())}", markup=True)
         if feeds.fits is False:
             err.print(
                 f"[yellow]warning:[/] shape inference rejects these sizes: {escape(feeds.problem)}",

@@ -13,13 +13,13 @@ table that turns them into this CLI's flags (``--dim``, ``--threads``) when an e
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 
+from onnxgate._words import library_words, renamed
 from onnxgate.cli._common import FORMAT_HELP, Format
 from onnxgate.errors import ConfigError
 from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances, invalid
@@ -299,28 +299,27 @@ def flag_for(path: str) -> str | None:
     return None
 
 
-def _named(path: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w.-]){re.escape(path)}(?![\w-]|\.\w)")
+def cli_words(path: str, value: object = None) -> str:
+    """A setting as this CLI's flag (``--dim x[2]=SIZE``, ``--reference ort:disable``).
+
+    The words commands speak (``onnxgate._words.speaking``); a setting without a flag is named by
+    its config field.
+    """
+    flag = flag_for(path)
+    if flag is None:
+        return library_words(path, value)
+    if path == "feeds.dims" and isinstance(value, list | tuple):
+        return " ".join(f"{flag} {name}=SIZE" for name in value)
+    if path == "feeds.inputs":
+        return f"{flag} FILE"
+    if value is None or (isinstance(value, bool) and flag.startswith("--no-") and not value):
+        return flag
+    return f"{flag} {value}"
 
 
 def translated(error: ConfigError) -> ConfigError:
-    """The error with the config fields it names shown as this CLI's flags.
-
-    Only the fields the error declares (``field`` and ``related``) are replaced, so prose that
-    happens to contain a field's name is left alone. Translating twice changes nothing.
-    """
-    message, hint = error.message, error.hint
-    for path in sorted(error.fields, key=len, reverse=True):
-        flag = flag_for(path)
-        if flag is None:
-            continue
-        message = _named(path).sub(flag, message)
-        hint = _named(path).sub(flag, hint) if hint else hint
-    if (message, hint) == (error.message, error.hint):
-        return error
-    copy = ConfigError(message, hint=hint, field=error.field, related=error.related)
-    copy.__cause__ = error.__cause__
-    return copy
+    """The error with the config fields it names shown as this CLI's flags (see ``renamed``)."""
+    return renamed(error, flag_for)
 
 
 S = TypeVar("S", bound=Part)
@@ -383,6 +382,24 @@ def feed_settings(
         ranges=ranges,
         seed=seed,
     )
+
+
+def build_starter_dims(items: list[str] | None) -> dict[str, list[int]]:
+    """``--dim`` of ``gate init``: ``NAME=MIN,MAX`` or ``NAME=SIZE`` → ``{name: [MIN, MAX]}``.
+
+    Raises:
+        ConfigError: an item is not NAME=MIN,MAX or NAME=SIZE with sizes of 1 or more, MIN first.
+    """
+    from onnxgate.data import parse_dims
+
+    dims = parse_dims(items)
+    for name, sizes in dims.items():
+        if len(sizes) > 2 or sizes != sorted(sizes):
+            raise ConfigError(
+                f"--dim {name}={','.join(map(str, sizes))} is not NAME=MIN,MAX or NAME=SIZE.",
+                hint="The serving range of a dimension: for example --dim width=16,512.",
+            )
+    return dims
 
 
 def tolerance_settings(

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from onnxgate.cli._common import emit_json, handles_errors, out, run, show
+from onnxgate.cli._common import emit_json, err, handles_errors, out, run, show
 
 if TYPE_CHECKING:
     from onnxgate.gate import GateReport
@@ -134,6 +134,9 @@ def run_command(
         if junit is not None:
             junit.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(Path(report.run_dir) / "junit.xml", junit)
+        if fmt == "text":  # once per run, not between the step lines (also in report.html)
+            for note in report.notes:
+                err.print(f"[dim]{escape(note)}[/]", markup=True)
         return report
 
     def github(report: GateReport) -> None:
@@ -162,23 +165,87 @@ def init_command(
             show_default=False,
         ),
     ] = None,
+    inputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--inputs",
+            help="Real inputs for every step (.npz, JSON, test_data_set folder), written as "
+            "[feeds] inputs, relative to the config.",
+            show_default=False,
+        ),
+    ] = None,
+    dim: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dim",
+            help="The sizes you serve for a free dimension, repeatable: NAME=MIN,MAX or "
+            "NAME=SIZE (INPUT[AXIS]=... for one without a name), written as [feeds] dims.",
+            show_default=False,
+        ),
+    ] = None,
+    value_range: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--range",
+            help="Values of an input's synthetic feeds, repeatable: INPUT=LOW:HIGH or "
+            "INPUT=VALUE, written as [feeds] ranges.",
+            show_default=False,
+        ),
+    ] = None,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe/--no-probe",
+            help="Run an .onnx model once (ONNX Runtime, and the reference evaluator on the "
+            "smallest sample within 30 s) and set what it finds.",
+        ),
+    ] = True,
     out_file: Annotated[
         Path, typer.Option("--out", "-o", help="Where to write the config.")
     ] = Path("gate.toml"),
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
 ) -> None:
-    """Write a starter gate.toml for MODEL with every step, commented, that passes on a healthy model.
+    """Write a starter gate.toml for MODEL with every step, commented.
 
-    Example:
+    For an .onnx file it first runs the model once on the feeds the steps will use, with ONNX
+    Runtime and with the reference evaluator (on the smallest sample, within 30 s), and sets what
+    that probe found, each with a comment saying why: [feeds] left to fill when ONNX Runtime cannot
+    run the synthesized feeds; golden outputs and comparisons from ONNX Runtime without graph
+    optimisations when the reference evaluator cannot run the model. The file's header says what
+    was probed: a model that passed the probe passes the steps as written, unless its outputs
+    disagree between the two or miss a threshold you set. torch and sklearn sources are not
+    probed (the gate exports them).
+
+    Examples:
         onnxgate gate init model.onnx --runtime onnxruntime==1.20.1 --out gate.toml
 
-    Exit codes: 0 written · 2 the model is not a model, or the file exists (use --force).
+        onnxgate gate init ocr.onnx --inputs samples.npz --dim width=16,512 --dim batch=1,32
+
+    Exit codes: 0 written (what the probe found is on stderr) · 2 the model is not a model, a
+    --dim is malformed or names nothing in the model, or the file exists (use --force).
     """
+    from onnxgate.cli._options import build_starter_dims
+    from onnxgate.data import parse_ranges
     from onnxgate.gate import write_starter
 
-    path = write_starter(model, out_file, runtime or (), force=force)
+    notes: list[str] = []
+    parse_ranges(value_range)  # refuses a malformed item with the syntax in the message
+    ranges = {k.strip(): v.strip() for k, _, v in (i.partition("=") for i in value_range or ())}
+    path = write_starter(
+        model,
+        out_file,
+        runtime or (),
+        force=force,
+        inputs=inputs,
+        dims=build_starter_dims(dim),
+        ranges=ranges,
+        probe=probe,
+        on_note=notes.append,
+    )
     if fmt == "json":
-        emit_json({"config": str(path)})
+        emit_json({"config": str(path), "notes": notes})
     else:
+        for note in notes:
+            err.print(f"[yellow]note:[/] {escape(note)}", markup=True)
         out.print(f"wrote {escape(str(path))}; run it with: onnxgate gate {escape(str(path))}")

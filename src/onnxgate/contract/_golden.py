@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from onnxgate._version import __version__
+from onnxgate._words import setting
 from onnxgate.compare import CompareReport, compare_runners
 from onnxgate.compare._compare import declared_dtype
 from onnxgate.contract._hollow import (
@@ -426,8 +427,8 @@ def cross_check(
         raise type(err)(
             f"the second opinion on the golden outputs, {second.name}, could not run: "
             f"{err.message}",
-            hint="Pass --no-second-opinion to keep golden outputs without one (the contract "
-            "records it), or take them from another --reference.",
+            hint=f"Set {setting('second_opinion', False)} to keep golden outputs without one "
+            f"(the contract records it), or take them from another {setting('reference')}.",
         ) from err
     if report.passed:
         worst = max(report.outputs, key=lambda o: o.max_abs or 0.0)
@@ -464,12 +465,13 @@ def _disagreement_hint(source: Runner) -> str:
     if isinstance(source, ReferenceRunner):
         return (
             "If the reference evaluator is wrong on this operator, take the golden outputs from "
-            "ONNX Runtime (--reference ort:disable); --no-second-opinion keeps them unchecked "
-            "(the contract records it)."
+            f"ONNX Runtime ({setting('reference', 'ort:disable')}); "
+            f"{setting('second_opinion', False)} keeps them unchecked (the contract records it)."
         )
     return (
-        "Check the node named above against the operator specification; --reference chooses "
-        "another source, --no-second-opinion keeps them unchecked (the contract records it)."
+        f"Check the node named above against the operator specification; {setting('reference')} "
+        f"chooses another source, {setting('second_opinion', False)} keeps them unchecked (the "
+        "contract records it)."
     )
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate._version import __version__
+from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.providers import CPU, names
 from onnxgate.compat.runtime import RuntimeSpec, installed_runtime
@@ -202,7 +203,7 @@ def init_contract(
     second: Runner | SecondOpinion = (
         second_opinion_for(runner, loaded)
         if config.second_opinion
-        else SecondOpinion(detail="not taken: --no-second-opinion")
+        else SecondOpinion(detail=f"not taken: {setting('second_opinion', False)}")
     )
     return write_contract(
         loaded,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import ModelProto
 
+from onnxgate._words import setting
 from onnxgate.data._dims import (
     BATCH,
     BATCH_SIZE,
@@ -229,13 +230,13 @@ def synthetic_samples(
         if spec.type is not None and spec.type.startswith("tensor(") and spec.shape is None:
             raise FeedError(
                 f"input {spec.name!r} declares no rank, so synthetic feeds cannot shape it.",
-                hint="Pass real data with --inputs.",
+                hint=f"Pass real data with {setting('feeds.inputs')}.",
             )
         if spec.type is None or not spec.type.startswith("tensor("):
             raise FeedError(
                 f"input {spec.name!r} is {describe_spec(spec)}; synthetic feeds are made only for "
                 "tensors.",
-                hint="Pass real data with --inputs.",
+                hint=f"Pass real data with {setting('feeds.inputs')}.",
             )
     chosen = chosen_ranges(signature, model, given)
     combos = list(itertools.product(*wanted.values())) or [()]
@@ -284,7 +285,7 @@ class Synthesized:
     reasons: list[str]
     """Why each free dimension has its size: ``height=224 (typical image size)``."""
     free: list[str]
-    """Symbolic dimensions ``--dim`` can size, batches left out when there are others."""
+    """Free dimensions the user can size (``feeds.dims``), batches left out if there are others."""
     fits: bool | None
     problem: str
 
@@ -297,12 +298,18 @@ class Synthesized:
         if self.fits is False:
             text += f" Shape inference rejects these sizes: {self.problem}"
             text += "" if text.endswith(".") else "."
-        dims = " ".join(f"--dim {d}=SIZE" for d in self.free)
-        return (
-            text
-            + (f" Give sizes that fit with {dims}, or" if dims else " Give")
-            + (" real data with --inputs.")
-        )
+        inputs = setting("feeds.inputs")
+        if not self.free:
+            return f"{text} Give real data with {inputs}."
+        dims = setting("feeds.dims", self.free)
+        return f"{text} Give sizes that fit with {dims}, or real data with {inputs}."
+
+    def notice(self) -> str:
+        """The note a run on these feeds leaves: what they are, and how to choose others."""
+        why = f": {', '.join(self.reasons)}" if self.reasons else ""
+        dims = setting("feeds.dims", self.free) if self.free else ""
+        choose = f"{dims} or {setting('feeds.inputs')}" if dims else setting("feeds.inputs")
+        return f"synthetic {self.shapes}{why}; {choose} to choose"
 
 
 _LISTENER: ContextVar[Callable[[Synthesized], None] | None] = ContextVar(

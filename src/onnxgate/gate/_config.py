@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -306,6 +306,30 @@ class OutputSection(Part):
     """Each run writes ``DIR/NAME-YYYYmmdd-HHMMSS/``."""
 
 
+class FeedsSection(Part):
+    """``[feeds]``: the feeds of every step, unless a step's own ``feeds`` table overrides them."""
+
+    inputs: Path | None = None
+    """Real inputs (.npz, JSON, test_data_set folder); relative to the config."""
+    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = {}
+    """The serving range of each free dimension: ``[MIN, MAX]``, or ``[SIZE]`` for one size."""
+    ranges: dict[str, str] = {}
+    """Values per input for synthetic feeds: ``"LOW:HIGH"`` (HIGH excluded) or ``"VALUE"``."""
+    seed: int = 0
+
+    @field_validator("dims", mode="before")
+    @classmethod
+    def _one_or_two(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            value = {k: [v] if isinstance(v, int) else v for k, v in value.items()}
+            for name, sizes in value.items():
+                if isinstance(sizes, list) and not (
+                    1 <= len(sizes) <= 2 and sizes == sorted(sizes)
+                ):
+                    raise ValueError(f"{name}: give [MIN, MAX] or [SIZE], not {sizes}")
+        return value
+
+
 class GateConfig(Part):
     """A whole ``gate.toml``."""
 
@@ -315,6 +339,7 @@ class GateConfig(Part):
     """The file format's version: ``1``, the first line of the file."""
     model: ModelSection
     targets: TargetsSection = TargetsSection()
+    feeds: FeedsSection = FeedsSection()
     steps: StepsSection = StepsSection()
     registration: RegisterSection | None = Field(None, alias="register")
     """``[register]``: where a passing version goes; without the table nothing is registered.
@@ -437,6 +462,7 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
         }
     )
     update: dict[str, Any] = {"model": model, "steps": steps}
+    update["feeds"] = config.feeds.model_copy(update={"inputs": fix(config.feeds.inputs)})
     update["output"] = config.output.model_copy(update={"dir": fix(config.output.dir)})
     if config.registration is not None:
         update["registration"] = config.registration.model_copy(

@@ -1,8 +1,13 @@
 """``onnxgate gate init``: a starter ``gate.toml`` with every step, commented, for one model.
 
-The starter passes on a healthy model: the settings are the library's defaults, the thresholds
-are left for the user to set, and the steps that need the user's data (quantize) or a budget of
-minutes (tune) say how to turn them on.
+The starter is meant to pass on a healthy model, and says how far that promise goes. For an .onnx
+source, ``gate init`` runs the model once on the feeds the steps will use (``_probe``): with ONNX
+Runtime, and with the reference evaluator on the smallest sample. What the probe found is set in
+the file, each with a comment saying why: ``[feeds]`` left to fill when ONNX Runtime cannot run the
+synthesized feeds, golden outputs and comparisons from ONNX Runtime without graph optimisations
+when the evaluator cannot run the model. torch and scikit-learn sources are not probed (their
+export happens in the gate), and the header says so. Thresholds are left for the user to set, and
+the steps that need the user's data (quantize) or minutes (tune) say how to turn them on.
 """
 
 from __future__ import annotations
@@ -10,12 +15,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from onnxgate._fs import atomic_write_text
+from onnxgate._words import toml_key
 from onnxgate.errors import ConfigError
 from onnxgate.gate._config import CONFIG_VERSION, load_config
+from onnxgate.gate._probe import Probe
+from onnxgate.gate._probe import probe as run_probe
 
 
 def _toml(value: object) -> str:
@@ -23,9 +32,25 @@ def _toml(value: object) -> str:
     return json.dumps(value)
 
 
+_GENERIC_MODULES = frozenset({"model", "models", "net", "nets", "network", "main", "__init__"})
+
+
 def _name_of(source: str) -> str:
-    tail = source.split(":")[-1] if source.startswith(("torch:", "sklearn:")) else source
-    stem = Path(tail).stem if "/" in tail or tail.endswith((".onnx", ".joblib", ".pkl")) else tail
+    """The registry's name for a source: the file's stem, or a torch entry point's module.
+
+    ``torch:pkg.resnet:build`` is ``resnet``, not ``build`` (factories are called ``build``,
+    ``create``, ``factory`` in every project); a generic module name (``pkg.models``) gives way
+    to its package (``pkg``).
+    """
+    if source.startswith("torch:"):
+        parts = source.split(":")[1].split(".")
+        stem = parts[-1]
+        if stem in _GENERIC_MODULES and len(parts) > 1:
+            stem = parts[-2]
+    else:
+        tail = source.split(":")[-1] if source.startswith("sklearn:") else source
+        path = "/" in tail or tail.endswith((".onnx", ".joblib", ".pkl"))
+        stem = Path(tail).stem if path else tail
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "model"
     return name[:128]
 
@@ -47,15 +72,199 @@ def _batch_and_dims(source: str) -> tuple[bool, list[str]]:
     return batch, others
 
 
-def starter_config(source: str, runtimes: Sequence[str] = (), *, base: Path | None = None) -> str:
+def _relative(path: str | Path, base: Path | None) -> str:
+    """A path as the config writes it: relative to the config's folder when inside it."""
+    resolved = Path(path).resolve()
+    if base is not None and resolved.is_relative_to(base.resolve()):
+        return os.path.relpath(resolved, base.resolve())
+    return str(resolved)
+
+
+def _comment(text: str, width: int = 98) -> str:
+    """``text`` as ``#`` lines of at most ``width`` characters."""
+    return "".join(f"# {line}\n" for line in textwrap.wrap(text, width - 2))
+
+
+def _dims_toml(dims: Mapping[str, Sequence[int]]) -> str:
+    return "{ " + ", ".join(f"{toml_key(k)} = {_toml(list(v))}" for k, v in dims.items()) + " }"
+
+
+def _feeds_table(
+    probe: Probe | None,
+    free: Sequence[str] | None,
+    *,
+    inputs: str | None,
+    dims: Mapping[str, Sequence[int]],
+    ranges: Mapping[str, str],
+    seed: int,
+) -> str:
+    """``[feeds]``: as given, left to fill, or a commented template naming the free dimensions.
+
+    It is left to fill (uncommented, with a placeholder file) when ONNX Runtime cannot run the
+    feeds the steps would synthesize.
+    """
+    listed = (", ".join(free) or "none") if free is not None else "known once it is exported"
+    placeholder = "{ " + ", ".join(f"{toml_key(d)} = [MIN, MAX]" for d in free or ()) + " }"
+    failed = probe is not None and probe.loads and probe.ort_error is not None
+    head = _comment(
+        "The feeds of every step (a step's own [steps.X.feeds] overrides them). Free "
+        f"dimensions of the model's inputs: {listed}."
+    )
+    if inputs is not None or dims or ranges:
+        lines = ["[feeds]\n", head]
+        if failed:
+            lines.append(_comment(f"ONNX Runtime cannot run these feeds: {probe.ort_error}"))
+        if inputs is not None:
+            lines.append(f"inputs = {_toml(inputs)}\n")
+        if dims:
+            lines.append(f"dims = {_dims_toml(dims)}   # serving range: [MIN, MAX], or [SIZE]\n")
+        if ranges:
+            lines.append(
+                "ranges = { "
+                + ", ".join(f"{toml_key(k)} = {_toml(v)}" for k, v in ranges.items())
+                + " }\n"
+            )
+        if seed:
+            lines.append(f"seed = {seed}\n")
+        return "".join(lines) + "\n"
+    if failed:
+        return (
+            "[feeds]\n"
+            + head
+            + _comment(
+                "gate init ran the model on the feeds the steps would synthesize, and ONNX "
+                f"Runtime cannot run them: {probe.ort_error}. Put real inputs in the file below "
+                "(an .npz with one array per input), or give each free dimension the sizes you "
+                "serve in `dims` instead, then run the gate."
+            )
+            + 'inputs = "samples.npz"\n'
+            + (f"# dims = {placeholder}\n" if free else "")
+            + "\n"
+        )
+    return (
+        "# [feeds]\n"
+        + head
+        + '# inputs = "samples.npz"       # real inputs; default: seeded synthetic feeds\n'
+        + (f"# dims = {placeholder}   # the sizes you serve\n" if free else "")
+        + "\n"
+    )
+
+
+def _header(kind: str, probe: Probe | None) -> str:
+    """What ``gate init`` probed, so the file promises no more than that."""
+    if probe is None:
+        what = {"torch": "PyTorch", "sklearn": "scikit-learn"}.get(kind, kind)
+        return _comment(
+            f"Not probed: gate init does not export {what} sources (the export step does). The "
+            "steps below are the library's defaults; the first run says what to change."
+        )
+    ran = (
+        f"gate init ran the model once with {probe.runtime} on the feeds the steps will use "
+        f"({probe.feeds})"
+    )
+    if not probe.loads:
+        return _comment(
+            f"{ran}: ONNX Runtime does not load it ({probe.ort_error}). No step below can pass "
+            "on this machine until it does."
+        )
+    if probe.ort_error is not None:
+        return _comment(
+            f"{ran}: ONNX Runtime cannot run them. Fill in [feeds] below: until then no step "
+            "passes."
+        )
+    if probe.reference_error is not None:
+        said = "golden outputs and comparisons come from ONNX Runtime without graph optimisations"
+        return _comment(
+            f"{ran}: ONNX Runtime ran them; the ONNX reference evaluator cannot run the model, "
+            f"so {said} (see [steps.export] and [steps.compare]). The steps below pass as "
+            "written unless the two disagree (a finding) or a threshold you set is missed."
+        )
+    if probe.reference_skipped is not None:
+        return _comment(
+            f"{ran}: ONNX Runtime ran them. The reference evaluator, the default source of "
+            f"golden outputs, was not probed ({probe.reference_skipped}): see [steps.export]."
+        )
+    return _comment(
+        f"{ran}, and the ONNX reference evaluator on {probe.reference_feeds}: both ran, so the "
+        "steps below pass as written unless the two disagree (a finding) or a threshold you set "
+        "is missed."
+    )
+
+
+def _export_table(probe: Probe | None) -> str:
+    if probe is not None and probe.reference_error is not None:
+        return (
+            _comment(
+                f"The ONNX reference evaluator cannot run this model (gate init's probe: "
+                f"{probe.reference_error}), so golden outputs come from ONNX Runtime without "
+                "graph optimisations. No second opinion can run: it would be the reference "
+                "evaluator."
+            )
+            + 'reference = "ort:disable"\n'
+            + "second_opinion = false\n"
+        )
+    if probe is not None and probe.reference_skipped is not None:
+        return _comment(
+            f"gate init did not run the reference evaluator ({probe.reference_skipped}). If it "
+            'cannot run this model, set reference = "ort:disable" and second_opinion = false '
+            '(and [steps.compare] against = "ort:disable").'
+        )
+    return ""
+
+
+def _compare_against(probe: Probe | None) -> str:
+    if probe is not None and probe.reference_error is not None:
+        return (
+            _comment(
+                "The reference evaluator cannot run this model (see [steps.export]): ONNX "
+                "Runtime with all optimisations is compared with ONNX Runtime without any, the "
+                "second opinion that remains."
+            )
+            + 'against = "ort:disable"\n'
+        )
+    return (
+        '# ONNX Runtime (all optimisations) against the reference evaluator; or "ort:disable",\n'
+        '# "torch:package.module:factory", another .onnx file\n'
+        'against = "reference"\n'
+    )
+
+
+def starter_config(
+    source: str,
+    runtimes: Sequence[str] = (),
+    *,
+    base: Path | None = None,
+    inputs: str | Path | None = None,
+    dims: Mapping[str, Sequence[int]] | None = None,
+    ranges: Mapping[str, str] | None = None,
+    seed: int = 0,
+    probe: bool | Probe = True,
+    on_note: Callable[[str], None] | None = None,
+) -> str:
     """The text of a starter ``gate.toml`` for ``source``.
 
-    An .onnx path inside ``base`` (the config's folder) is written relative to it.
+    Paths inside ``base`` (the config's folder) are written relative to it.
+
+    Args:
+        source: an .onnx file, ``torch:package.module:factory`` or ``sklearn:estimator.joblib``.
+        runtimes: other runtimes the model must run on (``onnxruntime==1.20.1``).
+        base: the config's folder.
+        inputs: real inputs for every step, written as ``[feeds] inputs``.
+        dims: the serving range of free dimensions, ``{name: [MIN, MAX]}`` or ``[SIZE]``
+            (``INPUT[AXIS]`` for a dimension without a name), written as ``[feeds] dims``.
+        ranges: value ranges per input for synthetic feeds (``"LOW:HIGH"``), ``[feeds] ranges``.
+        seed: the synthetic feeds' seed, ``[feeds] seed``.
+        probe: run an .onnx model once first (``_probe.probe``) and set what it finds; False
+            writes the defaults; a ``Probe`` already made is used as is.
+        on_note: called with each thing the user should know (ONNX Runtime cannot run the feeds,
+            the reference evaluator cannot run the model), as the starter's comments say it.
 
     Raises:
-        ConfigError: the source is not an .onnx file, ``torch:`` entry or ``sklearn:`` file.
+        ConfigError: the source is not an .onnx file, ``torch:`` entry or ``sklearn:`` file; a
+            dimension is not ``[MIN, MAX]`` or names nothing in the model.
         ModelLoadError: the .onnx file cannot be read.
     """
+    note = on_note or (lambda message: None)
     kind = (
         "torch"
         if source.startswith("torch:")
@@ -68,14 +277,40 @@ def starter_config(source: str, runtimes: Sequence[str] = (), *, base: Path | No
             f"{source!r} is not an .onnx file, torch:package.module:factory or "
             "sklearn:estimator.joblib."
         )
+    dims = {name: list(sizes) for name, sizes in (dims or {}).items()}
+    for name, sizes in dims.items():
+        if not 1 <= len(sizes) <= 2 or sizes != sorted(sizes) or min(sizes) < 1:
+            raise ConfigError(
+                f"feeds.dims {name}={','.join(map(str, sizes))} is not MIN,MAX or SIZE with "
+                "sizes of 1 or more, MIN first.",
+                field="feeds.dims",
+            )
+    found: Probe | None = probe if isinstance(probe, Probe) else None
+    free: list[str] | None = None
     if kind == "onnx":
-        batch, dims = _batch_and_dims(source)
-        if base is not None and Path(source).resolve().is_relative_to(base.resolve()):
-            source = os.path.relpath(Path(source).resolve(), base.resolve())
-        else:
-            source = str(Path(source).resolve())
+        batch, others = _batch_and_dims(source)
+        if probe is True:
+            found = run_probe(
+                source,
+                inputs=Path(inputs) if inputs is not None else None,
+                dims=dims,
+                ranges=ranges,
+                seed=seed,
+            )
+        free = found.free if found is not None else others
+        source = _relative(source, base)
     else:
-        batch, dims = True, []
+        batch, others = True, []
+    if found is not None:
+        _tell(found, note, given=inputs is not None or bool(dims))
+    feeds = _feeds_table(
+        found,
+        free,
+        inputs=_relative(inputs, base) if inputs is not None else None,
+        dims=dims,
+        ranges=dict(ranges or {}),
+        seed=seed,
+    )
     targets = ["installed", *runtimes]
     model_extra = {
         "onnx": "",
@@ -90,12 +325,12 @@ def starter_config(source: str, runtimes: Sequence[str] = (), *, base: Path | No
             "# trust_pickle = false       # a pickled estimator runs code: only files you made\n"
         ),
     }[kind]
-    bench_dims = "".join(f"# dims = {{ {d} = [128] }}\n" for d in dims[:1])
+    bench_dims = "".join(f"# dims = {{ {toml_key(d)} = [128] }}\n" for d in others[:1])
     return f"""\
 # onnxgate gate config: `onnxgate gate gate.toml` runs every step below, writes a run folder
 # (report.json, report.html, junit.xml, the artefacts) and registers the version if all passed.
 # Unknown keys are errors. Relative paths are relative to this file.
-version = {CONFIG_VERSION}
+{_header(kind, found)}version = {CONFIG_VERSION}
 
 [model]
 name = {_toml(_name_of(source))}          # the registry's name
@@ -107,10 +342,10 @@ source = {_toml(source)}
 runtimes = {_toml(targets)}
 providers = []                 # e.g. ["cuda"]; CPU is appended
 
-[steps.export]
+{feeds}[steps.export]
 # torch/sklearn: parity of the export against the source; .onnx: golden outputs for the contract,
 # from the reference evaluator, confirmed by a second runner.
-# [steps.export.tolerances]
+{_export_table(found)}# [steps.export.tolerances]
 # atol = 1e-4
 # rtol = 1e-3
 # metrics = ["output:cosine>=0.999"]
@@ -121,13 +356,9 @@ ignore = []
 fail_on = "error"
 
 [steps.compare]
-# ONNX Runtime (all optimisations) against the reference evaluator; or "ort:disable",
-# "torch:package.module:factory", another .onnx file
-against = "reference"
+{_compare_against(found)}\
 localize = true                # on a miss, find and replay the first diverging node
-# [steps.compare.feeds]
-# inputs = "samples.npz"       # default: seeded synthetic feeds
-# dims = {{ batch = [1, 4] }}
+# feeds: [feeds] above; a [steps.compare.feeds] table overrides it for this step
 
 [steps.verify]
 # the contract's golden samples on every target runtime (default: targets.runtimes)
@@ -173,17 +404,61 @@ dir = "gate-runs"
 """
 
 
+def _tell(probe: Probe, note: Callable[[str], None], *, given: bool) -> None:
+    """Say on the side what the starter's comments say, for a user who will not open it."""
+    if not probe.loads:
+        note(f"ONNX Runtime does not load the model: {probe.ort_error}")
+    elif probe.ort_error is not None:
+        fill = (
+            "check [feeds] in the config"
+            if given
+            else '[feeds] is written for you to fill: inputs = "samples.npz", or dims'
+        )
+        note(f"ONNX Runtime cannot run the feeds: {probe.ort_error}; {fill}")
+    if probe.reference_error is not None:
+        note(
+            f"the ONNX reference evaluator cannot run the model ({probe.reference_error}); "
+            'written: [steps.export] reference = "ort:disable", second_opinion = false, '
+            '[steps.compare] against = "ort:disable"'
+        )
+    elif probe.reference_skipped is not None:
+        note(f"the ONNX reference evaluator was not probed: {probe.reference_skipped}")
+
+
 def write_starter(
-    source: str, out: Path, runtimes: Sequence[str] = (), *, force: bool = False
+    source: str,
+    out: Path,
+    runtimes: Sequence[str] = (),
+    *,
+    force: bool = False,
+    inputs: str | Path | None = None,
+    dims: Mapping[str, Sequence[int]] | None = None,
+    ranges: Mapping[str, str] | None = None,
+    seed: int = 0,
+    probe: bool = True,
+    on_note: Callable[[str], None] | None = None,
 ) -> Path:
     """Write a starter config to ``out`` (atomically) after checking it validates.
 
+    The keyword arguments are ``starter_config``'s.
+
     Raises:
-        ConfigError: ``out`` exists (without ``force``), or the source is not a model.
+        ConfigError: ``out`` exists (without ``force``), the source is not a model, or a
+            dimension is malformed or names nothing in the model.
     """
     if out.exists() and not force:
         raise ConfigError(f"{out} exists.", hint="Give another --out, or --force to replace it.")
-    text = starter_config(source, runtimes, base=out.parent)
+    text = starter_config(
+        source,
+        runtimes,
+        base=out.parent,
+        inputs=inputs,
+        dims=dims,
+        ranges=ranges,
+        seed=seed,
+        probe=probe,
+        on_note=on_note,
+    )
     atomic_write_text(out, text)
     load_config(out)  # a starter that does not validate is a bug, caught here rather than later
     return out

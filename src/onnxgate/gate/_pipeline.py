@@ -24,8 +24,10 @@ from typing import Any
 
 from onnxgate import __version__
 from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate._words import gate_key, gate_words, renamed, speaking
 from onnxgate.contract._schema import sha256_file
-from onnxgate.errors import ConfigError, ExitCode, GateError
+from onnxgate.data import Synthesized, listen_synthetic
+from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 from onnxgate.gate import _steps
 from onnxgate.gate._config import GateConfig, Step, load_config
 from onnxgate.gate._report import (
@@ -326,6 +328,7 @@ def run_gate(
     ctx = _steps.Context(config=config, run_dir=run_dir, progress=say)
     store = _Cache(cache_dir() / "gate" if cache else None)
     results: list[StepResult] = []
+    fed: dict[str, list[Synthesized]] = {}
     for name in ORDER:
         section = getattr(config.steps, name)
         if not section.enabled and name != "export":
@@ -333,7 +336,9 @@ def run_gate(
         elif (why := _not_run(name, ctx, config)) is not None:
             result = StepResult(name=name, status="not_run", reason=why)
         else:
-            result = _run_step(name, section, ctx, env, config, store, say)
+            heard = fed.setdefault(name, [])
+            with listen_synthetic(heard.append):
+                result = _run_step(name, section, ctx, env, config, store, say, heard)
             ctx.passed[name] = result.passed
         results.append(result)
         if on_step is not None:
@@ -360,6 +365,7 @@ def run_gate(
         environment=env,
         steps=results,
         artefacts=artefacts,
+        notes=feeds_notes(fed),
     )
     write_outputs(report, run_dir)  # before registering: an unreachable registry loses nothing
     if passed and register and config.registration is not None and config.registration.enabled:
@@ -402,9 +408,13 @@ def _run_step(
     config: GateConfig,
     store: _Cache,
     say: Callable[[str], None],
+    heard: list[Synthesized],
 ) -> StepResult:
     clock = time.perf_counter()
     settings = config_hash(section)
+    feeds = getattr(section, "feeds", None)
+    own = feeds is not None and feeds != type(feeds)()  # the step's own table, not [feeds]
+    words = functools.partial(gate_words, step=name, own_feeds=own)
     try:
         key = _cache_key(name, section, ctx, env, config)
         if key is not None and (hit := store.get(key, ctx.run_dir)) is not None:
@@ -412,7 +422,8 @@ def _run_step(
             return hit
         say(name)
         before = _snapshot(ctx.run_dir)
-        outcome = RUNNERS[name](ctx, section)
+        with speaking(words):
+            outcome = RUNNERS[name](ctx, section)
     except OSError as error:  # a file the step reads or writes: the user's to fix
         return StepResult(
             name=name,
@@ -424,6 +435,12 @@ def _run_step(
             config_hash=settings,
         )
     except GateError as error:
+        if isinstance(error, ConfigError):  # the config's keys, not a command's flags
+            error = renamed(error, functools.partial(gate_key, step=name, own_feeds=own))
+        if heard and isinstance(error, RunFailed | ReferenceFailed):
+            # a run on made-up inputs failed: say which, and the keys that give ones that fit
+            with speaking(words):
+                error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
         reason = error.message + (f" ({error.hint})" if error.hint else "")
         return StepResult(
             name=name,
@@ -466,6 +483,22 @@ def _run_step(
     if key is not None:
         store.put(key, result, ctx.run_dir)
     return result
+
+
+def feeds_notes(fed: dict[str, list[Synthesized]]) -> list[str]:
+    """One note for the whole run: the synthetic feeds each step made, and the keys to choose."""
+    made = {step: heard for step, heard in fed.items() if heard}
+    if not made:
+        return []
+    with speaking(gate_words):
+        last = list(made.values())[-1][-1]
+        choose = last.notice().rsplit("; ", 1)[-1]
+    steps: dict[str, list[str]] = {}  # shapes → the steps fed them, each said once
+    for step, heard in made.items():
+        for shape in dict.fromkeys(h.shapes for h in heard):
+            steps.setdefault(shape, []).append(step)
+    shapes = "; ".join(f"{', '.join(names)}: {shape}" for shape, names in steps.items())
+    return [f"feeds: synthetic ({shapes}); {choose}"]
 
 
 def _scalar(value: Any) -> float | int | str | bool | None:

@@ -16,16 +16,22 @@ from typing import Any, NamedTuple, Self
 
 from onnx import NodeProto
 
-from onnxgate.errors import InternalError, ReferenceFailed, first_line
+from onnxgate._words import setting
+from onnxgate.errors import FeedError, InternalError, ReferenceFailed, first_line
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._reference_fixes import overrides, schema_version
 
-HINT = (
-    "The ONNX reference evaluator cannot be the reference for this model; use ONNX Runtime "
-    "without graph optimisations instead: `onnxgate compare --against ort:disable`, "
-    "`onnxgate contract init --reference ort:disable`."
-)
+
+def reference_hint() -> str:
+    """What to do when the evaluator cannot run a model, in the words of the interface in use."""
+    return (
+        "The ONNX reference evaluator cannot be the reference for this model; use ONNX Runtime "
+        f"without graph optimisations instead: {setting('reference', 'ort:disable')} for golden "
+        f"outputs, {setting('against', 'ort:disable')} for a comparison."
+    )
+
+
 _FIXES = "onnxgate.runners._reference_fixes"
 _STANDARD = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
 
@@ -152,15 +158,54 @@ def _failure(error: BaseException, path: Path, *, loading: bool) -> ReferenceFai
         return ReferenceFailed(
             f"{what}: it implements only the standard domains (ai.onnx, ai.onnx.ml) and "
             f"model-local functions, and the model uses {domain} ({reason}).",
-            hint=HINT,
+            hint=reference_hint(),
         )
     if nodes and nodes[-1].override and _raised_in_fixes(error):  # onnxgate's own code raised
         return InternalError(
             f"{what}: onnxgate's own correction of that operator raised {reason}. This is a bug "
             "in onnxgate; please report it with the model.",
-            hint=HINT,
+            hint=reference_hint(),
         )
-    return ReferenceFailed(f"{what}: {reason}.", hint=HINT)
+    return ReferenceFailed(f"{what}: {reason}.", hint=reference_hint())
+
+
+def _feeds_first(model: LoadedModel, feeds: Mapping[str, Any], failure: ReferenceFailed) -> None:
+    """Blame the feeds, not the evaluator, when ONNX Runtime cannot run them either.
+
+    Synthesized feeds the model cannot take (a size its graph refuses) make every runner fail;
+    only when ONNX Runtime runs the same feeds is the evaluator's failure its own.
+
+    Raises:
+        FeedError: ONNX Runtime (every graph optimisation off) fails on the same feeds.
+    """
+    import numpy as np
+
+    from onnxgate.data._dims import describe_shapes, unnamed_dims
+    from onnxgate.errors import RunFailed, SessionFailed
+    from onnxgate.runners._ort import OrtOptions, OrtRunner
+
+    signature = Signature.from_graph(model.proto.graph)
+    free = sorted(
+        {d for spec in signature.inputs for d in spec.symbolic_dims} | set(unnamed_dims(signature))
+    )
+    if not free:
+        return  # the feeds have the model's own shapes: whatever fails, it is not their size
+    try:
+        with OrtRunner(model, OrtOptions(optimization="disable")) as ort:
+            ort.infer(feeds)
+    except SessionFailed:
+        return  # ONNX Runtime does not load the model: nothing tells about the feeds
+    except RunFailed as err:
+        shapes = {k: list(np.shape(v)) for k, v in feeds.items() if isinstance(v, np.ndarray)}
+        why = first_line(err.__cause__) if err.__cause__ is not None else err.message
+        sizes = f"sizes that fit with {setting('feeds.dims', free)}, or "
+        raise FeedError(
+            f"the feeds do not fit {model.path}: neither ONNX Runtime nor the reference "
+            f"evaluator runs {describe_shapes(signature, shapes)}. ONNX Runtime says: {why}",
+            hint=f"Give {sizes}real data with {setting('feeds.inputs')}.",
+        ) from failure
+    except Exception:  # a second runner that cannot judge leaves the first verdict standing
+        return
 
 
 class ReferenceRunner:
@@ -204,7 +249,10 @@ class ReferenceRunner:
         try:
             return self._evaluator.run(None, dict(feeds), intermediate=intermediate)
         except Exception as err:  # the evaluator raises whatever its operator classes raise
-            raise _failure(err, self.model.path, loading=False) from err
+            failure = _failure(err, self.model.path, loading=False)
+            if isinstance(failure, ReferenceFailed):
+                _feeds_first(self.model, feeds, failure)
+            raise failure from err
 
     def infer(self, feeds: Mapping[str, Any]) -> Inference:
         """Run once.

@@ -1,0 +1,135 @@
+"""Settings named in the words of the interface in use: a command's flag, or a gate's key.
+
+A hint that tells the user which setting to change is built from a neutral description: the
+setting's path in the library's config (``feeds.dims``, ``reference``, ``second_opinion``) and,
+where it helps, a value. Whoever drives the library says, for the length of a block, how its users
+spell a setting (``speaking``): a command says ``--dim x[2]=SIZE``, a gate says
+``[feeds] dims = { "x[2]" = [MIN, MAX] }``, and a Python caller, who set no words, reads the
+config field (``feeds.dims``). The innermost block wins, so a gate run from the command line
+speaks in gate keys.
+
+Values are neutral too: ``feeds.dims`` takes the names of the dimensions (each interface writes
+its own placeholder for their sizes), ``feeds.inputs`` nothing (a file), other settings the value
+to set (``"ort:disable"``, ``False``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from onnxgate.errors import ConfigError
+
+Words = Callable[[str, object], str]
+"""How an interface names a setting: ``(path, value) -> text``."""
+
+
+def toml_key(name: str) -> str:
+    """A TOML key: bare when it can be (``batch``), quoted otherwise (``"x[2]"``)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+def library_words(path: str, value: object = None) -> str:
+    """The config field, as a Python caller sets it: ``feeds.dims={'x[2]': [SIZE]}``."""
+    if path == "feeds.dims" and isinstance(value, Sequence) and not isinstance(value, str):
+        return f"{path}={{{', '.join(f'{d!r}: [SIZE]' for d in value)}}}"
+    if path == "feeds.inputs":
+        return f"{path}=FILE"
+    return path if value is None else f"{path}={value!r}"
+
+
+GATE_KEYS: dict[str, str] = {
+    "reference": "steps.export.reference",
+    "second_opinion": "steps.export.second_opinion",
+    "against": "steps.compare.against",
+    "localize": "steps.compare.localize",
+    "require": "steps.placement.require",
+    "allow_ops": "steps.placement.allow_ops",
+    "vs": "steps.bench.vs",
+    "batches": "steps.bench.batches",
+    "time_budget": "steps.tune.time_budget",
+    "eval": "steps.quantize.eval",
+    "calibration": "steps.quantize.calibration",
+    "labels": "steps.quantize.labels",
+}
+"""Settings that belong to one step's table whichever step meets them."""
+
+
+def gate_key(path: str, step: str | None = None, *, own_feeds: bool = False) -> str:
+    """The key of a setting in ``gate.toml``: ``[feeds] dims``, ``steps.export.reference``.
+
+    Feeds are the top-level ``[feeds]`` table, which every step uses unless it overrides it
+    (``own_feeds``: then they are ``steps.STEP.feeds.dims``); a setting of one step is that step's
+    key; any other path is a key of ``step``'s table.
+    """
+    if path.startswith("feeds.") and own_feeds and step:
+        return f"steps.{step}.{path}"
+    if path.startswith("feeds."):
+        return f"[feeds] {path.removeprefix('feeds.')}"
+    if path in GATE_KEYS:
+        return GATE_KEYS[path]
+    return f"steps.{step}.{path}" if step else path
+
+
+def gate_words(
+    path: str, value: object = None, *, step: str | None = None, own_feeds: bool = False
+) -> str:
+    """A setting as a line of ``gate.toml``: ``[feeds] dims = { "x[2]" = [MIN, MAX] }``."""
+    key = gate_key(path, step, own_feeds=own_feeds)
+    if path == "feeds.dims" and isinstance(value, Sequence) and not isinstance(value, str):
+        return f"{key} = {{ {', '.join(f'{toml_key(d)} = [MIN, MAX]' for d in value)} }}"
+    if path == "feeds.inputs":
+        return f'{key} = "FILE"'
+    return key if value is None else f"{key} = {_toml_value(value)}"
+
+
+_WORDS: ContextVar[Words] = ContextVar("onnxgate_words", default=library_words)
+
+
+def setting(path: str, value: object = None) -> str:
+    """How the interface in use names a setting (with a value or placeholder)."""
+    return _WORDS.get()(path, value)
+
+
+@contextmanager
+def speaking(words: Words) -> Iterator[None]:
+    """Name settings with ``words`` inside the block (a command's flags, a gate's keys)."""
+    token = _WORDS.set(words)
+    try:
+        yield
+    finally:
+        _WORDS.reset(token)
+
+
+def _named(path: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w.-]){re.escape(path)}(?![\w-]|\.\w)")
+
+
+def renamed(error: ConfigError, name: Callable[[str], str | None]) -> ConfigError:
+    """The error with the config fields it names (``field``, ``related``) in an interface's words.
+
+    ``name`` gives a field's word (a flag, a gate key) or None to leave it. Only the fields the
+    error declares are replaced, so prose that happens to contain a field's name is left alone.
+    Renaming twice changes nothing.
+    """
+    message, hint = error.message, error.hint
+    for path in sorted(error.fields, key=len, reverse=True):
+        word = name(path)
+        if word is None:
+            continue
+        message = _named(path).sub(word, message)
+        hint = _named(path).sub(word, hint) if hint else hint
+    if (message, hint) == (error.message, error.hint):
+        return error
+    copy = ConfigError(message, hint=hint, field=error.field, related=error.related)
+    copy.__cause__ = error.__cause__
+    return copy

@@ -1,0 +1,260 @@
+"""What ``gate init`` learns by running the model once, before it writes a starter config.
+
+A starter that fails on a healthy model teaches the user nothing but where the source is. Two
+things make a healthy model fail a default gate, and both show in one run: ONNX Runtime cannot run
+the feeds the steps will use (synthetic sizes the graph refuses), and the ONNX reference evaluator,
+the default source of golden outputs and the default second opinion, cannot run the model at all
+(an operator domain it does not implement, or an operator it raises on). ``probe`` runs the model on
+the feeds the export and compare steps will make (or on the data given) with ONNX Runtime, checks
+the domains the evaluator implements, and runs the evaluator on the smallest sample, within a time
+budget; the starter then says what was probed and sets what the probe found.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from onnx import GraphProto, ModelProto
+
+from onnxgate.data import Sample, listen_synthetic
+from onnxgate.errors import ConfigError, GateError, SessionFailed, first_line
+
+REFERENCE_BUDGET = 30.0
+"""Seconds the reference evaluator's probe may take; past them it is reported as not probed."""
+
+REFERENCE_SLOWDOWN = 150
+"""How many times slower than ONNX Runtime the evaluator is on real networks, at worst (40-150x):
+with ONNX Runtime's time on the same sample, it says in advance whether the probe fits the
+budget."""
+
+_STANDARD = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
+"""The domains ``onnx.reference`` implements (see ``runners._reference``), with model functions."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one run of the model on the gate's feeds showed."""
+
+    feeds: str
+    """The shapes ONNX Runtime was run at: ``input float32[1,3,240,320]; [7,3,240,320]``."""
+    runtime: str
+    """``onnxruntime 1.31.1``."""
+    free: list[str] = field(default_factory=list)
+    """The model's free dimensions (``batch``, ``x[2]`` for one without a name)."""
+    loads: bool = True
+    """ONNX Runtime creates a session for the model."""
+    ort_error: str | None = None
+    """Why ONNX Runtime did not run the feeds (the input shapes, then its message), or None."""
+    reference_error: str | None = None
+    """Why the reference evaluator cannot run the model (one line), or None."""
+    reference_skipped: str | None = None
+    """Why the evaluator was not run (too slow for the budget), or None."""
+    reference_feeds: str = ""
+    """The shapes the evaluator was run at."""
+    seconds: float = 0.0
+
+    @property
+    def reference_ran(self) -> bool:
+        """The evaluator ran the smallest sample."""
+        return self.reference_error is None and self.reference_skipped is None
+
+
+def _shapes(sample: Sample) -> str:
+    return ", ".join(
+        f"{name} {value.dtype}[{','.join(map(str, value.shape))}]"
+        for name, value in sample.feeds.items()
+        if isinstance(value, np.ndarray)
+    )
+
+
+def _nodes(graph: GraphProto):
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.g.node:
+                yield from _nodes(attribute.g)
+            for sub in attribute.graphs:
+                yield from _nodes(sub)
+
+
+def unknown_domain(model: ModelProto) -> str | None:
+    """The first operator the reference evaluator does not implement, described, or None.
+
+    The evaluator implements the standard domains and the model's own functions; anything else
+    (``com.microsoft``, ``ai.onnx.contrib``) it refuses when it loads the model.
+    """
+    local = {(f.domain, f.name) for f in model.functions}
+    bodies = [n for f in model.functions for n in f.node]
+    for node in [*_nodes(model.graph), *bodies]:
+        if node.domain in _STANDARD or (node.domain, node.op_type) in local:
+            continue
+        name = f"node {node.name!r}" if node.name else "a node"
+        return f"it does not implement the domain {node.domain} ({name}, {node.op_type})"
+    return None
+
+
+def _samples(
+    path: Path,
+    inputs: Path | None,
+    dims: Mapping[str, Sequence[int]],
+    ranges: Mapping[str, str],
+    seed: int,
+) -> list[Sample]:
+    """The feeds the gate's steps will use: the data given, else the export's and compare's."""
+    from onnxgate.contract import golden_samples
+    from onnxgate.data import load_feeds, parse_ranges, synthetic_samples
+    from onnxgate.model import Signature, load_model
+
+    loaded = load_model(path, load_weights=False)
+    signature = Signature.from_graph(loaded.proto.graph)
+    if inputs is not None:
+        return load_feeds(inputs, signature=signature)
+    value_ranges = parse_ranges(f"{k}={v}" for k, v in ranges.items()) or None
+    sizes = {name: list(s) for name, s in dims.items()} or None
+    samples = golden_samples(loaded, dims=sizes, ranges=value_ranges, seed=seed)
+    samples += synthetic_samples(
+        signature, model=loaded.proto, dims=sizes, ranges=value_ranges, seed=seed
+    )
+    unique: dict[str, Sample] = {}
+    for sample in samples:
+        unique.setdefault(_shapes(sample), sample)
+    return list(unique.values())
+
+
+def _reference(path: Path, sample: Sample, budget: float) -> tuple[str | None, str | None]:
+    """Run the evaluator on one sample within ``budget`` seconds: (error, skipped)."""
+    from onnxgate.model import load_model
+    from onnxgate.runners import ReferenceRunner
+
+    found: dict[str, str] = {}
+
+    def run() -> None:
+        try:
+            with ReferenceRunner(load_model(path)) as runner:
+                runner.infer(sample.feeds)
+        except GateError as error:
+            said = error.message  # the path is the config's source: the node is what tells
+            for prefix in ("failed on", "cannot load"):
+                said = said.replace(f"the ONNX reference evaluator {prefix} {path} ", "")
+            found["error"] = first_line(said, 400)
+        except Exception as error:  # noqa: BLE001 - the evaluator's own failure, reported
+            found["error"] = first_line(error, 400, with_type=True)
+
+    # a thread, so the probe stops waiting at the budget; the evaluator cannot be interrupted
+    worker = threading.Thread(target=run, name="onnxgate-reference-probe", daemon=True)
+    worker.start()
+    worker.join(budget)
+    if worker.is_alive():
+        return None, f"it took more than {budget:.0f} s on {_shapes(sample)}"
+    return found.get("error"), None
+
+
+def probe(
+    path: str | Path,
+    *,
+    inputs: Path | None = None,
+    dims: Mapping[str, Sequence[int]] | None = None,
+    ranges: Mapping[str, str] | None = None,
+    seed: int = 0,
+    reference_budget: float = REFERENCE_BUDGET,
+) -> Probe:
+    """Run an .onnx model once on the feeds its gate will use, with ONNX Runtime and the evaluator.
+
+    Raises:
+        ConfigError: ``dims`` or ``ranges`` name nothing in the model.
+        FeedError: ``inputs`` cannot be read, or does not fit the model's inputs.
+        ModelLoadError: the model cannot be read.
+    """
+    from onnxgate.data._dims import unnamed_dims
+    from onnxgate.model import Signature, load_model
+    from onnxgate.runners import OrtRunner
+    from onnxgate.runners._ort import runtime_version
+
+    path = Path(path)
+    clock = time.perf_counter()
+    loaded = load_model(path)
+    signature = Signature.from_graph(loaded.proto.graph)
+    free = sorted({d for s in signature.inputs for d in s.symbolic_dims}) + unnamed_dims(signature)
+    runtime = f"onnxruntime {runtime_version()}"
+    unknown = unknown_domain(loaded.proto)
+    try:
+        # the probe's feeds are said in its report, not noted one by one as a command's are
+        with listen_synthetic(lambda made: None):
+            samples = _samples(path, inputs, dims or {}, ranges or {}, seed)
+    except ConfigError:
+        raise
+    except GateError as error:  # feeds that cannot be made for this model
+        if inputs is not None:
+            raise  # the data given cannot be read: the user's to fix before anything is written
+        return Probe(
+            feeds="(none)",
+            runtime=runtime,
+            free=free,
+            ort_error=first_line(error.message, 400),
+            reference_error=unknown,
+            reference_skipped=None if unknown else "the feeds could not be made",
+            seconds=time.perf_counter() - clock,
+        )
+    feeds = "; ".join(_shapes(s) for s in samples)
+    timed: list[tuple[float, Sample]] = []
+    try:
+        with OrtRunner(loaded) as runner:
+            for sample in samples:
+                try:
+                    result = runner.infer(sample.feeds)
+                except GateError as error:
+                    cause = error.__cause__
+                    why = first_line(cause, 600) if cause is not None else error.message
+                    return Probe(
+                        feeds=feeds,
+                        runtime=runtime,
+                        free=free,
+                        ort_error=f"{_shapes(sample)}: {why}",
+                        reference_error=unknown,
+                        reference_skipped=None if unknown else "ONNX Runtime failed on the feeds",
+                        seconds=time.perf_counter() - clock,
+                    )
+                timed.append((result.latency_ns / 1e9, sample))
+    except SessionFailed as error:
+        return Probe(
+            feeds=feeds,
+            runtime=runtime,
+            free=free,
+            loads=False,
+            ort_error=first_line(error.message, 400),
+            reference_error=unknown,
+            reference_skipped=None if unknown else "ONNX Runtime does not load the model",
+            seconds=time.perf_counter() - clock,
+        )
+    if unknown is not None:
+        return Probe(
+            feeds, runtime, free, reference_error=unknown, seconds=time.perf_counter() - clock
+        )
+    _, smallest = min(timed, key=lambda t: sum(np.size(v) for v in t[1].feeds.values()))
+    with OrtRunner(loaded) as runner:  # timed again: the first run of a session pays its set-up
+        runner.infer(smallest.feeds)
+        seconds = runner.infer(smallest.feeds).latency_ns / 1e9
+    estimate = seconds * REFERENCE_SLOWDOWN
+    if estimate > reference_budget:
+        skipped = (
+            f"estimated {estimate:.0f} s on {_shapes(smallest)} (ONNX Runtime's {seconds:.2f} s "
+            f"x {REFERENCE_SLOWDOWN}), over the {reference_budget:.0f} s budget"
+        )
+        return Probe(
+            feeds, runtime, free, reference_skipped=skipped, seconds=time.perf_counter() - clock
+        )
+    error, skipped = _reference(path, smallest, reference_budget)
+    return Probe(
+        feeds,
+        runtime,
+        free,
+        reference_error=error,
+        reference_skipped=skipped,
+        reference_feeds=_shapes(smallest),
+        seconds=time.perf_counter() - clock,
+    )
