@@ -32,7 +32,8 @@ from onnxgate.perf._search import (
     successive_halving,
     thread_counts,
 )
-from onnxgate.perf._tune import Raced, improvement
+from onnxgate.perf._stats import improvement
+from onnxgate.perf._tune import Raced
 from onnxgate.settings import FeedSettings, config_hash, invalid
 
 FAST = {"levels": ("all", "basic"), "threads": (1,), "min_runs": 2}
@@ -161,12 +162,9 @@ def test_successive_halving_keeps_the_best_and_rotates_the_order():
     assert second == [0, 1, 6]
 
 
-def test_a_search_past_its_deadline_ranks_what_it_measured(monkeypatch):
-    import onnxgate.perf._search as search
-
+def test_a_search_past_its_deadline_ranks_what_it_measured():
     candidates = [Candidate("g", {"n": n}) for n in range(9)]
-    clock = iter(range(100))
-    monkeypatch.setattr(search.time, "monotonic", lambda: next(clock))
+    ticks = iter(range(100))
     measured: list[int] = []
 
     def measure(c, runs):
@@ -174,12 +172,18 @@ def test_a_search_past_its_deadline_ranks_what_it_measured(monkeypatch):
         return [10.0 - c.settings["n"]] * runs  # the later, the faster
 
     best, rounds = successive_halving(
-        candidates, measure, objective="latency", first_runs=1, eta=3, deadline=3.5
+        candidates,
+        measure,
+        objective="latency",
+        first_runs=1,
+        eta=3,
+        deadline=3.5,
+        clock=lambda: next(ticks),
     )
-    # the first candidate is always measured; the clock reads 0..3 before candidates 1..4,
-    # and 4 before candidate 5: past the deadline
-    assert measured == [0, 1, 2, 3, 4]
-    assert best.settings["n"] == 4 and rounds[-1].candidates == 5
+    # the first candidate is always measured; the clock reads 0 at the start, 1..3 before
+    # candidates 1..3, and 4 before candidate 4: past the deadline
+    assert measured == [0, 1, 2, 3]
+    assert best.settings["n"] == 3 and rounds[-1].candidates == 4
     # with no deadline nothing is cut
     full, _ = successive_halving(candidates, measure, objective="latency", first_runs=1, eta=3)
     assert full.settings["n"] == 8

@@ -61,7 +61,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "bench": ("export",),
 }
 """The steps whose artefacts a step reads; it does not run unless they passed (or are disabled,
-which only ``verify`` may be: ``export`` always runs)."""
+which only ``verify`` may be: ``export`` always runs). An inconclusive step counts as passed for
+what follows when its ``on_unreliable`` is ``warn``: its artefacts are sound, only a speed figure
+is unproven."""
 
 RUNNERS: dict[str, Callable[..., _steps.Outcome]] = {
     "export": _steps.export,
@@ -334,13 +336,13 @@ def run_gate(
             result = StepResult(name=name, status="not_run", reason=why)
         else:
             result = _run_step(name, section, ctx, env, config, store, say)
-            ctx.passed[name] = result.passed
+            ctx.passed[name] = result.passed or (
+                result.status == "inconclusive" and not result.fails_gate
+            )
         results.append(result)
         if on_step is not None:
             on_step(result)
-    passed = ctx.passed.get("export", False) and not any(
-        r.status in ("failed", "error") for r in results
-    )
+    passed = ctx.passed.get("export", False) and not any(r.fails_gate for r in results)
     artefacts = [
         _artefact(run_dir, rel, digest, config.model.name)
         for rel, digest in _snapshot(run_dir).items()
@@ -436,9 +438,10 @@ def _run_step(
         if before.get(rel) != digest
     ]
     report = outcome.report
+    inconclusive = outcome.inconclusive and not outcome.passed
     result = StepResult(
         name=name,
-        status="passed" if outcome.passed else "failed",
+        status="passed" if outcome.passed else "inconclusive" if inconclusive else "failed",
         seconds=round(time.perf_counter() - clock, 3),
         summary=outcome.summary,
         reason=None if outcome.passed else (outcome.reason or outcome.summary),
@@ -446,6 +449,7 @@ def _run_step(
         report=report.model_dump(mode="json") if hasattr(report, "model_dump") else report,
         config_hash=settings,
         artefacts=written,
+        on_unreliable=getattr(section, "on_unreliable", "warn") if inconclusive else None,
     )
     if key is not None:
         store.put(key, result, ctx.run_dir)
