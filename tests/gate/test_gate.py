@@ -351,9 +351,7 @@ def test_on_unreliable_fail_fails_the_gate_with_an_inconclusive_step(
     assert 'type="inconclusive"' in junit and 'failures="1"' in junit
 
 
-def test_a_latency_threshold_met_on_a_busy_machine_passes(
-    tmp_path: Path, busy: list[int]
-) -> None:
+def test_a_latency_threshold_met_on_a_busy_machine_passes(tmp_path: Path, busy: list[int]) -> None:
     # other load only slows a model down: a p50 under the threshold even so is under it
     report = run_gate(_config(tmp_path, FAST + "max_p50_ms = 100000\n"))
     bench = report.step("bench")

@@ -495,8 +495,8 @@ def tune(
                     + ", ".join(skipped)
                 )
                 break
-            say(f"parity gate: {g.label} at level {level}")
             pair_start = now()
+            say(f"parity gate: {g.label} at level {level}")
             options = OrtOptions.from_settings(defaults.settings() | {"optimization": level})
             candidate = OrtRunner(files[g.label], options, name=f"{g.label} @ {level}")
             try:
