@@ -424,13 +424,15 @@ def _consistent(report) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.idle
 @needs_mnist
 def test_mnist_dynamic_int8_is_slower_here_and_the_gate_says_so_and_why(tmp_path):
     """Measured on this project's 2-core AVX-512 VNNI EPYC: ConvInteger makes mnist ~4x slower.
 
     The premise (the interval lies below 1) is asserted, not assumed: if ONNX Runtime one day
     runs ConvInteger fast, this test fails and must find another slow model, rather than pass
-    without exercising the failing gate.
+    without exercising the failing gate. Beside other load the verdict is inconclusive, by
+    design, so the test runs only when asked for (``-m idle``) on a quiet machine.
     """
     out = tmp_path / "mnist.int8.onnx"
     report = quantize(MNIST, QuantizeConfig(out=out, contract=False))
