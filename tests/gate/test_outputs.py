@@ -171,7 +171,7 @@ def test_an_inconclusive_step_is_shown_as_such_and_a_doubted_ratio_with_its_qual
     assert "st-inconclusive" in html and 'class="to-inconclusive"' in html
     assert "1 inconclusive" in html  # the tally
     assert "(inconclusive: bench)" in html  # the title
-    assert 'on_unreliable = &quot;warn&quot;' in html
+    assert "on_unreliable = &quot;warn&quot;" in html
     assert "× (unreliable)" in html  # the ratio never shown bare
 
 
