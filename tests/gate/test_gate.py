@@ -109,7 +109,9 @@ def test_paths_are_relative_to_the_config(tmp_path: Path) -> None:
     assert config.output.dir == tmp_path / "gate-runs"
 
 
-def test_a_healthy_model_passes_every_step_and_the_second_run_is_cached(tmp_path: Path) -> None:
+def test_a_healthy_model_passes_every_step_and_the_second_run_is_cached(
+    tmp_path: Path, quiet
+) -> None:
     path = _config(tmp_path)
     seen: list[str] = []
     report = run_gate(path, on_step=lambda result: seen.append(result.name))
@@ -299,6 +301,9 @@ def test_a_bench_without_a_speed_threshold_informs_on_a_busy_machine(
     assert "other processes took 70% of the 2 CPU(s)" in bench.figures["unreliable"]
     assert "(timings unreliable)" in bench.summary
     assert "unreliable (other processes took 70%" in bench.summary
+    again = run_gate(_config(tmp_path))
+    assert not again.step("bench").cached, "spoiled figures are timed again, not cached"
+    assert again.step("check").cached
 
 
 def test_a_speed_threshold_on_a_busy_machine_is_inconclusive_and_warns_by_default(

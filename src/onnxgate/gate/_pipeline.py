@@ -185,7 +185,12 @@ class _Cache:
         return result.model_copy(update={"cached": True})
 
     def put(self, key: str, result: StepResult, run_dir: Path) -> None:
-        if self.folder is None or result.status != "passed":
+        # figures other load spoiled are not kept: the next run may time on a quieter machine
+        if (
+            self.folder is None
+            or result.status != "passed"
+            or result.figures.get("reliable") is False
+        ):
             return
         entry = self.folder / key
         try:

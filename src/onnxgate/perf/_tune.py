@@ -115,11 +115,14 @@ class TuneConfig(Part):
     """Seconds of timed runs per side in the final contest (at least ``min_runs``)."""
     min_runs: int = Field(30, ge=2)
     time_budget: float | None = Field(TIME_BUDGET, gt=0, allow_inf_nan=False)
-    """Seconds the whole run may take (None: no limit). The parity gate stops trying further
-    graph candidates once it has used a third of it; the search ends in time to leave the final
-    contest its estimated share. The model as given under the defaults is always gated and
-    timed, and the final contest always gets ``min_runs``, so a tiny budget still gives a
-    verdict (the defaults), a little late. What was skipped is in the report's notes."""
+    """Seconds the whole run may take (None: no limit). Each phase is timed as it runs
+    (``TuneReport.phases``): the parity gate tries no further graph candidate that would end
+    past a third of the budget (at the pace of those it tried); the search ends in time to leave
+    the winner's parity check and the final contest (workers started, the model loaded, both
+    sides timed) their estimated share; a contest other load spoiled is timed again only when
+    the budget has room for it. The model as given under the defaults is always gated and timed,
+    and the final contest always gets ``min_runs``, so a tiny budget still gives a verdict (the
+    defaults), a little late. What was skipped is in the report's notes."""
     search_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Seconds the search itself may take, on top of ``time_budget``: past them no further
     candidate is measured and the best of those measured goes to the final contest (the
@@ -190,7 +193,8 @@ class TuneReport(BaseModel):
     conditions: Conditions | None = None
     """What the machine did during the final contest (the last one, if it was timed twice)."""
     reliable: bool = True
-    """False when the final contest was spoiled twice; the defaults are then kept."""
+    """False when other load spoiled the final contest (timed again when the budget had room);
+    the defaults are then kept."""
     time_budget: float | None = None
     """The time budget the run was given (seconds), None for none."""
     seconds: float = 0.0
