@@ -67,11 +67,13 @@ def _testcase(suite: ET.Element, report: GateReport, step: StepResult) -> None:
     elif step.status == "error":
         kind = f"GateError (exit {step.exit_code})" if step.exit_code is not None else "GateError"
         _element(case, "error", detail, message=message, type=kind)
-    elif step.status == "inconclusive" and step.fails_gate:
-        _element(case, "failure", detail, message=f"inconclusive: {message}", type="inconclusive")
     elif step.status == "inconclusive":
-        said = message if message.startswith("inconclusive") else f"inconclusive: {message}"
-        _element(case, "skipped", message=said)
+        said = step.summary or step.status
+        said = said if said.startswith("inconclusive") else f"inconclusive: {said}"
+        if step.fails_gate:
+            _element(case, "failure", detail, message=said, type="inconclusive")
+        else:
+            _element(case, "skipped", message=said)
     elif step.status == "not_run":
         _element(case, "skipped", message=step.reason or "not run")
     if step.summary:

@@ -474,8 +474,8 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
             misses.append("min_speedup is set but no contender ran (set steps.bench.vs)")
         elif ratio_doubts:
             undecided.append(
-                f"speed-up vs {step.vs} against min_speedup {step.min_speedup:g}x: "
-                f"{figures['speedup']:.2f}x measured, unreliable"
+                f"speed-up {figures['speedup']:.2f}x vs {step.vs} against min_speedup "
+                f"{step.min_speedup:g}x"
             )
         elif figures["speedup"] < step.min_speedup:
             misses.append(
@@ -498,10 +498,10 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
         reason = summary + (f"; the timings were {why}" if why else "")
         return Outcome(False, summary, figures, report, reason=reason)
     if undecided:
-        summary = f"inconclusive: {'; '.join(undecided)}: {why}"
+        summary = f"inconclusive: {'; '.join(undecided)}; {why}"
         reason = (
-            f"{summary}. Run the gate again on a quieter machine; steps.bench.on_unreliable "
-            f'= "{step.on_unreliable}" '
+            "other load spoiled the timings these thresholds are judged on: run the gate again "
+            f'on a quieter machine; steps.bench.on_unreliable = "{step.on_unreliable}" '
             + ("fails the gate meanwhile" if step.on_unreliable == "fail" else "lets it pass")
         )
         return Outcome(False, summary, figures, report, reason=reason, inconclusive=True)
