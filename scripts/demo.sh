@@ -25,23 +25,28 @@ step() {
 }
 
 step 0 onnxgate gate "$CONFIG" --out "$OUT/run" --registry "$REGISTRY"
-# The demo checks its own speed ratio: both sides run the same network on the same CPU, so the
-# ratio must be one a real machine can give (0.5x-5x), from figures the machine did not spoil.
+# The demo checks its own speed ratio: both sides run the same network on the same CPU, so a
+# ratio measured on a quiet machine must be one a real machine can give (0.5x-5x). On a busy
+# machine (a shared CI runner) the bench step says its timings are unreliable, or inconclusive
+# against min_speedup; that is not a failure of the demo, whose gate still passes and registers.
 printf '\n\033[1m$ check the served-PyTorch ratio is plausible\033[0m\n'
 python - "$OUT/run/report.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 steps = {s["name"]: s for s in json.load(open(sys.argv[1]))["steps"]}
 bench = steps.get("bench") or {}
-ratio = (bench.get("figures") or {}).get("speedup")
-report = bench.get("report") or {}
+figures = bench.get("figures") or {}
+ratio = figures.get("speedup")
 if ratio is None:
     sys.exit(f"demo: the bench step gave no speed-up ({bench.get('status', 'missing')})")
-why = "; ".join((report.get("conditions") or {}).get("reasons") or [])
-if not report.get("reliable", True):
-    sys.exit(f"demo: the timing was unreliable ({why}); the {ratio:.2f}x ratio is not a measurement")
+if bench.get("status") == "inconclusive" or figures.get("reliable") is False:
+    why = figures.get("unreliable") or bench.get("reason") or "the machine was busy"
+    print(f"the bench was {bench.get('status')} with unreliable timings ({why}): the "
+          f"{ratio:.2f}x measured is not a measurement of the model; run `make demo` on a quiet "
+          "machine for one")
+    sys.exit(0)
 if not 0.5 <= ratio <= 5.0:
     sys.exit(f"demo: a {ratio:.2f}x ratio for one network on one CPU is implausible; rerun on an idle machine")
-print(f"{ratio:.2f}x against PyTorch as served: plausible, and the machine was idle while it was timed")
+print(f"{ratio:.2f}x against PyTorch as served: plausible, and the machine was quiet while it was timed")
 PY
 step 0 onnxgate registry list --registry "$REGISTRY"
 step 0 onnxgate registry show all-minilm-l6-v2@champion --registry "$REGISTRY"

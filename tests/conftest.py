@@ -78,3 +78,20 @@ def minilm_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from minilm_factory import export_minilm
 
     return export_minilm(tmp_path_factory.mktemp("minilm") / "all-MiniLM-L6-v2.onnx")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave the ``idle`` tests out of a run that selects no marker (``make test``, CI).
+
+    They assert what only real timing on a quiet machine shows (a model slower beyond noise),
+    and the default suite must pass beside other load (a shared CI runner). They are
+    deselected, not skipped: they did not run, and ``-m idle`` runs them on a quiet machine.
+    """
+    if config.option.markexpr:
+        return
+    kept = [item for item in items if item.get_closest_marker("idle") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(
+            items=[item for item in items if item.get_closest_marker("idle") is not None]
+        )
+        items[:] = kept

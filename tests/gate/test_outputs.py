@@ -146,6 +146,35 @@ def test_every_value_is_escaped_and_every_status_is_shown(mixed):
     assert "verify, bench" in html  # the failed steps in the title
 
 
+def test_an_inconclusive_step_is_shown_as_such_and_a_doubted_ratio_with_its_qualifier(real):
+    steps = []
+    for step in real.steps:
+        if step.name == "bench":
+            bench = dict(step.report or {})
+            bench["ratio"] = [
+                r | {"verdict": "inconclusive", "reasons": ["other processes took 70%"]}
+                for r in bench["ratio"]
+            ]
+            step = step.model_copy(
+                update={
+                    "status": "inconclusive",
+                    "on_unreliable": "warn",
+                    "summary": "inconclusive: p50 above max_p50_ms",
+                    "reason": "timings spoiled by other load",
+                    "report": bench,
+                }
+            )
+        steps.append(step)
+    report = real.model_copy(update={"steps": steps})
+    assert report.passed and report.inconclusive_steps == ["bench"]
+    html = render_html(report)
+    assert "st-inconclusive" in html and 'class="to-inconclusive"' in html
+    assert "1 inconclusive" in html  # the tally
+    assert "(inconclusive: bench)" in html  # the title
+    assert "on_unreliable = &quot;warn&quot;" in html
+    assert "× (unreliable)" in html  # the ratio never shown bare
+
+
 def test_a_report_the_page_does_not_know_shows_its_figures(real):
     odd = real.step("bench").model_copy(update={"report": {"results": "not a list"}})
     report = real.model_copy(update={"steps": [odd]})

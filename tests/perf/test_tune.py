@@ -32,7 +32,8 @@ from onnxgate.perf._search import (
     successive_halving,
     thread_counts,
 )
-from onnxgate.perf._tune import Raced, improvement
+from onnxgate.perf._stats import improvement
+from onnxgate.perf._tune import Raced
 from onnxgate.settings import FeedSettings, config_hash, invalid
 
 FAST = {"levels": ("all", "basic"), "threads": (1,), "min_runs": 2}
@@ -161,12 +162,9 @@ def test_successive_halving_keeps_the_best_and_rotates_the_order():
     assert second == [0, 1, 6]
 
 
-def test_a_search_past_its_deadline_ranks_what_it_measured(monkeypatch):
-    import onnxgate.perf._search as search
-
+def test_a_search_past_its_deadline_ranks_what_it_measured():
     candidates = [Candidate("g", {"n": n}) for n in range(9)]
-    clock = iter(range(100))
-    monkeypatch.setattr(search.time, "monotonic", lambda: next(clock))
+    ticks = iter(range(100))
     measured: list[int] = []
 
     def measure(c, runs):
@@ -174,12 +172,18 @@ def test_a_search_past_its_deadline_ranks_what_it_measured(monkeypatch):
         return [10.0 - c.settings["n"]] * runs  # the later, the faster
 
     best, rounds = successive_halving(
-        candidates, measure, objective="latency", first_runs=1, eta=3, deadline=3.5
+        candidates,
+        measure,
+        objective="latency",
+        first_runs=1,
+        eta=3,
+        deadline=3.5,
+        clock=lambda: next(ticks),
     )
-    # the first candidate is always measured; the clock reads 0..3 before candidates 1..4,
-    # and 4 before candidate 5: past the deadline
-    assert measured == [0, 1, 2, 3, 4]
-    assert best.settings["n"] == 4 and rounds[-1].candidates == 5
+    # the first candidate is always measured; the clock reads 0 at the start, 1..3 before
+    # candidates 1..3, and 4 before candidate 4: past the deadline
+    assert measured == [0, 1, 2, 3]
+    assert best.settings["n"] == 3 and rounds[-1].candidates == 4
     # with no deadline nothing is cut
     full, _ = successive_halving(candidates, measure, objective="latency", first_runs=1, eta=3)
     assert full.settings["n"] == 8
@@ -562,3 +566,78 @@ def test_a_final_contest_spoiled_twice_keeps_the_defaults(model):
     assert report.conditions is not None and not report.conditions.reliable
     assert report.ratio == pytest.approx(2.0, rel=0.05), "the figures are still reported"
     assert any(note.startswith("UNRELIABLE:") for note in report.notes), report.notes
+
+
+class Clock:
+    """A fake clock that moves only when the fakes below say work took time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_tune_keeps_within_its_time_budget_whatever_each_phase_costs(model):
+    # tune overran time_budget by 20-60% on a busy machine: the parity gate started a pair past
+    # its share, the search left the contest too little (the workers' start and the winner's
+    # parity check were not counted), and a spoiled contest was always timed again
+    clock = Clock()
+    proto = onnx.load(model)
+    graphs = [
+        GraphCandidate(AS_GIVEN, None),
+        GraphCandidate("copy-a", shifted(proto, 0.0)),
+        GraphCandidate("copy-b", shifted(proto, 0.0)),
+    ]
+
+    def progress(message: str) -> None:
+        if message.startswith("parity gate"):
+            clock.t += 8.0  # each parity check (and the winner's) costs 8 s
+
+    class SlowTimer(Timer):
+        def __call__(self, candidate, runs):
+            clock.t += 0.5 + 0.05 * runs  # a session to create, then the runs
+            return super().__call__(candidate, runs)
+
+    class SlowRace(Race):
+        def __call__(self, sides, feeds):
+            # two workers of 3 s each to start, 3 s of timed runs per side, the pauses
+            clock.t += 13.0
+            return super().__call__(sides, feeds)
+
+    race = SlowRace(best=1.0, busy=5)  # every contest spoiled by other load
+    budget = 100.0
+    config = TuneConfig(batch=4, time_budget=budget, **FAST)
+    report = tune(
+        model,
+        config,
+        graphs=graphs,
+        measure=SlowTimer(fast=one_thread_no_spin),
+        race=race,
+        progress=progress,
+        clock=clock,
+    )
+    assert report.seconds == clock.t <= 1.1 * budget, report.phases
+    # the gate stopped before the pair that would have crossed its third of the budget
+    assert len(report.gate) == 4 and report.phases["parity gate"] == 32.0
+    assert any("the parity gate stopped after 4 of 6" in note for note in report.notes)
+    # the spoiled contest was not timed again: no room left for a second one
+    assert len(race.sides) == 1
+    assert any("left no room to time it again" in note for note in report.notes), report.notes
+    assert set(report.phases) >= {"parity gate", "search", "winner parity", "contest"}
+    assert not report.replaced_defaults and not report.reliable
+    assert report.decision.startswith("defaults kept (p50 ")
+    assert "the final contest was unreliable (other processes took 60%" in report.decision
+
+
+def test_the_decision_says_why_the_defaults_were_kept(model):
+    timer = Timer(fast=one_thread_no_spin)
+    won = tune(model, TuneConfig(batch=4, **FAST), measure=timer, race=Race(best=1.0))
+    assert won.decision.startswith("the winner kept: p50 1.00 ms against the defaults' p50 2.00")
+    close = tune(model, TuneConfig(batch=4, **FAST), measure=timer, race=Race(best=1.99))
+    assert close.decision.startswith("defaults kept (p50 2.00 ms): the winner (p50 1.99 ms) did")
+    assert (
+        "not beat them by min_gain 2% in the final contest (x1.01, 90% interval" in close.decision
+    )
+    none = tune(model, TuneConfig(batch=4, **FAST), measure=Timer(), race=Race())
+    assert none.decision == "defaults kept (p50 2.00 ms): no candidate beat them in the search"

@@ -65,13 +65,14 @@ def test_an_interval_that_holds_one_is_within_noise():
 
 
 def test_the_interval_decides_not_the_size_of_the_gap():
-    # 2% slower with no spread at all is slower beyond noise; 20% slower in huge noise is not
+    # 2% slower with no spread at all is slower beyond noise; 20% slower in huge noise is not:
+    # its interval is too wide to read as one figure, so nothing is proven either way
     _, _, steady = speed_verdict([1.0] * 50, [1.02] * 50)
     assert steady == "slower"
     few_noisy_float = [0.2, 3.0, 1.0, 0.4, 2.5, 1.1]
     few_noisy_quant = [0.3, 2.8, 1.2, 0.5, 3.1, 1.3]
     _, (low, high), noisy = speed_verdict(few_noisy_float, few_noisy_quant)
-    assert low < 1.0 < high and noisy == "within noise"
+    assert low < 1.0 < high and high / low > 2 and noisy == "inconclusive"
 
 
 def test_the_bootstrap_is_seeded():
@@ -209,7 +210,10 @@ def _fake_contest(
         calls.append({"paths": dict(paths), "shapes": [s.dims for s in samples]})
         others = 0.6 if len(calls) <= busy else 0.01
         conditions = judge(2, 1.0, others=others, steal=0.0, baseline_ms=(2.0, 2.0), drifts={})
-        rows = [latency_row(s.dims, float_ms, quantised_ms, seed=seed) for s in samples]
+        rows = [
+            latency_row(s.dims, float_ms, quantised_ms, seed=seed, unreliable=conditions.reasons)
+            for s in samples
+        ]
         return rows, conditions
 
     monkeypatch.setattr(quantize_module, "measure", measure)
@@ -308,17 +312,30 @@ def test_the_latency_check_times_real_data_at_its_own_shapes(mlp, tmp_path, monk
     assert code == 2 and "--bench-inputs and --bench-batch both choose" in error["message"]
 
 
-def test_a_busy_machine_is_timed_again_and_a_verdict_it_spoiled_says_so(mlp, tmp_path, monkeypatch):
-    # busy for both contests: the verdict stands on what was measured, flagged as unreliable
+def test_a_busy_machine_is_timed_again_and_a_verdict_it_spoiled_is_inconclusive(
+    mlp, tmp_path, monkeypatch
+):
+    # busy for both contests: "slower" on spoiled timings proves nothing, so it does not fail
     calls = _fake_contest(monkeypatch, _latencies(1.0, 0.05), _latencies(3.0, 0.1, seed=1), busy=2)
     code, report = _cli(mlp, "-o", tmp_path / "q.onnx", "--eval", tmp_path / "eval.npz")
-    assert code == 1 and len(calls) == 2
-    assert "UNRELIABLE, timed twice on a busy machine" in report["speed"]["note"]
-    assert "other processes took 60% of the 2 CPU(s)" in report["speed"]["note"]
+    assert code == 0 and len(calls) == 2 and report["passed"] is True
+    speed = report["speed"]
+    assert speed["verdict"] == "inconclusive" and speed["passed"] is True
+    assert speed["note"].startswith("speed unreliable (other processes took 60% of the 2 CPU(s)")
+    assert "neither slower nor faster is proven" in speed["note"]
+    assert speed["cost"] is None  # nothing to explain: no slowdown was proven
+    assert all(row["verdict"] == "inconclusive" for row in report["latency"])
+    assert any("speed unreliable" in w for w in report["warnings"])
+    # and "faster" on spoiled timings is not claimed either
+    _fake_contest(monkeypatch, _latencies(2.0, 0.05), _latencies(1.0, 0.05, seed=1), busy=2)
+    code, report = _cli(mlp, "-o", tmp_path / "q3.onnx", "--eval", tmp_path / "eval.npz")
+    assert code == 0 and report["speed"]["verdict"] == "inconclusive"
+    assert "faster than the float model" not in report["speed"]["note"]
     # busy for the first only: timed again, and the second contest judges
     calls = _fake_contest(monkeypatch, _latencies(1.0, 0.05), _latencies(3.0, 0.1, seed=1), busy=1)
     code, report = _cli(mlp, "-o", tmp_path / "q2.onnx", "--eval", tmp_path / "eval.npz")
-    assert code == 1 and len(calls) == 2 and "UNRELIABLE" not in report["speed"]["note"]
+    assert code == 1 and len(calls) == 2 and report["speed"]["verdict"] == "slower"
+    assert "unreliable" not in report["speed"]["note"]
 
 
 def test_allow_slower_writes_it_with_a_warning_and_the_figures_in_the_lineage(
@@ -407,13 +424,15 @@ def _consistent(report) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.idle
 @needs_mnist
 def test_mnist_dynamic_int8_is_slower_here_and_the_gate_says_so_and_why(tmp_path):
     """Measured on this project's 2-core AVX-512 VNNI EPYC: ConvInteger makes mnist ~4x slower.
 
     The premise (the interval lies below 1) is asserted, not assumed: if ONNX Runtime one day
     runs ConvInteger fast, this test fails and must find another slow model, rather than pass
-    without exercising the failing gate.
+    without exercising the failing gate. Beside other load the verdict is inconclusive, by
+    design, so the test runs only when asked for (``-m idle``) on a quiet machine.
     """
     out = tmp_path / "mnist.int8.onnx"
     report = quantize(MNIST, QuantizeConfig(out=out, contract=False))
@@ -439,3 +458,14 @@ def test_mnist_dynamic_int8_is_slower_here_and_the_gate_says_so_and_why(tmp_path
     assert allowed.passed and out.is_file()
     slower = allowed.speed.verdict == "slower"
     assert any("slower than the float model" in w for w in allowed.warnings) == slower
+
+
+def test_a_slower_shape_on_a_quiet_machine_outweighs_an_unreadable_one():
+    # one shape slower beyond noise; another too noisy to read: the slowdown is proven
+    slower = latency_row({"batch": 1}, _latencies(1.0, 0.05), _latencies(3.0, 0.1, seed=1))
+    unreadable = latency_row({"batch": 8}, [1.0, 9.0, 0.2, 7.0], [0.3, 8.0, 1.0, 0.1])
+    assert unreadable.verdict == "inconclusive"
+    assert judge_speed([slower, unreadable], allow_slower=False).verdict == "slower"
+    alone = judge_speed([unreadable], allow_slower=False)
+    assert alone.verdict == "inconclusive" and alone.passed is True
+    assert "too wide to be one figure" in alone.note

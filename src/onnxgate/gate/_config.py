@@ -264,6 +264,14 @@ class BenchStep(Step):
     """Fail when the model is not at least this many times faster than ``vs`` (1.0: not slower)."""
     max_size_mb: float | None = Field(None, gt=0)
     """Fail when the model (with external data) is larger than this."""
+    on_unreliable: Literal["warn", "fail"] = "warn"
+    """What the gate does when other load spoiled the timings a speed threshold (``max_p50_ms``,
+    ``max_p99_ms``, ``min_speedup``) is judged on, even after timing again: the step is then
+    ``inconclusive``, neither passed nor failed. ``warn``: the gate passes (and registers), the
+    step marked inconclusive with the reason; ``fail``: the gate fails (exit 1). A latency
+    threshold met on a busy machine passes either way: other load only slows a model down.
+    Without a speed threshold bench only informs, and passes with its figures marked
+    unreliable."""
 
 
 class StepsSection(Part):

@@ -1,8 +1,9 @@
 """The gate's verdict as GitHub Actions workflow commands (``onnxgate gate --format github``).
 
 One annotation per step, placed on the step's table in ``gate.toml`` when the file can be read:
-``::error`` for a step that failed or could not run, ``::warning`` for one that did not run,
-``::notice`` for one that passed; then one line with the verdict. GitHub reads a command's
+``::error`` for a step that failed or could not run, ``::warning`` for one that did not run or
+was inconclusive (timings spoiled by other load; ``::error`` when its ``on_unreliable`` fails the
+gate), ``::notice`` for one that passed; then one line with the verdict. GitHub reads a command's
 message up to the end of the line and its properties up to ``,`` and ``::``, so both are escaped
 as the Actions toolkit escapes them.
 """
@@ -14,7 +15,13 @@ from pathlib import Path
 
 from onnxgate.gate._report import GateReport, StepResult
 
-_LEVEL = {"passed": "notice", "failed": "error", "error": "error", "not_run": "warning"}
+_LEVEL = {
+    "passed": "notice",
+    "failed": "error",
+    "inconclusive": "warning",
+    "error": "error",
+    "not_run": "warning",
+}
 
 
 def escape_data(text: str) -> str:
@@ -78,7 +85,7 @@ def render_github(report: GateReport, config_path: str | Path) -> str:
         status = step.status.replace("_", " ")
         out.append(
             _command(
-                _LEVEL.get(step.status, "warning"),
+                "error" if step.fails_gate else _LEVEL.get(step.status, "warning"),
                 _message(step),
                 file=file,
                 line=lines.get(step.name),
@@ -91,6 +98,11 @@ def render_github(report: GateReport, config_path: str | Path) -> str:
         if report.passed
         else f"{report.name} failed: {', '.join(failed) or 'the verdict is no'}"
     )
+    if report.passed and report.inconclusive_steps:
+        verdict += (
+            f", {', '.join(report.inconclusive_steps)} inconclusive (timings spoiled by other "
+            'load; on_unreliable = "warn")'
+        )
     level = "notice" if report.passed else "error"
     out.append(_command(level, verdict, file=file, title="onnxgate gate"))
     return "\n".join(out) + "\n"

@@ -487,6 +487,8 @@ def _bench(report: Mapping[str, Any], fig: Figures) -> str:
     for svg, caption in _plots.latency_plots(report, contender):
         out.append(fig(svg, caption, "latency"))
     ratios = {shape_label(r): r.get("ratio") for r in report.get("ratio") or []}
+    # a ratio that is not a measurement is shown only with its qualifier
+    doubted = {shape_label(r) for r in report.get("ratio") or [] if r.get("reasons")}
     rows = []
     sides = [("model", report.get("results") or [])]
     if contender:
@@ -505,7 +507,11 @@ def _bench(report: Mapping[str, Any], fig: Figures) -> str:
                     ms_text(r.get("mean_ms")),
                     r.get("cv"),
                     r.get("throughput"),
-                    f"{ratios[label]:.2f}×" if name == "model" and ratios.get(label) else "",
+                    (
+                        f"{ratios[label]:.2f}×" + (" (unreliable)" if label in doubted else "")
+                        if name == "model" and ratios.get(label)
+                        else ""
+                    ),
                 ]
             )
     out.append(
@@ -574,7 +580,7 @@ def _tally(steps: Sequence[StepResult]) -> str:
     counts: dict[str, int] = {}
     for step in steps:
         counts[step.status] = counts.get(step.status, 0) + 1
-    order = ("passed", "failed", "error", "not_run")
+    order = ("passed", "failed", "inconclusive", "error", "not_run")
     parts = [f"{counts[k]} {k.replace('_', ' ')}" for k in order if counts.get(k)]
     return f"{len(steps)} steps: " + " · ".join(parts) if parts else "no steps"
 
@@ -607,7 +613,10 @@ def render_html(report: GateReport) -> str:
     fig = Figures()
     verdict = "passed" if report.passed else "failed"
     failed = report.failed_steps
+    unsure = [s for s in report.inconclusive_steps if s not in failed]
     headline = f"{report.name}: {verdict}" + (f" ({', '.join(failed)})" if failed else "")
+    if unsure:
+        headline += f" (inconclusive: {', '.join(unsure)})"
     facts = [
         ("source", report.source),
         ("model sha256", report.model_sha256 or "—"),
@@ -616,6 +625,14 @@ def render_html(report: GateReport) -> str:
         ("config", f"{report.config_path} (sha256 {report.config_hash[:16]})"),
         ("run folder", report.run_dir),
     ]
+    if unsure:
+        facts.append(
+            (
+                "inconclusive",
+                f"{', '.join(unsure)}: timings spoiled by other load; the gate passed "
+                'because on_unreliable = "warn"',
+            )
+        )
     if report.registered is not None:
         reg = report.registered
         aliases = f" ({', '.join(reg.aliases)})" if reg.aliases else ""

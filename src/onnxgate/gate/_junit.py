@@ -3,7 +3,11 @@
 GitLab, Jenkins, Azure Pipelines and GitHub's test-report actions all read it.
 One ``testsuite`` per gate run, one ``testcase`` per step: a step that failed carries a
 ``failure``, one that could not run an ``error`` (with its exit code), one that did not run a
-``skipped``; each has its time and its figures as ``properties``. Built with ``ElementTree`` so
+``skipped``; each has its time and its figures as ``properties``. An inconclusive step (timings
+spoiled by other load) is a ``skipped`` whose message starts with ``inconclusive:`` when the gate
+lets it pass (``on_unreliable = "warn"``: CI shows it, and the build stays green), a ``failure``
+of type ``inconclusive`` when it fails the gate; its ``status`` property says ``inconclusive``
+either way. Built with ``ElementTree`` so
 every value is escaped; characters XML 1.0 cannot hold are dropped.
 """
 
@@ -49,7 +53,11 @@ def _testcase(suite: ET.Element, report: GateReport, step: StepResult) -> None:
         time=f"{step.seconds:.3f}",
         file=report.config_path,
     )
-    figures: dict[str, object] = {"cached": step.cached or None, "config_hash": step.config_hash}
+    figures: dict[str, object] = {
+        "status": step.status if step.status == "inconclusive" else None,
+        "cached": step.cached or None,
+        "config_hash": step.config_hash,
+    }
     figures |= {f"figure.{k}": v for k, v in step.figures.items()}
     _properties(case, figures)
     detail = "\n".join(part for part in (step.summary, step.reason) if part)
@@ -59,6 +67,13 @@ def _testcase(suite: ET.Element, report: GateReport, step: StepResult) -> None:
     elif step.status == "error":
         kind = f"GateError (exit {step.exit_code})" if step.exit_code is not None else "GateError"
         _element(case, "error", detail, message=message, type=kind)
+    elif step.status == "inconclusive":
+        said = step.summary or step.status
+        said = said if said.startswith("inconclusive") else f"inconclusive: {said}"
+        if step.fails_gate:
+            _element(case, "failure", detail, message=said, type="inconclusive")
+        else:
+            _element(case, "skipped", message=said)
     elif step.status == "not_run":
         _element(case, "skipped", message=step.reason or "not run")
     if step.summary:
@@ -76,9 +91,12 @@ def render_junit(report: GateReport) -> str:
     """
     counts = {
         "tests": len(report.steps),
-        "failures": sum(s.status == "failed" for s in report.steps),
+        "failures": sum(s.fails_gate and s.status != "error" for s in report.steps),
         "errors": sum(s.status == "error" for s in report.steps),
-        "skipped": sum(s.status == "not_run" for s in report.steps),
+        "skipped": sum(
+            s.status == "not_run" or (s.status == "inconclusive" and not s.fails_gate)
+            for s in report.steps
+        ),
     }
     seconds = f"{report.seconds:.3f}"
     root = ET.Element("testsuites", {"name": "onnxgate gate", "time": seconds})

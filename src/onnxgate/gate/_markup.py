@@ -12,7 +12,8 @@ from html import escape
 
 CSS = """
 :root { color-scheme: light; --ink: #1e293b; --soft: #475569; --line: #e2e8f0; --bg: #f8fafc;
-  --pass: #15803d; --fail: #b91c1c; --err: #9a3412; --skip: #64748b; --accent: #2563eb; }
+  --pass: #15803d; --fail: #b91c1c; --err: #9a3412; --skip: #64748b; --accent: #2563eb;
+  --unsure: #b45309; }
 * { box-sizing: border-box; }
 body { margin: 0; background: var(--bg); color: var(--ink); line-height: 1.45;
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
@@ -31,6 +32,7 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monosp
 nav.toc { display: flex; flex-wrap: wrap; gap: 6px; margin: 0 0 18px; }
 nav.toc a.to-passed { border-left: 4px solid var(--pass); } nav.toc a.to-failed { border-left: 4px solid var(--fail); }
 nav.toc a.to-error { border-left: 4px solid var(--err); } nav.toc a.to-not_run { border-left: 4px solid var(--skip); }
+nav.toc a.to-inconclusive { border-left: 4px solid var(--unsure); }
 nav.toc a { text-decoration: none; color: var(--ink); background: #fff; border: 1px solid var(--line);
   border-radius: 999px; padding: 3px 12px; font-size: 13px; }
 section.card { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 16px 20px;
@@ -51,6 +53,7 @@ table.kv td { word-break: break-word; }
   font-size: 12px; font-weight: 600; color: #fff; text-transform: uppercase; letter-spacing: .3px; }
 .st-passed { background: var(--pass); } .st-failed { background: var(--fail); }
 .st-error { background: var(--err); } .st-not_run { background: var(--skip); }
+.st-inconclusive { background: var(--unsure); }
 .st-info { background: #0369a1; } .st-warning { background: #b45309; }
 figure.plot { margin: 10px 0 16px; padding: 8px; border: 1px solid var(--line); border-radius: 8px; background: #fff; }
 figure.plot img { display: block; max-width: 100%; height: auto; margin: 0 auto; }

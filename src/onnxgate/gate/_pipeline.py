@@ -63,7 +63,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "bench": ("export",),
 }
 """The steps whose artefacts a step reads; it does not run unless they passed (or are disabled,
-which only ``verify`` may be: ``export`` always runs)."""
+which only ``verify`` may be: ``export`` always runs). An inconclusive step counts as passed for
+what follows when its ``on_unreliable`` is ``warn``: its artefacts are sound, only a speed figure
+is unproven."""
 
 RUNNERS: dict[str, Callable[..., _steps.Outcome]] = {
     "export": _steps.export,
@@ -185,7 +187,12 @@ class _Cache:
         return result.model_copy(update={"cached": True})
 
     def put(self, key: str, result: StepResult, run_dir: Path) -> None:
-        if self.folder is None or result.status != "passed":
+        # figures other load spoiled are not kept: the next run may time on a quieter machine
+        if (
+            self.folder is None
+            or result.status != "passed"
+            or result.figures.get("reliable") is False
+        ):
             return
         entry = self.folder / key
         try:
@@ -339,13 +346,13 @@ def run_gate(
             heard = fed.setdefault(name, [])
             with listen_synthetic(heard.append):
                 result = _run_step(name, section, ctx, env, config, store, say, heard)
-            ctx.passed[name] = result.passed
+            ctx.passed[name] = result.passed or (
+                result.status == "inconclusive" and not result.fails_gate
+            )
         results.append(result)
         if on_step is not None:
             on_step(result)
-    passed = ctx.passed.get("export", False) and not any(
-        r.status in ("failed", "error") for r in results
-    )
+    passed = ctx.passed.get("export", False) and not any(r.fails_gate for r in results)
     artefacts = [
         _artefact(run_dir, rel, digest, config.model.name)
         for rel, digest in _snapshot(run_dir).items()
@@ -469,9 +476,10 @@ def _run_step(
         if before.get(rel) != digest
     ]
     report = outcome.report
+    inconclusive = outcome.inconclusive and not outcome.passed
     result = StepResult(
         name=name,
-        status="passed" if outcome.passed else "failed",
+        status="passed" if outcome.passed else "inconclusive" if inconclusive else "failed",
         seconds=round(time.perf_counter() - clock, 3),
         summary=outcome.summary,
         reason=None if outcome.passed else (outcome.reason or outcome.summary),
@@ -479,6 +487,7 @@ def _run_step(
         report=report.model_dump(mode="json") if hasattr(report, "model_dump") else report,
         config_hash=settings,
         artefacts=written,
+        on_unreliable=getattr(section, "on_unreliable", "warn") if inconclusive else None,
     )
     if key is not None:
         store.put(key, result, ctx.run_dir)

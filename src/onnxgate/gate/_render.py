@@ -11,6 +11,7 @@ _MARK = {
     "passed": "[green]✔ passed[/]",
     "failed": "[bold red]✘ failed[/]",
     "error": "[bold red]✘ error [/]",
+    "inconclusive": "[yellow]? inconclusive[/]",
     "not_run": "[dim]· not run[/]",
 }
 _INDENT = " " * 29
@@ -21,7 +22,11 @@ def render_step(result: StepResult) -> Lines:
     seconds = "cached" if result.cached else f"{result.seconds:.1f}s"
     text = (result.reason if result.status == "not_run" else result.summary) or result.reason or ""
     lines = [line(f"{_MARK[result.status]}  {result.name:<9} {seconds:>7}  {escape(text)}")]
-    if result.status in ("failed", "error") and result.reason and result.reason != text:
+    if (
+        result.status in ("failed", "error", "inconclusive")
+        and result.reason
+        and result.reason != text
+    ):
         lines += [line(f"{_INDENT}[dim]{escape(r)}[/]") for r in result.reason.splitlines()[:8]]
     return lines
 
@@ -29,11 +34,17 @@ def render_step(result: StepResult) -> Lines:
 def render_text(report: GateReport) -> Lines:
     """The verdict, where the run folder is, and what was registered."""
     failed = report.failed_steps
+    unsure = report.inconclusive_steps
     verdict = (
         "[bold green]GATE PASSED[/]"
         if report.passed
         else f"[bold red]GATE FAILED[/] at {', '.join(failed) or 'export'}"
     )
+    if unsure and report.passed:
+        verdict += (
+            f" [yellow]with {len(unsure)} inconclusive step(s): {', '.join(unsure)}[/] "
+            '(timings spoiled by other load; on_unreliable = "warn")'
+        )
     lines = [
         line(),
         line(f"{verdict}  {escape(report.name)}  ({report.seconds:.0f} s)"),

@@ -14,9 +14,12 @@ from pydantic import BaseModel, ConfigDict
 GATE_REPORT_FORMAT = "onnxgate.gate-report/1"
 
 StepName = Literal["check", "export", "compare", "verify", "placement", "tune", "quantize", "bench"]
-Status = Literal["passed", "failed", "error", "not_run"]
-"""``failed``: the step ran and its verdict is no; ``error``: it could not run (a ``GateError``,
-with its exit code); ``not_run``: disabled, or a step it depends on did not pass (``reason``)."""
+Status = Literal["passed", "failed", "inconclusive", "error", "not_run"]
+"""``failed``: the step ran and its verdict is no; ``inconclusive``: it ran, but other load on the
+machine spoiled the timings its verdict hangs on (``reason``), so it is neither yes nor no (its
+``on_unreliable`` says whether that fails the gate); ``error``: it could not run (a
+``GateError``, with its exit code); ``not_run``: disabled, or a step it depends on did not pass
+(``reason``)."""
 
 
 class _Strict(BaseModel):
@@ -47,6 +50,9 @@ class StepResult(_Strict):
     """Why it failed, errored or did not run (a step it depends on, by name)."""
     exit_code: int | None = None
     """With ``error``: the exit code of the ``GateError`` (2 usage, 3 environment, 4 internal)."""
+    on_unreliable: Literal["warn", "fail"] | None = None
+    """With ``inconclusive``: what the step's config said to do with it (``fail`` fails the
+    gate, ``warn`` lets it pass)."""
     figures: dict[str, float | int | str | bool | None] = {}
     """Flat figures for tables and the registry: ``p50_ms``, ``speedup``, ``max_abs`` ..."""
     report: dict[str, Any] | None = None
@@ -58,6 +64,13 @@ class StepResult(_Strict):
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def fails_gate(self) -> bool:
+        """The step makes the gate fail: failed, in error, or inconclusive where told to fail."""
+        return self.status in ("failed", "error") or (
+            self.status == "inconclusive" and self.on_unreliable == "fail"
+        )
 
 
 class Environment(_Strict):
@@ -116,4 +129,9 @@ class GateReport(_Strict):
 
     @property
     def failed_steps(self) -> list[str]:
-        return [s.name for s in self.steps if s.status in ("failed", "error")]
+        return [s.name for s in self.steps if s.fails_gate]
+
+    @property
+    def inconclusive_steps(self) -> list[str]:
+        """Steps whose timings other load spoiled (whether or not that failed the gate)."""
+        return [s.name for s in self.steps if s.status == "inconclusive"]

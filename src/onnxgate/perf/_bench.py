@@ -30,6 +30,7 @@ from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._contention import Conditions, Watch
 from onnxgate.perf._contest import Contender, Contest
+from onnxgate.perf._stats import Verdict, judge
 from onnxgate.settings import FeedSettings, Part, SessionSettings
 
 if TYPE_CHECKING:
@@ -147,6 +148,18 @@ class Ratio(BaseModel):
     threads: int
     ratio: float
     """Above 1: the model is that many times faster than the contender."""
+    interval: tuple[float, float] | None = None
+    """90% percentile-bootstrap interval of ``ratio``."""
+    verdict: Verdict | None = None
+    """The model against the contender, as ``perf._stats.judge`` calls it: ``inconclusive``
+    when the machine spoiled the timings or the interval is too wide to read."""
+    reasons: list[str] = []
+    """Why the ratio is not a measurement; empty when it is."""
+
+    @property
+    def reliable(self) -> bool:
+        """The ratio is a measurement: the machine was quiet and the interval is narrow."""
+        return not self.reasons
 
 
 class BenchReport(BaseModel):
@@ -178,6 +191,14 @@ class BenchReport(BaseModel):
     def passed(self) -> bool:
         """Always True: bench measures and has no thresholds (noisy figures are warnings)."""
         return True
+
+    @property
+    def doubts(self) -> list[str]:
+        """Why some figures cannot be trusted: the machine's conditions, then the ratios'."""
+        found = list(self.conditions.reasons) if self.conditions is not None else []
+        for ratio in self.ratio:
+            found += [reason for reason in ratio.reasons if reason not in found]
+        return found
 
 
 def batch_dim(signature: Signature) -> str | None:
@@ -495,6 +516,7 @@ def _bench_workers(
     results: list[BenchResult] = []
     theirs_results: list[BenchResult] = []
     ratios: list[Ratio] = []
+    raced: list[tuple[list[float], list[float]]] = []
     warnings: list[str] = []
     notes: list[str] = []
     runs: dict[str, list[float]] = {}
@@ -532,6 +554,7 @@ def _bench_workers(
                     continue
                 yours = _result(timings[1], sample, threads, batch_name)
                 theirs_results.append(yours)
+                raced.append((timings[1], timings[0]))
                 ratios.append(
                     Ratio(
                         batch=mine.batch,
@@ -543,6 +566,10 @@ def _bench_workers(
                 if note := _noise(yours, sample.label, f"{name}: "):
                     warnings.append(note)
         conditions = watch.conditions(runs)
+    ratios = [
+        _judged(ratio, theirs, ours, conditions)
+        for ratio, (theirs, ours) in zip(ratios, raced, strict=True)
+    ]
     ours_loaded = loaded_sides[0]
     vs = None
     if config.vs is not None:
@@ -566,10 +593,39 @@ def _bench_workers(
         results=results,
         vs=vs,
         ratio=ratios,
-        warnings=notes + warnings + _unreliable(conditions),
+        warnings=notes + warnings + _unreliable(conditions) + _wide(ratios, conditions),
         conditions=conditions,
         reliable=conditions.reliable,
     )
+
+
+def _judged(
+    ratio: Ratio, theirs: Sequence[float], ours: Sequence[float], conditions: Conditions
+) -> Ratio:
+    """The ratio with its interval and verdict from the judge tune and quantize use."""
+    judged = judge(theirs, ours, "latency", unreliable=conditions.reasons)
+    return ratio.model_copy(
+        update={
+            "interval": judged.interval,
+            "verdict": judged.verdict,
+            "reasons": list(judged.reasons),
+        }
+    )
+
+
+def _wide(ratios: Sequence[Ratio], conditions: Conditions) -> list[str]:
+    """The warning of ratios too uncertain to read, on a machine that was otherwise quiet."""
+    if not conditions.reliable:
+        return []  # the UNRELIABLE warning already says the ratios measure the machine
+    wide = [r for r in ratios if r.reasons]
+    if not wide:
+        return []
+    shown = "; ".join(
+        f"{r.ratio:.2f}x at {','.join(f'{k}={v}' for k, v in r.dims.items()) or 'fixed'}, "
+        f"threads={r.threads or 'auto'}: {r.reasons[0]}"
+        for r in wide
+    )
+    return [f"UNRELIABLE ratio: {shown}; time longer (budget) for a narrower interval"]
 
 
 def _unreliable(conditions: Conditions) -> list[str]:

@@ -66,8 +66,8 @@ def render_bench(report: BenchReport) -> Lines:
             ("[yellow]" if r.noisy else "") + f"{r.cv:.1%}" + ("[/]" if r.noisy else ""),
         ]
         if report.vs is not None:
-            ratio = report.ratio[index // 2].ratio
-            cells = [side, *cells, f"{ratio:.2f}x" if side == "vs" else ""]
+            ratio = report.ratio[index // 2]
+            cells = [side, *cells, _ratio(ratio.ratio, ratio.reliable) if side == "vs" else ""]
         table.add_row(*cells)
     lines.append(Unclipped(table))
     lines.append(line("[dim]latencies in ms; samples/s at the mean latency.[/]"))
@@ -78,11 +78,24 @@ def render_bench(report: BenchReport) -> Lines:
                 f"faster). {escape(report.method)}.[/]"
             )
         )
+        if any(not r.reliable for r in report.ratio):
+            lines.append(
+                line(
+                    "[yellow]ratio?: unreliable ("
+                    + escape("; ".join(report.doubts))
+                    + "): a figure the machine gave, not a measurement of the model[/]"
+                )
+            )
     for note in report.notes:
         lines.append(line(f"[dim]note:[/] {escape(note)}"))
     for warning in report.warnings:
         lines.append(line(f"[yellow]warning:[/] {escape(warning)}"))
     return lines
+
+
+def _ratio(ratio: float, reliable: bool) -> str:
+    """``1.84x``, or ``[yellow]1.84x?[/]`` for a ratio that is not a measurement."""
+    return f"{ratio:.2f}x" if reliable else f"[yellow]{ratio:.2f}x?[/]"
 
 
 def _row(t: Timing) -> list[str]:
@@ -139,16 +152,17 @@ def render_tune(report: TuneReport) -> Lines:
     if report.best.label != report.defaults.label:
         lines.append(line(f"  best: {escape(report.best.label)}"))
         low, high = report.interval
+        doubt = "" if report.reliable else "[yellow]unreliable:[/] "
         lines.append(
             line(
-                f"  improvement {report.ratio:.3f}× (90% interval {low:.3f}–{high:.3f}; needs "
-                f"an interval above 1 and at least {1 + report.min_gain:.2f}×)"
+                f"  {doubt}improvement {report.ratio:.3f}× (90% interval {low:.3f}–{high:.3f}; "
+                f"needs an interval above 1 and at least {1 + report.min_gain:.2f}×)"
             )
         )
     kept = (
         f"[green]tuned:[/] {escape(report.best.label)}"
         if report.replaced_defaults
-        else "[yellow]defaults kept[/]"
+        else f"[yellow]{escape(report.decision or 'defaults kept')}[/]"
     )
     lines.append(line(f"\n{kept}"))
     for note in report.notes:

@@ -175,6 +175,7 @@ def successive_halving(
     describe: Callable[[Candidate], str] = lambda c: c.graph,
     progress: Callable[[str], None] | None = None,
     deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[Candidate, list[Round]]:
     """The best candidate, and what each round measured.
 
@@ -189,9 +190,10 @@ def successive_halving(
         max_runs: at most this many timed runs per candidate in a round.
         describe: a label for a candidate, for progress and rounds.
         progress: called with a short message per measurement.
-        deadline: a ``time.monotonic()`` after which no further candidate is measured: the
-            round in progress ranks the candidates it measured (the first of the grid, the
-            defaults, always is), and the search ends with its best.
+        deadline: a ``clock()`` after which no further candidate is measured: the round in
+            progress ranks the candidates it measured (the first of the grid, the defaults,
+            always is), and the search ends with its best.
+        clock: seconds; ``time.monotonic`` unless the caller keeps its own time.
     """
     if not candidates:
         raise ValueError("successive halving needs at least one candidate")
@@ -201,18 +203,18 @@ def successive_halving(
     number = 0
     planned = _planned_runs(len(alive), runs, eta, max_runs)
     done = 0
-    start = time.perf_counter()  # the pace; the deadline alone reads time.monotonic()
+    start = clock()
     while len(alive) > 1:
-        if deadline is not None and rounds and time.monotonic() > deadline:
+        if deadline is not None and rounds and clock() > deadline:
             break  # the last full round's best stands
         shift = number % len(alive)
         order = alive[shift:] + alive[:shift]
         scores: dict[tuple[str, str], float] = {}
         for index, candidate in enumerate(order, 1):
-            if deadline is not None and scores and time.monotonic() > deadline:
+            if deadline is not None and scores and clock() > deadline:
                 break
             if progress:
-                left = _time_left(time.perf_counter() - start, done, planned)
+                left = _time_left(clock() - start, done, planned)
                 progress(
                     f"round {number + 1}: {index}/{len(order)} × {runs} runs: "
                     f"{describe(candidate)}{left}"

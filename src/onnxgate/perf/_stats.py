@@ -1,14 +1,16 @@
-"""Statistics shared by the decisions taken on timed contests (tune's winner, quantize's speed).
+"""Statistics shared by the decisions on timed contests: bench's ratio, tune's, quantize's.
 
 A decision on two samples of latencies must not hang on one lucky median: the ratio is given
 with a percentile bootstrap interval, and a caller decides only when the whole interval lies on
-one side of 1.
+one side of 1. Nor may it hang on a machine that was busy with something else: ``judge`` takes
+the reasons the machine's conditions give (``_contention``) and then calls the comparison
+inconclusive, never slower or faster.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -43,3 +45,89 @@ def improvement(
         ratios.append(ra / rb)
     low, high = np.percentile(np.concatenate(ratios), [5, 95])
     return ratio, (float(low), float(high))
+
+
+Verdict = Literal["faster", "within noise", "slower", "inconclusive"]
+"""Of one side against the other: ``faster`` or ``slower`` when the whole 90% interval lies on
+that side of 1 (``faster`` also needs the gain asked for), ``within noise`` when it holds 1,
+``inconclusive`` when the timings cannot be trusted (``reasons`` says why)."""
+
+WIDE_INTERVAL = 2.0
+"""Most ratio between the ends of a 90% interval that still reads as one figure: wider, and the
+ratio is a guess (a 2885x "speed-up" whose interval runs from 40x to 9000x is not a measurement)."""
+
+
+class Judgement(NamedTuple):
+    """A speed comparison judged once, the same way by bench, tune and quantize."""
+
+    ratio: float
+    """Above 1: the second sample is better (faster, or more samples/s)."""
+    interval: tuple[float, float]
+    """90% percentile-bootstrap interval of ``ratio``."""
+    verdict: Verdict
+    reasons: tuple[str, ...] = ()
+    """Why the timings cannot be trusted: the machine's (``Conditions.reasons``), or an
+    interval too wide to read; empty when they can."""
+
+    @property
+    def reliable(self) -> bool:
+        """No reason to doubt the timings: the verdict is a measurement."""
+        return not self.reasons
+
+    @property
+    def measured(self) -> Verdict:
+        """What the interval alone says, whether or not the timings can be trusted."""
+        low, high = self.interval
+        return "slower" if high < 1.0 else "faster" if low > 1.0 else "within noise"
+
+
+def interval_reasons(interval: tuple[float, float]) -> list[str]:
+    """Why an interval is too wide to read as one figure (empty when it is not)."""
+    low, high = interval
+    if low <= 0 or high / low > WIDE_INTERVAL:
+        return [
+            f"the ratio's 90% interval runs from {low:.2f}x to {high:.2f}x: too wide to be one "
+            "figure"
+        ]
+    return []
+
+
+def judge(
+    before: Sequence[float],
+    after: Sequence[float],
+    objective: Statistic = "latency",
+    *,
+    unreliable: Sequence[str] = (),
+    min_gain: float = 0.0,
+    seed: int = 0,
+) -> Judgement:
+    """Is ``after`` better than ``before``? The one judge of timed comparisons.
+
+    The ratio and its interval come from :func:`improvement`. ``faster`` needs the whole
+    interval above 1 and a ratio of at least ``1 + min_gain``; ``slower`` the whole interval
+    below 1; anything else is ``within noise``. Timings the machine spoiled (``unreliable``: the
+    reasons of ``Conditions``) or an interval too wide to read (``WIDE_INTERVAL``) make the
+    verdict ``inconclusive``, whatever the figures say: a busy machine can make either side look
+    faster, so neither "slower" nor "faster" is proven by it.
+
+    Args:
+        before: the reference's latencies (the defaults, the float model, the contender).
+        after: the latencies of the side judged.
+        objective: ``latency`` compares medians, ``throughput`` means.
+        unreliable: why the timings cannot be trusted (empty: they can).
+        min_gain: the smallest gain (0.02 = 2%) that counts as ``faster``.
+        seed: the bootstrap's seed.
+    """
+    ratio, interval = improvement(before, after, objective, seed=seed)
+    reasons = tuple(unreliable) + tuple(interval_reasons(interval))
+    low, high = interval
+    verdict: Verdict
+    if reasons:
+        verdict = "inconclusive"
+    elif high < 1.0:
+        verdict = "slower"
+    elif low > 1.0 and ratio >= 1.0 + min_gain:
+        verdict = "faster"
+    else:
+        verdict = "within noise"
+    return Judgement(ratio, interval, verdict, reasons)

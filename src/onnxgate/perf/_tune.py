@@ -11,9 +11,10 @@ Four steps, in this order because each one protects the next:
    mode, spinning, memory arena and patterns; provider options on a GPU) are searched by
    successive halving in this process, one session at a time.
 3. **Contest.** The winner and the defaults are timed again, each in its own worker process, runs
-   interleaved (``_contest``). The winner replaces the defaults only when the 90% bootstrap
-   interval of its improvement lies above 1 and the gain is at least ``min_gain``: a 1% "win"
-   on a shared machine is noise.
+   interleaved (``_contest``). The winner replaces the defaults only when ``perf._stats.judge``
+   (the judge bench and quantize use) calls it faster: the 90% bootstrap interval of its
+   improvement lies above 1, the gain is at least ``min_gain`` (a 1% "win" on a shared machine
+   is noise), and the machine did not spoil the contest.
 4. **Record.** The settings kept (the winner's or the defaults'), both sides' figures and the
    interval go into the contract, filed under the machine fingerprint, objective and shape; an
    optimised graph is written beside the model.
@@ -54,10 +55,11 @@ from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim, synthetic_sample
 from onnxgate.perf._contention import Conditions, Watch
+from onnxgate.perf._contest import PAUSE_S, SLICE_S
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
-from onnxgate.perf._stats import improvement
+from onnxgate.perf._stats import Judgement, judge
 from onnxgate.perf._tuned import record_tuning
 from onnxgate.settings import FeedSettings, OptLevel, Part, Tolerances, config_hash
 
@@ -72,6 +74,10 @@ cores ran 32 minutes without one."""
 
 GATE_SHARE = 1 / 3
 """The share of the time budget past which the parity gate tries no further graph candidate."""
+
+WORKER_START_S = 3.0
+"""Seconds a contest worker takes to start (Python, onnxgate and ONNX Runtime imported) on two
+busy cores, before it loads the model: part of the final contest's share of the time budget."""
 
 
 class TuneConfig(Part):
@@ -109,11 +115,14 @@ class TuneConfig(Part):
     """Seconds of timed runs per side in the final contest (at least ``min_runs``)."""
     min_runs: int = Field(30, ge=2)
     time_budget: float | None = Field(TIME_BUDGET, gt=0, allow_inf_nan=False)
-    """Seconds the whole run may take (None: no limit). The parity gate stops trying further
-    graph candidates once it has used a third of it; the search ends in time to leave the final
-    contest its estimated share. The model as given under the defaults is always gated and
-    timed, and the final contest always gets ``min_runs``, so a tiny budget still gives a
-    verdict (the defaults), a little late. What was skipped is in the report's notes."""
+    """Seconds the whole run may take (None: no limit). Each phase is timed as it runs
+    (``TuneReport.phases``): the parity gate tries no further graph candidate that would end
+    past a third of the budget (at the pace of those it tried); the search ends in time to leave
+    the winner's parity check and the final contest (workers started, the model loaded, both
+    sides timed) their estimated share; a contest other load spoiled is timed again only when
+    the budget has room for it. The model as given under the defaults is always gated and timed,
+    and the final contest always gets ``min_runs``, so a tiny budget still gives a verdict (the
+    defaults), a little late. What was skipped is in the report's notes."""
     search_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Seconds the search itself may take, on top of ``time_budget``: past them no further
     candidate is measured and the best of those measured goes to the final contest (the
@@ -184,11 +193,17 @@ class TuneReport(BaseModel):
     conditions: Conditions | None = None
     """What the machine did during the final contest (the last one, if it was timed twice)."""
     reliable: bool = True
-    """False when the final contest was spoiled twice; the defaults are then kept."""
+    """False when other load spoiled the final contest (timed again when the budget had room);
+    the defaults are then kept."""
     time_budget: float | None = None
     """The time budget the run was given (seconds), None for none."""
     seconds: float = 0.0
     """How long the run took."""
+    phases: dict[str, float] = {}
+    """Seconds each phase took: ``reference``, ``graphs``, ``parity gate``, ``search``,
+    ``winner parity``, ``contest``, ``record``; what a time budget is spent on."""
+    decision: str = ""
+    """Why the settings kept were kept, in one sentence (the gate's summary line)."""
 
 
 class Raced(NamedTuple):
@@ -232,12 +247,26 @@ def _watched_race(
     feeds: Mapping[str, np.ndarray],
     say: Callable[[str], None],
     notes: list[str],
+    *,
+    clock: Callable[[], float],
+    budget_end: float | None,
 ) -> Raced:
-    """The final contest, timed once more if the machine was busy; the second answer stands."""
+    """The final contest, timed once more if the machine was busy; the second answer stands.
+
+    The second timing runs only when the time budget has room for a contest as long as the
+    first one: otherwise the spoiled contest stands (and keeps the defaults).
+    """
+    start = clock()
     raced = racer(sides, feeds)
     if raced.conditions is None or raced.conditions.reliable:
         return raced
     reasons = "; ".join(raced.conditions.reasons)
+    if budget_end is not None and clock() + (clock() - start) > budget_end:
+        notes.append(
+            f"the final contest was spoiled ({reasons}); the time budget left no room to time "
+            "it again"
+        )
+        return raced
     say(f"the machine was busy during the final contest ({reasons}); timing it again")
     notes.append(f"the final contest was timed twice: the first was spoiled ({reasons})")
     return racer(sides, feeds)
@@ -358,6 +387,7 @@ def tune(
     measure: Callable[[Candidate, int], Sequence[float]] | None = None,
     race: Racer | None = None,
     progress: Callable[[str], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> TuneReport:
     """Find the fastest settings that pass parity; the library function behind ``onnxgate tune``.
 
@@ -369,6 +399,7 @@ def tune(
         measure: ``measure(candidate, runs)`` → latencies in ms, instead of timing in process.
         race: the final contest instead of worker processes (``_contest``).
         progress: called with a short message before each step.
+        clock: seconds, instead of ``time.monotonic`` (the time budget reads only this clock).
 
     Raises:
         ConfigError: bad options, no contract to write to, or a contract of other bytes.
@@ -378,8 +409,18 @@ def tune(
     from onnxgate.runners import OrtOptions, OrtRunner  # imports ONNX Runtime
 
     config = config or TuneConfig()
-    started = time.monotonic()
+    now = clock or time.monotonic
+    started = now()
     budget_end = started + config.time_budget if config.time_budget is not None else None
+    phases: dict[str, float] = {}
+    mark = [started]
+
+    def phase(name: str) -> None:
+        """Close the phase ``name``: its seconds go into the report."""
+        t = now()
+        phases[name] = round(phases.get(name, 0.0) + t - mark[0], 3)
+        mark[0] = t
+
     say = progress or (lambda message: log.info("%s", message))
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     signature = Signature.from_graph(loaded.proto.graph)
@@ -408,7 +449,9 @@ def tune(
     # them, so a candidate that passes here cannot fail the contract by stacking its error on
     # the defaults' own.
     say("running the model as given under ONNX Runtime's defaults (the parity reference)")
+    loading = now()
     with OrtRunner(loaded, defaults) as runner:
+        load_s = now() - loading  # a contest worker loads the model as long again
         reference = runner.infer(sample.feeds)
         expected = [(sample, dict(reference.outputs)), *stored]
         # a warm run, for the time budget's estimate of the contest (the first one is cold)
@@ -416,6 +459,7 @@ def tune(
     golden = GoldenRunner(
         expected, "onnxruntime defaults (tuning shape) and the contract's golden outputs", signature
     )
+    phase("reference")
 
     if graphs is None:
         say("looking for graph rewrites (attention fusion; transformer fusions for encoders)")
@@ -435,6 +479,7 @@ def tune(
             path.write_bytes(g.proto.SerializeToString())
             files[g.label] = load_model(path)
         by_label = {g.label: g for g in graphs}
+        phase("graphs")
 
         gate: list[GraphVerdict] = []
         levels = list(dict.fromkeys([defaults.optimization, *config.levels]))
@@ -444,8 +489,9 @@ def tune(
         gate_end = (
             started + GATE_SHARE * config.time_budget if config.time_budget is not None else None
         )
+        pair_s: list[float] = []  # how long each pair took: the next one is expected to as well
         for done, (g, level) in enumerate(pairs):
-            if done and gate_end is not None and time.monotonic() > gate_end:
+            if done and gate_end is not None and now() + statistics.fmean(pair_s) > gate_end:
                 skipped = sorted({f"{p.label} @ {lv}" for p, lv in pairs[done:]})
                 notes.append(
                     f"time budget {config.time_budget:g} s: the parity gate stopped after "
@@ -453,6 +499,7 @@ def tune(
                     + ", ".join(skipped)
                 )
                 break
+            pair_start = now()
             say(f"parity gate: {g.label} at level {level}")
             options = OrtOptions.from_settings(defaults.settings() | {"optimization": level})
             candidate = OrtRunner(files[g.label], options, name=f"{g.label} @ {level}")
@@ -470,8 +517,10 @@ def tune(
                         reason=err.message,
                     )
                 )
-                continue
-            gate.append(_verdict(g, level, report))
+            else:
+                gate.append(_verdict(g, level, report))
+            pair_s.append(now() - pair_start)
+        phase("parity gate")
         passing = [(v.graph, v.level) for v in gate if v.passed]
         if (AS_GIVEN, defaults.optimization) not in passing:
             raise ParityError(
@@ -505,17 +554,20 @@ def tune(
         say(f"searching {len(grid)} candidates by successive halving")
         limits: dict[str, float] = {}
         if config.search_budget is not None:
-            limits[f"search_budget {config.search_budget:g} s"] = (
-                time.monotonic() + config.search_budget
-            )
+            limits[f"search_budget {config.search_budget:g} s"] = now() + config.search_budget
         if budget_end is not None:
-            # leave the final contest its share: two sides, each with its warm-up and at least
-            # min_runs timed runs, and a few seconds to start the workers and load the model
+            # leave what follows the search its share: the winner's parity check (as long as a
+            # pair of the parity gate took) and the final contest: two sides, each a worker to
+            # start and a model to load, its warm-up and at least min_runs timed runs, with a
+            # pause between slices
             side_s = max(config.contest_seconds, config.min_runs * run_s) + config.warmup * run_s
-            contest_s = 2 * side_s + 5.0
-            limits[f"time budget {config.time_budget:g} s"] = budget_end - contest_s
+            pauses = PAUSE_S * (side_s / SLICE_S + 1)
+            contest_s = 2 * (WORKER_START_S + load_s + side_s + pauses)
+            after_s = contest_s + max(pair_s)
+            limits[f"time budget {config.time_budget:g} s"] = budget_end - after_s
         cut_by = min(limits, key=limits.__getitem__) if limits else None
         deadline = limits[cut_by] if cut_by is not None else None
+        failed_parity: str | None = None
         best, rounds = successive_halving(
             grid,
             timer,
@@ -527,7 +579,9 @@ def tune(
             describe=describe,
             progress=say,
             deadline=deadline,
+            clock=now,
         )
+        phase("search")
         measured = rounds[0].candidates if rounds else len(grid)
         if measured < len(grid):
             notes.append(
@@ -548,15 +602,23 @@ def tune(
                     f"the search's winner ({describe(best)}) failed parity with its exact "
                     f"settings ({verdict.reason}); the defaults are kept"
                 )
+                failed_parity = describe(best)
                 best = grid[0]
+            phase("winner parity")
 
         racer = race or _contest_race(config, say)
         original = loaded.path
         best_file = files[best.graph].path
+        watched = {"clock": now, "budget_end": budget_end}
         if best.key == grid[0].key:
             say("the defaults won the search; timing them in a worker process")
             raced = _watched_race(
-                racer, [("defaults", original, grid[0].settings)], sample.feeds, say, notes
+                racer,
+                [("defaults", original, grid[0].settings)],
+                sample.feeds,
+                say,
+                notes,
+                **watched,
             )
             (latencies,) = raced.latencies
             best_latencies = latencies
@@ -568,30 +630,49 @@ def tune(
                 sample.feeds,
                 say,
                 notes,
+                **watched,
             )
             latencies, best_latencies = raced.latencies
-    reliable = raced.conditions is None or raced.conditions.reliable
+        phase("contest")
+    spoiled = tuple(raced.conditions.reasons) if raced.conditions is not None else ()
+    reliable = not spoiled
     default_timing = timing("defaults", grid[0].settings, AS_GIVEN, latencies, batch)
     best_timing = timing(describe(best), best.settings, best.graph, best_latencies, batch)
-    if best.key == grid[0].key:
-        ratio, interval = 1.0, (1.0, 1.0)
-    else:
-        ratio, interval = improvement(
-            latencies, best_latencies, config.objective, seed=config.feeds.seed
+    contested = best.key != grid[0].key
+    judged: Judgement | None = None
+    if contested:
+        judged = judge(
+            latencies,
+            best_latencies,
+            config.objective,
+            unreliable=spoiled,
+            min_gain=config.min_gain,
+            seed=config.feeds.seed,
         )
-    replaced = interval[0] > 1.0 and ratio >= 1.0 + config.min_gain and reliable
+        ratio, interval = judged.ratio, judged.interval
+    else:
+        ratio, interval = 1.0, (1.0, 1.0)
+    replaced = judged is not None and judged.verdict == "faster"
     if not reliable:
         notes.append(
-            "UNRELIABLE: the final contest was spoiled twice by a busy machine ("
-            + "; ".join(raced.conditions.reasons if raced.conditions else [])
+            "UNRELIABLE: the final contest was spoiled by a busy machine ("
+            + "; ".join(spoiled)
             + "): its figures are reported, the defaults are kept; tune again on a quiet machine"
         )
-    elif best.key != grid[0].key and not replaced:
+    elif judged is not None and not replaced:
         notes.append(
             f"the best candidate measured {ratio:.3f}× the defaults (90% interval "
             f"{interval[0]:.3f}–{interval[1]:.3f}); it needs an interval above 1 and a gain of "
             f"at least {config.min_gain:.0%} to replace them, so the defaults are kept"
         )
+    decision = _decision(
+        judged,
+        objective=config.objective,
+        min_gain=config.min_gain,
+        defaults=default_timing,
+        best=best_timing,
+        failed_parity=failed_parity,
+    )
     kept = best if replaced else grid[0]
     written: list[str] = []
     if config.write and contract is not None:
@@ -623,6 +704,7 @@ def tune(
             )
         _, paths = record_tuning(loaded.path, contract, record, proto)
         written = [str(p) for p in paths]
+    phase("record")
     return TuneReport(
         passed=True,
         model=str(loaded.path),
@@ -647,5 +729,47 @@ def tune(
         conditions=raced.conditions,
         reliable=reliable,
         time_budget=config.time_budget,
-        seconds=time.monotonic() - started,
+        seconds=now() - started,
+        phases=phases,
+        decision=decision,
+    )
+
+
+def _figure(t: Timing, objective: Objective) -> str:
+    """``p50 5.02 ms`` or ``812.3 samples/s``: the figure the objective compares."""
+    return f"p50 {t.p50_ms:.2f} ms" if objective == "latency" else f"{t.throughput:.1f} samples/s"
+
+
+def _decision(
+    judged: Judgement | None,
+    *,
+    objective: Objective,
+    min_gain: float,
+    defaults: Timing,
+    best: Timing,
+    failed_parity: str | None,
+) -> str:
+    """Why the settings kept were kept, from the contest's judgement, in one sentence."""
+    ours = _figure(defaults, objective)
+    if judged is None:
+        if failed_parity is not None:
+            return (
+                f"defaults kept ({ours}): the search's winner failed parity with its exact settings"
+            )
+        return f"defaults kept ({ours}): no candidate beat them in the search"
+    theirs = _figure(best, objective)
+    low, high = judged.interval
+    figures = f"x{judged.ratio:.2f}, 90% interval {low:.2f}-{high:.2f}"
+    if judged.verdict == "faster":
+        return f"the winner kept: {theirs} against the defaults' {ours} ({figures})"
+    if judged.verdict == "inconclusive":
+        return (
+            f"defaults kept ({ours}): the final contest was unreliable "
+            f"({'; '.join(judged.reasons)}); the winner measured {theirs}, which proves nothing"
+        )
+    if judged.verdict == "slower":
+        return f"defaults kept ({ours}): the winner was slower in the final contest ({theirs})"
+    return (
+        f"defaults kept ({ours}): the winner ({theirs}) did not beat them by min_gain "
+        f"{min_gain:.0%} in the final contest ({figures})"
     )

@@ -171,14 +171,7 @@ def _time_and_judge(
             hint=(err.hint + " " if err.hint else "")
             + "--no-bench skips the speed gate (the report then says speed was not gated).",
         ) from err
-    speed = judge_speed(rows, allow_slower=config.allow_slower)
-    if not conditions.reliable:
-        speed = speed.model_copy(
-            update={
-                "note": f"{speed.note}; UNRELIABLE, timed twice on a busy machine: "
-                + "; ".join(conditions.reasons)
-            }
-        )
+    speed = judge_speed(rows, allow_slower=config.allow_slower, unreliable=conditions.reasons)
     if speed.verdict != "slower":
         return rows, speed
     worst = min(range(len(rows)), key=lambda i: rows[i].speedup)
@@ -432,6 +425,8 @@ def _quantize(
                 )
             elif speed.verdict == "slower":
                 warnings.append(f"the quantised model is {speed.note}")
+            elif speed.verdict == "inconclusive":
+                warnings.append(f"the quantised model's {speed.note}")
         if any(r.noisy for r in latency):
             warnings.append(
                 "some latencies vary by more than 10% (CV): the machine is busy, so the "

@@ -135,6 +135,8 @@ def render_text(report: QuantizeReport) -> Lines:
             if not report.speed.gated
             else "slower, allowed (--allow-slower)"
             if report.speed.verdict == "slower"
+            else "speed unreliable, not judged"
+            if report.speed.verdict == "inconclusive"
             else f"speed {report.speed.verdict}"
         )
         lines.append(
@@ -158,7 +160,9 @@ def _speed(report: QuantizeReport) -> Lines:
     speed = report.speed
     if not speed.gated:
         return [line(f"  speed: [yellow]{escape(speed.note)}[/]")]
-    colour = {"slower": "red", "faster": "green"}.get(speed.verdict or "", "default")
+    colour = {"slower": "red", "faster": "green", "inconclusive": "yellow"}.get(
+        speed.verdict or "", "default"
+    )
     lines: Lines = [
         line(f"  speed: [{colour}]{escape(speed.note)}[/]"),
         line(f"    ({escape(speed.method)})"),

@@ -71,9 +71,11 @@ class DataInfo(_Strict):
     rows: int
 
 
-SpeedVerdict = Literal["faster", "within noise", "slower"]
+SpeedVerdict = Literal["faster", "within noise", "slower", "inconclusive"]
 """Of the quantised model against the float one: ``faster`` when the whole 90% bootstrap interval
-of the speed-up lies above 1, ``slower`` when it lies below 1, ``within noise`` when it holds 1."""
+of the speed-up lies above 1, ``slower`` when it lies below 1, ``within noise`` when it holds 1,
+``inconclusive`` when other load spoiled the timings or the interval is too wide to read
+(``perf._stats.judge``): neither slower nor faster is proven, and the gate does not fail on it."""
 
 
 class Latency(_Strict):

@@ -8,10 +8,12 @@ and refuses a quantised model that is slower beyond noise.
 
 They are timed the way onnxgate times any two contenders (``perf._contest``): each in a worker
 process of its own, in interleaved slices whose order flips every round, so drift on the machine
-hits both alike. The decision (``speed_verdict``) is taken on the 90% percentile-bootstrap
-interval of the ratio of medians (``perf._stats.improvement``, as tune decides): *slower* only
-when the whole interval lies below 1, *faster* when it lies above 1, otherwise *within noise*
-(which passes: the figures are reported). When the quantised model is slower, both models are
+hits both alike. The decision (``speed_verdict``) is
+``perf._stats.judge``'s, the judge bench and tune use: on the 90% percentile-bootstrap interval
+of the ratio of medians, *slower* only when the whole interval lies below 1, *faster* when it
+lies above 1, otherwise *within noise* (which passes: the figures are reported); *inconclusive*
+when other load spoiled the timings (``perf._contention``) or the interval is too wide to read:
+neither slower nor faster is then proven, and the model is not refused for it. When the quantised model is slower, both models are
 profiled with ONNX Runtime's profiler at the slowest shape (``slowdown_cost``) to say which kinds
 of work grew, and why.
 """
@@ -30,7 +32,7 @@ from onnxgate.contract import SIDECAR, contract_dims
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.model import LoadedModel, Signature
-from onnxgate.perf._stats import improvement
+from onnxgate.perf._stats import interval_reasons, judge
 from onnxgate.quantize import _data
 from onnxgate.quantize._config import QuantizeConfig, Settings
 from onnxgate.quantize._report import (
@@ -89,19 +91,23 @@ of ConvInteger is set against the time of the float Conv it replaced."""
 
 
 def speed_verdict(
-    float_ms: Sequence[float], quantized_ms: Sequence[float], *, seed: int = 0
+    float_ms: Sequence[float],
+    quantized_ms: Sequence[float],
+    *,
+    seed: int = 0,
+    unreliable: Sequence[str] = (),
 ) -> tuple[float, tuple[float, float], SpeedVerdict]:
     """The quantised model's speed-up (float median / quantised median), interval and verdict.
 
     ``slower`` when the whole 90% bootstrap interval lies below 1, ``faster`` when it lies above
-    1, ``within noise`` otherwise. The latencies may be in any unit, the same for both.
+    1, ``within noise`` otherwise; ``inconclusive`` when ``unreliable`` gives reasons (the
+    machine's) or the interval is too wide to read (``perf._stats.judge``). The latencies may be
+    in any unit, the same for both.
     """
     if len(float_ms) < 2 or len(quantized_ms) < 2:
         raise ValueError("a speed verdict needs at least two timed runs of each model")
-    ratio, interval = improvement(float_ms, quantized_ms, "latency", seed=seed)
-    low, high = interval
-    verdict: SpeedVerdict = "slower" if high < 1.0 else "faster" if low > 1.0 else "within noise"
-    return ratio, interval, verdict
+    judged = judge(float_ms, quantized_ms, "latency", unreliable=unreliable, seed=seed)
+    return judged.ratio, judged.interval, judged.verdict
 
 
 def latency_row(
@@ -111,11 +117,18 @@ def latency_row(
     *,
     all_int8_ms: Sequence[float] | None = None,
     seed: int = 0,
+    unreliable: Sequence[str] = (),
 ) -> Latency:
-    """One shape's figures and verdict from the two models' latencies (ms)."""
+    """One shape's figures and verdict from the two models' latencies (ms).
+
+    ``unreliable``: why the machine spoiled the timings (``Conditions.reasons``); any reason
+    makes the verdict ``inconclusive``.
+    """
     from onnxgate.perf import NOISY_CV
 
-    ratio, interval, verdict = speed_verdict(float_ms, quantized_ms, seed=seed)
+    ratio, interval, verdict = speed_verdict(
+        float_ms, quantized_ms, seed=seed, unreliable=unreliable
+    )
 
     def noisy(values: Sequence[float]) -> bool:
         mean = statistics.fmean(values)
@@ -149,19 +162,38 @@ def figures_text(row: Latency) -> str:
     )
 
 
-def judge_speed(rows: Sequence[Latency], *, allow_slower: bool) -> SpeedGate:
-    """The speed gate over every shape timed: slower at any shape fails, unless allowed."""
+def judge_speed(
+    rows: Sequence[Latency], *, allow_slower: bool, unreliable: Sequence[str] = ()
+) -> SpeedGate:
+    """The speed gate over every shape timed: slower at any shape fails, unless allowed.
+
+    Slower beyond noise at one shape is proven wherever the others were inconclusive; with no
+    shape slower, one inconclusive shape makes the gate inconclusive, which passes: the timings
+    prove nothing either way (``unreliable``, the machine's reasons, says why).
+    """
     if not rows:
         raise ValueError("the speed gate needs at least one timed shape")
     slower = [r for r in rows if r.verdict == "slower"]
+    unsure = [r for r in rows if r.verdict == "inconclusive"]
     verdict: SpeedVerdict = (
         "slower"
         if slower
+        else "inconclusive"
+        if unsure
         else "faster"
         if all(r.verdict == "faster" for r in rows)
         else "within noise"
     )
-    if slower:
+    if verdict == "inconclusive":
+        reasons = list(unreliable)
+        for row in unsure:
+            reasons += [r for r in interval_reasons(row.interval or (0.0, 0.0)) if r not in reasons]
+        note = (
+            f"speed unreliable ({'; '.join(reasons) or 'the timings were spoiled'}): neither "
+            "slower nor faster is proven, so the speed is not judged; measured "
+            + "; ".join(figures_text(r) for r in rows)
+        )
+    elif slower:
         figures = "; ".join(figures_text(r) for r in slower)
         if allow_slower:
             note = f"slower than the float model beyond noise: {figures}; written anyway (--allow-slower)"
@@ -260,6 +292,7 @@ def measure(
     labels = [label for label in ("float", "quantised", "all-int8") if label in paths]
     contenders = [Contender(LABELS[label], onnx=Path(paths[label])) for label in labels]
     rows: list[Latency] = []
+    timed: list[tuple[Mapping[str, int], dict[str, list[float]]]] = []
     runs: dict[str, list[float]] = {}
     with Contest(contenders) as contest:
         watch = Watch(lambda: [os.getpid(), *contest.pids])
@@ -275,16 +308,20 @@ def measure(
             )
             by_label = dict(zip(labels, latencies, strict=True))
             runs |= {f"the {label} model at {shape}": v for label, v in by_label.items()}
-            rows.append(
-                latency_row(
-                    sample.dims,
-                    by_label["float"],
-                    by_label["quantised"],
-                    all_int8_ms=by_label.get("all-int8"),
-                    seed=seed,
-                )
-            )
+            timed.append((sample.dims, by_label))
         conditions = watch.conditions(runs)
+    # judged once the conditions are known: a contest the machine spoiled proves nothing
+    for dims, by_label in timed:
+        rows.append(
+            latency_row(
+                dims,
+                by_label["float"],
+                by_label["quantised"],
+                all_int8_ms=by_label.get("all-int8"),
+                seed=seed,
+                unreliable=conditions.reasons,
+            )
+        )
     return rows, conditions
 
 
