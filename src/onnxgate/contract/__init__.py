@@ -17,6 +17,7 @@ from onnxgate.contract._golden import (
 from onnxgate.contract._hollow import CODES, RULE_FLOORS, ContractFinding, Floor, contract_findings
 from onnxgate.contract._identity import sign_contract
 from onnxgate.contract._names import shown, stored_name
+from onnxgate.contract._samples import golden_samples
 from onnxgate.contract._schema import (
     CONTRACT_FORMAT,
     Contract,
@@ -49,13 +50,11 @@ from onnxgate.contract._sign import (
 )
 from onnxgate.contract._store import SIDECAR, ContractStore, SidecarStore
 from onnxgate.contract._verify import (
-    GOLDEN_SIZES,
     Cell,
     ContractConfig,
     RuntimeResult,
     VerifyConfig,
     VerifyReport,
-    golden_samples,
     init_contract,
     verify,
 )
@@ -69,7 +68,6 @@ __all__ = [
     "ENV_VERIFY",
     "RULE_FLOORS",
     "SIDECAR",
-    "GOLDEN_SIZES",
     "Admission",
     "Cell",
     "Contract",

@@ -70,7 +70,13 @@ class SignatureContract(_Strict):
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     dims: dict[str, DimBound] = {}
+    """The sizes each symbolic dimension of the inputs was proved at, smallest to largest: the
+    range ``serve`` and ``deploy`` accept."""
     values: dict[str, ValueBound] = {}
+    batch: str | None = None
+    """The batch dimension when the inputs and outputs name it differently (``[model]
+    batch_axis``; tf2onnx writes ``unk__214`` on inputs and ``unk__215`` on outputs): this input
+    dimension and every output's first axis are one batch, as the golden samples showed."""
 
 
 class Requirements(_Strict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -51,6 +51,14 @@ class ModelSection(Part):
     """sklearn: the rows (.npz, .npy or .csv) the conversion is proved on."""
     trust_pickle: bool = False
     """sklearn: load a pickled estimator (runs code from the file; only for files you made)."""
+    batch_axis: str | None = None
+    """.onnx: the inputs' batch dimension when the outputs name their first axis otherwise
+    (tf2onnx writes ``unk__214`` on inputs and ``unk__215`` on outputs); the contract records
+    it, so ``serve`` batches requests along it and ``deploy triton`` sets ``max_batch_size``."""
+    root: Path | None = None
+    """The folder ``torch:package.module:factory`` entry points (the source,
+    ``steps.compare.against``, ``steps.bench.vs``) are imported from before installed packages
+    (default: the config's folder)."""
 
     @property
     def kind(self) -> SourceKind:
@@ -77,7 +85,72 @@ class ModelSection(Part):
             raise ValueError("an sklearn source needs data = 'rows.npz' to prove the conversion on")
         if self.kind != "torch" and (self.dynamic or self.output_names or self.example_inputs):
             raise ValueError("dynamic, output_names and example_inputs apply to torch sources only")
+        if self.kind != "onnx" and self.batch_axis is not None:
+            raise ValueError(
+                "batch_axis applies to .onnx sources; an export names its own dims (dynamic)"
+            )
         return self
+
+
+class FeedsSection(Part):
+    """``[feeds]``: the data and the serving ranges of the whole gate.
+
+    Every step uses it unless its own ``feeds`` table sets something. ``export`` proves the
+    ranges (the contract's golden samples take each dimension to both ends and between) and the
+    steps after it run on those golden samples, so ``serve`` and ``deploy`` accept exactly the
+    sizes proven.
+    """
+
+    inputs: Path | None = None
+    """Real data: .npz, JSON, .pb, or test_data_set folders (relative to this file). With it the
+    golden samples are the data's, plus copies resized to the ends of ``dims``."""
+    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = {}
+    """The serving range of a symbolic dimension: ``[min, max]``, or ``[size]`` (or ``size``) for
+    exactly one size; ``images[2]`` names a dimension without a name. Dimensions left out get a
+    starter range by role: batch 1..32, image sides from the planned size to 640, token
+    positions 1..512."""
+    ranges: dict[str, str] = {}
+    """Values per input for synthetic feeds: ``"LOW:HIGH"`` (HIGH excluded) or ``"VALUE"``."""
+    seed: int = Field(0, ge=0)
+
+    @field_validator("dims", mode="before")
+    @classmethod
+    def _one_size(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: [v] if isinstance(v, int) else v for k, v in value.items()}
+        return value
+
+    @field_validator("dims")
+    @classmethod
+    def _ranges_of_dims(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        for name, sizes in value.items():
+            if len(sizes) not in (1, 2) or sizes[0] > sizes[-1]:
+                raise ValueError(f"{name} = {sizes} is not [MIN, MAX] with MIN <= MAX, or [SIZE]")
+        return value
+
+    @field_validator("ranges", mode="before")
+    @classmethod
+    def _ranges(cls, value: Any) -> Any:
+        # the same forms as a step's feeds.ranges, validated by the same code
+        return FeedSettings(ranges=value).ranges if isinstance(value, dict) else value
+
+    @property
+    def given(self) -> bool:
+        """True when the table sets anything."""
+        return bool(self.inputs is not None or self.dims or self.ranges or self.seed)
+
+    def bounds(self) -> dict[str, tuple[int, int]]:
+        """``dims`` as (min, max) per dimension."""
+        return {name: (sizes[0], sizes[-1]) for name, sizes in self.dims.items()}
+
+    def golden(self) -> FeedSettings:
+        """The settings the golden samples are made from (``dims`` as its two ends)."""
+        return FeedSettings(
+            inputs=self.inputs,
+            dims={name: sorted({low, high}) for name, (low, high) in self.bounds().items()},
+            ranges=self.ranges,
+            seed=self.seed,
+        )
 
 
 class TargetsSection(Part):
@@ -268,6 +341,8 @@ class GateConfig(Part):
 
     version: int
     model: ModelSection
+    feeds: FeedsSection = FeedsSection()
+    """``[feeds]``: data and serving ranges, for every step that sets none of its own."""
     targets: TargetsSection = TargetsSection()
     steps: StepsSection = StepsSection()
     registration: RegisterSection | None = Field(None, alias="register")
@@ -362,6 +437,8 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
             "source": source,
             "example_inputs": fix(model.example_inputs),
             "data": fix(model.data),
+            # a torch entry point imports from the config's folder, wherever the gate runs from
+            "root": fix(model.root) or base,
         }
     )
     steps = config.steps
@@ -371,7 +448,6 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
 
     steps = steps.model_copy(
         update={
-            "export": steps.export.model_copy(update={"feeds": feeds(steps.export.feeds)}),
             "compare": steps.compare.model_copy(
                 update={
                     "feeds": feeds(steps.compare.feeds),
@@ -387,9 +463,16 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
                 }
             ),
             "bench": steps.bench.model_copy(update={"vs": local(steps.bench.vs)}),
+            "export": steps.export.model_copy(
+                update={
+                    "feeds": feeds(steps.export.feeds),
+                    "reference": local(steps.export.reference),
+                }
+            ),
         }
     )
     update: dict[str, Any] = {"model": model, "steps": steps}
+    update["feeds"] = config.feeds.model_copy(update={"inputs": fix(config.feeds.inputs)})
     update["output"] = config.output.model_copy(update={"dir": fix(config.output.dir)})
     if config.registration is not None:
         update["registration"] = config.registration.model_copy(

@@ -46,11 +46,12 @@ from onnxgate.contract import (
     Timing,
     TunedSettings,
     config_from_rules,
+    contract_samples,
     identity,
     read_golden,
 )
 from onnxgate.data import Sample, load_feeds, validate_feeds
-from onnxgate.errors import ConfigError, ParityError, RunFailed
+from onnxgate.errors import ConfigError, GateError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim, synthetic_sample
 from onnxgate.perf._contention import Conditions, Watch
@@ -266,11 +267,24 @@ def _tuning_sample(
 ) -> tuple[Sample, dict[str, int], int]:
     """The sample timed, the size of every symbolic dim in it, and its batch size.
 
-    With ``feeds.inputs``, the first sample of that data, at the sizes it has; otherwise
-    synthetic feeds at ``feeds.dims`` and ``batch``.
+    With ``feeds.inputs``, the first sample of that data, at the sizes it has. Otherwise a golden
+    sample of the model's contract: the one at ``feeds.dims`` and ``batch`` when they are set
+    and one is, else (nothing set) the largest no larger than the default tuning shape. Real
+    inputs the model was proven on beat made-up ones: a model whose feeds must be real data (a
+    scalar that selects a branch) cannot be tuned on random values. Without a fitting golden
+    sample, synthetic feeds at ``feeds.dims`` and ``batch``.
     """
     feeds = config.feeds
     name = batch_dim(signature)
+    if feeds.inputs is None:
+        golden = _golden_sample(loaded, signature, config, name)
+        if golden is not None:
+            sizes = dict(golden.sized(signature).dims)
+            batch = sizes.get(name, 1) if name else 1
+            shown = ", ".join(f"{k}={v}" for k, v in sizes.items()) or "fixed"
+            label = f"golden sample {golden.label} ({shown})"
+            feeds_ = validate_feeds(signature, golden.feeds, where=golden.label)
+            return Sample(label, feeds_, sizes), sizes, batch
     if feeds.inputs is not None:
         data = load_feeds(feeds.inputs, signature=signature)
         if not data:
@@ -295,6 +309,31 @@ def _tuning_sample(
     batch = shape.get(name, 1) if name else 1
     label = "tuning shape " + (", ".join(f"{k}={v}" for k, v in shape.items()) or "fixed")
     return Sample(label, feeds, shape), shape, batch
+
+
+def _golden_sample(
+    loaded: LoadedModel, signature: Signature, config: TuneConfig, name: str | None
+) -> Sample | None:
+    """The contract's golden sample to tune on (see ``_tuning_sample``), or None."""
+    golden = contract_samples(loaded.path)
+    if not golden:
+        return None
+    golden = [s.sized(signature) for s in golden]
+    wanted = config.feeds.one_size()
+    if config.batch is not None and name is not None:
+        wanted[name] = config.batch
+    if wanted:
+        return next((s for s in golden if all(s.dims.get(k) == v for k, v in wanted.items())), None)
+
+    def elements(sample: Sample) -> int:
+        return sum(np.asarray(v).size for v in sample.feeds.values())
+
+    try:
+        planned = synthetic_sample(loaded, signature, config.feeds, None).sized(signature).dims
+    except GateError:  # inputs that cannot be synthesized (strings): the smallest sample
+        return min(golden, key=elements)
+    fitting = [s for s in golden if all(v <= planned.get(k, v) for k, v in s.dims.items())]
+    return max(fitting, key=elements) if fitting else min(golden, key=elements)
 
 
 def _contract(loaded: LoadedModel, write: bool) -> Contract | None:
