@@ -132,7 +132,12 @@ class FeedsSection(Part):
     @classmethod
     def _ranges(cls, value: Any) -> Any:
         # the same forms as a step's feeds.ranges, validated by the same code
-        return FeedSettings(ranges=value).ranges if isinstance(value, dict) else value
+        if not isinstance(value, dict):
+            return value
+        try:
+            return FeedSettings(ranges=value).ranges
+        except ValidationError as error:
+            raise ValueError(error.errors()[0]["msg"].removeprefix("Value error, ")) from None
 
     @property
     def given(self) -> bool:
