@@ -41,7 +41,7 @@ from onnxgate.contract._schema import (
 from onnxgate.contract._sign import sign_new
 from onnxgate.contract._store import SIDECAR, ContractStore
 from onnxgate.data import DimChoice, Sample, chosen_ranges, feeds_digest, validate_feeds
-from onnxgate.data._feeds import feed_dims
+from onnxgate.data._dims import free_sizes
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
@@ -303,7 +303,7 @@ def write_contract(
             last_outputs = kept
             # the sizes the arrays have, not only those the sample was asked at: loaded data
             # proves the sizes it holds
-            dims = dict(sample.dims) | feed_dims(signature, feeds)
+            dims = dict(sample.dims) | free_sizes(signature, feeds)
             produced.append((Sample(sample.label, feeds, dims), kept))
             golden.append(
                 GoldenSample(

@@ -27,6 +27,7 @@ from onnxgate.data import (
     validate_feeds,
 )
 from onnxgate.data._dims import (
+    free_sizes,
     input_elements,
     plan_dims,
     range_points,
@@ -123,7 +124,7 @@ def golden_samples(
         return samples
     if not data:
         return data
-    seen = [_sizes(signature, s.feeds) for s in data]
+    seen = [free_sizes(signature, s.feeds) for s in data]
     for sizes, sample in zip(seen, data, strict=True):
         for name, (low, high) in given.items():
             if name in sizes and not low <= sizes[name] <= high:
@@ -158,7 +159,7 @@ def _affordable(
     Estimated from ``probed``, which took ``seconds``, in proportion to the inputs' elements.
     """
     plan = plan_dims(signature)
-    base = input_elements(plan, signature, _sizes(signature, probed.feeds)) or 1
+    base = input_elements(plan, signature, free_sizes(signature, probed.feeds)) or 1
 
     def affordable(sizes: Mapping[str, int]) -> bool:
         return seconds * input_elements(plan, signature, sizes) / base <= SAMPLE_SECONDS
@@ -180,21 +181,6 @@ def reference_probe(runner: Runner, signature: Signature) -> Callable[[Sample], 
             return 0.0
 
     return probe
-
-
-def _sizes(signature: Signature, feeds: Mapping[str, object]) -> dict[str, int]:
-    """The size of every free dimension in ``feeds``, by label (``batch``, ``images[2]``)."""
-    sizes: dict[str, int] = {}
-    for spec in signature.inputs:
-        value = feeds.get(spec.name)
-        if spec.shape is None or not isinstance(value, np.ndarray):
-            continue
-        for axis, (dim, size) in enumerate(zip(spec.shape, value.shape, strict=False)):
-            if isinstance(dim, int) and dim > 0:
-                continue
-            label = dim if isinstance(dim, str) and dim else unnamed_label(spec.name, axis)
-            sizes.setdefault(label, int(size))
-    return sizes
 
 
 def _resized(signature: Signature, sample: Sample, point: Mapping[str, int]) -> Sample:

@@ -501,3 +501,22 @@ def range_points(ranges: Mapping[str, DimRange]) -> list[dict[str, int]]:
         if point not in unique:
             unique.append(point)
     return unique
+
+
+def free_sizes(signature: Signature, feeds: Mapping[str, object]) -> dict[str, int]:
+    """The size of every free dimension in ``feeds``, by label (first use wins).
+
+    A named dimension is its name (``batch``); one without a name ``INPUT[AXIS]`` (``images[2]``).
+    """
+    sizes: dict[str, int] = {}
+    for spec in signature.inputs:
+        value = feeds.get(spec.name)
+        shape = getattr(value, "shape", None)
+        if spec.shape is None or shape is None:
+            continue
+        for axis, (dim, size) in enumerate(zip(spec.shape, shape, strict=False)):
+            if isinstance(dim, int) and dim > 0:
+                continue
+            label = dim if isinstance(dim, str) and dim else unnamed_label(spec.name, axis)
+            sizes.setdefault(label, int(size))
+    return sizes

@@ -188,7 +188,8 @@ class ExportStep(Step):
     tolerances: Tolerances = Tolerances()
 
     feeds: FeedSettings = FeedSettings()
-    """For an .onnx source: the golden samples' feeds (the contract's)."""
+    """For an .onnx source: the golden samples' feeds, instead of ``[feeds]`` (``dims`` here
+    are ranges too: each dimension is proven from its smallest to its largest size)."""
     reference: str = "reference"
     """For an .onnx source: who computes the golden outputs."""
     second_opinion: bool = True
@@ -202,6 +203,7 @@ class CompareStep(Step):
     against: str = "reference"
     """``reference``, ``ort:disable``, ``torch:package.module:factory`` or another .onnx file."""
     feeds: FeedSettings = FeedSettings()
+    """Feeds instead of the contract's golden samples (the default: the sizes proven)."""
     session: SessionSettings = SessionSettings()
     localize: bool = True
     """On a miss, find the first diverging node and replay it."""
@@ -225,6 +227,7 @@ class PlacementStep(Step):
     runtime: str | None = None
     """Default: the first target runtime."""
     feeds: FeedSettings = FeedSettings()
+    """Feeds instead of the contract's golden samples (the default: the largest is run)."""
 
 
 class TuneStep(Step):
@@ -232,7 +235,11 @@ class TuneStep(Step):
 
     objective: Literal["latency", "throughput"] = "latency"
     batch: int | None = Field(None, ge=1)
+    """The batch to tune at (default: a golden sample's, see ``dims``)."""
     dims: dict[str, int] = {}
+    """One size per symbolic dimension to tune at; a golden sample at these sizes is used when
+    there is one. With neither this nor ``batch``: the largest golden sample within the default
+    shape, so tuning runs on the data the model was proven on."""
     time_budget: float | None = Field(600.0, ge=0, allow_inf_nan=False)
     """Seconds the whole tuning may take (see ``TuneConfig.time_budget``); 0 for no limit."""
     contest_seconds: float = Field(3.0, gt=0, allow_inf_nan=False)
@@ -287,7 +294,10 @@ class BenchStep(Step):
     """``[steps.bench]``: latency, throughput and size, with thresholds, against a contender."""
 
     batches: list[int] = []
+    """Batch sizes to time at on synthetic feeds (default: the golden samples' shapes)."""
     dims: dict[str, list[int]] = {}
+    """Sizes of symbolic dimensions to time at on synthetic feeds with ``[feeds]`` value ranges
+    (default: the contract's golden samples, at the sizes proven)."""
     budget: float = Field(2.0, gt=0)
     """Seconds of timed runs per configuration (interleaved with the contender's)."""
     vs: str | None = None

@@ -46,12 +46,13 @@ from onnxgate.contract import (
     Timing,
     TunedSettings,
     config_from_rules,
+    contract_dims,
     contract_samples,
     identity,
     read_golden,
 )
-from onnxgate.data import Sample, load_feeds, validate_feeds
-from onnxgate.errors import ConfigError, GateError, ParityError, RunFailed
+from onnxgate.data import Sample, load_feeds, plan_dims, validate_feeds
+from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim, synthetic_sample
 from onnxgate.perf._contention import Conditions, Watch
@@ -83,8 +84,10 @@ class TuneConfig(Part):
     batch: int | None = Field(None, ge=1)
     """Size of the batch dimension (the first input's axis 0, when symbolic)."""
     feeds: FeedSettings = FeedSettings()
-    """The tuning shape's synthetic feeds: one size per symbolic dimension (unnamed ones are 3),
-    value ranges, and the seed (also the bootstrap's)."""
+    """What is tuned on: a data file (its first sample), or one size per symbolic dimension, at
+    which a golden sample of the model's contract is used when there is one (with no size and no
+    ``batch``, the largest golden sample within the default shape), else synthetic feeds with
+    these value ranges; and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
     """Execution providers in preference order; CPU is appended."""
     min_gain: float = Field(0.02, ge=0, lt=10)
@@ -328,10 +331,9 @@ def _golden_sample(
     def elements(sample: Sample) -> int:
         return sum(np.asarray(v).size for v in sample.feeds.values())
 
-    try:
-        planned = synthetic_sample(loaded, signature, config.feeds, None).sized(signature).dims
-    except GateError:  # inputs that cannot be synthesized (strings): the smallest sample
-        return min(golden, key=elements)
+    # the default tuning shape: the sizes synthetic feeds would take (nothing is synthesized)
+    plan = plan_dims(signature, loaded.proto, known=contract_dims(loaded.path))
+    planned = {name: choice.size for name, choice in plan.named.items()}
     fitting = [s for s in golden if all(v <= planned.get(k, v) for k, v in s.dims.items())]
     return max(fitting, key=elements) if fitting else min(golden, key=elements)
 
