@@ -562,3 +562,28 @@ def test_a_final_contest_spoiled_twice_keeps_the_defaults(model):
     assert report.conditions is not None and not report.conditions.reliable
     assert report.ratio == pytest.approx(2.0, rel=0.05), "the figures are still reported"
     assert any(note.startswith("UNRELIABLE:") for note in report.notes), report.notes
+
+
+def test_without_a_shape_tune_runs_on_a_golden_sample_and_at_a_golden_shape_when_one_is_asked(
+    model,
+):
+    from onnxgate.contract import read_golden
+
+    golden = {s.label: s for s, _ in read_golden(load_contract(model), model)}
+    assert sorted(s.dims["batch"] for s in golden.values()) == [1, 7, 32]
+
+    seen: list[dict] = []
+
+    class Recorder(Race):
+        def __call__(self, sides, feeds):
+            seen.append(dict(feeds))
+            return super().__call__(sides, feeds)
+
+    # nothing asked: the largest golden sample within the default shape (batch 3): batch 1
+    report = tune(model, TuneConfig(write=False, **FAST), measure=Timer(), race=Recorder())
+    assert report.shape == {"batch": 1}
+    np.testing.assert_array_equal(seen[-1]["x"], golden["batch=1"].feeds["x"])
+    # a batch the contract proved: its golden sample, real inputs rather than made-up ones
+    report = tune(model, TuneConfig(write=False, batch=7, **FAST), measure=Timer(), race=Recorder())
+    assert report.shape == {"batch": 7}
+    np.testing.assert_array_equal(seen[-1]["x"], golden["batch=7"].feeds["x"])

@@ -149,11 +149,15 @@ class FeedsSection(Part):
         return {name: (sizes[0], sizes[-1]) for name, sizes in self.dims.items()}
 
     def golden(self) -> FeedSettings:
-        """The settings the golden samples are made from (``dims`` as its two ends)."""
+        """The settings the golden samples are made from (``dims`` as its two ends).
+
+        With ``inputs`` the golden samples are the data's, so value ranges (which shape
+        synthetic feeds, for steps that time other shapes) are left out.
+        """
         return FeedSettings(
             inputs=self.inputs,
             dims={name: sorted({low, high}) for name, (low, high) in self.bounds().items()},
-            ranges=self.ranges,
+            ranges=self.ranges if self.inputs is None else {},
             seed=self.seed,
         )
 

@@ -165,9 +165,12 @@ def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
     from onnxgate.export._torch import parse_dynamic
 
     model = ctx.config.model
+    data = ctx.config.feeds.inputs
     config = TorchExportConfig(
         out=ctx.model,
-        example_inputs=model.example_inputs,
+        # [feeds] inputs, an .npz of the forward's inputs by name, are examples too
+        example_inputs=model.example_inputs
+        or (data if data is not None and data.suffix == ".npz" else None),
         dynamic=parse_dynamic(model.dynamic),
         output_names=tuple(model.output_names),
         opset=model.opset,
