@@ -139,11 +139,6 @@ class FeedsSection(Part):
         except ValidationError as error:
             raise ValueError(error.errors()[0]["msg"].removeprefix("Value error, ")) from None
 
-    @property
-    def given(self) -> bool:
-        """True when the table sets anything."""
-        return bool(self.inputs is not None or self.dims or self.ranges or self.seed)
-
     def bounds(self) -> dict[str, tuple[int, int]]:
         """``dims`` as (min, max) per dimension."""
         return {name: (sizes[0], sizes[-1]) for name, sizes in self.dims.items()}

@@ -272,15 +272,20 @@ def compare(ctx: Context, step: CompareStep) -> Outcome:
     """ONNX Runtime as deployed against a reference, on the step's feeds."""
     from onnxgate.compare import CompareConfig
     from onnxgate.compare import compare as run_compare
+    from onnxgate.settings import FeedSettings
 
     session = step.session
     if not session.providers and ctx.config.targets.providers:
         session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
+    # the step's own feeds, else the golden samples (the sizes proven), else [feeds]
     golden = None if _own(step.feeds) else _golden(ctx)
-    feeds = step.feeds if _own(step.feeds) or golden else ctx.config.feeds.golden()
+    if _own(step.feeds):
+        feeds = step.feeds
+    else:
+        feeds = FeedSettings() if golden else ctx.config.feeds.golden()
     config = CompareConfig(
         against=step.against,
-        feeds=feeds if not golden else type(feeds)(),
+        feeds=feeds,
         session=session,
         tolerances=step.tolerances,
         localize=step.localize,
