@@ -95,13 +95,18 @@ def golden_samples(
         if inputs is None
         else [s.sized(signature) for s in load_feeds(inputs, signature=signature)]
     )
+    made: dict[tuple[tuple[str, int], ...], list[Sample]] = {}
+
+    def synthesized(point: Mapping[str, int]) -> list[Sample]:
+        key = tuple(sorted(point.items()))
+        if key not in made:  # each shape made (and announced) once
+            made[key] = synthetic_samples(
+                signature, model=loaded.proto, dims=point, ranges=ranges, seed=seed
+            )
+        return made[key]
+
     if probe is not None and not all(r.given for r in wanted.values()):
-        first = data[0] if data else None
-        if first is None:
-            low = range_points(wanted)[0]
-            first = synthetic_samples(
-                signature, model=loaded.proto, dims=low, ranges=ranges, seed=seed
-            )[0]
+        first = data[0] if data else synthesized(range_points(wanted)[0])[0]
         seconds = probe(first)
         if seconds > 0:
             wanted = serving_ranges(
@@ -116,12 +121,7 @@ def golden_samples(
             "proving " + ", ".join(f"{k} {r.low}..{r.high} ({r.why})" for k, r in wanted.items())
         )
     if inputs is None:
-        samples = []
-        for point in range_points(wanted):
-            samples += synthetic_samples(
-                signature, model=loaded.proto, dims=point, ranges=ranges, seed=seed
-            )
-        return samples
+        return [sample for point in range_points(wanted) for sample in synthesized(point)]
     if not data:
         return data
     seen = [free_sizes(signature, s.feeds) for s in data]
