@@ -97,7 +97,10 @@ def test_the_step_reports_carry_latencies_and_drift(real):
         assert drift["rows"] == 1 + 8 + 64  # one row per batch index, over the three samples
         assert drift["zeros"] + sum(drift["counts"]) == output["elements"]
     quantized = real.step("quantize").report
-    assert [n["node"] for n in quantized["excluded"]] == ["layer2"]
+    # which nodes the search keeps in float depends on the CPU's int8 kernels (AVX-512 VNNI
+    # keeps layer2 only, AVX2 costs layer1 its margin too): what holds on both is that the
+    # measured culprit is kept first and the gate passed with its drift recorded
+    assert quantized["passed"] and quantized["excluded"][0]["node"] == "layer2"
     for figure in quantized["gate"]:
         assert figure["drift"]["rows"] == 64
         assert figure["drift"]["row_cosine_min"] == pytest.approx(figure["worst"])
