@@ -222,6 +222,19 @@ def test_torch_sources_are_named_after_their_module_and_say_they_were_not_probed
     assert tomllib.loads(starter_config("torch:detector:build"))["model"]["name"] == "detector"
 
 
+def test_a_file_with_a_generic_stem_is_named_after_the_folder_that_names_it(tmp_path: Path):
+    def name(path: Path) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save(mlp(), path)
+        return tomllib.loads(starter_config(str(path), probe=False))["model"]["name"]
+
+    # magika's wheel: magika/models/standard_v3_3/model.onnx
+    assert name(tmp_path / "magika" / "models" / "standard_v3_3" / "model.onnx") == "standard_v3_3"
+    # Hugging Face's layout: REPO/onnx/model_quantized.onnx; the variant stays in the name
+    assert name(tmp_path / "minilm" / "onnx" / "model_quantized.onnx") == "minilm_quantized"
+    assert name(tmp_path / "minilm" / "onnx" / "resnet50.onnx") == "resnet50"
+
+
 def test_the_reference_probe_is_skipped_when_it_would_take_too_long(tmp_path: Path):
     save(mlp(), tmp_path / "mlp.onnx")
     found = probe(tmp_path / "mlp.onnx", reference_budget=0.0)

@@ -35,12 +35,45 @@ def _toml(value: object) -> str:
 _GENERIC_MODULES = frozenset({"model", "models", "net", "nets", "network", "main", "__init__"})
 
 
+_GENERIC_STEMS = frozenset({"model", "inference", "net", "network", "graph", "export", "onnx"})
+"""File stems that name no model: ``model.onnx`` is what exporters and wheels call every model."""
+
+_VARIANTS = ("_quantized", "_quant", "_int8", "_uint8", "_fp16", "_fp32", "_optimized", "_opt")
+"""Suffixes of a generic stem that tell a variant apart (``model_quantized``): kept in the name."""
+
+_GENERIC_FOLDERS = frozenset(
+    {"models", "model", "onnx", "weights", "export", "exported", "output", "outputs", "assets"}
+)
+"""Folders that hold models without naming them (Hugging Face's ``REPO/onnx/model.onnx``)."""
+
+
+def _folder_name(path: Path) -> str:
+    """A file's stem, or for a generic one (``model.onnx``) the nearest folder that names it.
+
+    ``magika/models/standard_v3_3/model.onnx`` is ``standard_v3_3``; ``minilm/onnx/
+    model_quantized.onnx`` is ``minilm_quantized``; a folder with a generic name is passed over.
+    """
+    stem = path.stem
+    base, variant = stem.lower(), ""
+    for suffix in _VARIANTS:
+        if base.endswith(suffix):
+            base, variant = base.removesuffix(suffix), stem[len(base) - len(suffix) :]
+            break
+    if base not in _GENERIC_STEMS:
+        return stem
+    for folder in path.absolute().parents:
+        if folder.name and folder.name.lower() not in _GENERIC_FOLDERS:
+            return folder.name + variant
+    return stem
+
+
 def _name_of(source: str) -> str:
     """The registry's name for a source: the file's stem, or a torch entry point's module.
 
     ``torch:pkg.resnet:build`` is ``resnet``, not ``build`` (factories are called ``build``,
     ``create``, ``factory`` in every project); a generic module name (``pkg.models``) gives way
-    to its package (``pkg``).
+    to its package (``pkg``). A file with a generic stem (``model.onnx``) takes its folder's name
+    (see ``_folder_name``).
     """
     if source.startswith("torch:"):
         parts = source.split(":")[1].split(".")
@@ -50,7 +83,7 @@ def _name_of(source: str) -> str:
     else:
         tail = source.split(":")[-1] if source.startswith("sklearn:") else source
         path = "/" in tail or tail.endswith((".onnx", ".joblib", ".pkl"))
-        stem = Path(tail).stem if path else tail
+        stem = _folder_name(Path(tail)) if path else tail
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "model"
     return name[:128]
 
