@@ -335,3 +335,73 @@ def test_a_step_that_cannot_run_its_synthesized_feeds_names_the_feeds_keys(tmp_p
     assert "Give sizes that fit with steps.compare.feeds.dims = { n = [MIN, MAX] }" in (
         compare.reason
     )
+
+
+def _perturbed(monkeypatch, by: float) -> None:
+    """The reference evaluator's first output moved by ``by`` on one element: two float32
+    implementations that differ there (silero-vad's If-16 did, by 8.5e-5 on 3 of 1024)."""
+    from onnxgate.runners._reference import ReferenceRunner
+
+    infer = ReferenceRunner.infer
+
+    def moved(self, feeds):
+        result = infer(self, feeds)
+        name = next(iter(result.outputs))
+        value = result.outputs[name].copy()
+        value.flat[0] += np.float32(by)
+        result.outputs[name] = value
+        return result
+
+    monkeypatch.setattr(ReferenceRunner, "infer", moved)
+
+
+def test_float_noise_between_the_reference_and_its_second_opinion_sets_a_measured_tolerance(
+    tmp_path: Path, monkeypatch
+):
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    _perturbed(monkeypatch, 6e-5)  # past atol 1e-5 + rtol 1e-4 on elements below 0.5
+    found = probe(path)
+    (noise,) = found.disagreements
+    assert noise.output == "y" and noise.noise and noise.outside == 1
+    assert noise.max_abs == pytest.approx(6e-5, rel=0.05)
+    # ten times the difference, one digit, rounded up
+    assert 10 * noise.max_abs <= noise.atol <= 20 * noise.max_abs and f"{noise.atol:.1g}" == str(
+        noise.atol
+    )
+    text = starter_config(str(path), probe=found)
+    config = tomllib.loads(text)
+    for step in ("export", "compare"):
+        assert config["steps"][step]["tolerances"]["per_output"] == {"y": [noise.atol, 1e-4]}
+    assert "differ by float noise (y: 1 of" in prose(text)
+    load_config(_written(tmp_path, text))  # the table is a valid gate key
+
+
+def test_a_disagreement_beyond_float_noise_is_said_and_no_tolerance_is_written(
+    tmp_path: Path, monkeypatch
+):
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    _perturbed(monkeypatch, 0.5)
+    found = probe(path)
+    (beyond,) = found.disagreements
+    assert not beyond.noise and beyond.max_abs == pytest.approx(0.5, rel=1e-3)
+    text = starter_config(str(path), probe=found)
+    assert "tolerances" not in tomllib.loads(text)["steps"]["export"]
+    assert "disagree beyond float noise: y: 1 of" in prose(text)
+    assert "max |difference| 0.5" in prose(text)
+
+
+def test_a_model_the_two_agree_on_gets_no_tolerance(tmp_path: Path):
+    found = probe(save(mlp(), tmp_path / "mlp.onnx"))
+    assert found.reference_ran and found.disagreements == []
+    assert (
+        "tolerances"
+        not in tomllib.loads(starter_config(str(tmp_path / "mlp.onnx"), probe=found))["steps"][
+            "export"
+        ]
+    )
+
+
+def _written(folder: Path, text: str) -> Path:
+    out = folder / "gate.toml"
+    out.write_text(text)
+    return out

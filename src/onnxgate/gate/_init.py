@@ -217,11 +217,57 @@ def _header(kind: str, probe: Probe | None) -> str:
             f"{ran}: ONNX Runtime ran them. The reference evaluator, the default source of "
             f"golden outputs, was not probed ({probe.reference_skipped}): see [steps.export]."
         )
+    beyond = [d for d in probe.disagreements if not d.noise]
+    if beyond:
+        said = "; ".join(d.text() for d in beyond)
+        return _comment(
+            f"{ran}, and the ONNX reference evaluator on {probe.reference_feeds}: both ran, but "
+            f"the evaluator and ONNX Runtime without optimisations (the export's second opinion) "
+            f"disagree beyond float noise: {said}. The export fails on this until one of them is "
+            "found wrong: `onnxgate compare` localizes the first diverging node."
+        )
+    noise = (
+        " They differ by float noise on "
+        + ", ".join(d.output for d in probe.disagreements)
+        + ": see [steps.export.tolerances]."
+        if probe.disagreements
+        else ""
+    )
     return _comment(
         f"{ran}, and the ONNX reference evaluator on {probe.reference_feeds}: both ran, so the "
         "steps below pass as written unless the two disagree (a finding) or a threshold you set "
-        "is missed."
+        f"is missed.{noise}"
     )
+
+
+def _tolerances(probe: Probe | None, step: str) -> str:
+    """A ``[steps.STEP.tolerances]`` table for the outputs the probe found within float noise."""
+    from onnxgate.gate._probe import HEADROOM, NOISE_ABS, NOISE_COSINE
+
+    noise = [d for d in (probe.disagreements if probe is not None else []) if d.noise]
+    if not noise:
+        return ""
+    rtol = 1e-4  # the float32 default, kept: only the absolute floor was too tight
+    said = "; ".join(d.text() for d in noise)
+    entries = ", ".join(f"{_toml(d.output)} = [{d.atol:g}, {rtol:g}]" for d in noise)
+    return (
+        _comment(
+            f"gate init's probe: the reference evaluator and ONNX Runtime without optimisations "
+            f"differ by float noise ({said}; noise: at most {NOISE_ABS:g} of the output's scale, "
+            f"cosine >= {NOISE_COSINE}), so each such output's atol is {HEADROOM} times the "
+            "difference measured."
+            if step == "export"
+            else "The same outputs, the same float noise (see [steps.export.tolerances])."
+        )
+        + f"[steps.{step}.tolerances]\nper_output = {{ {entries} }}\n"
+    )
+
+
+_TOLERANCES_EXAMPLE = """# [steps.export.tolerances]
+# atol = 1e-4
+# rtol = 1e-3
+# metrics = ["output:cosine>=0.999"]
+"""
 
 
 def _export_table(probe: Probe | None) -> str:
@@ -378,11 +424,7 @@ providers = []                 # e.g. ["cuda"]; CPU is appended
 {feeds}[steps.export]
 # torch/sklearn: parity of the export against the source; .onnx: golden outputs for the contract,
 # from the reference evaluator, confirmed by a second runner.
-{_export_table(found)}# [steps.export.tolerances]
-# atol = 1e-4
-# rtol = 1e-3
-# metrics = ["output:cosine>=0.999"]
-
+{_export_table(found)}{_tolerances(found, "export") or _TOLERANCES_EXAMPLE}
 [steps.check]
 # static checks against every target runtime
 ignore = []
@@ -392,7 +434,7 @@ fail_on = "error"
 {_compare_against(found)}\
 localize = true                # on a miss, find and replay the first diverging node
 # feeds: [feeds] above; a [steps.compare.feeds] table overrides it for this step
-
+{_tolerances(found, "compare")}
 [steps.verify]
 # the contract's golden samples on every target runtime (default: targets.runtimes)
 
@@ -456,6 +498,18 @@ def _tell(probe: Probe, note: Callable[[str], None], *, given: bool) -> None:
         )
     elif probe.reference_skipped is not None:
         note(f"the ONNX reference evaluator was not probed: {probe.reference_skipped}")
+    for d in probe.disagreements:
+        if d.noise:
+            note(
+                f"the reference evaluator and ONNX Runtime without optimisations differ by float "
+                f"noise on {d.text()}; written: [steps.export.tolerances] and "
+                f"[steps.compare.tolerances] per_output {d.output} atol {d.atol:g}"
+            )
+        else:
+            note(
+                "the reference evaluator and ONNX Runtime without optimisations disagree beyond "
+                f"float noise on {d.text()}; the export step will fail on it"
+            )
 
 
 def write_starter(
