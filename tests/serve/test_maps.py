@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from onnxgate.contract import ContractConfig, init_contract
 
-ort = pytest.importorskip("onnxruntime")
 IRIS = Path(ort.__file__).parent / "datasets" / "logreg_iris.onnx"
 
 
