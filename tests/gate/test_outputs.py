@@ -341,3 +341,11 @@ def test_the_page_renders_in_chromium_with_its_plots_and_no_console_error(chromi
     assert green > red and green > blue  # the passed verdict's green band
     assert Path(shot).stat().st_size > 50_000
     page.close()
+
+
+def test_a_passed_gate_without_registration_names_the_register_table(real):
+    from onnxgate.gate._render import render_text
+
+    unregistered = real.model_copy(update={"registered": None, "passed": True})
+    text = " ".join(str(x) for x in render_text(unregistered))
+    assert "not registered: no [register] table, or --no-register" in text  # not eaten as markup
