@@ -8,12 +8,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from onnxgate.contract import ContractConfig, init_contract
+from onnxgate.settings import FeedSettings
 
 IRIS = Path(ort.__file__).parent / "datasets" / "logreg_iris.onnx"
 
@@ -61,3 +63,27 @@ def test_a_zipmap_output_is_served_as_a_float_matrix_with_its_labels(start_serve
     meta = g.get_model_metadata("iris")
     (probs,) = [o for o in meta.outputs if o.name == "probabilities"]
     assert probs.datatype == "FP32" and list(probs.shape) == [-1, 3]
+
+
+def test_the_metadata_gives_the_shape_an_output_really_has(start_server, tmp_path: Path):
+    # onnxmltools declares a classifier's label int64[1] and returns [N] (the field trial's
+    # LightGBM model): the metadata says what the contract observed, not the declaration
+    from onnx import TensorProto, helper
+
+    path = tmp_path / "m" / "sums.onnx"
+    path.parent.mkdir()
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+        "sums",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [axes],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), path
+    )
+    init_contract(path, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 8]})))
+    server = start_server(str(path), "--allow-ungated")
+    meta = httpclient.InferenceServerClient(server.http).get_model_metadata("sums")
+    assert meta["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1]}]
