@@ -493,3 +493,17 @@ def test_parse_ranges_refuses(item):
     with pytest.raises(ConfigError, match="--range") as info:
         parse_ranges([item])
     assert repr(item) in info.value.message
+
+
+def test_a_question_mark_dim_param_is_unnamed_each_axis_on_its_own():
+    # paddle2onnx writes dim_param "?" on every unknown axis (rapidocr's x[-1,3,?,?]): read as
+    # one name, a 48x192 text strip would be refused for not being square
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["y"], name="pool")]
+    proto = model(nodes, [value("x", shape=(-1, 3, "?", "?"))], [value("y", shape=(-1, 3, 1, 1))])
+    signature = signature_of(proto)
+    assert signature.inputs[0].shape == (-1, 3, None, None)
+    assert signature.inputs[0].symbolic_dims == ()
+    strip = f32(2, 3, 48, 192)
+    assert validate_feeds(signature, {"x": strip})["x"] is strip
+    (sample,) = synthetic_samples(signature, dims=parse_dims(["x[2]=48", "x[3]=192"]))
+    assert sample.feeds["x"].shape[2:] == (48, 192)

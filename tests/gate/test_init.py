@@ -105,7 +105,8 @@ def test_a_healthy_model_keeps_the_reference_and_the_header_says_both_ran(tmp_pa
     path = write_starter(str(tmp_path / "mlp.onnx"), tmp_path / "gate.toml", on_note=notes.append)
     text = prose(path.read_text())
     assert "gate init ran the model once with onnxruntime" in text
-    assert "and the ONNX reference evaluator on x float32[1,4]: both ran" in text
+    # every sample, smallest first, while the budget allows (a tiny model: all three)
+    assert "reference evaluator on x float32[1,4]; x float32[3,4]; x float32[7,4]: both ran" in text
     assert 'against = "reference"' in text and "second_opinion" not in text
     assert notes == []
     config = load_config(path)
@@ -222,6 +223,19 @@ def test_torch_sources_are_named_after_their_module_and_say_they_were_not_probed
     assert tomllib.loads(starter_config("torch:detector:build"))["model"]["name"] == "detector"
 
 
+def test_a_file_with_a_generic_stem_is_named_after_the_folder_that_names_it(tmp_path: Path):
+    def name(path: Path) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save(mlp(), path)
+        return tomllib.loads(starter_config(str(path), probe=False))["model"]["name"]
+
+    # magika's wheel: magika/models/standard_v3_3/model.onnx
+    assert name(tmp_path / "magika" / "models" / "standard_v3_3" / "model.onnx") == "standard_v3_3"
+    # Hugging Face's layout: REPO/onnx/model_quantized.onnx; the variant stays in the name
+    assert name(tmp_path / "minilm" / "onnx" / "model_quantized.onnx") == "minilm_quantized"
+    assert name(tmp_path / "minilm" / "onnx" / "resnet50.onnx") == "resnet50"
+
+
 def test_the_reference_probe_is_skipped_when_it_would_take_too_long(tmp_path: Path):
     save(mlp(), tmp_path / "mlp.onnx")
     found = probe(tmp_path / "mlp.onnx", reference_budget=0.0)
@@ -322,3 +336,86 @@ def test_a_step_that_cannot_run_its_synthesized_feeds_names_the_feeds_keys(tmp_p
     assert "Give sizes that fit with steps.compare.feeds.dims = { n = [MIN, MAX] }" in (
         compare.reason
     )
+
+
+def _perturbed(monkeypatch, by: float) -> None:
+    """The reference evaluator's first output moved by ``by`` on one element: two float32
+    implementations that differ there (silero-vad's If-16 did, by 8.5e-5 on 3 of 1024)."""
+    from onnxgate.runners._reference import ReferenceRunner
+
+    infer = ReferenceRunner.infer
+
+    def moved(self, feeds):
+        result = infer(self, feeds)
+        name = next(iter(result.outputs))
+        value = result.outputs[name].copy()
+        value.flat[0] += np.float32(by)
+        result.outputs[name] = value
+        return result
+
+    monkeypatch.setattr(ReferenceRunner, "infer", moved)
+
+
+def test_float_noise_between_the_reference_and_its_second_opinion_sets_a_measured_tolerance(
+    tmp_path: Path, monkeypatch
+):
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    _perturbed(monkeypatch, 6e-5)  # past atol 1e-5 + rtol 1e-4 on elements below 0.5
+    found = probe(path)
+    (noise,) = found.disagreements
+    assert noise.output == "y" and noise.noise and noise.outside == 1
+    assert noise.max_abs == pytest.approx(6e-5, rel=0.05)
+    # ten times the difference, one digit, rounded up
+    assert 10 * noise.max_abs <= noise.atol <= 20 * noise.max_abs and f"{noise.atol:.1g}" == str(
+        noise.atol
+    )
+    text = starter_config(str(path), probe=found)
+    config = tomllib.loads(text)
+    for step in ("export", "compare"):
+        assert config["steps"][step]["tolerances"]["per_output"] == {"y": [noise.atol, 1e-4]}
+    assert "differ by float noise (y: 1 of" in prose(text)
+    load_config(_written(tmp_path, text))  # the table is a valid gate key
+
+
+def test_a_disagreement_beyond_float_noise_is_said_and_no_tolerance_is_written(
+    tmp_path: Path, monkeypatch
+):
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    _perturbed(monkeypatch, 0.5)
+    found = probe(path)
+    (beyond,) = found.disagreements
+    assert not beyond.noise and beyond.max_abs == pytest.approx(0.5, rel=1e-3)
+    text = starter_config(str(path), probe=found)
+    assert "tolerances" not in tomllib.loads(text)["steps"]["export"]
+    assert "disagree beyond float noise: y: 1 of" in prose(text)
+    assert "max |difference| 0.5" in prose(text)
+
+
+def test_a_model_the_two_agree_on_gets_no_tolerance(tmp_path: Path):
+    found = probe(save(mlp(), tmp_path / "mlp.onnx"))
+    assert found.reference_ran and found.disagreements == []
+    assert (
+        "tolerances"
+        not in tomllib.loads(starter_config(str(tmp_path / "mlp.onnx"), probe=found))["steps"][
+            "export"
+        ]
+    )
+
+
+def _written(folder: Path, text: str) -> Path:
+    out = folder / "gate.toml"
+    out.write_text(text)
+    return out
+
+
+def test_a_zipmap_classifier_is_probed_and_given_onnx_runtime_as_its_reference(tmp_path: Path):
+    # skl2onnx's and onnxmltools' default export ends in ai.onnx.ml ZipMap, which the reference
+    # evaluator does not implement: the domain is standard, so only running it shows that
+    import onnxruntime as ort
+
+    iris = Path(ort.__file__).parent / "datasets" / "logreg_iris.onnx"
+    found = probe(iris)
+    assert found.reference_error is not None and "'ZipMap'" in found.reference_error
+    config = tomllib.loads(starter_config(str(iris), probe=found))
+    assert config["steps"]["export"]["reference"] == "ort:disable"
+    assert config["steps"]["compare"]["against"] == "ort:disable"

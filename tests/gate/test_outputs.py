@@ -97,7 +97,10 @@ def test_the_step_reports_carry_latencies_and_drift(real):
         assert drift["rows"] == 1 + 8 + 64  # one row per batch index, over the three samples
         assert drift["zeros"] + sum(drift["counts"]) == output["elements"]
     quantized = real.step("quantize").report
-    assert [n["node"] for n in quantized["excluded"]] == ["layer2"]
+    # which nodes the search keeps in float depends on the CPU's int8 kernels (AVX-512 VNNI
+    # keeps layer2 only, AVX2 costs layer1 its margin too): what holds on both is that the
+    # measured culprit is kept first and the gate passed with its drift recorded
+    assert quantized["passed"] and quantized["excluded"][0]["node"] == "layer2"
     for figure in quantized["gate"]:
         assert figure["drift"]["rows"] == 64
         assert figure["drift"]["row_cosine_min"] == pytest.approx(figure["worst"])
@@ -338,3 +341,11 @@ def test_the_page_renders_in_chromium_with_its_plots_and_no_console_error(chromi
     assert green > red and green > blue  # the passed verdict's green band
     assert Path(shot).stat().st_size > 50_000
     page.close()
+
+
+def test_a_passed_gate_without_registration_names_the_register_table(real):
+    from onnxgate.gate._render import render_text
+
+    unregistered = real.model_copy(update={"registered": None, "passed": True})
+    text = " ".join(str(x) for x in render_text(unregistered))
+    assert "not registered: no [register] table, or --no-register" in text  # not eaten as markup

@@ -34,8 +34,9 @@ gate_app = typer.Typer(
         "placement, tune, quantize, bench), write one report, and register the version when "
         "all passed.\n\n"
         "`onnxgate gate gate.toml` runs a config; `onnxgate gate init MODEL` writes one.\n\n"
-        "Exit codes: 0 every step passed · 1 a step failed or could not run (the report names "
-        "it) · 2 the config is invalid · 3 a step could not run for a missing extra, provider or "
+        "Exit codes: 0 every step passed (a bench left inconclusive by a busy machine counts as "
+        'passed under `[steps.bench] on_unreliable = "warn"`, the default, and is marked so) · '
+        "1 a step failed or could not run (the report names it) · 2 the config is invalid · 3 a step could not run for a missing extra, provider or "
         "runtime (and none failed), or the registry cannot be reached."
     ),
     no_args_is_help=True,
@@ -112,8 +113,9 @@ def run_command(
 
         onnxgate gate gate.toml --registry postgresql+psycopg://ci@db/models
 
-    Exit codes: 0 every step passed · 1 a step failed or could not run (the report names it)
-    · 2 the config is invalid or the run folder not empty · 3 a step could not run for a missing
+    Exit codes: 0 every step passed (an inconclusive bench counts as passed under [steps.bench]
+    on_unreliable = "warn", the default, and is marked so in the report) · 1 a step failed or
+    could not run (the report names it) · 2 the config is invalid or the run folder not empty · 3 a step could not run for a missing
     extra, provider or runtime (and none failed), or the registry cannot be reached.
     """
     from onnxgate.gate import run_gate
@@ -216,6 +218,11 @@ def init_command(
     was probed: a model that passed the probe passes the steps as written, unless its outputs
     disagree between the two or miss a threshold you set. torch and sklearn sources are not
     probed (the gate exports them).
+
+    The registry's name is the file's stem; a generic one (model.onnx, model_quantized.onnx,
+    inference.onnx, net.onnx) takes the name of the nearest folder that is not itself generic
+    (magika/models/standard_v3_3/model.onnx is standard_v3_3; minilm/onnx/model_quantized.onnx is
+    minilm_quantized); a torch entry point is named after its module.
 
     Examples:
         onnxgate gate init model.onnx --runtime onnxruntime==1.20.1 --out gate.toml

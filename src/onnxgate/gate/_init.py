@@ -35,12 +35,45 @@ def _toml(value: object) -> str:
 _GENERIC_MODULES = frozenset({"model", "models", "net", "nets", "network", "main", "__init__"})
 
 
+_GENERIC_STEMS = frozenset({"model", "inference", "net", "network", "graph", "export", "onnx"})
+"""File stems that name no model: ``model.onnx`` is what exporters and wheels call every model."""
+
+_VARIANTS = ("_quantized", "_quant", "_int8", "_uint8", "_fp16", "_fp32", "_optimized", "_opt")
+"""Suffixes of a generic stem that tell a variant apart (``model_quantized``): kept in the name."""
+
+_GENERIC_FOLDERS = frozenset(
+    {"models", "model", "onnx", "weights", "export", "exported", "output", "outputs", "assets"}
+)
+"""Folders that hold models without naming them (Hugging Face's ``REPO/onnx/model.onnx``)."""
+
+
+def _folder_name(path: Path) -> str:
+    """A file's stem, or for a generic one (``model.onnx``) the nearest folder that names it.
+
+    ``magika/models/standard_v3_3/model.onnx`` is ``standard_v3_3``; ``minilm/onnx/
+    model_quantized.onnx`` is ``minilm_quantized``; a folder with a generic name is passed over.
+    """
+    stem = path.stem
+    base, variant = stem.lower(), ""
+    for suffix in _VARIANTS:
+        if base.endswith(suffix):
+            base, variant = base.removesuffix(suffix), stem[len(base) - len(suffix) :]
+            break
+    if base not in _GENERIC_STEMS:
+        return stem
+    for folder in path.absolute().parents:
+        if folder.name and folder.name.lower() not in _GENERIC_FOLDERS:
+            return folder.name + variant
+    return stem
+
+
 def _name_of(source: str) -> str:
     """The registry's name for a source: the file's stem, or a torch entry point's module.
 
     ``torch:pkg.resnet:build`` is ``resnet``, not ``build`` (factories are called ``build``,
     ``create``, ``factory`` in every project); a generic module name (``pkg.models``) gives way
-    to its package (``pkg``).
+    to its package (``pkg``). A file with a generic stem (``model.onnx``) takes its folder's name
+    (see ``_folder_name``).
     """
     if source.startswith("torch:"):
         parts = source.split(":")[1].split(".")
@@ -50,7 +83,7 @@ def _name_of(source: str) -> str:
     else:
         tail = source.split(":")[-1] if source.startswith("sklearn:") else source
         path = "/" in tail or tail.endswith((".onnx", ".joblib", ".pkl"))
-        stem = Path(tail).stem if path else tail
+        stem = _folder_name(Path(tail)) if path else tail
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "model"
     return name[:128]
 
@@ -184,11 +217,57 @@ def _header(kind: str, probe: Probe | None) -> str:
             f"{ran}: ONNX Runtime ran them. The reference evaluator, the default source of "
             f"golden outputs, was not probed ({probe.reference_skipped}): see [steps.export]."
         )
+    beyond = [d for d in probe.disagreements if not d.noise]
+    if beyond:
+        said = "; ".join(d.text() for d in beyond)
+        return _comment(
+            f"{ran}, and the ONNX reference evaluator on {probe.reference_feeds}: both ran, but "
+            f"the evaluator and ONNX Runtime without optimisations (the export's second opinion) "
+            f"disagree beyond float noise: {said}. The export fails on this until one of them is "
+            "found wrong: `onnxgate compare` localizes the first diverging node."
+        )
+    noise = (
+        " They differ by float noise on "
+        + ", ".join(d.output for d in probe.disagreements)
+        + ": see [steps.export.tolerances]."
+        if probe.disagreements
+        else ""
+    )
     return _comment(
         f"{ran}, and the ONNX reference evaluator on {probe.reference_feeds}: both ran, so the "
         "steps below pass as written unless the two disagree (a finding) or a threshold you set "
-        "is missed."
+        f"is missed.{noise}"
     )
+
+
+def _tolerances(probe: Probe | None, step: str) -> str:
+    """A ``[steps.STEP.tolerances]`` table for the outputs the probe found within float noise."""
+    from onnxgate.gate._probe import HEADROOM, NOISE_ABS, NOISE_COSINE
+
+    noise = [d for d in (probe.disagreements if probe is not None else []) if d.noise]
+    if not noise:
+        return ""
+    rtol = 1e-4  # the float32 default, kept: only the absolute floor was too tight
+    said = "; ".join(d.text() for d in noise)
+    entries = ", ".join(f"{_toml(d.output)} = [{d.atol:g}, {rtol:g}]" for d in noise)
+    return (
+        _comment(
+            f"gate init's probe: the reference evaluator and ONNX Runtime without optimisations "
+            f"differ by float noise ({said}; noise: at most {NOISE_ABS:g} of the output's scale, "
+            f"cosine >= {NOISE_COSINE}), so each such output's atol is {HEADROOM} times the "
+            "difference measured."
+            if step == "export"
+            else "The same outputs, the same float noise (see [steps.export.tolerances])."
+        )
+        + f"[steps.{step}.tolerances]\nper_output = {{ {entries} }}\n"
+    )
+
+
+_TOLERANCES_EXAMPLE = """# [steps.export.tolerances]
+# atol = 1e-4
+# rtol = 1e-3
+# metrics = ["output:cosine>=0.999"]
+"""
 
 
 def _export_table(probe: Probe | None) -> str:
@@ -345,11 +424,7 @@ providers = []                 # e.g. ["cuda"]; CPU is appended
 {feeds}[steps.export]
 # torch/sklearn: parity of the export against the source; .onnx: golden outputs for the contract,
 # from the reference evaluator, confirmed by a second runner.
-{_export_table(found)}# [steps.export.tolerances]
-# atol = 1e-4
-# rtol = 1e-3
-# metrics = ["output:cosine>=0.999"]
-
+{_export_table(found)}{_tolerances(found, "export") or _TOLERANCES_EXAMPLE}
 [steps.check]
 # static checks against every target runtime
 ignore = []
@@ -359,7 +434,7 @@ fail_on = "error"
 {_compare_against(found)}\
 localize = true                # on a miss, find and replay the first diverging node
 # feeds: [feeds] above; a [steps.compare.feeds] table overrides it for this step
-
+{_tolerances(found, "compare")}
 [steps.verify]
 # the contract's golden samples on every target runtime (default: targets.runtimes)
 
@@ -423,6 +498,18 @@ def _tell(probe: Probe, note: Callable[[str], None], *, given: bool) -> None:
         )
     elif probe.reference_skipped is not None:
         note(f"the ONNX reference evaluator was not probed: {probe.reference_skipped}")
+    for d in probe.disagreements:
+        if d.noise:
+            note(
+                f"the reference evaluator and ONNX Runtime without optimisations differ by float "
+                f"noise on {d.text()}; written: [steps.export.tolerances] and "
+                f"[steps.compare.tolerances] per_output {d.output} atol {d.atol:g}"
+            )
+        else:
+            note(
+                "the reference evaluator and ONNX Runtime without optimisations disagree beyond "
+                f"float noise on {d.text()}; the export step will fail on it"
+            )
 
 
 def write_starter(

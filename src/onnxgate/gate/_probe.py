@@ -32,8 +32,115 @@ REFERENCE_SLOWDOWN = 150
 with ONNX Runtime's time on the same sample, it says in advance whether the probe fits the
 budget."""
 
+NOISE_ABS = 1e-3
+"""Float noise, at most: the largest difference, relative to the output's largest magnitude (or
+1, whichever is larger). float32 arithmetic done in another order (a reduction, an If's branch)
+differs by a few ulps of the largest value that went into an element; a broken kernel differs by
+far more than a thousandth of the output's scale."""
+
+NOISE_COSINE = 0.9999
+"""And the two outputs point the same way: cosine similarity of the flattened outputs."""
+
+HEADROOM = 10
+"""The tolerance written is this many times the difference measured (rounded up to one digit),
+within ``NOISE_ABS``: the probe ran one sample, the export runs every sample."""
+
 _STANDARD = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
 """The domains ``onnx.reference`` implements (see ``runners._reference``), with model functions."""
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """An output on which two runs differ beyond the default tolerances.
+
+    Measured on the probe's sample: the reference evaluator against ONNX Runtime with graph
+    optimisations off (the export's second opinion).
+    """
+
+    output: str
+    max_abs: float
+    """The largest absolute difference (inf when the shapes or kinds differ)."""
+    scale: float
+    """The output's largest magnitude, from the reference evaluator."""
+    cosine: float
+    """Cosine similarity of the two flattened outputs."""
+    outside: int
+    """Elements outside the default tolerances."""
+    elements: int
+
+    @property
+    def noise(self) -> bool:
+        """Within float32 noise of a healthy model (``NOISE_ABS``, ``NOISE_COSINE``)."""
+        return self.max_abs <= NOISE_ABS * max(1.0, self.scale) and self.cosine >= NOISE_COSINE
+
+    @property
+    def atol(self) -> float:
+        """The tolerance to write: ``HEADROOM`` times the difference, one digit, rounded up."""
+        wanted = self.max_abs * HEADROOM
+        digits = 10 ** np.floor(np.log10(wanted))
+        rounded = float(f"{np.ceil(wanted / digits) * digits:.1g}")
+        return min(rounded, NOISE_ABS * max(1.0, self.scale))
+
+    def text(self) -> str:
+        """``stateN: 3 of 1024 elements, max |difference| 8.5e-05 (largest |value| 0.91, ...)``."""
+        return (
+            f"{self.output}: {self.outside} of {self.elements} elements outside the default "
+            f"tolerances, max |difference| {self.max_abs:.2g} (largest |value| {self.scale:.2g}, "
+            f"cosine {self.cosine:.6f})"
+        )
+
+
+def _worse(one: Disagreement, other: Disagreement) -> bool:
+    """``one`` is further from float noise than ``other``."""
+    return (not one.noise, one.max_abs / max(1.0, one.scale)) > (
+        not other.noise,
+        other.max_abs / max(1.0, other.scale),
+    )
+
+
+def disagreements(reference: Mapping[str, object], second: Mapping[str, object]) -> list:
+    """The outputs on which two runs differ beyond the default tolerances (``compare``'s)."""
+    from onnxgate.compare._metrics import as_array, default_tolerance
+
+    found: list[Disagreement] = []
+    for name, value in reference.items():
+        if name not in second:
+            continue
+        try:
+            ref, _ = as_array(value)
+            other, _ = as_array(second[name])
+        except ValueError:
+            continue  # maps with different keys: compare reports them
+        if ref.dtype == object or other.dtype == object:
+            continue  # strings: compared exactly by the steps
+        floats = ref.dtype.kind == "f" and other.dtype.kind == "f"
+        if ref.shape != other.shape or not floats:
+            if ref.shape != other.shape or not np.array_equal(ref, other):
+                found.append(Disagreement(name, float("inf"), 0.0, 0.0, ref.size, ref.size))
+            continue
+        a, b = ref.astype(np.float64).ravel(), other.astype(np.float64).ravel()
+        tol = default_tolerance(ref.dtype, other.dtype)
+        close = np.isclose(b, a, atol=tol.atol, rtol=tol.rtol, equal_nan=True)
+        if close.all():
+            continue
+        finite = np.isfinite(a) & np.isfinite(b)
+        if not finite.all() and not np.array_equal(a[~finite], b[~finite], equal_nan=True):
+            found.append(Disagreement(name, float("inf"), 0.0, 0.0, int((~close).sum()), a.size))
+            continue
+        a, b = a[finite], b[finite]
+        norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+        cosine = float(a @ b / norm) if norm else 1.0
+        found.append(
+            Disagreement(
+                name,
+                float(np.abs(a - b).max()),
+                float(np.abs(a).max()),
+                cosine,
+                int((~close).sum()),
+                int(close.size),
+            )
+        )
+    return found
 
 
 @dataclass(frozen=True)
@@ -56,6 +163,9 @@ class Probe:
     """Why the evaluator was not run (too slow for the budget), or None."""
     reference_feeds: str = ""
     """The shapes the evaluator was run at."""
+    disagreements: list[Disagreement] = field(default_factory=list)
+    """Outputs on which the evaluator and ONNX Runtime without optimisations (the export's second
+    opinion) differ beyond the default tolerances, on the evaluator's sample."""
     seconds: float = 0.0
 
     @property
@@ -126,17 +236,20 @@ def _samples(
     return list(unique.values())
 
 
-def _reference(path: Path, sample: Sample, budget: float) -> tuple[str | None, str | None]:
-    """Run the evaluator on one sample within ``budget`` seconds: (error, skipped)."""
+def _reference(
+    path: Path, sample: Sample, budget: float
+) -> tuple[str | None, str | None, dict[str, object]]:
+    """Run the evaluator on one sample within ``budget`` seconds: (error, skipped, outputs)."""
     from onnxgate.model import load_model
     from onnxgate.runners import ReferenceRunner
 
     found: dict[str, str] = {}
+    outputs: dict[str, object] = {}
 
     def run() -> None:
         try:
             with ReferenceRunner(load_model(path)) as runner:
-                runner.infer(sample.feeds)
+                outputs.update(runner.infer(sample.feeds).outputs)
         except GateError as error:
             said = error.message  # the path is the config's source: the node is what tells
             for prefix in ("failed on", "cannot load"):
@@ -150,8 +263,8 @@ def _reference(path: Path, sample: Sample, budget: float) -> tuple[str | None, s
     worker.start()
     worker.join(budget)
     if worker.is_alive():
-        return None, f"it took more than {budget:.0f} s on {_shapes(sample)}"
-    return found.get("error"), None
+        return None, f"it took more than {budget:.0f} s on {_shapes(sample)}", {}
+    return found.get("error"), None, outputs
 
 
 def probe(
@@ -248,13 +361,46 @@ def probe(
         return Probe(
             feeds, runtime, free, reference_skipped=skipped, seconds=time.perf_counter() - clock
         )
-    error, skipped = _reference(path, smallest, reference_budget)
+    began = time.perf_counter()
+    error, skipped, outputs = _reference(path, smallest, reference_budget)
+    differ: dict[str, Disagreement] = {}
+    ran_on: list[Sample] = []
+    if error is None and skipped is None:
+        from onnxgate.runners import OrtOptions
+
+        # the export's second opinion: does it confirm the evaluator's golden outputs? On every
+        # sample the budget allows (a larger batch shows more of the noise: silero-vad's did)
+        others = sorted(
+            (t for t in timed if t[1] is not smallest),
+            key=lambda t: sum(np.size(v) for v in t[1].feeds.values()),
+        )
+        try:
+            with OrtRunner(loaded, OrtOptions(optimization="disable")) as runner:
+                sample = smallest
+                ran_on.append(sample)
+                while True:
+                    second = runner.infer(sample.feeds).outputs
+                    for found in disagreements(outputs, second):
+                        held = differ.get(found.output)
+                        if held is None or _worse(found, held):
+                            differ[found.output] = found
+                    left = reference_budget - (time.perf_counter() - began)
+                    if not others or others[0][0] * REFERENCE_SLOWDOWN > left:
+                        break
+                    sample = others.pop(0)[1]
+                    failed, late, outputs = _reference(path, sample, left)
+                    if failed is not None or late is not None:
+                        break  # the smallest sample ran: the evaluator's verdict stands
+                    ran_on.append(sample)
+        except GateError:  # the export step reports it, with its own message
+            pass
     return Probe(
         feeds,
         runtime,
         free,
         reference_error=error,
         reference_skipped=skipped,
-        reference_feeds=_shapes(smallest),
+        reference_feeds="; ".join(_shapes(s) for s in ran_on or [smallest]),
+        disagreements=list(differ.values()),
         seconds=time.perf_counter() - clock,
     )

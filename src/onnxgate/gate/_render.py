@@ -57,5 +57,7 @@ def render_text(report: GateReport) -> Lines:
             line(f"registered: {escape(r.name)} version {r.version}{alias} in {escape(r.registry)}")
         )
     elif report.passed:
-        lines.append(line("[dim]not registered: no [register] table, or --no-register[/]"))
+        lines.append(
+            line(f"[dim]not registered: no {escape('[register]')} table, or --no-register[/]")
+        )
     return lines

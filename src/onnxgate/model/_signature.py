@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from onnx import GraphProto, ValueInfoProto
 from pydantic import BaseModel, ConfigDict
 
@@ -9,6 +11,18 @@ from onnxgate.model._types import dtype_name, type_string
 
 Dim = int | str | None
 """A dimension: a fixed size, a symbolic name such as ``batch``, or None when unknown."""
+
+_NAMES = re.compile(r"[A-Za-z_]")
+"""A ``dim_param`` names a dimension only if it has a letter or an underscore.
+
+Exporters write placeholders for "unknown" too (paddle2onnx writes ``?`` on every unknown axis,
+some write ``-1``): read as names, every ``?`` would be one dimension, forcing a 48x192 strip to
+be square. Such a placeholder is an unnamed dimension, sized on its own like an empty one.
+"""
+
+
+def _param(param: str) -> str | None:
+    return param if not param or _NAMES.search(param) else None
 
 
 class TensorSpec(BaseModel):
@@ -37,7 +51,7 @@ class TensorSpec(BaseModel):
                 shape = tuple(
                     d.dim_value
                     if d.HasField("dim_value")
-                    else (d.dim_param if d.HasField("dim_param") else None)
+                    else (_param(d.dim_param) if d.HasField("dim_param") else None)
                     for d in tensor.shape.dim
                 )
             return cls(name=info.name, dtype=dtype, shape=shape, type=full)

@@ -94,7 +94,7 @@ def _producers(proto: onnx.ModelProto) -> dict[str, str]:
 
 
 def looks_like_classes(name: str, shape: Sequence[Any] | None, producer: str | None) -> bool:
-    """The one rule for which outputs are a classifier's scores (the README's quantize section).
+    """The one rule for which outputs are a classifier's scores (docs/commands/quantize.md).
 
     A float output of shape ``[rows, classes]`` (more than one class), made by Softmax or
     LogSoftmax (seen through ops that only reshape, such as the Squeeze of a [N, C, 1, 1]

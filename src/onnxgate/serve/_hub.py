@@ -175,7 +175,7 @@ class Hub:
                 "%s: no batch axis in the contract; requests run one at a time", predictor.name
             )
         batcher = Batcher(
-            predictor.run,
+            predictor.serve,
             batched=batched,
             max_batch=max_batch,
             max_delay=settings.max_delay_ms / 1000,
@@ -365,9 +365,13 @@ class Hub:
         served = self.served(name, version)
         predictor = served.predictor
 
+        labels = predictor.labels
+
         def tensors(specs: Sequence) -> list[TensorMetadata]:
             return [
-                TensorMetadata(
+                TensorMetadata(s.name, "FP32", [-1, len(labels[s.name] or ()) or -1])
+                if s.name in labels  # a map output, served as [N, K] (see serve._maps)
+                else TensorMetadata(
                     s.name,
                     datatype_of(s.dtype),
                     [d if isinstance(d, int) and d > 0 else -1 for d in (s.shape or ())],
@@ -382,10 +386,12 @@ class Hub:
             versions=sorted(self.entries[name].versions, key=_number),
             platform=PLATFORM,
             inputs=tensors(predictor.inputs),
-            outputs=tensors(predictor.outputs),
+            # the shape the model returns where its golden outputs contradict the declared one
+            outputs=tensors(predictor.contract.signature.served_outputs()),
             ready=ready,
             reason="shutting down" if self.stopping else reason,
             source=f"{predictor.source.ref} ({predictor.source.gate})",
+            labels={name: found for name, found in labels.items() if found is not None},
         )
 
     # -- inference -------------------------------------------------------------------------------

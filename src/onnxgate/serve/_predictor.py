@@ -33,6 +33,7 @@ from onnxgate.contract._verify import Cell, placement_cell
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
 from onnxgate.runners import Inference, RunnerInfo
+from onnxgate.serve._maps import map_labels, tensors_of
 from onnxgate.serve._source import Source, resolve
 from onnxgate.serve._tensors import output_datatype
 from onnxgate.serve._types import RequestTensor
@@ -164,6 +165,8 @@ class Predictor:
         self.outputs = list(signature.outputs)
         self.validator = RequestValidator.from_contract(self.contract, config.max_request_bytes)
         self.output_names = [o.name for o in self.outputs]
+        self.labels = map_labels(self.loaded.proto.graph, self.outputs)
+        """Map outputs (ZipMap), served as FP32 [N, K]: their class labels (see ``_maps``)."""
         self.batch_dim = batch_axis(self.inputs, self.outputs, signature.batch)
         bound = signature.dims.get(self.batch_dim) if self.batch_dim else None
         self.max_batch = bound.max if bound and bound.max is not None else None
@@ -371,6 +374,19 @@ class Predictor:
             self.counts.samples += rows
         return dict(zip(names, values, strict=True))
 
+    def serve(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict:
+        """``run``, with every map output as the FP32 tensor the protocol can carry.
+
+        Raises:
+            InvalidRequest: an output name the model does not have.
+            RunFailed: ONNX Runtime failed, or a map output's keys are not its labels.
+        """
+        values = self.run(feeds, outputs)
+        try:
+            return tensors_of(values, self.labels)
+        except ValueError as err:
+            raise RunFailed(f"{self.name}@{self.version}: a map output: {err}") from err
+
     def predict(
         self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
     ) -> dict[str, np.ndarray]:
@@ -388,7 +404,7 @@ class Predictor:
             RequestTensor(name, _datatype(name, np.asarray(array)), np.asarray(array))
             for name, array in inputs.items()
         ]
-        return self.run(self.validate(tensors), outputs)
+        return self.serve(self.validate(tensors), outputs)
 
     def why_not(self) -> str:
         """Why the model is not ready (empty when it is)."""

@@ -247,7 +247,8 @@ def _metadata(meta: ModelMetadata) -> dict[str, object]:
         "platform": meta.platform,
         "inputs": tensors(meta.inputs),
         "outputs": tensors(meta.outputs),
-        "onnxgate": {"ready": meta.ready, "reason": meta.reason, "source": meta.source},
+        "onnxgate": {"ready": meta.ready, "reason": meta.reason, "source": meta.source}
+        | ({"labels": meta.labels} if meta.labels else {}),
     }
 
 

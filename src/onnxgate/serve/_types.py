@@ -68,3 +68,5 @@ class ModelMetadata:
     """Why the model is not ready (or the proof it passed)."""
     source: str
     """The reference or file it was opened from."""
+    labels: dict[str, list[Any]] = field(default_factory=dict)
+    """The class labels of each map output served as ``[N, K]``, in column order."""
