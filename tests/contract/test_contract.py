@@ -100,14 +100,14 @@ def test_init_writes_the_contract_and_golden_file_beside_the_model(model):
     assert [s.name for s in contract.signature.inputs] == ["x"]
     assert [s.name for s in contract.signature.outputs] == ["y"]
     assert contract.signature.dims["batch"].min == 1
-    assert contract.signature.dims["batch"].max == 7
+    assert contract.signature.dims["batch"].max == 32  # a batch's starter range: 1 to 32
 
     golden = contract.golden
     assert golden is not None and golden.file == "mlp.golden.npz"
     assert golden.sha256 == hashlib.sha256(golden_path.read_bytes()).hexdigest()
     assert golden.produced_by == "reference"
-    assert [s.dims for s in golden.samples] == [{"batch": 1}, {"batch": 7}]
-    assert [s.label for s in golden.samples] == ["batch=1", "batch=7"]
+    assert [s.dims for s in golden.samples] == [{"batch": 1}, {"batch": 32}, {"batch": 7}]
+    assert [s.label for s in golden.samples] == ["batch=1", "batch=32", "batch=7"]
     assert all(s.inputs == ["x"] and s.outputs == ["y"] for s in golden.samples)
     (rule,) = golden.rules
     assert rule.output == "y" and rule.metric is None
@@ -118,7 +118,7 @@ def test_init_writes_the_contract_and_golden_file_beside_the_model(model):
 def test_golden_outputs_are_the_models_outputs_on_the_stored_inputs(contracted):
     w, b = mlp_weights()
     expected = read_golden(load_contract(contracted), contracted)
-    assert [sample.feeds["x"].shape for sample, _ in expected] == [(1, 4), (7, 4)]
+    assert [sample.feeds["x"].shape for sample, _ in expected] == [(1, 4), (32, 4), (7, 4)]
     for sample, outputs in expected:
         x = sample.feeds["x"]
         assert x.dtype == np.float32 and np.ptp(x) > 0  # real values, not zeros
@@ -130,7 +130,7 @@ def test_golden_samples_of_a_fixed_shape_model_are_one_sample(tmp_path):
     samples = golden_samples(fixed)
     assert len(samples) == 1 and samples[0].feeds["x"].shape == (2, 4)
     symbolic = golden_samples(load_model(save(relu(), tmp_path / "r.onnx")))
-    assert [s.feeds["x"].shape for s in symbolic] == [(1, 4), (7, 4)]
+    assert [s.feeds["x"].shape for s in symbolic] == [(1, 4), (32, 4), (7, 4)]
 
 
 def _fixed_relu() -> onnx.ModelProto:
@@ -236,7 +236,7 @@ def test_verify_passes_on_the_model_it_was_written_for(contracted):
     (result,) = report.results
     assert result.runtime.endswith("(installed)")
     assert result.loads.passed and result.placement.passed and result.parity.passed
-    assert "2 sample(s)" in result.parity.reason
+    assert "3 sample(s)" in result.parity.reason
 
 
 def test_verify_fails_when_the_model_bytes_change(contracted):
@@ -308,7 +308,11 @@ def test_cli_contract_init_then_verify(model):
     result, document = cli_json("contract", "init", str(model))
     assert result.exit_code == 0, result.output
     assert document["model"] == "mlp.onnx"
-    assert [s["dims"] for s in document["golden"]["samples"]] == [{"batch": 1}, {"batch": 7}]
+    assert [s["dims"] for s in document["golden"]["samples"]] == [
+        {"batch": 1},
+        {"batch": 32},
+        {"batch": 7},
+    ]
     assert contract_paths(model)[0].is_file()
 
     again = runner.invoke(app, ["contract", "init", str(model)])

@@ -98,7 +98,7 @@ def test_the_contract_records_which_second_opinion_was_taken(tmp_path, monkeypat
     assert golden.produced_by == "reference"
     opinion = golden.second_opinion
     assert opinion.agreed is True and opinion.runner.startswith("onnxruntime[disable")
-    assert opinion.detail.startswith("2 sample(s) of y; worst max_abs")
+    assert opinion.detail.startswith("3 sample(s) of y; worst max_abs")
     # from ONNX Runtime, the reference evaluator is the second opinion
     golden = init_contract(path, ContractConfig(reference="ort", force=True)).golden
     assert golden.second_opinion.runner == "reference" and golden.second_opinion.agreed

@@ -75,15 +75,64 @@ def test_given_sizes_win_and_a_rejected_one_is_reported():
     assert "height" not in plan.named and plan.named["batch"].size == 3
 
 
-def test_contract_samples_vary_what_was_left_free_at_1_and_7(tmp_path):
+def test_contract_samples_prove_each_range_at_both_ends_and_between(tmp_path):
     loaded = load_model(save(detector(), tmp_path / "det.onnx"))
-    given = golden_samples(loaded, dims={"height": [32], "width": [32]})
+    given = golden_samples(loaded, dims={"height": [32], "width": [32, 96], "batch": [2, 9]})
     assert [s.label for s in given] == [
-        "batch=1,height=32,width=32",
+        "batch=2,height=32,width=32",
+        "batch=9,height=32,width=32",  # the batch's top at the others' smallest sizes
+        "batch=2,height=32,width=96",  # the others' tops at the smallest batch
         "batch=7,height=32,width=32",
+        "batch=2,height=32,width=64",  # between, on a multiple of the ends' common divisor
     ]
+    # starter ranges: a batch 1..32, image sides from the planned 224 to a serving size, 640
     default = golden_samples(loaded)
-    assert [s.feeds["images"].shape for s in default] == [(1, 3, 224, 224), (7, 3, 224, 224)]
+    assert [s.feeds["images"].shape for s in default] == [
+        (1, 3, 224, 224),
+        (32, 3, 224, 224),
+        (1, 3, 640, 640),
+        (7, 3, 224, 224),
+        (1, 3, 416, 416),
+    ]
+
+
+def test_starter_ranges_by_role_never_stop_at_seven(tmp_path):
+    tokens = load_model(save(token_model(), tmp_path / "tokens.onnx"))
+    shapes = {s.feeds["input_ids"].shape for s in golden_samples(tokens)}
+    assert (1, 512) in shapes and (32, 1) in shapes  # token positions to 512, a batch to 32
+    flat = load_model(save(flat_classifier(56), tmp_path / "flat.onnx"))
+    # sides the graph fixes (a weight for 56x56 features) are not ranged: only the batch is
+    assert [s.feeds["x"].shape for s in golden_samples(flat)] == [
+        (1, 3, 56, 56),
+        (32, 3, 56, 56),
+        (7, 3, 56, 56),
+    ]
+
+
+def test_a_slow_reference_lowers_a_starter_range_but_never_a_given_one(tmp_path):
+    loaded = load_model(save(detector(), tmp_path / "det.onnx"))
+    slow = golden_samples(loaded, probe=lambda sample: 10.0)  # 10 s at the smallest sizes
+    tops = {max(s.dims["batch"] for s in slow), max(s.dims["height"] for s in slow)}
+    # SAMPLE_SECONDS is 30: a batch of 2 (20 s) fits, 4 does not; sides of 320 ((320/224)^2 x
+    # 10 s = 20 s) fit, 416 (34 s) do not
+    assert tops == {2, 320}
+    given = golden_samples(loaded, dims={"batch": [1, 32]}, probe=lambda sample: 10.0)
+    assert max(s.dims["batch"] for s in given) == 32
+
+
+def test_data_is_kept_and_resized_along_the_batch_to_the_ends_of_its_range(tmp_path):
+    import numpy as np
+
+    loaded = load_model(save(detector(), tmp_path / "det.onnx"))
+    rows = np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32)
+    np.savez(tmp_path / "data.npz", images=rows)
+    samples = golden_samples(loaded, inputs=tmp_path / "data.npz", dims={"batch": [1, 5]})
+    assert [s.feeds["images"].shape[0] for s in samples] == [2, 1, 5, 3]
+    five = samples[2].feeds["images"]
+    assert (five[2] == rows[0]).all() and (five[3] == rows[1]).all()  # the data's rows, again
+    assert all(s.feeds["images"].shape[2:] == (32, 32) for s in samples)
+    with pytest.raises(Exception, match="outside the range"):
+        golden_samples(loaded, inputs=tmp_path / "data.npz", dims={"batch": [3, 5]})
 
 
 def test_a_run_on_synthetic_feeds_that_fails_names_the_shapes_and_the_dims_to_give(tmp_path):

@@ -18,6 +18,7 @@ from onnxgate.cli import app
 from onnxgate.contract import ContractConfig, init_contract
 from onnxgate.deploy import TritonConfig, check_repository, deploy_triton
 from onnxgate.errors import ConfigError, NotGated
+from onnxgate.settings import FeedSettings
 
 runner = CliRunner()
 
@@ -34,9 +35,9 @@ def codes(report) -> set[str]:
 
 @pytest.fixture
 def proven(tmp_path) -> Path:
-    """An MLP with its contract: batch proven at 1 and 7."""
+    """An MLP with its contract: batch proven from 1 to 7 (and at 4, between)."""
     path = save(mlp(), tmp_path / "mlp.onnx")
-    init_contract(path, ContractConfig())
+    init_contract(path, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 7]})))
     return path
 
 
@@ -62,6 +63,7 @@ def test_the_config_is_built_from_the_contract_and_parses_back(repo):
     assert [(w.name, w.batch_size) for w in config.model_warmup] == [
         ("golden_batch_1", 1),
         ("golden_batch_7", 7),
+        ("golden_batch_4", 4),
     ]
     for warm in config.model_warmup:
         data = warm.inputs["x"]
@@ -97,7 +99,9 @@ def test_a_batch_beyond_the_proven_one_is_refused(proven, tmp_path):
         proven, TritonConfig(out=tmp_path / "r", allow_ungated=True, max_batch=4)
     )
     config = parse(tmp_path / "r" / "mlp" / "config.pbtxt")
-    assert config.max_batch_size == 4 and [w.batch_size for w in config.model_warmup] == [1, 4]
+    # golden samples above the batch warm up at the batch: none is above it
+    assert config.max_batch_size == 4
+    assert sorted({w.batch_size for w in config.model_warmup}) == [1, 4]
     assert report.passed
 
 

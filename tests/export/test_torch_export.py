@@ -72,16 +72,27 @@ def test_parity_samples_resize_only_dynamic_axes_and_follow_the_example():
     }
     dynamic = {"ids": {0: "batch", 1: "seq"}, "x": {0: "batch", 1: "seq"}}
     samples = parity_samples(examples, dynamic, seed=3)
-    sizes = [s.dims["seq"] for s in samples]
-    assert sizes[:2] == list(PARITY_SIZES) == [1, 7]
-    assert sizes[2] > 7
-    for sample, size in zip(samples, sizes, strict=True):
-        assert sample.dims == {"batch": size, "seq": size}
-        assert sample.feeds["ids"].shape == (size, size)
+    # a batch (axis 0) over 1..32 and another axis over 1..16 (past the example's 3): both ends
+    # and between, the batch's top at the smallest seq and the reverse
+    assert [(s.dims["batch"], s.dims["seq"]) for s in samples] == [
+        (1, 1),
+        (32, 1),
+        (1, 16),
+        (7, 1),
+        (1, 8),
+    ]
+    assert PARITY_SIZES == (1, 7)
+    for sample in samples:
+        batch, seq = sample.dims["batch"], sample.dims["seq"]
+        assert sample.feeds["ids"].shape == (batch, seq)
         assert sample.feeds["ids"].dtype == np.int64
         assert sample.feeds["ids"].min() >= 5 and sample.feeds["ids"].max() <= 9
-        assert sample.feeds["x"].shape == (size, size, 4)
+        assert sample.feeds["x"].shape == (batch, seq, 4)
         assert sample.feeds["x"].dtype == np.float32
+    given = parity_samples(examples, dynamic, seed=3, ranges={"batch": (2, 64), "seq": (4, 4)})
+    assert [(s.dims["batch"], s.dims["seq"]) for s in given] == [(2, 4), (64, 4), (7, 4)]
+    with pytest.raises(ConfigError, match="not a dynamic axis label"):
+        parity_samples(examples, dynamic, ranges={"width": (1, 9)})
     again = parity_samples(examples, dynamic, seed=3)
     assert all(
         np.array_equal(a.feeds["ids"], b.feeds["ids"]) for a, b in zip(samples, again, strict=True)
@@ -139,8 +150,8 @@ def test_dynamic_batch_from_a_batch_1_example(nets, out):
     parity = result.parity
     assert parity.passed
     batches = [s.shapes["x"][0] for s in parity.samples]
-    assert batches[:2] == [1, 7] and batches[2] > 7
-    assert [s.label for s in parity.samples][:2] == ["batch=1", "batch=7"]
+    assert batches == [1, 32, 7]  # a batch's starter range, 1..32, and between
+    assert [s.label for s in parity.samples] == ["batch=1", "batch=32", "batch=7"]
 
     contract = load_contract(path)
     assert contract == result.contract

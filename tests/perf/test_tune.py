@@ -641,3 +641,28 @@ def test_the_decision_says_why_the_defaults_were_kept(model):
     )
     none = tune(model, TuneConfig(batch=4, **FAST), measure=Timer(), race=Race())
     assert none.decision == "defaults kept (p50 2.00 ms): no candidate beat them in the search"
+
+
+def test_without_a_shape_tune_runs_on_a_golden_sample_and_at_a_golden_shape_when_one_is_asked(
+    model,
+):
+    from onnxgate.contract import read_golden
+
+    golden = {s.label: s for s, _ in read_golden(load_contract(model), model)}
+    assert sorted(s.dims["batch"] for s in golden.values()) == [1, 7, 32]
+
+    seen: list[dict] = []
+
+    class Recorder(Race):
+        def __call__(self, sides, feeds):
+            seen.append(dict(feeds))
+            return super().__call__(sides, feeds)
+
+    # nothing asked: the largest golden sample within the default shape (batch 3): batch 1
+    report = tune(model, TuneConfig(write=False, **FAST), measure=Timer(), race=Recorder())
+    assert report.shape == {"batch": 1}
+    np.testing.assert_array_equal(seen[-1]["x"], golden["batch=1"].feeds["x"])
+    # a batch the contract proved: its golden sample, real inputs rather than made-up ones
+    report = tune(model, TuneConfig(write=False, batch=7, **FAST), measure=Timer(), race=Recorder())
+    assert report.shape == {"batch": 7}
+    np.testing.assert_array_equal(seen[-1]["x"], golden["batch=7"].feeds["x"])

@@ -26,7 +26,7 @@ def test_opens_proves_and_predicts_like_onnxruntime(model: Path) -> None:
     with Predictor.open(model, PredictorConfig(allow_ungated=True)) as predictor:
         assert predictor.ready, predictor.why_not()
         assert predictor.batch_dim == "batch" and predictor.max_batch == 8
-        assert "4 golden sample(s)" in predictor.proof.parity
+        assert "5 golden sample(s)" in predictor.proof.parity
         ids = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
         mask = np.ones_like(ids)
         result = predictor.predict({"ids": ids, "mask": mask})

@@ -94,9 +94,10 @@ def init_command(
 
     Records the sha256 of the model and its external-data files, the signature with the dims the
     golden samples were made at, the requirements (IR, opsets, custom domains, the oldest ONNX
-    Runtime release that admits them) and golden samples: inputs (synthetic with every free
-    dimension that --dim leaves out at 1 and at 7, an image's height and width at a size the
-    graph accepts; or --inputs) with the outputs of
+    Runtime release that admits them) and golden samples: inputs that take every free dimension
+    to both ends of its serving range and between (--dim NAME=MIN,MAX gives a range; the others
+    get starter ranges by role: a batch 1..32, image sides from a size the graph accepts to 640,
+    token positions 1..512; or --inputs, resized along the batch) with the outputs of
     `--reference` (the ONNX reference evaluator by default, with onnxgate's corrections of its
     known bugs; it shares no code with ONNX Runtime), and the tolerance each output will be
     verified with.

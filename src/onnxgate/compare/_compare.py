@@ -456,6 +456,7 @@ def compare(
     model: str | Path | LoadedModel,
     config: CompareConfig | None = None,
     *,
+    samples: Sequence[Sample] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CompareReport:
     """Do two executions of a model agree? The library function behind ``onnxgate compare``.
@@ -463,6 +464,7 @@ def compare(
     Args:
         model: the ONNX model.
         config: who runs against whom, on which feeds, with which session and tolerances.
+        samples: the feeds to compare on (a gate's golden samples), instead of ``config.feeds``.
         progress: called with a short message before each step.
 
     Raises:
@@ -479,7 +481,15 @@ def compare(
     value_ranges: dict[str, str] = {}
     candidate = config.candidate
     ranges = feeds.value_ranges()
-    if feeds.inputs is not None:
+    if samples:
+        if feeds.inputs is not None or feeds.dims or feeds.ranges:
+            raise ConfigError(
+                "samples were given; feeds cannot choose others.",
+                field="feeds.inputs" if feeds.inputs is not None else "feeds.dims",
+            )
+        samples = list(samples)
+        data = "the contract's golden samples"
+    elif feeds.inputs is not None:
         feeds.refuse_with_inputs()
         samples = load_feeds(feeds.inputs, signature=signature)
         data = str(feeds.inputs)

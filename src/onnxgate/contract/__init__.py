@@ -18,6 +18,7 @@ from onnxgate.contract._hollow import CODES, RULE_FLOORS, ContractFinding, Floor
 from onnxgate.contract._identity import sign_contract
 from onnxgate.contract._names import shown, stored_name
 from onnxgate.contract._observed import observed_outputs, observed_shapes
+from onnxgate.contract._samples import golden_samples
 from onnxgate.contract._schema import (
     CONTRACT_FORMAT,
     Contract,
@@ -51,13 +52,11 @@ from onnxgate.contract._sign import (
 )
 from onnxgate.contract._store import SIDECAR, ContractStore, SidecarStore
 from onnxgate.contract._verify import (
-    GOLDEN_SIZES,
     Cell,
     ContractConfig,
     RuntimeResult,
     VerifyConfig,
     VerifyReport,
-    golden_samples,
     init_contract,
     verify,
 )
@@ -71,7 +70,6 @@ __all__ = [
     "ENV_VERIFY",
     "RULE_FLOORS",
     "SIDECAR",
-    "GOLDEN_SIZES",
     "Admission",
     "Cell",
     "Contract",

@@ -43,6 +43,7 @@ from onnxgate.contract._schema import (
 from onnxgate.contract._sign import sign_new
 from onnxgate.contract._store import SIDECAR, ContractStore
 from onnxgate.data import DimChoice, Sample, chosen_ranges, feeds_digest, validate_feeds
+from onnxgate.data._dims import free_sizes
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
@@ -227,6 +228,7 @@ def write_contract(
     second_opinion: Runner | SecondOpinion | None = None,
     store: ContractStore = SIDECAR,
     allow_weak_rules: bool = True,
+    batch: str | None = None,
 ) -> Contract:
     """Run ``reference`` on the samples and write ``<model>.contract.json`` and ``.golden.npz``.
 
@@ -255,6 +257,8 @@ def write_contract(
         store: where the contract and golden samples are kept.
         allow_weak_rules: write rules weaker than ``RULE_FLOORS`` (``verify`` will then need
             ``allow_weak_rules`` too).
+        batch: the inputs' batch dimension when the outputs call their first axis otherwise
+            (``[model] batch_axis``); every golden output's first axis must follow it.
 
     Raises:
         ConfigError: a contract exists already and ``force`` is not set.
@@ -299,12 +303,15 @@ def write_contract(
             for name, value in kept.items():
                 arrays[f"{key}/out/{name}"] = value
             last_outputs = kept
-            produced.append((Sample(sample.label, feeds, dict(sample.dims)), kept))
+            # the sizes the arrays have, not only those the sample was asked at: loaded data
+            # proves the sizes it holds
+            dims = dict(sample.dims) | free_sizes(signature, feeds)
+            produced.append((Sample(sample.label, feeds, dims), kept))
             golden.append(
                 GoldenSample(
                     key=key,
                     label=sample.label,
-                    dims=dict(sample.dims),
+                    dims=dims,
                     inputs=list(feeds),
                     outputs=list(kept),
                 )
@@ -314,6 +321,8 @@ def write_contract(
             f"{shown(loaded.path)}: no output is a tensor ({', '.join(sorted(skipped))}), so there is no "
             "golden value to keep."
         )
+    if batch is not None:
+        _check_batch(batch, signature, produced, where=shown(loaded.path))
     rules = rules_for(signature, last_outputs, config)
     where = shown(store.location(loaded.path))
     # the floors need the golden values, so the reference has run; the second opinion has not
@@ -338,7 +347,8 @@ def write_contract(
         signature=SignatureContract(
             inputs=list(signature.inputs),
             outputs=list(signature.outputs),
-            dims=dim_bounds(list(signature.inputs), [s.dims for s in samples]),
+            dims=dim_bounds(list(signature.inputs), [g.dims for g in golden]),
+            batch=batch,
             observed=observed_shapes(signature, produced),
             values={
                 n: ValueBound(low=r.low, high=r.high, why=r.why)
@@ -370,6 +380,41 @@ def write_contract(
     contract = sign_new(contract)
     store.write(loaded.path, contract, data)
     return contract
+
+
+def _check_batch(
+    batch: str,
+    signature: Signature,
+    produced: Sequence[tuple[Sample, dict[str, np.ndarray]]],
+    *,
+    where: str,
+) -> None:
+    """Refuse a batch dimension that is not the first axis of every input and golden output.
+
+    Raises:
+        ConfigError: naming the input or output, and the sample, that does not follow it.
+    """
+    heads = [s for s in signature.inputs if s.shape and s.shape[0] == batch]
+    others = [s.name for s in signature.inputs if s.name not in {h.name for h in heads}]
+    if not heads or others:
+        raise ConfigError(
+            f"{where}: batch_axis {batch!r} is not the first axis of every input"
+            + (f" ({', '.join(others)} has another)" if heads else "")
+            + ".",
+            hint="Name the inputs' first dimension, as `inspect` shows it.",
+            field="batch_axis",
+        )
+    for sample, outputs in produced:
+        rows = sample.dims.get(batch)
+        for name, value in outputs.items():
+            if rows is not None and (value.ndim == 0 or value.shape[0] != rows):
+                raise ConfigError(
+                    f"{where}: output {name!r} has shape {list(value.shape)} on sample "
+                    f"{sample.label} ({batch}={rows}); its first axis does not follow batch_axis "
+                    f"{batch!r}, so requests cannot be batched along it.",
+                    hint="Leave batch_axis out: the model is then served one request at a time.",
+                    field="batch_axis",
+                )
 
 
 def second_opinion_for(source: Runner, model: LoadedModel) -> Runner:

@@ -88,6 +88,8 @@ class SignatureContract(_Strict):
     outputs: list[TensorSpec]
     """As the model declares them."""
     dims: dict[str, DimBound] = {}
+    """The sizes each symbolic dimension of the inputs was proved at, smallest to largest: the
+    range ``serve`` and ``deploy`` accept."""
     values: dict[str, ValueBound] = {}
     observed: dict[str, ObservedShape] = {}
     """Outputs whose golden values contradict their declared shape, with the shape they have."""
@@ -103,6 +105,12 @@ class SignatureContract(_Strict):
             else spec
             for spec in self.outputs
         ]
+
+    batch: str | None = Field(None, exclude_if=lambda value: value is None)
+    """The batch dimension when the inputs and outputs name it differently (``[model]
+    batch_axis``; tf2onnx writes ``unk__214`` on inputs and ``unk__215`` on outputs): this input
+    dimension and every output's first axis are one batch, as the golden samples showed. Left
+    out of the file when unset, so contracts without it read as before."""
 
 
 class Requirements(_Strict):
@@ -379,8 +387,17 @@ def golden_path(model: Path, golden: Golden) -> Path:
 
 
 def dim_bounds(specs: list[TensorSpec], sizes: list[dict[str, int]]) -> dict[str, DimBound]:
-    """For each symbolic dim, the smallest and largest size it was proved at."""
+    """For each free dim, the smallest and largest size it was proved at.
+
+    A dim without a name is keyed ``INPUT[AXIS]`` (``images[2]``), as ``[feeds] dims`` names it.
+    """
     names = {d for spec in specs for d in spec.symbolic_dims}
+    names |= {
+        f"{spec.name}[{axis}]"
+        for spec in specs
+        for axis, dim in enumerate(spec.shape or ())
+        if not (isinstance(dim, int) and dim > 0) and not (isinstance(dim, str) and dim)
+    }
     bounds = {}
     for name in sorted(names):
         seen = [s[name] for s in sizes if name in s]

@@ -18,7 +18,7 @@ import functools
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,9 +35,12 @@ from onnxgate.contract._golden import GoldenRunner, second_opinion_for, write_co
 from onnxgate.contract._hollow import ContractFinding
 from onnxgate.contract._identity import Cell
 from onnxgate.contract._names import shown
+from onnxgate.contract._samples import golden_samples, reference_probe
 from onnxgate.contract._schema import Contract, Provenance, SecondOpinion
 from onnxgate.contract._store import SIDECAR
-from onnxgate.data import Sample, ValueRange, load_feeds, synthetic_samples
+from onnxgate.data import (
+    Sample,
+)
 from onnxgate.errors import ConfigError, GateError, RunFailed, RuntimeEnvError, SessionFailed
 from onnxgate.inspection import Leftover, leftovers
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -51,9 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GOLDEN_SIZES = (1, 7)
-"""Sizes every symbolic dimension takes in the default golden samples: the edge, and a prime."""
-
 
 class ContractConfig(Part):
     """How ``contract init`` makes the golden samples of a model exported elsewhere."""
@@ -62,8 +62,11 @@ class ContractConfig(Part):
     """Who computes the golden outputs: the ONNX reference evaluator (with onnxgate's
     corrections), or any runner spec such as ``ort:disable`` or ``torch:pkg.mod:factory``."""
     feeds: FeedSettings = FeedSettings()
-    """The golden samples' inputs; by default synthetic ones with every free dimension at 1 and
-    at 7, an image's height and width at a size the graph accepts."""
+    """The golden samples' inputs and the ranges they prove: ``dims`` gives a dimension's serving
+    range (its smallest and largest size); the others get starter ranges by role (a batch 1 to
+    32, an image side up to 640, token positions up to 512), each proven at both ends and between
+    (``golden_samples``). With ``inputs``, the data's samples, plus copies of the first resized
+    to the ends of the batch's and the given ranges."""
     tolerances: Tolerances = Tolerances()
     """Recorded per output as the rule ``verify`` holds the model to."""
     second_opinion: bool = True
@@ -75,6 +78,9 @@ class ContractConfig(Part):
     """Allow a ``sklearn:`` reference to be unpickled (unpickling runs code from the file)."""
     allow_weak_rules: bool = False
     """Write rules weaker than ``RULE_FLOORS`` (``verify`` then needs ``allow_weak_rules`` too)."""
+    batch_axis: str | None = None
+    """The inputs' batch dimension when the outputs name their first axis otherwise (tf2onnx's
+    ``unk__214`` and ``unk__215``): recorded so ``serve`` and ``deploy`` batch along it."""
 
 
 class VerifyConfig(Part):
@@ -132,38 +138,6 @@ class VerifyReport(BaseModel):
     """Partial files of interrupted writes beside the model (they do not fail verification)."""
 
 
-def golden_samples(
-    loaded: LoadedModel,
-    *,
-    inputs: str | Path | None = None,
-    dims: Mapping[str, int | Sequence[int]] | None = None,
-    ranges: Mapping[str, ValueRange] | None = None,
-    seed: int = 0,
-) -> list[Sample]:
-    """Samples for a contract: given data, or synthetic ones at 1 and at 7.
-
-    Every free dimension that ``dims`` leaves out is proven at 1 and at 7, except the height and
-    width of an image, which take a size the graph accepts (``plan_dims``).
-    """
-    signature = Signature.from_graph(loaded.proto.graph)
-    if inputs is not None:
-        return load_feeds(inputs, signature=signature)
-    free = {d for spec in signature.inputs for d in spec.symbolic_dims} - set(dims or {})
-    unnamed = any(
-        not (isinstance(d, int) and d > 0) and not isinstance(d, str)
-        for spec in signature.inputs
-        for d in spec.shape or ()
-    )
-    if not free and not unnamed:
-        return synthetic_samples(signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed)
-    samples = []
-    for size in GOLDEN_SIZES:
-        samples += synthetic_samples(
-            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=seed, default_dim=size
-        )
-    return samples
-
-
 def init_contract(
     model: str | Path,
     config: ContractConfig | None = None,
@@ -190,16 +164,20 @@ def init_contract(
     """
     config = config or ContractConfig()
     feeds = config.feeds
-    feeds.refuse_with_inputs()
+    if feeds.inputs is not None and feeds.ranges:
+        # dims go with data (the ranges the data is resized to); value ranges shape synthetic feeds
+        FeedSettings(inputs=feeds.inputs, ranges=feeds.ranges).refuse_with_inputs()
     loaded = load_model(model)
+    runner = make_runner(config.reference, loaded, trust_pickle=config.trust_pickle)
     samples = golden_samples(
         loaded,
         inputs=feeds.inputs,
         dims=feeds.sizes() or None,
         ranges=feeds.value_ranges() or None,
         seed=feeds.seed,
+        probe=reference_probe(runner, Signature.from_graph(loaded.proto.graph)),
+        progress=progress,
     )
-    runner = make_runner(config.reference, loaded, trust_pickle=config.trust_pickle)
     second: Runner | SecondOpinion = (
         second_opinion_for(runner, loaded)
         if config.second_opinion
@@ -215,6 +193,7 @@ def init_contract(
         provenance=Provenance(onnxgate=__version__, exporter=None),
         second_opinion=second,
         allow_weak_rules=config.allow_weak_rules,
+        batch=config.batch_axis,
     )
 
 

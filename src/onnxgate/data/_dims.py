@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx
@@ -123,7 +123,10 @@ def unnamed_dims(signature: Signature) -> list[str]:
 
 
 def _image_axes(spec: TensorSpec) -> tuple[int, ...]:
-    """The height and width axes of an NCHW or NHWC image input, or () when it is not one."""
+    """The free height and width axes of an NCHW or NHWC image input, or () when it is not one.
+
+    One side may be fixed: a text-line recogniser takes a fixed height and any width.
+    """
     shape = spec.shape or ()
     if len(shape) != 4 or spec.dtype not in ("float32", "float16", "bfloat16", "uint8", "float64"):
         return ()
@@ -131,10 +134,13 @@ def _image_axes(spec: TensorSpec) -> tuple[int, ...]:
     def free(d: object) -> bool:
         return not (isinstance(d, int) and d > 0)
 
-    if isinstance(shape[1], int) and shape[1] in _CHANNELS and free(shape[2]) and free(shape[3]):
-        return (2, 3)
-    if isinstance(shape[3], int) and shape[3] in _CHANNELS and free(shape[1]) and free(shape[2]):
-        return (1, 2)
+    def sides(axes: tuple[int, int]) -> tuple[int, ...]:
+        return tuple(axis for axis in axes if free(shape[axis]))
+
+    if isinstance(shape[1], int) and shape[1] in _CHANNELS:
+        return sides((2, 3))
+    if isinstance(shape[3], int) and shape[3] in _CHANNELS:
+        return sides((1, 2))
     return ()
 
 
@@ -155,28 +161,18 @@ _DEFAULTS = {
 }
 
 
-def plan_dims(
+def dim_roles(
     signature: Signature,
-    model: ModelProto | None = None,
     *,
-    given: Mapping[str, int] | None = None,
-    known: Mapping[str, DimChoice] | None = None,
+    given: Mapping[str, object] | None = None,
     indexed: set[str] | None = None,
-    default: int | None = None,
-) -> ShapePlan:
-    """Sizes for the free dimensions of ``signature`` that ``given`` leaves out.
+) -> dict[str | tuple[str, int], str]:
+    """The role of every free dimension ``given`` leaves out: image, sequence, batch or other.
 
-    Args:
-        signature: the model's inputs.
-        model: the model, to check the plan against its graph; None plans by role alone.
-        given: sizes the caller chose; they are not planned and win over everything.
-        known: sizes learnt elsewhere (the contract's samples); they win over roles.
-        indexed: inputs that index an embedding table (token ids).
-        default: one size for every free dimension but an image's height and width, instead of
-            the defaults (contracts prove their samples at 1 and at 7).
+    Named dimensions are keyed by name, those without a name by (input, axis). A dimension used
+    in several roles takes the most specific one (image, then sequence, then batch).
     """
-    given = dict(given or {})
-    known = dict(known or {})
+    given = given or {}
     token_model = _token_inputs(signature, indexed or set())
     roles: dict[str | tuple[str, int], str] = {}
     for spec in signature.inputs:
@@ -204,6 +200,32 @@ def plan_dims(
                 role = "other"
             if key not in roles or _ROLES[role] < _ROLES[roles[key]]:
                 roles[key] = role
+    return roles
+
+
+def plan_dims(
+    signature: Signature,
+    model: ModelProto | None = None,
+    *,
+    given: Mapping[str, int] | None = None,
+    known: Mapping[str, DimChoice] | None = None,
+    indexed: set[str] | None = None,
+    default: int | None = None,
+) -> ShapePlan:
+    """Sizes for the free dimensions of ``signature`` that ``given`` leaves out.
+
+    Args:
+        signature: the model's inputs.
+        model: the model, to check the plan against its graph; None plans by role alone.
+        given: sizes the caller chose; they are not planned and win over everything.
+        known: sizes learnt elsewhere (the contract's samples); they win over roles.
+        indexed: inputs that index an embedding table (token ids).
+        default: one size for every free dimension but an image's height and width, instead of
+            the defaults (contracts prove their samples at 1 and at 7).
+    """
+    given = dict(given or {})
+    known = dict(known or {})
+    roles = dim_roles(signature, given=given, indexed=indexed)
     chosen: dict[str | tuple[str, int], DimChoice] = {}
     for key, role in roles.items():
         if isinstance(key, str) and key in known:
@@ -328,3 +350,173 @@ def describe_shapes(signature: Signature, shapes: Mapping[str, Sequence[int]]) -
         f"{name} {specs[name].dtype if name in specs else ''}[{','.join(map(str, shape))}]"
         for name, shape in shapes.items()
     )
+
+
+# --- serving ranges ------------------------------------------------------------------------------
+
+BATCH_MAX = (32, 16, 8, 4, 2)
+"""Largest batch a starter range proves: the first of these the graph accepts."""
+
+IMAGE_MAX = (640, 512, 416, 320)
+"""Largest image side a starter range proves (at least the planned side): the first the graph
+accepts. Detectors are served at 320 to 640, so 224 alone would refuse most of their requests."""
+
+SEQUENCE_MAX = (512, 256, 128)
+"""Most token positions a starter range proves: the first the graph accepts."""
+
+OTHER_MAX = (64, 32, 16)
+"""Largest size a starter range proves for a dimension of no known role."""
+
+BETWEEN_BATCH = 7
+"""The batch between the ends of a range: small, odd and not a power of two."""
+
+
+@dataclass(frozen=True)
+class DimRange:
+    """The sizes of one free dimension a contract must prove, ``low`` to ``high``, and why."""
+
+    low: int
+    high: int
+    role: str
+    """``batch``, ``image``, ``sequence`` or ``other``."""
+    why: str
+    given: bool = False
+    """The user gave the range (``[feeds] dims``); it is not a starter range."""
+
+    @property
+    def between(self) -> int:
+        """A size strictly between the ends when there is one (else ``low``).
+
+        A batch takes 7 when it lies inside; other sizes the midpoint rounded to a multiple of
+        the ends' common divisor, so a detector proven at 224 and 640 is proven at 416 too.
+        """
+        if self.high - self.low < 2:
+            return self.low
+        if self.role == "batch" and self.low < BETWEEN_BATCH < self.high:
+            return BETWEEN_BATCH
+        step = math.gcd(self.low, self.high)
+        middle = self.low + ((self.high - self.low) // 2 // step) * step
+        return middle if self.low < middle < self.high else (self.low + self.high) // 2
+
+
+def range_key_label(key: str | tuple[str, int]) -> str:
+    """A dimension's key as ``--dim`` and ``[feeds] dims`` name it: ``batch`` or ``images[2]``."""
+    return key if isinstance(key, str) else unnamed_label(*key)
+
+
+def serving_ranges(
+    signature: Signature,
+    model: ModelProto | None = None,
+    *,
+    given: Mapping[str, tuple[int, int]] | None = None,
+    indexed: set[str] | None = None,
+    affordable: Callable[[Mapping[str, int]], bool] | None = None,
+) -> dict[str, DimRange]:
+    """The range every free dimension of the inputs is to be proven over, by label.
+
+    ``given`` ranges (``[feeds] dims``) are taken as they are. The others come from the
+    dimension's role: a batch 1 to 32, an image side from the planned size (``plan_dims``) to
+    640, token positions 1 to 512, any other 1 to 64. Each top is lowered to the first size strict
+    shape inference accepts (with the other dimensions at their low ends), when it can tell, and
+    that ``affordable`` accepts: it is asked about the sizes of every free dimension, and keeps
+    the reference evaluator's time bounded.
+    """
+    given = dict(given or {})
+    every = {range_key_label(k): r for k, r in dim_roles(signature, indexed=indexed).items()}
+    roles = dim_roles(signature, given=given, indexed=indexed)
+    plan = plan_dims(signature, model, given={k: v[0] for k, v in given.items()}, indexed=indexed)
+    ranges = {
+        name: DimRange(low, high, every.get(name, "other"), "[feeds] dims", given=True)
+        for name, (low, high) in given.items()
+    }
+    skeleton = _skeleton(model) if model is not None and roles else None
+    if skeleton is not None and _rejects(skeleton, signature, None, {}) is not None:
+        skeleton = None  # shape inference fails whatever the sizes: it cannot tell
+    planned: dict[str | tuple[str, int], DimChoice] = dict(plan.named) | dict(plan.unnamed)
+    base = {k: v[0] for k, v in given.items()}
+    lows = {k: (planned[k].size if r == "image" and k in planned else 1) for k, r in roles.items()}
+    floor = {range_key_label(k): v for k, v in lows.items()} | base
+
+    def fits(keys: list[str | tuple[str, int]], size: int) -> bool:
+        if affordable is not None and not affordable(
+            floor | {range_key_label(k): size for k in keys}
+        ):
+            return False
+        if skeleton is None:
+            return True
+        trial = dict(planned) | dict.fromkeys(keys, DimChoice(size, "trial"))
+        return _rejects(skeleton, signature, _plan(trial), base) is None
+
+    for role, tops in (
+        ("batch", BATCH_MAX),
+        ("image", IMAGE_MAX),
+        ("sequence", SEQUENCE_MAX),
+        ("other", OTHER_MAX),
+    ):
+        keys = [k for k, r in roles.items() if r == role]
+        if not keys:
+            continue
+        least = max(lows[k] for k in keys)
+        high = next((t for t in tops if t >= least and fits(keys, t)), least)
+        why = {
+            "batch": "a batch, starter range",
+            "image": "an image side, from the planned size to a typical serving size",
+            "sequence": "token positions, starter range",
+            "other": "starter range",
+        }[role]
+        if high < max(tops[0], least):
+            why += f", lowered to {high} (what the graph accepts, at a bounded reference cost)"
+        for key in keys:
+            ranges[range_key_label(key)] = DimRange(lows[key], high, role, why)
+    return ranges
+
+
+def input_elements(plan: ShapePlan, signature: Signature, sizes: Mapping[str, int]) -> int:
+    """The elements of every input together at ``sizes`` (the plan's for the others)."""
+    return sum(
+        math.prod(plan.shape(spec, sizes))
+        for spec in signature.inputs
+        if spec.shape is not None and (spec.type or "").startswith("tensor(")
+    )
+
+
+def range_points(ranges: Mapping[str, DimRange]) -> list[dict[str, int]]:
+    """The size combinations that prove ``ranges``, each dimension at its ends and between.
+
+    Not every corner: the reference evaluator is tens of times slower than ONNX Runtime. Every
+    dimension at its low end; the batch at its top with the others low, and the others at their
+    tops with the batch low; and each group once between its ends with the other low.
+    """
+    batch = [k for k, r in ranges.items() if r.role == "batch"]
+    others = [k for k in ranges if k not in batch]
+    low = {k: r.low for k, r in ranges.items()}
+    points = [low]
+    groups = [g for g in (batch, others) if g]
+    for group in groups:
+        points.append(low | {k: ranges[k].high for k in group})
+    for group in groups:
+        points.append(low | {k: ranges[k].between for k in group})
+    unique: list[dict[str, int]] = []
+    for point in points:
+        if point not in unique:
+            unique.append(point)
+    return unique
+
+
+def free_sizes(signature: Signature, feeds: Mapping[str, object]) -> dict[str, int]:
+    """The size of every free dimension in ``feeds``, by label (first use wins).
+
+    A named dimension is its name (``batch``); one without a name ``INPUT[AXIS]`` (``images[2]``).
+    """
+    sizes: dict[str, int] = {}
+    for spec in signature.inputs:
+        value = feeds.get(spec.name)
+        shape = getattr(value, "shape", None)
+        if spec.shape is None or shape is None:
+            continue
+        for axis, (dim, size) in enumerate(zip(spec.shape, shape, strict=False)):
+            if isinstance(dim, int) and dim > 0:
+                continue
+            label = dim if isinstance(dim, str) and dim else unnamed_label(spec.name, axis)
+            sizes.setdefault(label, int(size))
+    return sizes

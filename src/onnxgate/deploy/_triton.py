@@ -146,7 +146,7 @@ def batching(contract: Contract) -> tuple[str | None, int | None, int | None]:
     from onnxgate.serve._predictor import batch_axis
 
     signature = contract.signature
-    name = batch_axis(signature.inputs, signature.outputs)
+    name = batch_axis(signature.inputs, signature.outputs, signature.batch)
     bound = signature.dims.get(name) if name else None
     return name, (bound.min if bound else None), (bound.max if bound else None)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from onnxgate._fs import staged_file
 from onnxgate._pathtext import FilePath, shown
@@ -31,6 +31,7 @@ from onnxgate.contract import (
     write_contract,
 )
 from onnxgate.data import Sample, read_arrays
+from onnxgate.data._dims import DimRange
 from onnxgate.errors import ExportError, ExtraMissing, FeedError
 from onnxgate.export._report import ExportReport
 from onnxgate.model import Signature, load_model
@@ -52,8 +53,19 @@ class SklearnExportConfig(Part):
     """Target ONNX Runtime release: the opset and IR are the highest it loads."""
     tolerances: Tolerances = Tolerances()
     """Tolerances and metrics of the parity check, recorded in the contract."""
-    golden_rows: int = Field(64, ge=1)
-    """Rows of the data kept as golden samples in the contract."""
+    batch: tuple[int, int] | None = None
+    """The serving range of the batch, ``(min, max)`` (``[feeds] dims.batch``); default 1 to
+    the data's row count. Proven at both ends and between; rows are repeated past the data's."""
+    golden_rows: int | None = Field(None, ge=1)
+    """The most rows one golden sample keeps (default: the top of ``batch``)."""
+
+    @field_validator("batch")
+    @classmethod
+    def _batch(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 1 <= value[0] <= value[1]:
+            raise ValueError(f"{list(value)} is not [MIN, MAX] with 1 <= MIN <= MAX")
+        return value
+
     contract: bool = True
     """Write the contract and golden samples beside the model."""
 
@@ -89,6 +101,23 @@ def read_matrix(path: Path) -> np.ndarray:
     if len(matrix) == 0:
         raise FeedError(f"{shown(path)}: has no rows.")
     return matrix
+
+
+def _golden_rows(x: np.ndarray, name: str, config: SklearnExportConfig) -> list[Sample]:
+    """Golden samples at the ends of the batch's range and between: the sizes it will serve.
+
+    By default 1 to every row of the data, so a pipeline given 171 rows is proven at 171.
+    """
+    low, high = config.batch or (1, len(x))
+    high = min(high, config.golden_rows or high)
+    low = min(low, high)
+    between = DimRange(low, high, "batch", "").between
+    golden = []
+    for n in sorted({low, between, high}):
+        rows = x[np.arange(n) % len(x)]  # past the data's rows, they repeat
+        what = f"[:{n}]" if n <= len(x) else f" repeated to {n} rows"
+        golden.append(Sample(f"{shown(config.data.name)}{what}", {name: rows}, {"batch": n}))
+    return golden
 
 
 def _skl2onnx() -> Any:
@@ -241,11 +270,7 @@ def export_sklearn(
     if not config.contract:
         notices.extend(drop_stale_contract(config.out))
     if config.contract:
-        # several shapes: one row, a prime number of rows, and a larger block
-        golden = [
-            Sample(f"{shown(config.data.name)}[:{n}]", {name: x[:n]}, {"batch": n})
-            for n in sorted({min(1, len(x)), min(7, len(x)), min(config.golden_rows, len(x))})
-        ]
+        golden = _golden_rows(x, name, config)
         contract = write_contract(
             final,
             SklearnRunner.from_estimator(estimator, signature, name=type(estimator).__name__),

@@ -7,8 +7,9 @@ after a printed notice with ``exporter="auto"``). Three traps are closed on purp
   such axes are repeated to size 2 in the example before export (with a notice);
 - every requested dynamic axis must still be symbolic in the exported signature, or the export
   fails;
-- parity with the module is checked at three sizes of every dynamic axis (1, 7 and a larger one)
-  with seeded inputs, and a miss comes back as a report that did not pass: the file is not left
+- parity with the module is checked across the range of every dynamic axis (both ends and between:
+  a batch 1, 7 and 32, another axis 1, its middle and past the example's size, or the serving
+  range given) with seeded inputs, and a miss comes back as a report that did not pass: the file is not left
   where it was asked for. Values the exporter froze (a NumPy call in ``forward``) show up here.
 """
 
@@ -38,6 +39,7 @@ from onnxgate.contract import (
     write_contract,
 )
 from onnxgate.data import Sample, load_feeds
+from onnxgate.data._dims import BATCH_MAX, DimRange, range_points
 from onnxgate.errors import ConfigError, ExportError
 from onnxgate.export._diagnose import (
     diagnose,
@@ -52,7 +54,8 @@ from onnxgate.settings import Part, Tolerances, config_hash
 log = logging.getLogger(__name__)
 
 PARITY_SIZES = (1, 7)
-"""Sizes of every dynamic axis in the parity check, besides a larger one (see ``_larger``)."""
+"""Sizes of a dynamic axis in the parity check, besides its range's top (see ``parity_ranges``):
+the edge, and a prime between (``range_points`` takes a batch to 7, others to their middle)."""
 
 DYNAMO_MIN_OPSET = 18
 """The dynamo exporter writes opset 18 and later."""
@@ -79,6 +82,9 @@ class TorchExportConfig(Part):
     """Tolerances and metrics of the parity check, recorded in the contract."""
     seed: int = 0
     """Seed of the parity inputs."""
+    dims: dict[str, tuple[int, int]] = {}
+    """The serving range of a dynamic axis label (``{"batch": (1, 64)}``), proven at both ends
+    and between; labels left out: a batch (axis 0) 1 to 32, others 1 to past the example's."""
     contract: bool = True
     """Write the contract and golden samples beside the model."""
 
@@ -301,35 +307,73 @@ def _larger(example: int) -> int:
     return max(16, 2 * example + 3)
 
 
+def parity_ranges(
+    examples: Mapping[str, np.ndarray],
+    dynamic: Mapping[str, Mapping[int, str]],
+    given: Mapping[str, tuple[int, int]] | None = None,
+) -> dict[str, DimRange]:
+    """The range each dynamic axis label is proven over.
+
+    ``given`` ranges (``[feeds] dims``) as they are; otherwise a label on axis 0 is a batch, 1 to
+    32 (or the example's size, when larger), and any other 1 to a size larger than the
+    example's (``_larger``).
+    """
+    given = dict(given or {})
+    unknown = sorted(set(given) - {label for axes in dynamic.values() for label in axes.values()})
+    if unknown:
+        raise ConfigError(
+            f"feeds.dims names {unknown[0]!r}, which is not a dynamic axis label; the labels are "
+            f"{', '.join(sorted({lb for axes in dynamic.values() for lb in axes.values()})) or 'none'}.",
+            hint="Label the axis in dynamic (INPUT:AXIS=LABEL), or drop the range.",
+            field="feeds.dims",
+        )
+    sizes: dict[str, int] = {}
+    batch: set[str] = set()
+    for name, axes in dynamic.items():
+        for axis, label in axes.items():
+            sizes[label] = max(sizes.get(label, 0), examples[name].shape[axis])
+            if axis == 0:
+                batch.add(label)
+    ranges = {}
+    for label, example in sizes.items():
+        role = "batch" if label in batch else "other"
+        if label in given:
+            low, high = given[label]
+            ranges[label] = DimRange(low, high, role, "[feeds] dims", given=True)
+        elif role == "batch":
+            ranges[label] = DimRange(1, max(BATCH_MAX[0], example), role, "a batch, starter range")
+        else:
+            ranges[label] = DimRange(1, _larger(example), role, "starter range")
+    return ranges
+
+
 def parity_samples(
     examples: Mapping[str, np.ndarray],
     dynamic: Mapping[str, Mapping[int, str]],
     *,
     seed: int = 0,
+    ranges: Mapping[str, tuple[int, int]] | None = None,
 ) -> list[Sample]:
-    """Seeded inputs at every dynamic axis size in 1, 7 and a larger one, shaped like the example.
+    """Seeded inputs that take every dynamic axis to both ends of its range and between.
 
-    Values follow the example's: integers stay within its [min, max] (token ids, masks), floats are
-    drawn from its mean and spread.
+    The ranges are ``parity_ranges``' (``ranges`` gives the serving range of a label); the
+    points are ``range_points``' (the batch's top at the other axes' smallest sizes, and the
+    reverse). Values follow the example's: integers stay within its [min, max] (token ids,
+    masks), floats are drawn from its mean and spread.
     """
-    labels: dict[str, int] = {}
-    for name, axes in dynamic.items():
-        for axis, label in axes.items():
-            labels[label] = max(labels.get(label, 0), examples[name].shape[axis])
-    sizes = [*PARITY_SIZES, max((_larger(v) for v in labels.values()), default=16)]
-    if not labels:
-        sizes = [0]
+    proven = parity_ranges(examples, dynamic, ranges)
+    points = range_points(proven) if proven else [{}]
     samples = []
-    for size in sizes:
+    for point in points:
         rng = np.random.default_rng(seed)
         feeds = {}
         for name, example in examples.items():
             shape = list(example.shape)
-            for axis in dynamic.get(name, {}):
-                shape[axis] = size
+            for axis, label in dynamic.get(name, {}).items():
+                shape[axis] = point[label]
             feeds[name] = _like(example, tuple(shape), rng)
-        label = ",".join(f"{k}={size}" for k in labels) if labels else "example shape"
-        samples.append(Sample(label, feeds, dict.fromkeys(labels, size)))
+        label = ",".join(f"{k}={v}" for k, v in point.items()) if point else "example shape"
+        samples.append(Sample(label, feeds, dict(point)))
     return samples
 
 
@@ -494,10 +538,10 @@ def export_torch(
                     "without an error; pick an opset it supports, or --exporter torchscript.",
                 )
             _check_runnable_here(written)
-            say("checking parity with the module at three shapes")
+            say("checking parity with the module across the dynamic axes' ranges")
             loaded = load_model(tmp)
             signature = Signature.from_graph(loaded.proto.graph)
-            samples = parity_samples(examples, config.dynamic, seed=config.seed)
+            samples = parity_samples(examples, config.dynamic, seed=config.seed, ranges=config.dims)
             reference = TorchRunner.from_module(module, signature, name=entry)
             from onnxgate.runners import OrtRunner
 

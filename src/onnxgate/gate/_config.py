@@ -52,6 +52,14 @@ class ModelSection(Part):
     """sklearn: the rows (.npz, .npy or .csv) the conversion is proved on."""
     trust_pickle: bool = False
     """sklearn: load a pickled estimator (runs code from the file; only for files you made)."""
+    batch_axis: str | None = None
+    """.onnx: the inputs' batch dimension when the outputs name their first axis otherwise
+    (tf2onnx writes ``unk__214`` on inputs and ``unk__215`` on outputs); the contract records
+    it, so ``serve`` batches requests along it and ``deploy triton`` sets ``max_batch_size``."""
+    root: Path | None = None
+    """The folder ``torch:package.module:factory`` entry points (the source,
+    ``steps.compare.against``, ``steps.bench.vs``) are imported from before installed packages
+    (default: the config's folder)."""
 
     @property
     def kind(self) -> SourceKind:
@@ -78,7 +86,77 @@ class ModelSection(Part):
             raise ValueError("an sklearn source needs data = 'rows.npz' to prove the conversion on")
         if self.kind != "torch" and (self.dynamic or self.output_names or self.example_inputs):
             raise ValueError("dynamic, output_names and example_inputs apply to torch sources only")
+        if self.kind != "onnx" and self.batch_axis is not None:
+            raise ValueError(
+                "batch_axis applies to .onnx sources; an export names its own dims (dynamic)"
+            )
         return self
+
+
+class FeedsSection(Part):
+    """``[feeds]``: the data and the serving ranges of the whole gate.
+
+    Every step uses it unless its own ``feeds`` table sets something. ``export`` proves the
+    ranges (the contract's golden samples take each dimension to both ends and between) and the
+    steps after it run on those golden samples, so ``serve`` and ``deploy`` accept exactly the
+    sizes proven.
+    """
+
+    inputs: Path | None = None
+    """Real data: .npz, JSON, .pb, or test_data_set folders (relative to this file). With it the
+    golden samples are the data's, plus copies resized to the ends of ``dims``."""
+    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = {}
+    """The serving range of a symbolic dimension: ``[min, max]``, or ``[size]`` (or ``size``) for
+    exactly one size; ``images[2]`` names a dimension without a name. Dimensions left out get a
+    starter range by role: batch 1..32, image sides from the planned size to 640, token
+    positions 1..512."""
+    ranges: dict[str, str] = {}
+    """Values per input for synthetic feeds: ``"LOW:HIGH"`` (HIGH excluded) or ``"VALUE"``."""
+    seed: int = Field(0, ge=0)
+    """The seed of synthetic feeds: the same seed, the same values."""
+
+    @field_validator("dims", mode="before")
+    @classmethod
+    def _one_size(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: [v] if isinstance(v, int) else v for k, v in value.items()}
+        return value
+
+    @field_validator("dims")
+    @classmethod
+    def _ranges_of_dims(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        for name, sizes in value.items():
+            if len(sizes) not in (1, 2) or sizes[0] > sizes[-1]:
+                raise ValueError(f"{name} = {sizes} is not [MIN, MAX] with MIN <= MAX, or [SIZE]")
+        return value
+
+    @field_validator("ranges", mode="before")
+    @classmethod
+    def _ranges(cls, value: Any) -> Any:
+        # the same forms as a step's feeds.ranges, validated by the same code
+        if not isinstance(value, dict):
+            return value
+        try:
+            return FeedSettings(ranges=value).ranges
+        except ValidationError as error:
+            raise ValueError(error.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+    def bounds(self) -> dict[str, tuple[int, int]]:
+        """``dims`` as (min, max) per dimension."""
+        return {name: (sizes[0], sizes[-1]) for name, sizes in self.dims.items()}
+
+    def golden(self) -> FeedSettings:
+        """The settings the golden samples are made from (``dims`` as its two ends).
+
+        With ``inputs`` the golden samples are the data's, so value ranges (which shape
+        synthetic feeds, for steps that time other shapes) are left out.
+        """
+        return FeedSettings(
+            inputs=self.inputs,
+            dims={name: sorted({low, high}) for name, (low, high) in self.bounds().items()},
+            ranges=self.ranges if self.inputs is None else {},
+            seed=self.seed,
+        )
 
 
 class TargetsSection(Part):
@@ -115,7 +193,8 @@ class ExportStep(Step):
     rules the contract records for its golden samples."""
 
     feeds: FeedSettings = FeedSettings()
-    """For an .onnx source: the golden samples' feeds (the contract's)."""
+    """For an .onnx source: the golden samples' feeds, instead of ``[feeds]`` (``dims`` here
+    are ranges too: each dimension is proven from its smallest to its largest size)."""
     reference: str = "reference"
     """For an .onnx source: who computes the golden outputs."""
     second_opinion: bool = True
@@ -133,7 +212,7 @@ class CompareStep(Step):
     against: str = "reference"
     """``reference``, ``ort:disable``, ``torch:package.module:factory`` or another .onnx file."""
     feeds: FeedSettings = FeedSettings()
-    """The feeds both sides run on."""
+    """Feeds instead of the contract's golden samples (the default: the sizes proven)."""
     session: SessionSettings = SessionSettings()
     """The candidate's ONNX Runtime session (providers default to ``targets.providers``)."""
     localize: bool = True
@@ -158,8 +237,7 @@ class PlacementStep(Step):
     runtime: str | None = None
     """Default: the first target runtime."""
     feeds: FeedSettings = FeedSettings()
-    """The feeds of the one profiled run, when placement must run the model to see it (releases
-    before 1.24); synthetic when left empty."""
+    """Feeds instead of the contract's golden samples (the default: the largest is run)."""
 
 
 class TuneStep(Step):
@@ -168,10 +246,11 @@ class TuneStep(Step):
     objective: Literal["latency", "throughput"] = "latency"
     """``latency`` (p50 at the batch) or ``throughput`` (samples/s at the batch)."""
     batch: int | None = Field(None, ge=1)
-    """Size of the batch dimension of the tuning shape (the first input's axis 0, when
-    symbolic)."""
+    """The batch to tune at (default: a golden sample's, see ``dims``)."""
     dims: dict[str, int] = {}
-    """One size per symbolic dimension of the tuning shape (``{ seq = 128 }``)."""
+    """One size per symbolic dimension to tune at; a golden sample at these sizes is used when
+    there is one. With neither this nor ``batch``: the largest golden sample within the default
+    shape, so tuning runs on the data the model was proven on."""
     time_budget: float | None = Field(600.0, ge=0, allow_inf_nan=False)
     """Seconds the whole tuning may take (see ``TuneConfig.time_budget``); 0 for no limit."""
     contest_seconds: float = Field(3.0, gt=0, allow_inf_nan=False)
@@ -243,10 +322,10 @@ class BenchStep(Step):
     """``[steps.bench]``: latency, throughput and size, with thresholds, against a contender."""
 
     batches: list[int] = []
-    """Batch sizes to time; empty: the contract's golden samples' shapes."""
+    """Batch sizes to time at on synthetic feeds (default: the golden samples' shapes)."""
     dims: dict[str, list[int]] = {}
-    """Sizes of symbolic dimensions to time (``{ seq = [128] }``); several sizes, several
-    configurations."""
+    """Sizes of symbolic dimensions to time at on synthetic feeds with ``[feeds]`` value ranges
+    (default: the contract's golden samples, at the sizes proven)."""
     budget: float = Field(2.0, gt=0)
     """Seconds of timed runs per configuration (interleaved with the contender's)."""
     vs: str | None = None
@@ -314,30 +393,6 @@ class OutputSection(Part):
     """Each run writes ``DIR/NAME-YYYYmmdd-HHMMSS/``."""
 
 
-class FeedsSection(Part):
-    """``[feeds]``: the feeds of every step, unless a step's own ``feeds`` table overrides them."""
-
-    inputs: Path | None = None
-    """Real inputs (.npz, JSON, test_data_set folder); relative to the config."""
-    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = {}
-    """The serving range of each free dimension: ``[MIN, MAX]``, or ``[SIZE]`` for one size."""
-    ranges: dict[str, str] = {}
-    """Values per input for synthetic feeds: ``"LOW:HIGH"`` (HIGH excluded) or ``"VALUE"``."""
-    seed: int = 0
-
-    @field_validator("dims", mode="before")
-    @classmethod
-    def _one_or_two(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            value = {k: [v] if isinstance(v, int) else v for k, v in value.items()}
-            for name, sizes in value.items():
-                if isinstance(sizes, list) and not (
-                    1 <= len(sizes) <= 2 and sizes == sorted(sizes)
-                ):
-                    raise ValueError(f"{name}: give [MIN, MAX] or [SIZE], not {sizes}")
-        return value
-
-
 class GateConfig(Part):
     """A whole ``gate.toml``."""
 
@@ -346,8 +401,9 @@ class GateConfig(Part):
     version: int
     """The file format's version: ``1``, the first line of the file."""
     model: ModelSection
-    targets: TargetsSection = TargetsSection()
     feeds: FeedsSection = FeedsSection()
+    """``[feeds]``: data and serving ranges, for every step that sets none of its own."""
+    targets: TargetsSection = TargetsSection()
     steps: StepsSection = StepsSection()
     registration: RegisterSection | None = Field(None, alias="register")
     """``[register]``: where a passing version goes; without the table nothing is registered.
@@ -442,6 +498,8 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
             "source": source,
             "example_inputs": fix(model.example_inputs),
             "data": fix(model.data),
+            # a torch entry point imports from the config's folder, wherever the gate runs from
+            "root": fix(model.root) or base,
         }
     )
     steps = config.steps
@@ -451,7 +509,6 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
 
     steps = steps.model_copy(
         update={
-            "export": steps.export.model_copy(update={"feeds": feeds(steps.export.feeds)}),
             "compare": steps.compare.model_copy(
                 update={
                     "feeds": feeds(steps.compare.feeds),
@@ -467,6 +524,12 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
                 }
             ),
             "bench": steps.bench.model_copy(update={"vs": local(steps.bench.vs)}),
+            "export": steps.export.model_copy(
+                update={
+                    "feeds": feeds(steps.export.feeds),
+                    "reference": local(steps.export.reference),
+                }
+            ),
         }
     )
     update: dict[str, Any] = {"model": model, "steps": steps}

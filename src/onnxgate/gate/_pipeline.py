@@ -221,6 +221,7 @@ def _cache_key(
         "step": name,
         "outside": outside,
         "settings": config_hash(section),
+        "feeds": config.feeds.model_dump(mode="json"),  # [feeds] is every step's default
         "targets": config.targets.model_dump(mode="json"),
         "model": config.model.model_dump(mode="json") if name == "export" else None,
         "files": files,
@@ -242,6 +243,8 @@ def _outside_files(name: str, section: Step, config: GateConfig) -> list[str] | 
         if config.model.kind != "onnx":
             return None  # the module or estimator is code; the exported bytes key what follows
         specs.append(config.model.source)
+    if config.feeds.inputs is not None:
+        specs.append(str(config.feeds.inputs))
     for attribute in ("feeds",):
         feeds = getattr(section, attribute, None)
         if feeds is not None and feeds.inputs is not None:

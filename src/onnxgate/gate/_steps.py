@@ -20,6 +20,9 @@ from onnxgate.compat.providers import short_name
 from onnxgate.errors import ConfigError, ParityError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from onnxgate.data import Sample
     from onnxgate.gate._config import (
         BenchStep,
         CheckStep,
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
         TuneStep,
         VerifyStep,
     )
+    from onnxgate.settings import FeedSettings
 
 
 @dataclass
@@ -85,6 +89,35 @@ def _oldest_release(runtimes: list[str]) -> str | None:
     return min(pinned, key=lambda r: parse_release(r.split("==", 1)[1]))
 
 
+def _root(ctx: Context) -> AbstractContextManager[None]:
+    """Entry points (``torch:package.module:factory``) import from the config's folder."""
+    from onnxgate.runners._torch import import_root
+
+    return import_root(ctx.config.model.root)
+
+
+def _own(feeds: FeedSettings) -> bool:
+    """True when a step's ``feeds`` table sets anything: it then overrides ``[feeds]``."""
+    from onnxgate.settings import FeedSettings
+
+    return feeds != FeedSettings()
+
+
+def _golden(ctx: Context) -> list[Sample] | None:
+    """The golden samples of the run's contract: what steps after export run on by default."""
+    from onnxgate.contract import contract_samples
+
+    return contract_samples(ctx.model)
+
+
+def _synthetic(ctx: Context, dims: dict[str, list[int]] | None = None) -> FeedSettings:
+    """Synthetic feeds at ``dims``, with ``[feeds]``' value ranges and seed."""
+    from onnxgate.settings import FeedSettings
+
+    table = ctx.config.feeds
+    return FeedSettings(dims=dims or {}, ranges=table.ranges, seed=table.seed)
+
+
 # --- export -----------------------------------------------------------------------------------
 
 
@@ -109,6 +142,13 @@ def _parity_figures(parity: Any) -> dict[str, Any]:
     return figures
 
 
+def _proven(contract: Any) -> str:
+    """``; proves batch 1..32, height 224..640``: the sizes serve and deploy will accept."""
+    dims = contract.signature.dims if contract is not None else {}
+    shown = [f"{name} {b.min}..{b.max}" for name, b in dims.items() if b.min is not None]
+    return f"; proves {', '.join(shown)}" if shown else ""
+
+
 def _exported(report: Any, what: str) -> Outcome:
     figures = {"opset": report.opset, "ir_version": report.ir_version, "exporter": report.exporter}
     figures |= _parity_figures(report.parity)
@@ -119,7 +159,7 @@ def _exported(report: Any, what: str) -> Outcome:
         return Outcome(False, reason.splitlines()[0], figures, report, reason=reason)
     summary = (
         f"{report.exporter}, opset {report.opset}; parity at {len(report.parity.samples)} "
-        f"sample(s) against {what}"
+        f"sample(s) against {what}" + _proven(report.contract)
     )
     return Outcome(True, summary, figures, report)
 
@@ -129,17 +169,23 @@ def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
     from onnxgate.export._torch import parse_dynamic
 
     model = ctx.config.model
+    data = ctx.config.feeds.inputs
     config = TorchExportConfig(
         out=ctx.model,
-        example_inputs=model.example_inputs,
+        # [feeds] inputs, an .npz of the forward's inputs by name, are examples too
+        example_inputs=model.example_inputs
+        or (data if data is not None and data.suffix == ".npz" else None),
         dynamic=parse_dynamic(model.dynamic),
         output_names=tuple(model.output_names),
         opset=model.opset,
         runtime=_oldest_release(ctx.runtimes),
         exporter=model.exporter,
         tolerances=step.tolerances,
+        dims=ctx.config.feeds.bounds(),
     )
-    return _exported(export_torch(model.location, config, progress=ctx.progress), "PyTorch")
+    with _root(ctx):
+        report = export_torch(model.location, config, progress=ctx.progress)
+    return _exported(report, "PyTorch")
 
 
 def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
@@ -153,6 +199,7 @@ def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
         opset=model.opset,
         runtime=_oldest_release(ctx.runtimes),
         tolerances=step.tolerances,
+        batch=ctx.config.feeds.bounds().get("batch"),
     )
     report = export_sklearn(
         model.location, config, trust_pickle=model.trust_pickle, progress=ctx.progress
@@ -174,10 +221,12 @@ def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
         shutil.copyfile(ref.path, target)
     config = ContractConfig(
         reference=step.reference,
-        feeds=step.feeds,
+        # the step's own feeds, else [feeds]: its data and the serving ranges to prove
+        feeds=step.feeds if _own(step.feeds) else ctx.config.feeds.golden(),
         tolerances=step.tolerances,
         second_opinion=step.second_opinion,
         force=True,
+        batch_axis=ctx.config.model.batch_axis,
     )
     try:
         contract = init_contract(ctx.model, config, progress=ctx.progress)
@@ -189,6 +238,7 @@ def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
     summary = f"golden outputs of {samples} samples from {step.reference}"
     if opinion is not None and opinion.runner:
         summary += f", confirmed by {opinion.runner}"
+    summary += _proven(contract)
     return Outcome(True, summary, {"samples": samples}, contract)
 
 
@@ -230,18 +280,26 @@ def compare(ctx: Context, step: CompareStep) -> Outcome:
     """ONNX Runtime as deployed against a reference, on the step's feeds."""
     from onnxgate.compare import CompareConfig
     from onnxgate.compare import compare as run_compare
+    from onnxgate.settings import FeedSettings
 
     session = step.session
     if not session.providers and ctx.config.targets.providers:
         session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
+    # the step's own feeds, else the golden samples (the sizes proven), else [feeds]
+    golden = None if _own(step.feeds) else _golden(ctx)
+    if _own(step.feeds):
+        feeds = step.feeds
+    else:
+        feeds = FeedSettings() if golden else ctx.config.feeds.golden()
     config = CompareConfig(
         against=step.against,
-        feeds=step.feeds,
+        feeds=feeds,
         session=session,
         tolerances=step.tolerances,
         localize=step.localize,
     )
-    report = run_compare(ctx.model, config, progress=ctx.progress)
+    with _root(ctx):
+        report = run_compare(ctx.model, config, samples=golden, progress=ctx.progress)
     failing = [o.name for o in report.outputs if not o.passed]
     summary = (
         f"{', '.join(failing)} differ from {step.against}"
@@ -292,7 +350,8 @@ def placement(ctx: Context, step: PlacementStep) -> Outcome:
         runtime=runtime,
         feeds=step.feeds,
     )
-    report = run_placement(ctx.model, config, progress=ctx.progress)
+    golden = None if _own(step.feeds) else _golden(ctx)
+    report = run_placement(ctx.model, config, samples=golden, progress=ctx.progress)
     figures: dict[str, Any] = {f"nodes.{k}": v for k, v in report.assignments.items()}
     figures["fallback"] = len(report.fallback)
     where = ", ".join(f"{v} nodes on {short_name(k)}" for k, v in report.assignments.items())
@@ -310,12 +369,13 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
     """Search session settings; record the winner in the contract for this machine."""
     from onnxgate.perf import TuneConfig
     from onnxgate.perf import tune as run_tune
-    from onnxgate.settings import FeedSettings
 
+    # no batch or dims: tune on a golden sample of the contract (``_tuning_sample``), the shape
+    # and data the model was proven at; [feeds] ranges and seed shape synthetic ones otherwise
     config = TuneConfig(
         objective=step.objective,
         batch=step.batch,
-        feeds=FeedSettings(dims={name: [size] for name, size in step.dims.items()}),
+        feeds=_synthetic(ctx, {name: [size] for name, size in step.dims.items()}),
         providers=tuple(ctx.config.targets.providers),
         min_gain=step.min_gain,
         fusions=step.fusions,
@@ -351,6 +411,7 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
     from onnxgate.quantize import QuantizeConfig
     from onnxgate.quantize import quantize as run_quantize
 
+    data = str(ctx.config.feeds.inputs) if ctx.config.feeds.inputs is not None else None
     config = QuantizeConfig(
         out=ctx.int8_model,
         mode=step.mode,
@@ -358,15 +419,17 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
         per_channel=step.per_channel,
         max_drop=step.max_drop,
         metrics=tuple(step.metrics),
-        eval=step.eval,
-        calibration=step.calibration,
+        # [feeds] inputs: the real data the gate was given judges and calibrates int8 too
+        eval=step.eval or data,
+        calibration=step.calibration or (data if step.mode == "static" else None),
         labels=step.labels,
         max_excluded=step.max_excluded,
         bench=step.bench,
         bench_budget_s=step.bench_budget,
         allow_slower=step.allow_slower,
     )
-    report = run_quantize(ctx.model, config, progress=ctx.progress)
+    with _root(ctx):
+        report = run_quantize(ctx.model, config, progress=ctx.progress)
     figures: dict[str, Any] = {
         "excluded": len(report.excluded),
         "quantized_nodes": report.quantized_nodes,
@@ -434,25 +497,27 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
         )
     if not session.providers and ctx.config.targets.providers:
         session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
+    # no batches or dims: bench times the contract's golden samples, the shapes proven
     config = BenchConfig(
         batches=tuple(step.batches),
-        feeds=FeedSettings(dims=dict(step.dims)),
+        feeds=_synthetic(ctx, dict(step.dims)) if step.batches or step.dims else FeedSettings(),
         budget=step.budget,
         session=session,
         vs=step.vs,
         tuned=tuned,
     )
-    report = run_bench(
-        ctx.model, config, progress=lambda message, fraction=None: ctx.progress(message)
-    )
-    judged = (step.max_p50_ms, step.max_p99_ms, step.min_speedup)
-    if report.doubts and any(t is not None for t in judged):
-        # a threshold is judged on these figures: measure once more rather than judge on what
-        # the machine spoiled
-        ctx.progress("the machine was busy while timing; timing again")
+    with _root(ctx):
         report = run_bench(
             ctx.model, config, progress=lambda message, fraction=None: ctx.progress(message)
         )
+        judged = (step.max_p50_ms, step.max_p99_ms, step.min_speedup)
+        if report.doubts and any(t is not None for t in judged):
+            # a threshold is judged on these figures: measure once more rather than judge on
+            # what the machine spoiled
+            ctx.progress("the machine was busy while timing; timing again")
+            report = run_bench(
+                ctx.model, config, progress=lambda message, fraction=None: ctx.progress(message)
+            )
     worst_p50 = max(r.p50_ms for r in report.results)
     worst_p99 = max(r.p99_ms for r in report.results)
     size = _size_mb(ctx.model)

@@ -47,10 +47,12 @@ from onnxgate.contract import (
     Timing,
     TunedSettings,
     config_from_rules,
+    contract_dims,
+    contract_samples,
     identity,
     read_golden,
 )
-from onnxgate.data import Sample, load_feeds, validate_feeds
+from onnxgate.data import Sample, load_feeds, plan_dims, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim, synthetic_sample
@@ -88,8 +90,10 @@ class TuneConfig(Part):
     batch: int | None = Field(None, ge=1)
     """Size of the batch dimension (the first input's axis 0, when symbolic)."""
     feeds: FeedSettings = FeedSettings()
-    """The tuning shape's synthetic feeds: one size per symbolic dimension (unnamed ones are 3),
-    value ranges, and the seed (also the bootstrap's)."""
+    """What is tuned on: a data file (its first sample), or one size per symbolic dimension, at
+    which a golden sample of the model's contract is used when there is one (with no size and no
+    ``batch``, the largest golden sample within the default shape), else synthetic feeds with
+    these value ranges; and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
     """Execution providers in preference order; CPU is appended."""
     min_gain: float = Field(0.02, ge=0, lt=10)
@@ -295,11 +299,24 @@ def _tuning_sample(
 ) -> tuple[Sample, dict[str, int], int]:
     """The sample timed, the size of every symbolic dim in it, and its batch size.
 
-    With ``feeds.inputs``, the first sample of that data, at the sizes it has; otherwise
-    synthetic feeds at ``feeds.dims`` and ``batch``.
+    With ``feeds.inputs``, the first sample of that data, at the sizes it has. Otherwise a golden
+    sample of the model's contract: the one at ``feeds.dims`` and ``batch`` when they are set
+    and one is, else (nothing set) the largest no larger than the default tuning shape. Real
+    inputs the model was proven on beat made-up ones: a model whose feeds must be real data (a
+    scalar that selects a branch) cannot be tuned on random values. Without a fitting golden
+    sample, synthetic feeds at ``feeds.dims`` and ``batch``.
     """
     feeds = config.feeds
     name = batch_dim(signature)
+    if feeds.inputs is None:
+        golden = _golden_sample(loaded, signature, config, name)
+        if golden is not None:
+            sizes = dict(golden.sized(signature).dims)
+            batch = sizes.get(name, 1) if name else 1
+            shown = ", ".join(f"{k}={v}" for k, v in sizes.items()) or "fixed"
+            label = f"golden sample {golden.label} ({shown})"
+            feeds_ = validate_feeds(signature, golden.feeds, where=golden.label)
+            return Sample(label, feeds_, sizes), sizes, batch
     if feeds.inputs is not None:
         data = load_feeds(feeds.inputs, signature=signature)
         if not data:
@@ -324,6 +341,30 @@ def _tuning_sample(
     batch = shape.get(name, 1) if name else 1
     label = "tuning shape " + (", ".join(f"{k}={v}" for k, v in shape.items()) or "fixed")
     return Sample(label, feeds, shape), shape, batch
+
+
+def _golden_sample(
+    loaded: LoadedModel, signature: Signature, config: TuneConfig, name: str | None
+) -> Sample | None:
+    """The contract's golden sample to tune on (see ``_tuning_sample``), or None."""
+    golden = contract_samples(loaded.path)
+    if not golden:
+        return None
+    golden = [s.sized(signature) for s in golden]
+    wanted = config.feeds.one_size()
+    if config.batch is not None and name is not None:
+        wanted[name] = config.batch
+    if wanted:
+        return next((s for s in golden if all(s.dims.get(k) == v for k, v in wanted.items())), None)
+
+    def elements(sample: Sample) -> int:
+        return sum(np.asarray(v).size for v in sample.feeds.values())
+
+    # the default tuning shape: the sizes synthetic feeds would take (nothing is synthesized)
+    plan = plan_dims(signature, loaded.proto, known=contract_dims(loaded.path))
+    planned = {name: choice.size for name, choice in plan.named.items()}
+    fitting = [s for s in golden if all(v <= planned.get(k, v) for k, v in s.dims.items())]
+    return max(fitting, key=elements) if fitting else min(golden, key=elements)
 
 
 def _contract(loaded: LoadedModel, write: bool) -> Contract | None:

@@ -8,7 +8,10 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
@@ -19,10 +22,53 @@ from onnxgate.runners._base import Inference, RunnerInfo
 
 log = logging.getLogger(__name__)
 
+IMPORT_ROOT_ENV = "ONNXGATE_IMPORT_ROOT"
+"""The folder entry points import from, for worker processes started inside ``import_root``."""
+
+_ROOT: ContextVar[Path | None] = ContextVar("onnxgate_import_root", default=None)
+
+
+@contextmanager
+def import_root(folder: Path | None) -> Iterator[None]:
+    """Import ``package.module`` entry points from ``folder`` first, inside the block.
+
+    A gate's ``torch:`` entry points are relative to its config's folder, wherever it runs from.
+    ``sys.path`` changes only for the length of each import; worker processes started in the
+    block learn the folder from ``ONNXGATE_IMPORT_ROOT``.
+    """
+    if folder is None:
+        yield
+        return
+    token = _ROOT.set(Path(folder))
+    before = os.environ.get(IMPORT_ROOT_ENV)
+    os.environ[IMPORT_ROOT_ENV] = str(folder)
+    try:
+        yield
+    finally:
+        _ROOT.reset(token)
+        if before is None:
+            os.environ.pop(IMPORT_ROOT_ENV, None)
+        else:
+            os.environ[IMPORT_ROOT_ENV] = before
+
+
+def _search_path() -> list[str]:
+    """Folders added to ``sys.path`` for one import: the import root, then the working folder."""
+    root = _ROOT.get() or (
+        Path(os.environ[IMPORT_ROOT_ENV]) if os.environ.get(IMPORT_ROOT_ENV) else None
+    )
+    folders = [str(root.resolve())] if root is not None else []
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path and here not in folders:
+        folders.append(here)
+    return folders
+
 
 def load_entry(entry: str) -> Callable[..., Any]:
     """The callable named by ``package.module:attribute``.
 
+    The module is imported from the import root (``import_root``: a gate's config folder) and
+    then, like ``python -m``, from the working folder, before the installed packages.
     Importing the module runs its code: pass only entry points you would import yourself.
 
     Raises:
@@ -34,26 +80,24 @@ def load_entry(entry: str) -> Callable[..., Any]:
             f"entry point {entry!r} is not package.module:factory.",
             hint="For example torch:mypkg.models:build_model.",
         )
-    # Like `python -m`, look in the current folder too (factories often live beside the model),
-    # for this import only.
-    here = os.getcwd()
-    added = here not in sys.path and "" not in sys.path
-    if added:
-        sys.path.append(here)
+    # factories often live beside the model or the gate config: look there, for this import only
+    added = [folder for folder in _search_path() if folder not in sys.path]
+    sys.path[:0] = added
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise ConfigError(
             f"entry point {entry!r}: cannot import {module_name!r} ({err}).",
-            hint="Install the package, or run from the folder that holds the module.",
+            hint="Install the package, or put the module in the gate config's folder (or the "
+            "folder you run from).",
         ) from err
     except Exception as err:  # importing runs the module's code, which may raise anything
         raise ConfigError(
             f"entry point {entry!r}: importing {module_name!r} raised {type(err).__name__}: {err}"
         ) from err
     finally:
-        if added:
-            sys.path.remove(here)
+        for folder in added:
+            sys.path.remove(folder)
     target: Any = module
     for part in attribute.split("."):
         target = getattr(target, part, None)

@@ -126,12 +126,20 @@ class _Live:
         return self._predictor.runner.info()
 
 
-def batch_axis(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
+def batch_axis(
+    inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], named: str | None = None
+) -> str | None:
     """The symbolic dim that is axis 0 of every input and every output, if there is one.
 
     Requests can be stacked along it and the outputs sliced back, because every output's first
-    axis is the same dimension as every input's.
+    axis is the same dimension as every input's. ``named`` is the contract's ``batch`` (the
+    golden samples showed every output's free first axis follows it): it must be axis 0 of
+    every input.
     """
+    if named is not None:
+        heads = {spec.shape[0] if spec.shape else None for spec in inputs}
+        free = all(spec.shape and not isinstance(spec.shape[0], int) for spec in outputs)
+        return named if heads == {named} and free else None
     heads = {spec.shape[0] if spec.shape else None for spec in (*inputs, *outputs)}
     if len(heads) != 1:
         return None
@@ -156,7 +164,7 @@ class Predictor:
         self.outputs = list(signature.outputs)
         self.validator = RequestValidator.from_contract(self.contract, config.max_request_bytes)
         self.output_names = [o.name for o in self.outputs]
-        self.batch_dim = batch_axis(self.inputs, self.outputs)
+        self.batch_dim = batch_axis(self.inputs, self.outputs, signature.batch)
         bound = signature.dims.get(self.batch_dim) if self.batch_dim else None
         self.max_batch = bound.max if bound and bound.max is not None else None
         """The largest batch the contract proved (None: no batch axis, or unbounded)."""

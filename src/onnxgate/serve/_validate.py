@@ -132,8 +132,11 @@ class RequestValidator:
                         "dim.fixed",
                         f"input {tensor.name!r} dim {axis} is {dim}, the request has {size}",
                     )
-                if isinstance(dim, str):
+                if isinstance(dim, str) and dim:
                     self._in_range(tensor.name, axis, dim, size)
+                elif not isinstance(dim, int) or dim <= 0:
+                    # a dim without a name is proven as INPUT[AXIS]; unbounded when not recorded
+                    self._in_range(tensor.name, axis, f"{tensor.name}[{axis}]", size)
         bound = self.values.get(tensor.name)
         if bound is not None and array.size and array.dtype != object:
             self._in_bound(tensor.name, array, bound)
