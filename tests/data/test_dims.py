@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from models import detector, flat_classifier, mlp, save, token_model, value
+from models import detector, flat_classifier, mlp, model, save, token_model, value
 from onnxgate._words import gate_words, speaking
 from onnxgate.cli import app
 from onnxgate.cli._options import cli_words
@@ -133,6 +133,35 @@ def test_data_is_kept_and_resized_along_the_batch_to_the_ends_of_its_range(tmp_p
     assert all(s.feeds["images"].shape[2:] == (32, 32) for s in samples)
     with pytest.raises(Exception, match="outside the range"):
         golden_samples(loaded, inputs=tmp_path / "data.npz", dims={"batch": [3, 5]})
+
+
+def test_an_unnamed_dim_the_data_shows_is_the_batch_is_resized_with_it(tmp_path):
+    import numpy as np
+    from onnx import helper
+
+    # silero-vad: input [?, 512] and state [2, ?, 128], one batch the exporter left unnamed twice
+    nodes = [
+        helper.make_node("ReduceSum", ["state"], ["summed"], keepdims=0, name="sum"),
+        helper.make_node("Concat", ["x", "summed"], ["y"], axis=1, name="cat"),
+    ]
+    proto = model(
+        nodes,
+        [value("x", shape=(None, 4)), value("state", shape=(2, None, 4))],
+        [value("y", shape=(None, 8))],
+    )
+    loaded = load_model(save(proto, tmp_path / "vad.onnx"))
+
+    def sample(batch: int) -> dict:
+        return {"x": np.ones((batch, 4), np.float32), "state": np.zeros((2, batch, 4), np.float32)}
+
+    np.savez(tmp_path / "one.npz", **sample(1))
+    np.savez(tmp_path / "two.npz", **sample(4))
+    samples = golden_samples(loaded, inputs=tmp_path)
+    shapes = [(s.feeds["x"].shape[0], s.feeds["state"].shape[1]) for s in samples]
+    assert shapes == [(1, 1), (4, 4), (32, 32), (7, 7)]  # never a batch of 32 beside a state of 1
+    # one size is no evidence that two dims are one: a 1 matches every other 1
+    lone = golden_samples(loaded, inputs=tmp_path / "one.npz", dims={"x[0]": [1, 2]})
+    assert [(s.feeds["x"].shape[0], s.feeds["state"].shape[1]) for s in lone] == [(1, 1), (2, 1)]
 
 
 def test_a_run_on_synthetic_feeds_that_fails_names_the_shapes_and_the_dims_to_give(tmp_path):

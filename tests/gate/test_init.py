@@ -196,7 +196,12 @@ def test_inputs_and_dims_are_written_as_feeds_relative_to_the_config(tmp_path: P
     )
     assert missing.exit_code == 2 and "nope.npz" in missing.output
     assert not Path("x.toml").exists()
-    assert "the feeds the steps will use (x float32[5,4])" in prose(out.read_text())
+    # the probe ran the export's samples: the data, and the data resized to the range's ends
+    assert "the feeds the steps will use (x float32[5,4]; x float32[1,4]; x float32[64,4]; " in (
+        prose(out.read_text())
+    )
+    # tune and bench default to those samples: the starter sets no size of its own
+    assert "\nbatch = " not in out.read_text() and "\nbatches = " not in out.read_text()
 
 
 def test_a_dimension_without_a_name_is_a_quoted_key_and_bad_dims_are_refused(tmp_path: Path):
@@ -213,6 +218,16 @@ def test_a_dimension_without_a_name_is_a_quoted_key_and_bad_dims_are_refused(tmp
         app, ["gate", "init", str(tmp_path / "anon.onnx"), "--dim", "seq=4", "-o", "x.toml"]
     )
     assert stray.exit_code == 2 and "'seq' is not a free dimension" in stray.output
+    # with data too: a dim that names nothing is refused before anything is written
+    save(mlp(), tmp_path / "mlp.onnx")  # its first axis is named `batch`
+    np.savez(tmp_path / "rows.npz", x=np.ones((2, 4), np.float32))
+    named = runner.invoke(
+        app,
+        ["gate", "init", str(tmp_path / "mlp.onnx"), "--inputs", str(tmp_path / "rows.npz")]
+        + ["--dim", "x[0]=1,8", "-o", str(tmp_path / "y.toml")],
+    )
+    assert named.exit_code == 2 and "'x[0]' is not a free dimension" in named.output
+    assert "batch" in named.output and not (tmp_path / "y.toml").exists()
 
 
 def test_torch_sources_are_named_after_their_module_and_say_they_were_not_probed():

@@ -61,3 +61,16 @@ def test_cli_json_has_every_figure(model):
 def test_bad_options_are_exit_2(model, option):
     result = CliRunner().invoke(app, ["bench", str(model), *option])
     assert result.exit_code == 2, result.output
+
+
+def test_a_batch_asked_for_takes_the_other_sizes_the_contract_proved(tmp_path):
+    from models import detector
+    from onnxgate.contract import ContractConfig, init_contract
+    from onnxgate.settings import FeedSettings
+
+    path = save(detector(), tmp_path / "det.onnx")
+    feeds = FeedSettings(dims={"batch": [1, 2], "height": [32], "width": [32]})
+    init_contract(path, ContractConfig(feeds=feeds))
+    report = bench(path, BenchConfig(batches=(3,), runs=3, warmup=1))
+    # 224 (the role's size) is outside what the contract proved, and what tune timed
+    assert [r.dims for r in report.results] == [{"batch": 3, "height": 32, "width": 32}]

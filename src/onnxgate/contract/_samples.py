@@ -143,12 +143,37 @@ def golden_samples(
             kept[name] = dataclasses.replace(
                 found, low=min([found.low, *sizes]), high=max([found.high, *sizes])
             )
+    ties = _ties(seen, kept, set(unnamed_dims(signature)))
     made = []
     for point in range_points(kept):
+        point = point | {other: point[name] for name, others in ties.items() for other in others}
         if any(all(s.get(k) == v for k, v in point.items()) for s in seen):
             continue
         made.append(_resized(signature, data[0], point))
     return data + made
+
+
+def _ties(
+    seen: Sequence[Mapping[str, int]], kept: Mapping[str, object], unnamed: set[str]
+) -> dict[str, list[str]]:
+    """The unnamed dimensions the data shows are one with a dimension resized: they follow it.
+
+    An exporter that names no dimension leaves a batch shared by two inputs as two unnamed ones
+    (silero's ``input[0]`` and ``state[1]``). Resizing one alone makes feeds the model refuses, so
+    an unnamed dimension of the same size as a resized one in every sample, over at least two
+    sizes, is resized with it.
+    """
+    ties: dict[str, list[str]] = {}
+    for name in kept:
+        sizes = [s.get(name) for s in seen]
+        if None in sizes or len(set(sizes)) < 2:
+            continue  # one size is no evidence: a 1 matches every other 1
+        ties[name] = [
+            other
+            for other in sorted(unnamed - {name} - set(kept))
+            if all(s.get(other) == size for s, size in zip(seen, sizes, strict=True))
+        ]
+    return ties
 
 
 def _affordable(

@@ -367,7 +367,7 @@ def starter_config(
     found: Probe | None = probe if isinstance(probe, Probe) else None
     free: list[str] | None = None
     if kind == "onnx":
-        batch, others = _batch_and_dims(source)
+        _, others = _batch_and_dims(source)
         if probe is True:
             found = run_probe(
                 source,
@@ -379,7 +379,7 @@ def starter_config(
         free = found.free if found is not None else others
         source = _relative(source, base)
     else:
-        batch, others = True, []
+        others = []
     if found is not None:
         _tell(found, note, given=inputs is not None or bool(dims))
     feeds = _feeds_table(
@@ -450,7 +450,7 @@ objective = "latency"
 time_budget = 180.0            # seconds the whole tuning may take
 contest_seconds = 2.0          # seconds per side of the final contest
 max_runs = 30
-{"batch = 1" if batch else "# batch = 1"}
+# batch = 1                  # default: a golden sample of the contract, a size it proves
 
 [steps.quantize]
 # int8 inside an accuracy budget on held-apart data, and not slower than float
@@ -461,7 +461,7 @@ max_drop = 0.01                # 1 - cosine (or accuracy points with labels)
 # required = false             # a miss is reported without failing the gate
 
 [steps.bench]
-{"batches = [1]" if batch else "# batches = [1]"}
+# batches = [1]              # default: the contract's golden samples, the sizes it proves
 {bench_dims}budget = 2.0                   # seconds of timed runs per configuration
 # vs = "torch:package.module:factory"   # a contender, each in its own process, interleaved
 # min_speedup = 1.0            # fail unless at least this many times faster than `vs`

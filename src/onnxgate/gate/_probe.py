@@ -215,17 +215,22 @@ def _samples(
     ranges: Mapping[str, str],
     seed: int,
 ) -> list[Sample]:
-    """The feeds the gate's steps will use: the data given, else the export's and compare's."""
+    """The feeds the gate's steps will use: the export's golden samples, and compare's.
+
+    With data given, the export's samples are the data and the sizes it leaves unproven, made
+    from it (``golden_samples``): those are probed, and the dims checked against the model, as
+    the export will. Without, the export's and compare's synthetic feeds.
+    """
     from onnxgate.contract import golden_samples
-    from onnxgate.data import load_feeds, parse_ranges, synthetic_samples
+    from onnxgate.data import parse_ranges, synthetic_samples
     from onnxgate.model import Signature, load_model
 
     loaded = load_model(path, load_weights=False)
     signature = Signature.from_graph(loaded.proto.graph)
-    if inputs is not None:
-        return load_feeds(inputs, signature=signature)
-    value_ranges = parse_ranges(f"{k}={v}" for k, v in ranges.items()) or None
     sizes = {name: list(s) for name, s in dims.items()} or None
+    if inputs is not None:
+        return golden_samples(loaded, inputs=inputs, dims=sizes, seed=seed)
+    value_ranges = parse_ranges(f"{k}={v}" for k, v in ranges.items()) or None
     samples = golden_samples(loaded, dims=sizes, ranges=value_ranges, seed=seed)
     samples += synthetic_samples(
         signature, model=loaded.proto, dims=sizes, ranges=value_ranges, seed=seed

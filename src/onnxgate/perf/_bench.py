@@ -291,8 +291,14 @@ def bench(
             + "): the shapes the model was proven at; --batch and --dim choose others"
         )
     else:
+        # sizes left out are the contract's (a detector proven at 320 only), as tune's are
         samples = synthetic_samples(
-            signature, model=loaded.proto, dims=dims, ranges=ranges, seed=feeds.seed
+            signature,
+            model=loaded.proto,
+            dims=dims,
+            ranges=ranges,
+            seed=feeds.seed,
+            known=contract_dims(loaded.path),
         )
     for sample in samples:
         validate_feeds(signature, sample.feeds, where=sample.label)
