@@ -60,8 +60,13 @@ GATE_KEYS: dict[str, str] = {
     "eval": "steps.quantize.eval",
     "calibration": "steps.quantize.calibration",
     "labels": "steps.quantize.labels",
+    "allow_slower": "steps.quantize.allow_slower",
+    "batch_axis": "model.batch_axis",
+    "dynamic": "model.dynamic",
+    "example_inputs": "model.example_inputs",
+    "opset": "model.opset",
 }
-"""Settings that belong to one step's table whichever step meets them."""
+"""Settings that belong to one table whichever step meets them (``[model]``'s are the export's)."""
 
 
 def gate_key(path: str, step: str | None = None, *, own_feeds: bool = False) -> str:

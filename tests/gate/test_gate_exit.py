@@ -64,6 +64,14 @@ def test_a_failed_check_wins_over_a_missing_extra_and_other_errors_stay_1(
 
     failed = report.model_copy(update={"steps": replaced("check", status="failed")})
     assert _pipeline.exit_code(failed) == ExitCode.FAILED
+    told_to_fail = report.model_copy(
+        update={"steps": replaced("check", status="inconclusive", on_unreliable="fail")}
+    )
+    assert _pipeline.exit_code(told_to_fail) == ExitCode.FAILED
+    warned = report.model_copy(
+        update={"steps": replaced("check", status="inconclusive", on_unreliable="warn")}
+    )
+    assert _pipeline.exit_code(warned) == ExitCode.ENVIRONMENT
     usage = report.model_copy(update={"steps": replaced("check", status="error", exit_code=2)})
     assert _pipeline.exit_code(usage) == ExitCode.FAILED
     passed = report.model_copy(

@@ -46,6 +46,19 @@ def test_an_interval_too_wide_to_read_is_inconclusive_with_its_reason():
     )
 
 
+def test_a_wide_interval_wholly_on_one_side_proves_that_side_on_a_quiet_machine():
+    # every run of the judged side is slower: a wide interval below 1 is still "slower", not
+    # an inconclusive verdict that would let a proven slowdown pass
+    judged = judge([1.0, 1.1, 0.9, 1.0, 1.2], [2.0, 9.0, 3.0, 8.0, 2.5])
+    assert judged.interval[1] < 1.0 and judged.reasons
+    assert judged.verdict == "slower"
+    faster = judge([2.0, 9.0, 3.0, 8.0, 2.5], [1.0, 1.1, 0.9, 1.0, 1.2])
+    assert faster.interval[0] > 1.0 and faster.verdict == "faster"
+    # a busy machine still proves nothing either way
+    busy = judge([1.0, 1.1, 0.9, 1.0, 1.2], [2.0, 9.0, 3.0, 8.0, 2.5], unreliable=["busy"])
+    assert busy.verdict == "inconclusive"
+
+
 def _result(p50: float) -> BenchResult:
     return BenchResult(
         batch=1,

@@ -515,7 +515,8 @@ def test_a_time_budget_leaves_the_contest_its_share(model):
     # the gate has time (a third of 10 s), but two sides of 3 s each plus 5 s to start the
     # workers is more than the budget: the search measures the defaults only, the contest runs
     config = TuneConfig(time_budget=10.0, contest_seconds=3.0, **FAST)
-    report = tune(model, config, graphs=graphs, measure=timer, race=race)
+    # a clock that stands still: the parity checks' real time on a busy machine is not the test
+    report = tune(model, config, graphs=graphs, measure=timer, race=race, clock=Clock())
     assert len(report.gate) == 4 and all(v.passed for v in report.gate)
     assert len(timer.timed) == 1 and race.sides == [["defaults"]]
     assert any(

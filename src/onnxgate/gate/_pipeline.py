@@ -395,7 +395,8 @@ def exit_code(report: GateReport) -> ExitCode:
     if report.passed:
         return ExitCode.PASSED
     errors = [s for s in report.steps if s.status == "error"]
-    failed = any(s.status == "failed" for s in report.steps)
+    # a failed check, or an inconclusive step told to fail, says something about the model
+    failed = any(s.fails_gate and s.status != "error" for s in report.steps)
     if errors and not failed and all(s.exit_code == ExitCode.ENVIRONMENT for s in errors):
         return ExitCode.ENVIRONMENT
     return ExitCode.FAILED

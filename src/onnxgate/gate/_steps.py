@@ -412,6 +412,14 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
     from onnxgate.quantize import quantize as run_quantize
 
     data = str(ctx.config.feeds.inputs) if ctx.config.feeds.inputs is not None else None
+    # [feeds] inputs: the real data the gate was given judges int8 (or, static, calibrates it),
+    # never both at once: calibration and evaluation must be different data
+    evaluation, calibration = step.eval, step.calibration
+    if data is not None:
+        if step.mode == "static" and calibration is None and evaluation != data:
+            calibration = data
+        if evaluation is None and calibration != data:
+            evaluation = data
     config = QuantizeConfig(
         out=ctx.int8_model,
         mode=step.mode,
@@ -419,9 +427,8 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
         per_channel=step.per_channel,
         max_drop=step.max_drop,
         metrics=tuple(step.metrics),
-        # [feeds] inputs: the real data the gate was given judges and calibrates int8 too
-        eval=step.eval or data,
-        calibration=step.calibration or (data if step.mode == "static" else None),
+        eval=evaluation,
+        calibration=calibration,
         labels=step.labels,
         max_excluded=step.max_excluded,
         bench=step.bench,
@@ -541,6 +548,13 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     if step.min_speedup is not None:
         if not report.ratio:
             misses.append("min_speedup is set but no contender ran (set steps.bench.vs)")
+        elif not spoiled and any(
+            r.interval is not None and r.interval[1] < step.min_speedup for r in report.ratio
+        ):
+            # on a quiet machine, an interval wholly below the threshold proves the miss
+            misses.append(
+                f"speed-up {figures['speedup']:.2f}x < {step.min_speedup:g}x vs {step.vs}"
+            )
         elif ratio_doubts:
             undecided.append(
                 f"speed-up {figures['speedup']:.2f}x vs {step.vs} against min_speedup "

@@ -106,9 +106,10 @@ def judge(
     The ratio and its interval come from :func:`improvement`. ``faster`` needs the whole
     interval above 1 and a ratio of at least ``1 + min_gain``; ``slower`` the whole interval
     below 1; anything else is ``within noise``. Timings the machine spoiled (``unreliable``: the
-    reasons of ``Conditions``) or an interval too wide to read (``WIDE_INTERVAL``) make the
-    verdict ``inconclusive``, whatever the figures say: a busy machine can make either side look
-    faster, so neither "slower" nor "faster" is proven by it.
+    reasons of ``Conditions``) make the verdict ``inconclusive``, whatever the figures say: a busy
+    machine can make either side look faster, so neither "slower" nor "faster" is proven by it.
+    An interval too wide to read (``WIDE_INTERVAL``) is a reason too, but it makes the verdict
+    ``inconclusive`` only when it straddles 1: wholly on one side, it proves that side.
 
     Args:
         before: the reference's latencies (the defaults, the float model, the contender).
@@ -119,15 +120,19 @@ def judge(
         seed: the bootstrap's seed.
     """
     ratio, interval = improvement(before, after, objective, seed=seed)
-    reasons = tuple(unreliable) + tuple(interval_reasons(interval))
+    wide = tuple(interval_reasons(interval))
+    reasons = tuple(unreliable) + wide
     low, high = interval
     verdict: Verdict
-    if reasons:
+    if unreliable:
         verdict = "inconclusive"
     elif high < 1.0:
+        # a wide interval wholly below 1 still proves "slower" on a quiet machine
         verdict = "slower"
     elif low > 1.0 and ratio >= 1.0 + min_gain:
         verdict = "faster"
+    elif wide:
+        verdict = "inconclusive"
     else:
         verdict = "within noise"
     return Judgement(ratio, interval, verdict, reasons)
