@@ -105,8 +105,12 @@ def test_a_healthy_model_keeps_the_reference_and_the_header_says_both_ran(tmp_pa
     path = write_starter(str(tmp_path / "mlp.onnx"), tmp_path / "gate.toml", on_note=notes.append)
     text = prose(path.read_text())
     assert "gate init ran the model once with onnxruntime" in text
-    # every sample, smallest first, while the budget allows (a tiny model: all three)
-    assert "reference evaluator on x float32[1,4]; x float32[3,4]; x float32[7,4]: both ran" in text
+    # every sample, smallest first, while the budget allows (a tiny model: all four, the
+    # export's own samples: the batch range's ends, the compare size and a point between)
+    assert (
+        "reference evaluator on x float32[1,4]; x float32[3,4]; x float32[7,4]; x float32[32,4]: "
+        "both ran" in text
+    )
     assert 'against = "reference"' in text and "second_opinion" not in text
     assert notes == []
     config = load_config(path)
@@ -434,3 +438,14 @@ def test_a_zipmap_classifier_is_probed_and_given_onnx_runtime_as_its_reference(t
     config = tomllib.loads(starter_config(str(iris), probe=found))
     assert config["steps"]["export"]["reference"] == "ort:disable"
     assert config["steps"]["compare"]["against"] == "ort:disable"
+
+
+def test_an_ml_operator_the_evaluator_lacks_is_found_without_running_it():
+    # the evaluator implements ai.onnx.ml but not ZipMap: a classifier's starter must not wait
+    # for the export to find out (it cost a LightGBM model five minutes)
+    import onnxruntime
+
+    path = Path(onnxruntime.__file__).parent / "datasets" / "logreg_iris.onnx"
+    found = unknown_domain(onnx.load(path))
+    assert found == "it does not implement ai.onnx.ml:ZipMap (node 'ZipMap')"
+    assert unknown_domain(mlp()) is None

@@ -192,19 +192,48 @@ def _nodes(graph: GraphProto):
                 yield from _nodes(sub)
 
 
+def _implemented() -> dict[str, set[str]]:
+    """The operators ``onnx.reference`` implements in ai.onnx and ai.onnx.ml, by name.
+
+    Its classes are named ``Op`` or ``Op_VERSION``; onnxgate's corrections replace some of them
+    and add none, so the evaluator's own lists are the whole set.
+    """
+    import inspect
+
+    import onnx.reference.ops._op_list as standard
+    import onnx.reference.ops.aionnxml._op_list as ml
+
+    def names(module: object) -> set[str]:
+        found = set()
+        for name, value in vars(module).items():
+            if inspect.isclass(value):
+                base, _, version = name.rpartition("_")
+                found.add(base if base and version.isdigit() else name)
+        return found
+
+    ops = names(standard)
+    return {"": ops, "ai.onnx": ops, "ai.onnx.ml": names(ml)}
+
+
 def unknown_domain(model: ModelProto) -> str | None:
     """The first operator the reference evaluator does not implement, described, or None.
 
-    The evaluator implements the standard domains and the model's own functions; anything else
-    (``com.microsoft``, ``ai.onnx.contrib``) it refuses when it loads the model.
+    The evaluator implements the standard domains (not every operator of ai.onnx.ml: ZipMap,
+    for one, it refuses) and the model's own functions; anything else (``com.microsoft``,
+    ``ai.onnx.contrib``) it refuses when it loads the model.
     """
     local = {(f.domain, f.name) for f in model.functions}
     bodies = [n for f in model.functions for n in f.node]
+    implemented = _implemented()
     for node in [*_nodes(model.graph), *bodies]:
-        if node.domain in _STANDARD or (node.domain, node.op_type) in local:
+        if (node.domain, node.op_type) in local:
             continue
         name = f"node {node.name!r}" if node.name else "a node"
-        return f"it does not implement the domain {node.domain} ({name}, {node.op_type})"
+        if node.domain in implemented and node.op_type not in implemented[node.domain]:
+            domain = node.domain or "ai.onnx"
+            return f"it does not implement {domain}:{node.op_type} ({name})"
+        if node.domain not in _STANDARD:
+            return f"it does not implement the domain {node.domain} ({name}, {node.op_type})"
     return None
 
 
