@@ -632,6 +632,10 @@ def serve_and_ask(
         result["outputs"] = shapes
         problems = []
         for k, want in expected.items():
+            if isinstance(want, list) and want and isinstance(want[0], dict):
+                # a ZipMap output (one {label: probability} per row): onnxgate serves it as
+                # FP32 [N, K] in the classifier's class order, the order of each row's keys
+                want = np.array([list(row.values()) for row in want], dtype=np.float32)
             want = np.asarray(want)
             got = outputs.get(k)
             if got is None:
