@@ -24,7 +24,9 @@ def test_a_misdeclared_output_gets_its_observed_shape_tied_to_the_input_dim(tmp_
     seen = contract.signature.observed["y"]
     assert seen.declared == (1, "seqlen")  # the declaration is kept, so readers can tell
     assert seen.shape == ("N", 1, 10)  # axis 0 moved with N (1, 7), the others were fixed
-    assert seen.seen == [(1, 1, 10), (7, 1, 10)]
+    # one shape per golden sample: the serving range's ends and a point between, all [N, 1, 10]
+    assert all(shape[1:] == (1, 10) for shape in seen.seen)
+    assert {1, 7} <= {shape[0] for shape in seen.seen} and len(seen.seen) >= 2
     assert seen.why == "rank 3, declared 2"
     assert [o.shape for o in contract.signature.outputs] == [(1, "seqlen")]
     assert [o.shape for o in contract.signature.served_outputs()] == [("N", 1, 10)]
