@@ -321,3 +321,22 @@ def test_bad_urls_are_usage_or_environment_errors(tmp_path):
     not_a_db.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(RegistryUnreachable, match="garbage.db"):
         open_registry(str(not_a_db), tmp_path)
+
+
+def test_timings_other_load_spoiled_are_not_recorded_as_the_versions_speed(registry, tmp_path):
+    files = make_files(tmp_path / "run")
+    registry.register("bert", files, gate_report(files))
+    spoiled = gate_report(files, fingerprint="feedface", p50_ms=9.0)
+    steps = [
+        s.model_copy(update={"figures": {**s.figures, "reliable": False, "unreliable": "busy"}})
+        if s.name == "bench"
+        else s
+        for s in spoiled.steps
+    ]
+    registry.record_gate_run("bert@1", spoiled.model_copy(update={"steps": steps}))
+    detail = registry.show("bert@1")
+    # the run and its step are kept; only the quiet machine's figures are the version's speed
+    assert len(detail.gate_runs) == 2
+    assert [(p.fingerprint, p.figures["p50_ms"]) for p in detail.performance] == [
+        (FINGERPRINT, 1.25)
+    ]

@@ -139,7 +139,11 @@ def add_run(
                 figures=dict(step.get("figures") or {}),
             )
         )
-        if step.get("name") in PERFORMANCE_STEPS and ran(step) and step.get("figures"):
+        figures = step.get("figures") or {}
+        # timings other load spoiled are kept in the run's steps, never as the version's speed
+        if step.get("name") in PERFORMANCE_STEPS and ran(step) and figures:
+            if figures.get("reliable") is False:
+                continue
             session.add(
                 PerformanceRow(
                     version_id=version_id,
