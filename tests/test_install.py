@@ -144,7 +144,10 @@ def test_a_module_of_an_extra_names_it_when_its_package_is_missing(
     import sys
 
     blocked = {"serve": "prometheus_client", "deploy": "tritonclient"}[extra]
-    monkeypatch.setitem(sys.modules, blocked, None)  # import of it raises ImportError
+    # import of it raises ImportError, also of submodules an earlier test already imported
+    for name in [m for m in sys.modules if m == blocked or m.startswith(blocked + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, blocked, None)
     monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(ExtraMissing) as caught:
         importlib.import_module(module)

@@ -33,6 +33,7 @@ def _gate(folder: Path, body: str, *, source: str = "mlp.onnx", model: str = "")
     return path
 
 
+@pytest.mark.torch  # names a torch: source (the marker check reads the text)
 def test_feeds_takes_ranges_or_one_size_and_names_a_bad_one(tmp_path: Path) -> None:
     body = '[feeds]\ninputs = "data/x.npz"\ndims = { batch = [1, 64], seq = 128 }\nseed = 3\n'
     config = load_config(_gate(tmp_path, body))

@@ -234,6 +234,7 @@ def test_a_dimension_without_a_name_is_a_quoted_key_and_bad_dims_are_refused(tmp
     assert "batch" in named.output and not (tmp_path / "y.toml").exists()
 
 
+@pytest.mark.torch  # names a torch: source (the marker check reads the text)
 def test_torch_sources_are_named_after_their_module_and_say_they_were_not_probed():
     text = starter_config("torch:pkg.resnet:build")
     assert tomllib.loads(text)["model"]["name"] == "resnet"

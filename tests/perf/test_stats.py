@@ -76,6 +76,7 @@ def _result(p50: float) -> BenchResult:
     )
 
 
+@pytest.mark.torch  # names a torch: source (the marker check reads the text)
 def test_bench_shows_a_doubted_ratio_only_with_its_qualifier():
     busy = conditions(2, 1.0, others=0.7, steal=0.0, baseline_ms=(2.0, 2.0), drifts={})
     ratio = Ratio(
