@@ -116,7 +116,8 @@ def test_sigkill_during_registration_leaves_a_consistent_registry(backend, tmp_p
     with backend.open() as reg:
         report = reg.fsck()  # every sha256, once at the end
         assert report.consistent, report.problems
-        assert report.versions == last > 0
+        # (on a busy machine every kill may land before a registration completes: last == 0)
+        assert report.versions == last
         files = make_files(tmp_path / "after")
         assert reg.register("bert", files, gate_report(files)).number == last + 1
     # evidence that kills landed inside registrations, not only between them

@@ -12,12 +12,14 @@ from onnxgate.model import load_model
 from onnxgate.perf._contest import Contender
 from onnxgate.runners import OrtOptions, OrtRunner, _ort
 from onnxgate.runners._tensorrt import TENSORRT, tensorrt_options, triton_parameters
+from onnxgate.settings import FeedSettings
 
 
 @pytest.fixture
 def proven(tmp_path) -> Path:
     path = save(mlp(), tmp_path / "mlp.onnx")
-    init_contract(path, ContractConfig())  # batch proven at 1 and 7
+    # batch proven from 1 to 7 (a range given, so no starter range or machine speed decides it)
+    init_contract(path, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 7]})))
     return path
 
 
