@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from onnxgate.gate import _steps
+from onnxgate.gate._config import GateConfig
+
+
+class Captured(Exception):
+    pass
+
+
+def _config(tmp_path: Path, **quantize: object) -> GateConfig:
+    return GateConfig.model_validate(
+        {
+            "version": 1,
+            "model": {"name": "m", "source": str(tmp_path / "m.onnx")},
+            "feeds": {"inputs": str(tmp_path / "data.npz")},
+            "steps": {"quantize": {"enabled": True, **quantize}},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("quantize", "expected"),
+    [
+        ({"mode": "dynamic"}, ("data", None)),
+        ({"mode": "static"}, (None, "data")),  # never both: the same data would be refused
+        ({"mode": "static", "eval": "held.npz"}, ("held.npz", "data")),
+        ({"mode": "static", "calibration": "cal.npz"}, ("data", "cal.npz")),
+    ],
+)
+def test_feeds_inputs_is_evaluation_or_calibration_data_never_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quantize: dict, expected: tuple
+) -> None:
+    seen = {}
+
+    def fake(model, config, progress=None):
+        seen["eval"], seen["calibration"] = config.eval, config.calibration
+        raise Captured
+
+    # the package (onnxgate.quantize is also the name of the function at the top level)
+    monkeypatch.setattr(importlib.import_module("onnxgate.quantize"), "quantize", fake)
+    config = _config(tmp_path, **quantize)
+    ctx = _steps.Context(config=config, run_dir=tmp_path, progress=lambda message: None)
+    with pytest.raises(Captured):
+        _steps.quantize(ctx, config.steps.quantize)
+    data = str(tmp_path / "data.npz")
+    shown = tuple(data if v == "data" else v for v in expected)
+    assert (seen["eval"], seen["calibration"]) == shown
