@@ -252,3 +252,92 @@ def test_an_empty_dim_param_is_a_dimension_without_a_name(tmp_path):
     assert sample.feeds["x"].shape[0] == 3 and "x[0]=3" in sample.label
     result = run("compare", str(save(proto, tmp_path / "empty_dim.onnx")))
     assert result.exit_code in (0, 1), result.output
+
+
+def two_inputs():
+    """images[batch, 3, height, width] and features[batch, n]: image sides and a dimension of no
+    known role, which ``range_points`` takes to their tops together."""
+    from onnx import helper
+
+    return model(
+        [
+            helper.make_node("Identity", ["images"], ["a"], name="a"),
+            helper.make_node("Identity", ["features"], ["b"], name="b"),
+        ],
+        [
+            value("images", shape=("batch", 3, "height", "width")),
+            value("features", shape=("batch", "n")),
+        ],
+        [value("a", shape=("batch", 3, "height", "width")), value("b", shape=("batch", "n"))],
+    )
+
+
+def fake_cost(sizes) -> float:
+    """Seconds of one golden sample: 20 at 640x640 images, 20 at n=64 (no clock is read)."""
+    return 1 + 20 * sizes["height"] * sizes["width"] / 640**2 + 20 * sizes["n"] / 64
+
+
+def test_tops_that_fit_alone_but_not_together_are_lowered_in_order_until_every_point_fits():
+    from onnxgate.data._dims import range_points, serving_ranges
+
+    proto = two_inputs()
+    signature = signature_of(proto)
+    floor = {"batch": 1, "height": 224, "width": 224, "n": 1}
+    # each top alone fits the 30 s budget; together (the point range_points proves) they do not
+    assert fake_cost(floor | {"height": 640, "width": 640}) <= 30
+    assert fake_cost(floor | {"n": 64}) <= 30
+    assert fake_cost(floor | {"height": 640, "width": 640, "n": 64}) > 30
+    ranges = serving_ranges(signature, proto, cost=fake_cost, budget=30.0)
+    assert all(fake_cost(point) <= 30 for point in range_points(ranges))
+    # the dimension of no known role gives way first (64 → 32 → 16); the image keeps 640
+    assert (ranges["n"].high, ranges["n"].uncapped) == (16, 64)
+    assert ranges["height"].high == ranges["width"].high == 640
+    assert ranges["height"].uncapped is None
+    assert "height=640, width=640, n=32 together would take about 31 s" in ranges["n"].why
+    # without a cost, nothing is lowered
+    free = serving_ranges(signature, proto)
+    assert (free["n"].high, free["height"].high) == (64, 640)
+
+
+def test_a_top_stops_at_its_smallest_starter_size_and_the_next_in_order_steps_down():
+    from onnxgate.data._dims import range_points, serving_ranges
+
+    proto = two_inputs()
+
+    def cost(sizes) -> float:  # images near the budget alone: n at 16 is not enough
+        return 24 * sizes["height"] * sizes["width"] / 640**2 + sizes["n"] / 4 + 5
+
+    ranges = serving_ranges(signature_of(proto), proto, cost=cost, budget=30.0)
+    assert all(cost(point) <= 30 for point in range_points(ranges))
+    assert ranges["n"].high == 16  # OTHER_MAX's smallest: it is not emptied to 1..1
+    assert ranges["height"].high == ranges["width"].high == 512
+    assert ranges["height"].uncapped == 640 and "lowered to 512" in ranges["height"].why
+
+
+def test_a_given_range_is_never_lowered_by_the_joint_check():
+    from onnxgate.data._dims import serving_ranges
+
+    proto = two_inputs()
+    ranges = serving_ranges(
+        signature_of(proto), proto, given={"n": (1, 64)}, cost=fake_cost, budget=30.0
+    )
+    assert ranges["n"].high == 64 and ranges["n"].given
+    assert ranges["height"].high < 640 and ranges["height"].uncapped == 640
+
+
+def test_a_cost_capped_range_says_so_and_the_contract_records_why(tmp_path):
+    from onnxgate.contract import ContractConfig, init_contract, load_contract
+
+    loaded = load_model(save(detector(), tmp_path / "det.onnx"))
+    proven = {}
+    golden_samples(loaded, probe=lambda sample: 10.0, on_ranges=proven.update)
+    batch, height = proven["batch"], proven["height"]
+    assert (batch.high, batch.uncapped) == (2, 32) and (height.high, height.uncapped) == (320, 640)
+    assert "capped at 320 by what a golden sample costs" in height.why
+    assert "one at height=width=640 would take about 82 s, over the 30 s" in height.why
+    assert "one sample took 10 s at batch=1,height=224,width=224" in height.why
+    # uncapped by cost: the reason is the role's
+    init_contract(loaded.path, ContractConfig(force=True))
+    dims = load_contract(loaded.path).signature.dims
+    assert dims["batch"].why.startswith("a batch, starter range")
+    assert dims["height"].why.startswith("an image side")

@@ -450,3 +450,46 @@ def test_an_ml_operator_the_evaluator_lacks_is_found_without_running_it():
     found = unknown_domain(onnx.load(path))
     assert found == "it does not implement ai.onnx.ml:ZipMap (node 'ZipMap')"
     assert unknown_domain(mlp()) is None
+
+
+# --- starter ranges capped by this machine's speed say so ---------------------------------------
+
+
+def test_the_starter_says_which_ranges_this_machines_speed_capped_and_what_lifts_the_cap(
+    tmp_path: Path,
+):
+    import dataclasses
+
+    from onnxgate.data._dims import DimRange
+
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    found = probe(path)
+    assert found.sample_seconds is not None and not found.sample_estimated
+    assert found.ranges["batch"].low == 1 and not found.ranges["batch"].given
+    assert "The export will prove batch 1.." in prose(starter_config(str(path), probe=found))
+    # the same probe on a machine where one sample at batch 1 took the evaluator 8 s (no clock)
+    slow = dataclasses.replace(
+        found,
+        ranges={"batch": DimRange(1, 2, "batch", "a batch, starter range", uncapped=32)},
+        sample_seconds=8.0,
+        reference_feeds="x float32[1,4]",
+    )
+    notes: list[str] = []
+    text = starter_config(str(path), probe=slow, on_note=notes.append)
+    said = prose(text)
+    assert "The export will prove batch 1..2, each at both ends and between." in said
+    assert "Capped by this machine's speed, not by the model: batch at 2, not 32." in said
+    assert "the ONNX reference evaluator took 8 s on one golden sample (x float32[1,4])" in said
+    assert "more than 30 s (the export measures again)" in said
+    assert 'reference = "ort:disable" with second_opinion = false' in said
+    assert "# dims = { batch = [1, 32] }" in text  # uncommented, it proves the uncapped range
+    assert any("batch at 2, not 32" in n for n in notes)
+    lifted = text.replace("# [feeds]\n", "[feeds]\n").replace("# dims = ", "dims = ")
+    (tmp_path / "gate.toml").write_text(lifted)
+    assert load_config(tmp_path / "gate.toml").feeds.dims == {"batch": [1, 32]}
+    # nothing capped: no claim about speed, and the placeholders stay
+    uncapped = dataclasses.replace(
+        slow, ranges={"batch": DimRange(1, 32, "batch", "a batch, starter range")}
+    )
+    text = starter_config(str(path), probe=uncapped)
+    assert "Capped" not in text and "# dims = { batch = [MIN, MAX] }" in text

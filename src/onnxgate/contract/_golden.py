@@ -229,6 +229,7 @@ def write_contract(
     store: ContractStore = SIDECAR,
     allow_weak_rules: bool = True,
     batch: str | None = None,
+    dims_why: Mapping[str, str] | None = None,
 ) -> Contract:
     """Run ``reference`` on the samples and write ``<model>.contract.json`` and ``.golden.npz``.
 
@@ -259,6 +260,7 @@ def write_contract(
             ``allow_weak_rules`` too).
         batch: the inputs' batch dimension when the outputs call their first axis otherwise
             (``[model] batch_axis``); every golden output's first axis must follow it.
+        dims_why: why each free dimension's range is what it is, by label (``DimBound.why``).
 
     Raises:
         ConfigError: a contract exists already and ``force`` is not set.
@@ -347,7 +349,7 @@ def write_contract(
         signature=SignatureContract(
             inputs=list(signature.inputs),
             outputs=list(signature.outputs),
-            dims=dim_bounds(list(signature.inputs), [g.dims for g in golden]),
+            dims=dim_bounds(list(signature.inputs), [g.dims for g in golden], dims_why),
             batch=batch,
             observed=observed_shapes(signature, produced),
             values={

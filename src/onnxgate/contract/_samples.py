@@ -5,8 +5,10 @@ made at (``signature.dims``: the smallest to the largest per symbolic dimension)
 take every free dimension to both ends of its serving range and once between: the range given in
 ``[feeds] dims``, or a starter range from the dimension's role (``serving_ranges``). The reference
 evaluator is tens of times slower than ONNX Runtime, so the points are not every corner
-(``range_points``) and a starter range stops where one sample would cost the reference more than
-``SAMPLE_SECONDS``.
+(``range_points``) and a starter range stops where one sample would take the reference (or the
+second opinion that checks it, whichever is slower) more than ``SAMPLE_SECONDS``. That cap is
+this machine's speed, not the model's: a capped range says so in its reason, which the contract
+records (``DimBound.why``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from onnx import ModelProto
 
 from onnxgate.data import (
     Sample,
@@ -27,6 +30,7 @@ from onnxgate.data import (
     validate_feeds,
 )
 from onnxgate.data._dims import (
+    DimRange,
     free_sizes,
     input_elements,
     plan_dims,
@@ -40,8 +44,9 @@ from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners import Runner
 
 SAMPLE_SECONDS = 30.0
-"""The most time one golden sample at the top of a starter range may take the reference (as
-estimated from one sample at the low end); a given range is proven whatever it costs."""
+"""The most time one golden sample at the top of a starter range may take the reference or its
+second opinion (as estimated from one sample at the low end); a given range is proven whatever it
+costs."""
 
 
 def golden_samples(
@@ -53,6 +58,7 @@ def golden_samples(
     seed: int = 0,
     probe: Callable[[Sample], float] | None = None,
     progress: Callable[[str], None] | None = None,
+    on_ranges: Callable[[dict[str, DimRange]], None] | None = None,
 ) -> list[Sample]:
     """Samples for a contract that prove the sizes the model will be served at.
 
@@ -69,25 +75,15 @@ def golden_samples(
     ``SAMPLE_SECONDS`` (estimated by input size), since the ONNX reference evaluator is 40 to 150
     times slower than ONNX Runtime. Given ranges are proven whatever they cost.
 
+    ``on_ranges`` is called with the range each free dimension is proven over, and why (what
+    the contract records in ``signature.dims``).
+
     Raises:
         ConfigError: a dimension names nothing in the model, or the data lies outside a given
             range.
     """
     signature = Signature.from_graph(loaded.proto.graph)
-    given = {
-        name: (min(sizes), max(sizes))
-        for name, sizes in (
-            (k, [v] if isinstance(v, int) else list(v)) for k, v in (dims or {}).items()
-        )
-    }
-    free = set(unnamed_dims(signature)) | {d for s in signature.inputs for d in s.symbolic_dims}
-    unknown = sorted(set(given) - free)
-    if unknown:
-        raise ConfigError(
-            f"dimension {unknown[0]!r} is not a free dimension of the model's inputs; it has: "
-            f"{', '.join(sorted(free)) or 'none (all inputs are fixed)'}.",
-            field="feeds.dims",
-        )
+    given = _given(signature, dims)
     indexed = set(infer_ranges(loaded.proto))
     wanted = serving_ranges(signature, loaded.proto, given=given, indexed=indexed)
     data = (
@@ -109,22 +105,94 @@ def golden_samples(
         first = data[0] if data else synthesized(range_points(wanted)[0])[0]
         seconds = probe(first)
         if seconds > 0:
-            wanted = serving_ranges(
-                signature,
-                loaded.proto,
-                given=given,
-                indexed=indexed,
-                affordable=_affordable(signature, first, seconds),
+            wanted = measured_ranges(
+                signature, loaded.proto, first, seconds, given=given, indexed=indexed
             )
-    if progress is not None and wanted:
-        progress(
-            "proving " + ", ".join(f"{k} {r.low}..{r.high} ({r.why})" for k, r in wanted.items())
-        )
     if inputs is None:
+        _said(wanted, progress, on_ranges)
         return [sample for point in range_points(wanted) for sample in synthesized(point)]
     if not data:
+        _said(wanted, progress, on_ranges)
         return data
     seen = [free_sizes(signature, s.feeds) for s in data]
+    kept, proven = _with_data(wanted, seen, given, data, inputs)
+    _said(kept | proven, progress, on_ranges)
+    ties = _ties(seen, kept, set(unnamed_dims(signature)))
+    resized = []
+    for point in range_points(kept):
+        point = point | {other: point[name] for name, others in ties.items() for other in others}
+        if any(all(s.get(k) == v for k, v in point.items()) for s in seen):
+            continue
+        resized.append(_resized(signature, data[0], point))
+    return data + resized
+
+
+def proven_ranges(
+    loaded: LoadedModel,
+    probed: Sample,
+    seconds: float,
+    *,
+    inputs: str | Path | None = None,
+    dims: Mapping[str, int | Sequence[int]] | None = None,
+) -> dict[str, DimRange]:
+    """The ranges ``golden_samples`` proves when the reference takes ``seconds`` on ``probed``.
+
+    What ``gate init`` tells before any export runs: the starter ranges, and which of them this
+    machine's speed caps.
+
+    Raises:
+        ConfigError: a dimension names nothing in the model, or the data lies outside a given
+            range.
+    """
+    signature = Signature.from_graph(loaded.proto.graph)
+    given = _given(signature, dims)
+    indexed = set(infer_ranges(loaded.proto))
+    wanted = measured_ranges(signature, loaded.proto, probed, seconds, given=given, indexed=indexed)
+    data = [] if inputs is None else load_feeds(inputs, signature=signature)
+    if not data:
+        return wanted
+    kept, proven = _with_data(
+        wanted, [free_sizes(signature, s.feeds) for s in data], given, data, inputs
+    )
+    return kept | proven
+
+
+def _given(
+    signature: Signature, dims: Mapping[str, int | Sequence[int]] | None
+) -> dict[str, tuple[int, int]]:
+    """``dims`` as ranges (``[min, max]``, one size, or sizes spanning their ends), checked."""
+    given = {
+        name: (min(sizes), max(sizes))
+        for name, sizes in (
+            (k, [v] if isinstance(v, int) else list(v)) for k, v in (dims or {}).items()
+        )
+    }
+    free = set(unnamed_dims(signature)) | {d for s in signature.inputs for d in s.symbolic_dims}
+    unknown = sorted(set(given) - free)
+    if unknown:
+        raise ConfigError(
+            f"dimension {unknown[0]!r} is not a free dimension of the model's inputs; it has: "
+            f"{', '.join(sorted(free)) or 'none (all inputs are fixed)'}.",
+            field="feeds.dims",
+        )
+    return given
+
+
+def _with_data(
+    wanted: Mapping[str, DimRange],
+    seen: Sequence[Mapping[str, int]],
+    given: Mapping[str, tuple[int, int]],
+    data: Sequence[Sample],
+    inputs: str | Path | None,
+) -> tuple[dict[str, DimRange], dict[str, DimRange]]:
+    """The ranges proven with data: (those resized to, those only the data's sizes prove).
+
+    Given ranges stay as given, and a batch's starter range widens to the data's batches; any
+    other dimension is proven at the sizes the data has.
+
+    Raises:
+        ConfigError: the data lies outside a given range.
+    """
     for sizes, sample in zip(seen, data, strict=True):
         for name, (low, high) in given.items():
             if name in sizes and not low <= sizes[name] <= high:
@@ -134,23 +202,34 @@ def golden_samples(
                     hint="Widen the range, or give data inside it.",
                     field="feeds.dims",
                 )
-    kept = {}
+    kept: dict[str, DimRange] = {}
+    proven: dict[str, DimRange] = {}
     for name, found in wanted.items():
         sizes = [s[name] for s in seen if name in s]
         if found.given:
             kept[name] = found
         elif found.role == "batch" and sizes:
-            kept[name] = dataclasses.replace(
-                found, low=min([found.low, *sizes]), high=max([found.high, *sizes])
-            )
-    ties = _ties(seen, kept, set(unnamed_dims(signature)))
-    made = []
-    for point in range_points(kept):
-        point = point | {other: point[name] for name, others in ties.items() for other in others}
-        if any(all(s.get(k) == v for k, v in point.items()) for s in seen):
-            continue
-        made.append(_resized(signature, data[0], point))
-    return data + made
+            low, high = min([found.low, *sizes]), max([found.high, *sizes])
+            why = found.why if high == found.high else f"{found.why}, widened to the data's {high}"
+            capped = found.uncapped if found.uncapped and high < found.uncapped else None
+            kept[name] = dataclasses.replace(found, low=low, high=high, why=why, uncapped=capped)
+        elif sizes:
+            why = "the sizes of the data given"
+            proven[name] = DimRange(min(sizes), max(sizes), found.role, why)
+    return kept, proven
+
+
+def _said(
+    ranges: dict[str, DimRange],
+    progress: Callable[[str], None] | None,
+    on_ranges: Callable[[dict[str, DimRange]], None] | None,
+) -> None:
+    if progress is not None and ranges:
+        progress(
+            "proving " + ", ".join(f"{k} {r.low}..{r.high} ({r.why})" for k, r in ranges.items())
+        )
+    if on_ranges is not None:
+        on_ranges(dict(ranges))
 
 
 def _ties(
@@ -176,34 +255,60 @@ def _ties(
     return ties
 
 
-def _affordable(
-    signature: Signature, probed: Sample, seconds: float
-) -> Callable[[Mapping[str, int]], bool]:
-    """Whether a sample at some sizes would take the reference at most ``SAMPLE_SECONDS``.
+def measured_ranges(
+    signature: Signature,
+    model: ModelProto,
+    probed: Sample,
+    seconds: float,
+    *,
+    given: Mapping[str, tuple[int, int]] | None = None,
+    indexed: set[str] | None = None,
+) -> dict[str, DimRange]:
+    """``serving_ranges`` with starter tops capped by what one golden sample costs.
 
-    Estimated from ``probed``, which took ``seconds``, in proportion to the inputs' elements.
+    A top stops where one sample would take more than ``SAMPLE_SECONDS``, estimated (by input
+    size) from ``probed``, which took ``seconds``. A capped range's ``why`` names what was
+    measured: that machine's speed set its top, not the model.
     """
     plan = plan_dims(signature)
-    base = input_elements(plan, signature, free_sizes(signature, probed.feeds)) or 1
+    sizes = free_sizes(signature, probed.feeds)
+    base = input_elements(plan, signature, sizes) or 1
 
-    def affordable(sizes: Mapping[str, int]) -> bool:
-        return seconds * input_elements(plan, signature, sizes) / base <= SAMPLE_SECONDS
+    def cost(at: Mapping[str, int]) -> float:
+        return seconds * input_elements(plan, signature, at) / base
 
-    return affordable
+    ranges = serving_ranges(
+        signature, model, given=given, indexed=indexed, cost=cost, budget=SAMPLE_SECONDS
+    )
+    shown = ",".join(f"{k}={v}" for k, v in sizes.items()) or probed.label
+    measured = f" (one sample took {seconds:.2g} s at {shown}, on the machine that proved it)"
+    return {
+        name: dataclasses.replace(found, why=found.why + measured)
+        if found.uncapped is not None
+        else found
+        for name, found in ranges.items()
+    }
 
 
-def reference_probe(runner: Runner, signature: Signature) -> Callable[[Sample], float]:
-    """Seconds ``runner`` takes on one sample (0.0 when it fails: ``write_contract`` says why)."""
+def reference_probe(signature: Signature, *runners: Runner) -> Callable[[Sample], float]:
+    """Seconds the slowest of ``runners`` takes on one sample (0.0 when all fail).
+
+    ``write_contract`` says why they failed. The runners are those that run every golden sample: the reference, and the second opinion
+    that checks it (the reference evaluator, when ONNX Runtime makes the golden outputs).
+    """
 
     def probe(sample: Sample) -> float:
-        try:
-            feeds = validate_feeds(signature, sample.feeds, where=sample.label)
-            with runner:
-                start = time.perf_counter()
-                runner.infer(feeds)
-                return time.perf_counter() - start
-        except GateError:
-            return 0.0
+        taken = 0.0
+        for runner in runners:
+            try:
+                feeds = validate_feeds(signature, sample.feeds, where=sample.label)
+                with runner:
+                    start = time.perf_counter()
+                    runner.infer(feeds)
+                    taken = max(taken, time.perf_counter() - start)
+            except GateError:
+                continue
+        return taken
 
     return probe
 

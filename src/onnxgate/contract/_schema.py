@@ -11,6 +11,7 @@ as ``\xNN``), and an optional ``signing`` block lets a key vouch for everything 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +55,11 @@ class DimBound(_Strict):
 
     min: int | None = None
     max: int | None = None
+    why: str = Field("", exclude_if=lambda value: not value)
+    """Why the range is what it is: ``[feeds] dims``, a starter range by the dimension's role,
+    at most what the graph accepts, capped by the reference's cost on the machine that proved
+    it (a faster machine, a faster reference or ``[feeds] dims`` proves more), or the sizes of
+    the data given. Left out of the file when unknown, so contracts without it read as before."""
 
 
 class ValueBound(_Strict):
@@ -386,11 +392,16 @@ def golden_path(model: Path, golden: Golden) -> Path:
     return model.parent / name
 
 
-def dim_bounds(specs: list[TensorSpec], sizes: list[dict[str, int]]) -> dict[str, DimBound]:
-    """For each free dim, the smallest and largest size it was proved at.
+def dim_bounds(
+    specs: list[TensorSpec],
+    sizes: list[dict[str, int]],
+    why: Mapping[str, str] | None = None,
+) -> dict[str, DimBound]:
+    """For each free dim, the smallest and largest size it was proved at, and ``why``'s reason.
 
     A dim without a name is keyed ``INPUT[AXIS]`` (``images[2]``), as ``[feeds] dims`` names it.
     """
+    why = why or {}
     names = {d for spec in specs for d in spec.symbolic_dims}
     names |= {
         f"{spec.name}[{axis}]"
@@ -401,5 +412,7 @@ def dim_bounds(specs: list[TensorSpec], sizes: list[dict[str, int]]) -> dict[str
     bounds = {}
     for name in sorted(names):
         seen = [s[name] for s in sizes if name in s]
-        bounds[name] = DimBound(min=min(seen), max=max(seen)) if seen else DimBound()
+        bounds[name] = (
+            DimBound(min=min(seen), max=max(seen), why=why.get(name, "")) if seen else DimBound()
+        )
     return bounds

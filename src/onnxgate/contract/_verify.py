@@ -169,19 +169,23 @@ def init_contract(
         FeedSettings(inputs=feeds.inputs, ranges=feeds.ranges).refuse_with_inputs()
     loaded = load_model(model)
     runner = make_runner(config.reference, loaded, trust_pickle=config.trust_pickle)
+    second: Runner | SecondOpinion = (
+        second_opinion_for(runner, loaded)
+        if config.second_opinion
+        else SecondOpinion(detail=f"not taken: {setting('second_opinion', False)}")
+    )
+    # both run every golden sample: the slower of the two caps the starter ranges
+    timed = [runner] if isinstance(second, SecondOpinion) else [runner, second]
+    proven: dict[str, str] = {}
     samples = golden_samples(
         loaded,
         inputs=feeds.inputs,
         dims=feeds.sizes() or None,
         ranges=feeds.value_ranges() or None,
         seed=feeds.seed,
-        probe=reference_probe(runner, Signature.from_graph(loaded.proto.graph)),
+        probe=reference_probe(Signature.from_graph(loaded.proto.graph), *timed),
         progress=progress,
-    )
-    second: Runner | SecondOpinion = (
-        second_opinion_for(runner, loaded)
-        if config.second_opinion
-        else SecondOpinion(detail=f"not taken: {setting('second_opinion', False)}")
+        on_ranges=lambda ranges: proven.update({k: r.why for k, r in ranges.items()}),
     )
     return write_contract(
         loaded,
@@ -194,6 +198,7 @@ def init_contract(
         second_opinion=second,
         allow_weak_rules=config.allow_weak_rules,
         batch=config.batch_axis,
+        dims_why=proven,
     )
 
 

@@ -17,6 +17,7 @@ say which shapes it tried and which ``--dim`` to give.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -382,6 +383,9 @@ class DimRange:
     why: str
     given: bool = False
     """The user gave the range (``[feeds] dims``); it is not a starter range."""
+    uncapped: int | None = None
+    """The top the role and the graph allow, when the reference's cost lowered ``high`` below it
+    (None when it did not): this machine's speed, not the model, set ``high``."""
 
     @property
     def between(self) -> int:
@@ -404,13 +408,38 @@ def range_key_label(key: str | tuple[str, int]) -> str:
     return key if isinstance(key, str) else unnamed_label(*key)
 
 
+JOINT_ORDER = ("batch", "other", "sequence", "image")
+"""The order starter tops are lowered in when a point ``range_points`` proves takes several tops
+at once and together they cost too much, though each alone fits: the batch first (how many inputs
+are stacked matters less to a request than their size), then a dimension of no known role, then
+token positions, and image sides last, never below the planned (declared or typical) size. Each
+steps down through its starter sizes (``BATCH_MAX``, ``OTHER_MAX``...) before any goes below
+them. ``range_points`` never pairs the batch's top with another's, so in practice the non-batch
+tops give way, in this order."""
+
+_WHY = {
+    "batch": "a batch, starter range",
+    "image": "an image side, from the planned size to a typical serving size",
+    "sequence": "token positions, starter range",
+    "other": "starter range",
+}
+
+_TOPS = (
+    ("batch", BATCH_MAX),
+    ("image", IMAGE_MAX),
+    ("sequence", SEQUENCE_MAX),
+    ("other", OTHER_MAX),
+)
+
+
 def serving_ranges(
     signature: Signature,
     model: ModelProto | None = None,
     *,
     given: Mapping[str, tuple[int, int]] | None = None,
     indexed: set[str] | None = None,
-    affordable: Callable[[Mapping[str, int]], bool] | None = None,
+    cost: Callable[[Mapping[str, int]], float] | None = None,
+    budget: float = math.inf,
 ) -> dict[str, DimRange]:
     """The range every free dimension of the inputs is to be proven over, by label.
 
@@ -418,8 +447,14 @@ def serving_ranges(
     dimension's role: a batch 1 to 32, an image side from the planned size (``plan_dims``) to
     640, token positions 1 to 512, any other 1 to 64. Each top is lowered to the first size strict
     shape inference accepts (with the other dimensions at their low ends), when it can tell, and
-    that ``affordable`` accepts: it is asked about the sizes of every free dimension, and keeps
-    the reference evaluator's time bounded.
+    that keeps ``cost`` within ``budget``: ``cost`` estimates the seconds one golden sample takes
+    the reference at the sizes of every free dimension (by label). A top the cost lowered keeps
+    the size it would have had in ``DimRange.uncapped``, and its ``why`` says so.
+
+    Then every point ``range_points`` will prove is costed as a whole, since a point takes
+    several tops at once (an image's sides with token positions): while one costs more than
+    ``budget``, the first starter top at its end in that point, in ``JOINT_ORDER``, is lowered
+    to its next size the graph accepts. Given ranges are never lowered.
     """
     given = dict(given or {})
     every = {range_key_label(k): r for k, r in dim_roles(signature, indexed=indexed).items()}
@@ -437,38 +472,109 @@ def serving_ranges(
     lows = {k: (planned[k].size if r == "image" and k in planned else 1) for k, r in roles.items()}
     floor = {range_key_label(k): v for k, v in lows.items()} | base
 
-    def fits(keys: list[str | tuple[str, int]], size: int) -> bool:
-        if affordable is not None and not affordable(
-            floor | {range_key_label(k): size for k in keys}
-        ):
-            return False
+    judged: dict[tuple[tuple[str, int], ...], bool] = {}
+
+    def accepted(sizes: Mapping[str, int]) -> bool:
+        """Strict shape inference accepts the inputs at ``sizes`` (by label), the plan's else."""
         if skeleton is None:
             return True
-        trial = dict(planned) | dict.fromkeys(keys, DimChoice(size, "trial"))
-        return _rejects(skeleton, signature, _plan(trial), base) is None
+        key = tuple(sorted(sizes.items()))
+        if key not in judged:
+            judged[key] = _rejects(skeleton, signature, plan, sizes) is None
+        return judged[key]
 
-    for role, tops in (
-        ("batch", BATCH_MAX),
-        ("image", IMAGE_MAX),
-        ("sequence", SEQUENCE_MAX),
-        ("other", OTHER_MAX),
-    ):
+    def affordable(sizes: Mapping[str, int]) -> bool:
+        return cost is None or cost(sizes) <= budget
+
+    groups: dict[str, list[str]] = {}
+    candidates: dict[str, list[int]] = {}
+    for role, tops in _TOPS:
         keys = [k for k, r in roles.items() if r == role]
         if not keys:
             continue
+        labels = [range_key_label(k) for k in keys]
         least = max(lows[k] for k in keys)
-        high = next((t for t in tops if t >= least and fits(keys, t)), least)
-        why = {
-            "batch": "a batch, starter range",
-            "image": "an image side, from the planned size to a typical serving size",
-            "sequence": "token positions, starter range",
-            "other": "starter range",
-        }[role]
-        if high < max(tops[0], least):
-            why += f", lowered to {high} (what the graph accepts, at a bounded reference cost)"
+        sizes = [t for t in tops if t >= least and accepted(base | dict.fromkeys(labels, t))]
+        groups[role], candidates[role] = labels, sizes
+        reach = sizes[0] if sizes else least  # the graph's top, whatever it costs
+        high = next((t for t in sizes if affordable(floor | dict.fromkeys(labels, t))), least)
+        why = _WHY[role]
+        if reach < max(tops[0], least):
+            why += f", at most {reach} (what the graph accepts)"
+        uncapped = None
+        if high < reach and cost is not None:
+            uncapped = reach
+            at = floor | dict.fromkeys(labels, reach)
+            why += (
+                f"; capped at {high} by what a golden sample costs: one at "
+                f"{'='.join(labels)}={reach} would take about {cost(at):.0f} s, over the "
+                f"{budget:.0f} s a starter range may cost"
+            )
         for key in keys:
-            ranges[range_key_label(key)] = DimRange(lows[key], high, role, why)
+            ranges[range_key_label(key)] = DimRange(lows[key], high, role, why, uncapped=uncapped)
+    while cost is not None:
+        over = next(
+            (p for p in range_points(ranges) if not _fits(p, ranges, groups, affordable)), None
+        )
+        if over is None:
+            break  # every point fits, or only given ranges are at their tops in those that do not
+        at_top = [
+            r
+            for r in JOINT_ORDER
+            if r in groups and over[groups[r][0]] == _top(ranges[groups[r][0]])
+        ]
+        # a top steps down through its starter sizes first; only when none has a smaller one left
+        # does one go below them, to its low end
+        role = next(
+            (r for r in at_top if any(t < ranges[groups[r][0]].high for t in candidates[r])),
+            at_top[0],
+        )
+        ranges = _lowered(ranges, groups[role], candidates[role], over, cost, budget)
     return ranges
+
+
+def _fits(
+    point: Mapping[str, int],
+    ranges: Mapping[str, DimRange],
+    groups: Mapping[str, Sequence[str]],
+    affordable: Callable[[Mapping[str, int]], bool],
+) -> bool:
+    """``point`` is affordable, or nothing in it can be lowered (given ranges are proven as given)."""
+    if affordable(point):
+        return True
+    return not any(point[labels[0]] == _top(ranges[labels[0]]) for labels in groups.values())
+
+
+def _top(found: DimRange) -> int | None:
+    """The top of a range that can be lowered: a starter range's above its low end."""
+    return found.high if not found.given and found.high > found.low else None
+
+
+def _lowered(
+    ranges: Mapping[str, DimRange],
+    labels: Sequence[str],
+    candidates: Sequence[int],
+    over: Mapping[str, int],
+    cost: Callable[[Mapping[str, int]], float],
+    budget: float,
+) -> dict[str, DimRange]:
+    """``ranges`` with the tops of ``labels`` at their next size below, saying why."""
+    was = ranges[labels[0]]
+    high = max(next((t for t in candidates if t < was.high), was.low), was.low)
+    together = ", ".join(f"{k}={v}" for k, v in over.items() if v == ranges[k].high > ranges[k].low)
+    said = (
+        f"; lowered to {high}: a golden sample at {together} together would take about "
+        f"{cost(over):.0f} s, over the {budget:.0f} s a starter range may cost"
+    )
+    return dict(ranges) | {
+        label: dataclasses.replace(
+            ranges[label],
+            high=high,
+            why=ranges[label].why.split("; lowered to ")[0] + said,
+            uncapped=was.uncapped or was.high,
+        )
+        for label in labels
+    }
 
 
 def input_elements(plan: ShapePlan, signature: Signature, sizes: Mapping[str, int]) -> int:

@@ -271,6 +271,9 @@ def export_sklearn(
         notices.extend(drop_stale_contract(config.out))
     if config.contract:
         golden = _golden_rows(x, name, config)
+        why = "[feeds] dims" if config.batch else "1 to every row of the data given"
+        if config.golden_rows is not None and config.golden_rows < (config.batch or (1, len(x)))[1]:
+            why += f", at most golden_rows {config.golden_rows}"
         contract = write_contract(
             final,
             SklearnRunner.from_estimator(estimator, signature, name=type(estimator).__name__),
@@ -290,5 +293,6 @@ def export_sklearn(
             config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check on every row"),
+            dims_why={"batch": why},
         )
     return result.model_copy(update={"contract": contract, "notices": notices})

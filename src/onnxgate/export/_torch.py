@@ -612,5 +612,9 @@ def export_torch(
             config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check"),
+            dims_why={
+                label: found.why
+                for label, found in parity_ranges(examples, config.dynamic, config.dims).items()
+            },
         )
     return result.model_copy(update={"contract": contract, "notices": notices})

@@ -122,6 +122,51 @@ def _dims_toml(dims: Mapping[str, Sequence[int]]) -> str:
     return "{ " + ", ".join(f"{toml_key(k)} = {_toml(list(v))}" for k, v in dims.items()) + " }"
 
 
+def _ranges_comment(probe: Probe | None) -> str:
+    """What the export will prove without ``[feeds] dims``, and which tops this machine capped.
+
+    A starter range stops where one golden sample would take more than ``SAMPLE_SECONDS``: on
+    a slower machine it is narrower. Said here so a narrow range is never taken for the model's.
+    """
+    from onnxgate.contract._samples import SAMPLE_SECONDS
+
+    if probe is None or not any(not r.given for r in probe.ranges.values()):
+        return ""
+    listed = ", ".join(f"{k} {r.low}..{r.high}" for k, r in probe.ranges.items())
+    text = f"The export will prove {listed}, each at both ends and between."
+    capped = {k: r for k, r in probe.ranges.items() if r.uncapped is not None}
+    if capped:
+        said = "; ".join(
+            f"{k} at {r.high}, not {r.uncapped}" for k, r in capped.items() if r.uncapped
+        )
+        took = (
+            f"one golden sample would take the ONNX reference evaluator about "
+            f"{probe.sample_seconds:.2g} s or more (not run: {probe.reference_skipped})"
+            if probe.sample_estimated
+            # the evaluator ran the smallest sample first; the time is that sample's
+            else f"the ONNX reference evaluator took {probe.sample_seconds:.2g} s on one golden "
+            f"sample ({probe.reference_feeds.split('; ')[0]})"
+        )
+        text += (
+            f" Capped by this machine's speed, not by the model: {said}. gate init's probe: "
+            f"{took}, and a starter range stops where one sample would take more than "
+            f"{SAMPLE_SECONDS:.0f} s (the export measures again). A faster machine proves more; "
+            'so do [steps.export] reference = "ort:disable" with second_opinion = false (golden '
+            "outputs from ONNX Runtime without optimisations, far faster, with no independent "
+            "check), and dims with the sizes you serve (proven whatever they cost)."
+        )
+    return _comment(text)
+
+
+def _starter_dims(probe: Probe | None, free: Sequence[str]) -> str:
+    """``# dims = {...}``: placeholders, or the starter ranges uncapped when this machine capped one."""
+    ranges = probe.ranges if probe is not None else {}
+    capped = any(r.uncapped is not None for r in ranges.values())
+    if not capped or set(free) - set(ranges):
+        return "{ " + ", ".join(f"{toml_key(d)} = [MIN, MAX]" for d in free) + " }"
+    return _dims_toml({k: [r.low, r.uncapped or r.high] for k, r in ranges.items()})
+
+
 def _feeds_table(
     probe: Probe | None,
     free: Sequence[str] | None,
@@ -137,12 +182,12 @@ def _feeds_table(
     feeds the steps would synthesize.
     """
     listed = (", ".join(free) or "none") if free is not None else "known once it is exported"
-    placeholder = "{ " + ", ".join(f"{toml_key(d)} = [MIN, MAX]" for d in free or ()) + " }"
+    placeholder = _starter_dims(probe, free or ())
     failed = probe is not None and probe.loads and probe.ort_error is not None
     head = _comment(
         "The feeds of every step (a step's own [steps.X.feeds] overrides them). Free "
         f"dimensions of the model's inputs: {listed}."
-    )
+    ) + _ranges_comment(probe)
     if inputs is not None or dims or ranges:
         lines = ["[feeds]\n", head]
         if failed:
@@ -498,6 +543,12 @@ def _tell(probe: Probe, note: Callable[[str], None], *, given: bool) -> None:
         )
     elif probe.reference_skipped is not None:
         note(f"the ONNX reference evaluator was not probed: {probe.reference_skipped}")
+    capped = [f"{k} at {r.high}, not {r.uncapped}" for k, r in probe.ranges.items() if r.uncapped]
+    if capped:
+        note(
+            f"starter ranges capped by this machine's speed, not by the model: {'; '.join(capped)} "
+            "(see the comment in [feeds]: a faster reference, or [feeds] dims, proves more)"
+        )
     for d in probe.disagreements:
         if d.noise:
             note(

@@ -22,7 +22,9 @@ import numpy as np
 from onnx import GraphProto, ModelProto
 
 from onnxgate.data import Sample, listen_synthetic
+from onnxgate.data._dims import DimRange
 from onnxgate.errors import ConfigError, GateError, SessionFailed, first_line
+from onnxgate.model import LoadedModel
 
 REFERENCE_BUDGET = 30.0
 """Seconds the reference evaluator's probe may take; past them it is reported as not probed."""
@@ -167,6 +169,15 @@ class Probe:
     """Outputs on which the evaluator and ONNX Runtime without optimisations (the export's second
     opinion) differ beyond the default tolerances, on the evaluator's sample."""
     seconds: float = 0.0
+    ranges: dict[str, DimRange] = field(default_factory=dict)
+    """The range each free dimension's golden samples will prove, as the export will choose them
+    at the speed measured here (``contract.proven_ranges``); empty when it cannot be told."""
+    sample_seconds: float | None = None
+    """Seconds the reference evaluator took on one golden sample (``reference_feeds``), or its
+    estimate when it was not run (``sample_estimated``): what caps the starter ranges."""
+    sample_estimated: bool = False
+    """``sample_seconds`` is an estimate (ONNX Runtime's time x ``REFERENCE_SLOWDOWN``), or a
+    lower bound (the probe's budget) when the evaluator ran out of it."""
 
     @property
     def reference_ran(self) -> bool:
@@ -272,18 +283,24 @@ def _samples(
 
 def _reference(
     path: Path, sample: Sample, budget: float
-) -> tuple[str | None, str | None, dict[str, object]]:
-    """Run the evaluator on one sample within ``budget`` seconds: (error, skipped, outputs)."""
+) -> tuple[str | None, str | None, dict[str, object], float]:
+    """Run the evaluator on one sample within ``budget`` seconds.
+
+    Returns (error, skipped, outputs, seconds the inference took).
+    """
     from onnxgate.model import load_model
     from onnxgate.runners import ReferenceRunner
 
     found: dict[str, str] = {}
     outputs: dict[str, object] = {}
+    took: list[float] = []
 
     def run() -> None:
         try:
             with ReferenceRunner(load_model(path)) as runner:
+                start = time.perf_counter()
                 outputs.update(runner.infer(sample.feeds).outputs)
+                took.append(time.perf_counter() - start)
         except GateError as error:
             said = error.message  # the path is the config's source: the node is what tells
             for prefix in ("failed on", "cannot load"):
@@ -297,8 +314,8 @@ def _reference(
     worker.start()
     worker.join(budget)
     if worker.is_alive():
-        return None, f"it took more than {budget:.0f} s on {_shapes(sample)}", {}
-    return found.get("error"), None, outputs
+        return None, f"it took more than {budget:.0f} s on {_shapes(sample)}", {}, budget
+    return found.get("error"), None, outputs, took[0] if took else 0.0
 
 
 def probe(
@@ -393,10 +410,17 @@ def probe(
             f"x {REFERENCE_SLOWDOWN}), over the {reference_budget:.0f} s budget"
         )
         return Probe(
-            feeds, runtime, free, reference_skipped=skipped, seconds=time.perf_counter() - clock
+            feeds,
+            runtime,
+            free,
+            reference_skipped=skipped,
+            seconds=time.perf_counter() - clock,
+            ranges=_ranges(loaded, smallest, estimate, inputs, dims),
+            sample_seconds=estimate,
+            sample_estimated=True,
         )
     began = time.perf_counter()
-    error, skipped, outputs = _reference(path, smallest, reference_budget)
+    error, skipped, outputs, took = _reference(path, smallest, reference_budget)
     differ: dict[str, Disagreement] = {}
     ran_on: list[Sample] = []
     if error is None and skipped is None:
@@ -422,7 +446,7 @@ def probe(
                     if not others or others[0][0] * REFERENCE_SLOWDOWN > left:
                         break
                     sample = others.pop(0)[1]
-                    failed, late, outputs = _reference(path, sample, left)
+                    failed, late, outputs, _ = _reference(path, sample, left)
                     if failed is not None or late is not None:
                         break  # the smallest sample ran: the evaluator's verdict stands
                     ran_on.append(sample)
@@ -437,4 +461,24 @@ def probe(
         reference_feeds="; ".join(_shapes(s) for s in ran_on or [smallest]),
         disagreements=list(differ.values()),
         seconds=time.perf_counter() - clock,
+        ranges={} if error is not None else _ranges(loaded, smallest, took, inputs, dims),
+        sample_seconds=None if error is not None else took,
+        sample_estimated=skipped is not None,
     )
+
+
+def _ranges(
+    loaded: LoadedModel,
+    sample: Sample,
+    seconds: float,
+    inputs: Path | None,
+    dims: Mapping[str, Sequence[int]] | None,
+) -> dict[str, DimRange]:
+    """The ranges the export will prove if one golden sample like ``sample`` takes ``seconds``."""
+    from onnxgate.contract._samples import proven_ranges
+
+    sizes = {name: list(s) for name, s in (dims or {}).items()} or None
+    try:
+        return proven_ranges(loaded, sample, seconds, inputs=inputs, dims=sizes)
+    except GateError:  # the samples were made from the same data and dims: not expected
+        return {}
