@@ -40,6 +40,10 @@ def render_written(contract: Contract, model: Path) -> Lines:
         if opinion is not None:
             who = f"{opinion.runner} agreed: " if opinion.agreed else ""
             lines.append(line(f"  second opinion: {escape(who + opinion.detail)}"))
+    for name, bound in contract.signature.dims.items():
+        if bound.min is not None:
+            why = f" ({bound.why})" if bound.why else ""
+            lines.append(line(f"  proves {escape(name)} {bound.min}..{bound.max}{escape(why)}"))
     for name, seen in contract.signature.observed.items():
         declared = _dims(seen.declared) if seen.declared is not None else "no shape"
         lines.append(

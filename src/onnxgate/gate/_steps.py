@@ -143,9 +143,18 @@ def _parity_figures(parity: Any) -> dict[str, Any]:
 
 
 def _proven(contract: Any) -> str:
-    """``; proves batch 1..32, height 224..640``: the sizes serve and deploy will accept."""
+    """``; proves batch 1..32, height 224..640``: the sizes serve and deploy will accept.
+
+    A range this machine's speed capped is marked: its reason (``DimBound.why``, in the report's
+    contract) says what it would have been.
+    """
     dims = contract.signature.dims if contract is not None else {}
-    shown = [f"{name} {b.min}..{b.max}" for name, b in dims.items() if b.min is not None]
+    shown = [
+        f"{name} {b.min}..{b.max}"
+        + (" (capped by this machine's speed)" if "a starter range may cost" in b.why else "")
+        for name, b in dims.items()
+        if b.min is not None
+    ]
     return f"; proves {', '.join(shown)}" if shown else ""
 
 
