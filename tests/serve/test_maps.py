@@ -87,3 +87,28 @@ def test_the_metadata_gives_the_shape_an_output_really_has(start_server, tmp_pat
     server = start_server(str(path), "--allow-ungated")
     meta = httpclient.InferenceServerClient(server.http).get_model_metadata("sums")
     assert meta["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1]}]
+
+
+def test_deploy_triton_gives_the_matrix_serve_answers_for_the_same_zipmap(start_server, iris):
+    # Triton refuses sequences and maps: deploy writes a copy whose output is the ZipMap's input.
+    # A client must get the same FP32 [N, K] from either server, and the same labels.
+    from onnxgate.deploy import TritonConfig, deploy_triton
+
+    repo = iris.parent.parent / "repo"
+    report = deploy_triton(iris, TritonConfig(out=repo, allow_ungated=True))
+    assert report.passed, report.findings
+    features = np.array([[5.1, 3.5], [6.2, 2.9], [4.9, 3.1]], np.float32)  # [3, 2], fixed
+    copy = ort.InferenceSession(str(repo / "iris" / "1" / "model.onnx"))
+    (deployed,) = copy.run(["probabilities"], {"float_input": features})
+    server = start_server(str(iris), "--allow-ungated")
+    client = httpclient.InferenceServerClient(server.http)
+    assert client.is_model_ready("iris"), server.text()
+    given = httpclient.InferInput("float_input", list(features.shape), "FP32")
+    given.set_data_from_numpy(features)
+    asked = [httpclient.InferRequestedOutput("probabilities", binary_data=True)]
+    served = client.infer("iris", [given], outputs=asked).as_numpy("probabilities")
+    assert served.dtype == deployed.dtype == np.float32
+    np.testing.assert_array_equal(served, deployed)
+    labels = client.get_model_metadata("iris")["onnxgate"]["labels"]["probabilities"]
+    file = repo / "iris" / "v1.probabilities.labels.txt"
+    assert file.read_text().splitlines() == [str(label) for label in labels]

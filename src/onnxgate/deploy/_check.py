@@ -7,7 +7,9 @@ the batch axis ``max_batch_size`` implies, and every warm-up's inputs, shapes an
 Where the version folder holds the model's onnxgate contract, the config is also held against
 what the contract proves: ``max_batch_size`` and warm-up shapes inside the proven ranges, every
 output's dims able to hold the shape it had in each golden sample (a model may declare one shape
-and produce another), and the model file the one the contract describes.
+and produce another), and the model file the one the contract describes. A model with an input or output that is not a
+tensor fails whatever the config says (DPL025): Triton's ONNX Runtime backend reads every one of
+them when it loads the model, and refuses sequences and maps.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ RULES: dict[str, str] = {
     "DPL022": "a warm-up shape outside the range the contract proves, or its batch too large",
     "DPL023": "a warm-up data file missing or of the wrong size",
     "DPL024": "no warm-up: Triton calls the model ready before it has run once",
+    "DPL025": "a model input or output that is not a tensor (a sequence, a map: scikit-learn's "
+    "ZipMap): Triton's ONNX Runtime backend refuses to load the model",
+    "DPL026": "an output's label_filename missing, or not one label per element of its last axis",
     "DPL030": "the model is not the one its contract describes",
     "DPL031": "no contract beside the model: proven ranges not checked",
 }
@@ -275,6 +280,19 @@ def _check_version(
             where,
             "no onnxgate contract beside the model: proven ranges not checked",
         )
+    for kind, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        for spec in specs:
+            if not (spec.type or "").startswith("tensor("):
+                found.add(
+                    "DPL025", "error", f"{where} {kind} {spec.name}",
+                    f"the model's {kind} {spec.name!r} is a {spec.type or 'value of unknown type'}:"
+                    " Triton's ONNX Runtime backend refuses to load a model with an input or "
+                    "output that is not a tensor, listed in the config or not",
+                    "onnxgate deploy triton deploys scikit-learn's ZipMap output as its FP32 "
+                    "[N, K] probabilities; otherwise export the model with tensor outputs "
+                    "(skl2onnx: options={'zipmap': False}).",
+                )  # fmt: skip
+    _check_labels(config, model_dir, where, signature.outputs, found)
     bounds = contract.signature.dims if contract is not None else {}
     batched = config.max_batch_size > 0
     model_inputs = {s.name: s for s in signature.inputs}
@@ -385,6 +403,41 @@ def _check_version(
                     "Lower max_batch_size, or prove a larger batch (onnxgate contract init --dim).",
                 )  # fmt: skip
     _check_warmups(config, model_dir, where, batched, batch_dims, bounds, signature.inputs, found)
+
+
+def _check_labels(
+    config: Any, model_dir: Path, where: str, outputs: Sequence[Any], found: _Findings
+) -> None:
+    """DPL026: each ``label_filename`` is a file in the model's folder, one label a class.
+
+    Triton reads it from the model's folder when it loads the model and fails the load without
+    it; a label count other than the output's last axis names the wrong class for every column.
+    """
+    sizes = {s.name: s.shape[-1] for s in outputs if s.shape}
+    for spec in config.output:
+        if not spec.label_filename:
+            continue
+        at = f"{where} output {spec.name}"
+        file = model_dir / spec.label_filename
+        if Path(spec.label_filename).name != spec.label_filename or not file.is_file():
+            found.add(
+                "DPL026", "error", at,
+                f"label_filename {spec.label_filename!r} is not a file in {model_dir}: Triton "
+                "fails to load the model",
+            )  # fmt: skip
+            continue
+        try:
+            count = len(file.read_text(encoding="utf-8").splitlines())
+        except (OSError, UnicodeDecodeError) as err:
+            found.add("DPL026", "error", at, f"{file} cannot be read: {err}")
+            continue
+        classes = sizes.get(spec.name)
+        if isinstance(classes, int) and classes > 0 and count != classes:
+            found.add(
+                "DPL026", "error", at,
+                f"{file.name} holds {count} label(s), the output has {classes} classes: every "
+                "column would be named wrong",
+            )  # fmt: skip
 
 
 def _show(shape: Sequence[Any]) -> str:

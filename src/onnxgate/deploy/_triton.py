@@ -3,8 +3,9 @@
 Everything the config says comes from what onnxgate already proved about the model: inputs and
 outputs from the contract's signature (``-1`` where a dim is symbolic; an output whose golden
 values contradict its declared shape takes the shape they have, and the model deployed declares
-it, since Triton's ONNX Runtime backend requires output dims equal to the declared ones),
-``max_batch_size`` from the batch axis the contract proves (the symbolic dim that is axis 0 of
+it, since Triton's ONNX Runtime backend requires output dims equal to the declared ones; a
+scikit-learn ZipMap output is deployed as the FP32 ``[N, K]`` tensor ``onnxgate serve`` answers,
+with its class labels in a label file: see ``_model``), ``max_batch_size`` from the batch axis the contract proves (the symbolic dim that is axis 0 of
 every input and output) and its largest proven size, the tuned session settings as the ONNX
 Runtime backend's parameters, and ``model_warmup`` from the golden samples, so Triton does not
 call the model ready until it has run on them. The config is built as a
@@ -19,7 +20,6 @@ are kept.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -31,18 +31,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import onnx
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
-from onnxgate.contract import SIDECAR, Contract, Lineage, contract_paths, read_golden
+from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
 from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
 from onnxgate.deploy._gated import open_gated
+from onnxgate.deploy._model import deployable
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
 from onnxgate.errors import ConfigError
-from onnxgate.model import LoadedModel, TensorSpec, load_model
+from onnxgate.model import TensorSpec, load_model
 from onnxgate.runners._tensorrt import tensorrt_options, triton_parameters
-from onnxgate.settings import Part, config_hash
+from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +180,13 @@ def build_config(
     version: int,
     settings: Mapping[str, Any],
     warmups: Sequence[tuple[str, int, Mapping[str, tuple[np.ndarray, bytes, str]]]],
+    label_files: Mapping[str, str] | None = None,
 ) -> tuple[Any, list[str]]:
-    """The ``ModelConfig`` message, and notes on choices made."""
+    """The ``ModelConfig`` message, and notes on choices made.
+
+    ``label_files`` names, by output, the file in the model's folder that holds its class labels
+    (one a line, in column order): Triton serves them with the output.
+    """
     notes: list[str] = []
     signature = contract.signature
     batch_dim, _, proven = batching(contract)
@@ -210,6 +215,9 @@ def build_config(
     message.max_batch_size = max_batch
     message.input.extend(_io(signature.inputs, max_batch > 0, model_config_pb2.ModelInput))
     message.output.extend(_io(signature.outputs, max_batch > 0, model_config_pb2.ModelOutput))
+    for output in message.output:
+        if label_files and output.name in label_files:
+            output.label_filename = label_files[output.name]
     if config.versions == "all":
         message.version_policy.all.SetInParent()
     else:
@@ -279,75 +287,6 @@ def _warmup_arrays(
     return made
 
 
-def declaring_observed(
-    contract: Contract, loaded: LoadedModel
-) -> tuple[bytes | None, Contract, list[str]]:
-    """The model and contract to deploy when outputs produce another shape than declared.
-
-    The graph outputs of a copy of the model declare the contract's observed shapes (nothing
-    else changes: nodes, weights and external-data references are the same), and the contract
-    is that copy's: its identity, outputs as observed, the gated model as its parent. Returns
-    ``(None, contract, [])`` when every output produces what it declares.
-    """
-    observed = contract.signature.observed
-    if not observed:
-        return None, contract, []
-    proto = onnx.ModelProto()
-    proto.CopyFrom(loaded.proto)
-    for output in proto.graph.output:
-        seen = observed.get(output.name)
-        if seen is None or not output.type.HasField("tensor_type"):
-            continue
-        shape = output.type.tensor_type.shape
-        del shape.dim[:]
-        for size in seen.shape:
-            dim = shape.dim.add()
-            if isinstance(size, int):
-                dim.dim_value = size
-            else:
-                dim.dim_param = size
-    kept = [v for v in proto.graph.value_info if v.name not in observed]
-    del proto.graph.value_info[:]
-    proto.graph.value_info.extend(kept)
-    data = proto.SerializeToString()
-    parent = contract.identity.model
-    model = parent.model_copy(
-        update={"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    )
-    was = {name: list(seen.declared or ()) for name, seen in observed.items()}
-    deployed = contract.model_copy(
-        update={
-            "identity": contract.identity.model_copy(update={"model": model}),
-            "signature": contract.signature.model_copy(
-                update={"outputs": contract.signature.served_outputs(), "observed": {}}
-            ),
-            "provenance": contract.provenance.model_copy(
-                update={
-                    "lineage": Lineage(
-                        parent_sha256=parent.sha256,
-                        step="deploy",
-                        config_hash=config_hash({"declared": was}),
-                    )
-                }
-            ),
-            "lineage": {**(contract.lineage or {}), "declared_outputs": was},
-        }
-    )
-    notes = [
-        f"output {name}: the model declares {_dims_text(seen.declared)} and produces "
-        f"{_dims_text(seen.shape)} ({seen.why}); deployed declaring the observed shape "
-        f"(model.onnx and its contract differ from the gated ones only there)"
-        for name, seen in observed.items()
-    ]
-    return data, deployed, notes
-
-
-def _dims_text(shape: Sequence[Any] | None) -> str:
-    if shape is None:
-        return "no shape"
-    return "[" + ", ".join("?" if d is None or d == "" else str(d) for d in shape) + "]"
-
-
 def _copy(source: Path, target: Path) -> None:
     shutil.copyfile(source, target)
     fsync_file(target)
@@ -379,8 +318,9 @@ def deploy_triton(
     contract = SIDECAR.read(source.model)
     loaded = load_model(source.model)
     # a model that declares one output shape and produces another is deployed declaring what it
-    # produces: Triton's ONNX Runtime backend holds config dims to the declared ones
-    redeclared, contract, declared = declaring_observed(contract, loaded)
+    # produces (Triton's ONNX Runtime backend holds config dims to the declared ones), and one
+    # with scikit-learn's ZipMap without it (the backend refuses sequences and maps)
+    redeclared, contract, declared, labels = deployable(contract, loaded)
     name = config.name or source.name
     if not NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
@@ -437,8 +377,18 @@ def deploy_triton(
         )
         for label, batch, feeds in arrays
     ]
+    label_files = {
+        output: (f"v{version}.{_safe(output)}.labels.txt", _labels_text(output, found))
+        for output, found in labels.items()
+    }
     message, more = build_config(
-        contract, config, name=name, version=version, settings=settings, warmups=warmups
+        contract,
+        config,
+        name=name,
+        version=version,
+        settings=settings,
+        warmups=warmups,
+        label_files={output: file for output, (file, _) in label_files.items()},
     )
     notes += more
     text = text_format.MessageToString(message)
@@ -466,7 +416,11 @@ def deploy_triton(
             SIDECAR.write(staging / MODEL_FILE, contract)
         if contract.golden is not None:
             _copy(source.model.parent / contract.golden.file, staging / contract.golden.file)
-        # warm-up files are named by version, so those of the config Triton serves now stay
+        # label and warm-up files are named by version, so those of the config Triton serves
+        # now stay
+        for file, text_ in label_files.values():
+            atomic_write_text(model_dir / file, text_)
+            written.append(model_dir / file)
         warm_dir.mkdir(exist_ok=True)
         for _, _, inputs in warmups:
             for _, data, file in inputs.values():
@@ -503,6 +457,23 @@ def deploy_triton(
         findings=checked.findings,
         notes=notes,
     )
+
+
+def _labels_text(output: str, labels: Sequence[Any]) -> str:
+    """Class labels one a line, as Triton reads a label file.
+
+    Raises:
+        ConfigError: a label holds a line break, which would shift every label after it.
+    """
+    lines = [str(label) for label in labels]
+    broken = next((line for line in lines if "\n" in line or "\r" in line), None)
+    if broken is not None:
+        raise ConfigError(
+            f"output {output!r}: class label {broken!r} holds a line break, and Triton reads "
+            "labels one a line.",
+            hint="Rename the classes without line breaks before exporting.",
+        )
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _safe(name: str) -> str:
