@@ -384,8 +384,9 @@ class DimRange:
     given: bool = False
     """The user gave the range (``[feeds] dims``); it is not a starter range."""
     uncapped: int | None = None
-    """The top the role and the graph allow, when the reference's cost lowered ``high`` below it
-    (None when it did not): this machine's speed, not the model, set ``high``."""
+    """The top the role and the graph allow, when the cost of a golden sample lowered ``high``
+    below it (None when it did not): the speed of the machine that proved it, not the model, set
+    ``high``."""
 
     @property
     def between(self) -> int:
@@ -448,7 +449,7 @@ def serving_ranges(
     640, token positions 1 to 512, any other 1 to 64. Each top is lowered to the first size strict
     shape inference accepts (with the other dimensions at their low ends), when it can tell, and
     that keeps ``cost`` within ``budget``: ``cost`` estimates the seconds one golden sample takes
-    the reference at the sizes of every free dimension (by label). A top the cost lowered keeps
+    (the reference, or its second opinion) at the sizes of every free dimension, by label. A top the cost lowered keeps
     the size it would have had in ``DimRange.uncapped``, and its ``why`` says so.
 
     Then every point ``range_points`` will prove is costed as a whole, since a point takes
