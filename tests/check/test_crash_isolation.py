@@ -213,6 +213,9 @@ def test_a_signal_sent_to_the_cli_reaches_the_command(tmp_path, number, returnco
         stderr=subprocess.PIPE,
         text=True,
         env=environ,
+        # a shell without job control starts background commands with SIGINT ignored (POSIX),
+        # as `make test &` does; a user's `kill -INT` reaches a command that has it by default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         (child,) = _until(lambda: _children(parent.pid), "the command's process")
