@@ -17,7 +17,7 @@ import pytest
 from onnx import helper
 from typer.testing import CliRunner
 
-from conftest import CORPUS
+from conftest import CORPUS, needs_corpus
 from models import model, save, value
 from onnxgate.cli import app
 
@@ -26,7 +26,7 @@ OPENVINO = "onnxruntime-openvino==1.24.1"
 OV = "OpenVINOExecutionProvider"
 CPU = "CPUExecutionProvider"
 MNIST = CORPUS / "mnist.onnx"
-needs_mnist = pytest.mark.skipif(not MNIST.is_file(), reason="the shared corpus is absent")
+needs_mnist = needs_corpus(MNIST)
 
 
 def _run(*args: str) -> tuple[int, dict]:

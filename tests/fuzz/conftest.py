@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, ROOT, corpus_models
+from conftest import CORPUS, ON_CI, ROOT, corpus_models
 
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -30,7 +30,7 @@ def corpus() -> dict[str, bytes]:
     models = corpus_models()
     if not models:
         reason = f"the corpus is absent ({CORPUS}); set ONNXGATE_CORPUS"
-        if os.environ.get("CI", "").lower() == "true":
+        if ON_CI:
             pytest.fail(f"{reason} (CI=true: the fuzzing suite must run)")
         pytest.skip(reason)
     return {path.name: path.read_bytes() for path in models}

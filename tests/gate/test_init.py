@@ -13,7 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 from typer.testing import CliRunner
 
-from conftest import CORPUS
+from conftest import CORPUS, needs_corpus
 from models import mlp, model, save, value
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError, FeedError, ReferenceFailed
@@ -311,7 +311,7 @@ def test_inside_a_gate_hints_name_gate_keys_and_the_feeds_notice_is_said_once(tm
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="no corpus")
+@needs_corpus()
 @pytest.mark.parametrize("name", ["mnist", "convcommon_test_model_1"])
 def test_starters_for_third_party_models_pass(tmp_path: Path, name: str):
     path = write_starter(str(CORPUS / f"{name}.onnx"), tmp_path / "gate.toml")

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from conftest import CORPUS
+from conftest import CORPUS, needs_corpus
 from models import mlp, save
 from onnxgate.cli import app
 from onnxgate.errors import RunFailed
@@ -24,7 +24,7 @@ from onnxgate.runners import OrtOptions, OrtRunner
 from onnxgate.settings import FeedSettings, SessionSettings, invalid
 
 MNIST = CORPUS / "mnist.onnx"
-needs_mnist = pytest.mark.skipif(not MNIST.exists(), reason="../shared/corpus is absent")
+needs_mnist = needs_corpus(MNIST)
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 

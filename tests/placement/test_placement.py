@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from conftest import CORPUS
+from conftest import CORPUS, needs_corpus
 from models import relu, save
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError, FeedError, ProviderUnavailable
@@ -18,7 +18,7 @@ from onnxgate.placement import PlacementConfig, placement
 from onnxgate.settings import SessionSettings, invalid
 
 MNIST = CORPUS / "mnist.onnx"
-needs_mnist = pytest.mark.skipif(not MNIST.exists(), reason="../shared/corpus is absent")
+needs_mnist = needs_corpus(MNIST)
 
 
 def _gelu_model() -> onnx.ModelProto:

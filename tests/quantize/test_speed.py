@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 from test_quantize import _config, _outlier_model
 from typer.testing import CliRunner
 
-from conftest import CORPUS
+from conftest import CORPUS, needs_corpus
 from models import model, save, value
 from onnxgate.cli import app
 from onnxgate.contract import load_contract
@@ -34,7 +34,7 @@ from onnxgate.quantize._speed import (
 )
 
 MNIST = CORPUS / "mnist.onnx"
-needs_mnist = pytest.mark.skipif(not MNIST.is_file(), reason="the shared corpus is absent")
+needs_mnist = needs_corpus(MNIST)
 
 
 def _latencies(median: float, spread: float, n: int = 200, seed: int = 0) -> list[float]:
