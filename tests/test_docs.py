@@ -164,3 +164,12 @@ def test_a_key_without_a_docstring_stops_the_reference():
     reference = hook.render(_Described)
     assert "- [`[table]`](#table): A table of one key." in reference
     assert '| <a id="table.size"></a>`size` | integer | `3` | How many. |' in reference
+
+
+def test_the_deploy_page_lists_every_rule_of_deploy_check(site):
+    from onnxgate.deploy._check import RULES
+
+    page = html.unescape((site / "commands" / "deploy" / "index.html").read_text())
+    text = re.sub(r"<[^>]+>", "", page)
+    missing = [code for code, meaning in RULES.items() if f"{code}\n{meaning}" not in text]
+    assert not missing, f"deploy check rules missing from its page: {missing}"

@@ -8,11 +8,15 @@ here, and a key without a docstring stops the build: the reference cannot drift 
 
 ``<!-- onnxgate:include PATH -->`` (PATH relative to the repository) is replaced by that file in a
 fenced block, so an example shown in the docs is the file the project ships.
+
+``<!-- onnxgate:rules MODULE:NAME -->`` is replaced by a table of the rule codes in that dict
+(code -> what it means), such as ``deploy check``'s: a rule added in code appears in the docs.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 import sys
@@ -29,6 +33,9 @@ from mkdocs.exceptions import PluginError
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDER = "<!-- onnxgate:gate-config-reference -->"
 INCLUDE = re.compile(r"<!-- onnxgate:include (\S+) -->")
+PIPE = "\\|"
+"""A ``|`` inside a Markdown table cell."""
+RULES = re.compile(r"<!-- onnxgate:rules ([\w.]+):(\w+) -->")
 FENCES = {".toml": "toml", ".py": "python", ".sh": "sh", ".yaml": "yaml", ".yml": "yaml"}
 
 
@@ -292,4 +299,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any, **kwargs
         except UndocumentedKey as error:
             raise PluginError(f"{page.file.src_uri}: {error}") from error
         markdown = markdown.replace(PLACEHOLDER, reference)
-    return INCLUDE.sub(_include, markdown)
+    return RULES.sub(_rules, INCLUDE.sub(_include, markdown))
+
+
+def _rules(match: re.Match[str]) -> str:
+    rules: dict[str, str] = getattr(importlib.import_module(match[1]), match[2])
+    rows = [f"| `{code}` | {meaning.replace('|', PIPE)} |" for code, meaning in rules.items()]
+    return "\n".join(["| Rule | Finding |", "| --- | --- |", *rows])
