@@ -198,6 +198,32 @@ def test_tune_keeps_its_budget_when_a_busy_machine_slows_every_run(model, machin
     assert not any("reached the budget's end" in note for note in report.notes)
 
 
+def test_a_machine_that_gets_busy_during_the_search_brings_the_searchs_end_forward(
+    model, machine
+):
+    # the defaults were timed on a quiet machine in round 1; from round 2 on every run takes
+    # twice as long (another job started), and so will the contest's: the candidates measured
+    # again show it, and the search leaves the contest the room it now takes
+    clock = machine.clock
+    measured: list[float] = []
+
+    def measure(candidate, runs):
+        run_s = 0.25 if len(measured) < 17 else 0.5  # the grid has 17 candidates
+        run_s *= 0.8 if SPINNING in candidate.settings["config"] else 1.0
+        measured.append(run_s)
+        clock.t += 0.5 + run_s * runs
+        return [run_s * 1000] * runs
+
+    machine.run_s = 0.5
+    config = TuneConfig(
+        time_budget=100.0, levels=("all", "basic"), threads=(1,), batch=4, min_runs=40
+    )
+    report = tune(model, config, measure=measure, clock=clock)
+    assert len(measured) > 17, "round 2 began"
+    assert report.seconds == clock.t <= 1.1 * 100.0, report.phases
+    assert report.defaults.runs >= 40
+
+
 def test_a_contest_slower_than_the_search_stops_at_the_budget_and_says_so(model, machine):
     budget = 100.0
     # the machine gets busier when the contest starts: its runs take twice the search's

@@ -113,6 +113,40 @@ def contest_cost(
     return sides * (WORKER_START_S + load_s + warm + timed + PAUSE_S * slices)
 
 
+class RunPace:
+    """Seconds a run of the final contest is expected to take, from what the search measured.
+
+    The defaults' first measurement in the search (at least the one warm run timed before it),
+    times how much slower the machine has become since: a candidate measured again in a later
+    round that runs slower than it did in its first is the machine, not the candidate. Never
+    less than the first pace: a machine that got quieter may get busy again.
+    """
+
+    def __init__(self, warm_s: float) -> None:
+        self.warm_s = warm_s
+        self.defaults_s = 0.0
+        self.first: dict[object, float] = {}
+        """Each candidate's seconds per run in its first measurement."""
+        self.slowdown = 1.0
+
+    def saw(self, key: object, latencies: Sequence[float], *, defaults: bool) -> None:
+        """A measurement of the search: candidate ``key``'s latencies in ms."""
+        if not latencies:
+            return
+        run_s = statistics.fmean(latencies) / 1000
+        if key not in self.first:
+            self.first[key] = run_s
+            if defaults:
+                self.defaults_s = run_s
+        elif self.first[key] > 0:
+            self.slowdown = run_s / self.first[key]
+
+    @property
+    def run_s(self) -> float:
+        """The expected seconds of one contest run."""
+        return max(self.warm_s, self.defaults_s) * max(1.0, self.slowdown)
+
+
 def watched_race(
     racer: Racer,
     sides: Sequence[Side],

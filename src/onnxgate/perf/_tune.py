@@ -56,7 +56,15 @@ from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim, synthetic_sample
 from onnxgate.perf._contention import Conditions
-from onnxgate.perf._final import Racer, Side, contest_cost, contest_race, timing, watched_race
+from onnxgate.perf._final import (
+    Racer,
+    RunPace,
+    Side,
+    contest_cost,
+    contest_race,
+    timing,
+    watched_race,
+)
 from onnxgate.perf._final import decision as decide
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
@@ -507,21 +515,17 @@ def tune(
                 return [runner.infer(sample.feeds).latency_ns / 1e6 for _ in range(runs)]
 
         timer = measure or in_process
-        searched: list[float] = []  # seconds a run of the defaults took in the search
+        pace = RunPace(run_s)  # a contest run, at the pace the search sees the machine at
 
         def timed(c: Candidate, runs: int) -> list[float]:
             latencies = list(timer(c, runs))
-            if c.key == grid[0].key:
-                searched.extend(v / 1000 for v in latencies)
+            pace.saw(c.key, latencies, defaults=c.key == grid[0].key)
             return latencies
 
         def contest_s(*, least: bool = False) -> float:
-            # at the pace the defaults ran in the search when it is slower than the one warm
-            # run (a busy machine slows every run, and a worker's most)
-            pace = max(run_s, statistics.fmean(searched)) if searched else run_s
             return contest_cost(
                 2,
-                run_s=pace,
+                run_s=pace.run_s,
                 load_s=load_s,
                 warmup=config.warmup,
                 budget_s=config.contest_seconds,
