@@ -152,6 +152,22 @@ def test_a_race_that_ends_before_its_deadline_is_not_cut(model, machine):
     assert all(w["seconds"] == 3.0 for w in machine.warmups)
 
 
+def test_a_race_shrinks_below_min_runs_when_the_warm_ups_pace_says_they_would_not_fit(
+    model, machine
+):
+    machine.clock.t = 0.0
+    # after the loads (6 s): warm-ups of ten runs (5 s and 4 s), then 15 s left at 1 s a round
+    # (a run of each side and two pauses)
+    latencies, contest = _race(model, machine, warmup=10, budget_s=30.0, min_runs=40, deadline=30.0)
+    assert [len(side) for side in latencies] == [15, 15]
+    assert 30.0 <= machine.clock.t <= 31.0
+    assert contest.cut_short
+    # never below FEWEST_RUNS, however late
+    machine.clock.t = 0.0
+    latencies, _ = _race(model, machine, warmup=10, budget_s=30.0, min_runs=40, deadline=5.0)
+    assert [len(side) for side in latencies] == [_contest.FEWEST_RUNS] * 2
+
+
 def _busy_tune(model, machine: Machine, budget: float, search_run_s: float, **config):
     """tune on the busy machine: the search's runs cost ``search_run_s`` each (0.8x for one
     thread without spinning), a session 0.5 s, each parity check 2 s."""
@@ -198,9 +214,7 @@ def test_tune_keeps_its_budget_when_a_busy_machine_slows_every_run(model, machin
     assert not any("reached the budget's end" in note for note in report.notes)
 
 
-def test_a_machine_that_gets_busy_during_the_search_brings_the_searchs_end_forward(
-    model, machine
-):
+def test_a_machine_that_gets_busy_during_the_search_brings_the_searchs_end_forward(model, machine):
     # the defaults were timed on a quiet machine in round 1; from round 2 on every run takes
     # twice as long (another job started), and so will the contest's: the candidates measured
     # again show it, and the search leaves the contest the room it now takes
@@ -236,6 +250,18 @@ def test_a_contest_slower_than_the_search_stops_at_the_budget_and_says_so(model,
         for note in report.notes
     ), report.notes
     assert report.decision, "a verdict all the same"
+
+
+def test_a_machine_that_gets_busy_when_the_contest_starts_gets_a_shorter_contest(model, machine):
+    # the search ran at 0.1 s a run and planned the contest at that pace (min_runs 30 per
+    # side); then another job started and the workers' runs take 0.4 s: 30 runs a side no
+    # longer fit, and the contest stops at what does
+    machine.run_s = 0.4
+    budget = 60.0
+    report = _busy_tune(model, machine, budget, search_run_s=0.1)
+    assert report.seconds == machine.clock.t <= 1.1 * budget, report.phases
+    assert _contest.FEWEST_RUNS <= report.defaults.runs < 30
+    assert any("reached the budget's end" in note for note in report.notes), report.notes
 
 
 def test_a_spoiled_contest_is_timed_again_only_within_the_budget(model, machine):

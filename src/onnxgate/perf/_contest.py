@@ -44,6 +44,9 @@ SLICE_S = 0.2
 """Seconds of runs one contender gets before the other one's turn."""
 PAUSE_S = 0.05
 """Quiet time between slices, for the previous contender's thread pool to stop spinning."""
+FEWEST_RUNS = 10
+"""The fewest timed runs per side a race shrinks to when its deadline leaves no time for
+``min_runs``: enough for the judge's bootstrap, and for drift (which needs 9)."""
 MODEL_OPS = frozenset({"load", "run"})
 """Requests during which the worker runs foreign code: ONNX Runtime, or the user's torch module."""
 _TRACEBACK = "Traceback (most recent call last):"
@@ -363,9 +366,11 @@ class Contest:
 
         ``deadline`` (a ``clock()`` reading) is a hard end in wall time, which counts what the
         runs do not: the exchanges with the workers, the pauses, runs slowed by other load. The
-        warm-ups take at most half the time left (one run each at least), and past
-        the deadline each side stops as soon as it has ``min_runs`` (or ``runs``, if fewer):
-        the fewest that still give a verdict. ``cut_short`` then says the deadline ended it.
+        warm-ups take at most half the time left (one run each at least), and past the
+        deadline each side stops as soon as it has ``min_runs`` (or ``runs``, if fewer), the
+        fewest that still give a verdict, or fewer when the warm-ups' pace says those would not
+        fit before the deadline (never fewer than ``FEWEST_RUNS``). ``cut_short`` then says the
+        deadline ended it.
         """
         if self._tmp is None:
             raise RuntimeError("Contest.race() outside its `with` block")
@@ -377,6 +382,7 @@ class Contest:
             save_arrays(path, arrays)
             proc.ask({"op": "feeds", "path": str(path)})
         say = progress or (lambda message: None)
+        paces: list[float] = []  # wall seconds per warm-up run, a side's pace on this machine
         if warmup:
             request: dict[str, Any] = {"op": "run", "count": warmup}
             if deadline is not None:
@@ -386,12 +392,18 @@ class Contest:
                 request["seconds"] = max(min(share, budget_s), 1e-9)
             for proc in self._procs:
                 say(f"{proc.label}: warming up")
-                proc.ask(request)
+                began = clock()
+                answer = proc.ask(request)
+                paces.append((clock() - began) / max(len(answer["ns"]), 1))
         self.schedule = []
         latencies: list[list[float]] = [[] for _ in self._procs]
         spent = [0.0] * len(self._procs)
         order = list(range(len(self._procs)))
         floor = min_runs if runs is None else min(min_runs, runs)
+        if deadline is not None and paces:
+            # a round of slices, every side once, at the warm-ups' pace: as many as fit
+            fit = int((deadline - clock()) / (sum(paces) + PAUSE_S * len(paces)))
+            floor = min(floor, max(FEWEST_RUNS, fit))
         turn = 0
 
         def wanted(i: int) -> int:

@@ -128,11 +128,11 @@ class TuneConfig(Part):
     past a third of the budget (at the pace of those done); the search starts no measurement
     that would end too late to leave the winner's parity check and the final contest (workers
     started, the model loaded, both sides timed at the pace the search saw) their share; the
-    final contest ends at the budget's end, each side stopping there once it has ``min_runs``;
-    a contest other load spoiled is timed again only when the budget has room for it. The model
-    as given under the defaults is always gated and timed, and the final contest always gets
-    ``min_runs``, so a tiny budget still gives a verdict (the defaults), a little late. What was
-    skipped or cut short is in the report's notes."""
+    final contest ends at the budget's end, each side stopping there once it has ``min_runs``
+    (or fewer, down to 10, when its warm-up's pace says those would not fit); a contest other
+    load spoiled is timed again only when the budget has room for it. The model as given under
+    the defaults is always gated and timed, so a tiny budget still gives a verdict (the
+    defaults), a little late. What was skipped or cut short is in the report's notes."""
     search_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Seconds the search itself may take, on top of ``time_budget``: past them no further
     candidate is measured and the best of those measured goes to the final contest (the
