@@ -22,6 +22,7 @@ from onnxgate.contract import Contract, contract_paths, init_contract, load_cont
 from onnxgate.errors import ConfigError, ParityError
 from onnxgate.perf import TuneConfig, tune, tuned_for
 from onnxgate.perf._contention import judge
+from onnxgate.perf._final import Raced
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, encoder_shape, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import (
@@ -33,7 +34,6 @@ from onnxgate.perf._search import (
     thread_counts,
 )
 from onnxgate.perf._stats import improvement
-from onnxgate.perf._tune import Raced
 from onnxgate.settings import FeedSettings, config_hash, invalid
 
 FAST = {"levels": ("all", "basic"), "threads": (1,), "min_runs": 2}
@@ -81,7 +81,7 @@ class Race:
         self.busy = busy
         self.sides = []
 
-    def __call__(self, sides, feeds):
+    def __call__(self, sides, feeds, *, deadline=None):
         self.sides.append([label for label, _, _ in sides])
         rng = np.random.default_rng(0)
         centres = [2.0, self.best][: len(sides)]
@@ -164,29 +164,45 @@ def test_successive_halving_keeps_the_best_and_rotates_the_order():
 
 def test_a_search_past_its_deadline_ranks_what_it_measured():
     candidates = [Candidate("g", {"n": n}) for n in range(9)]
-    ticks = iter(range(100))
+    clock = Clock()
     measured: list[int] = []
 
     def measure(c, runs):
         measured.append(c.settings["n"])
+        clock.t += 1.0  # a session to create and its run: one second each
         return [10.0 - c.settings["n"]] * runs  # the later, the faster
 
     best, rounds = successive_halving(
-        candidates,
-        measure,
-        objective="latency",
-        first_runs=1,
-        eta=3,
-        deadline=3.5,
-        clock=lambda: next(ticks),
+        candidates, measure, objective="latency", first_runs=1, eta=3, deadline=3.5, clock=clock
     )
-    # the first candidate is always measured; the clock reads 0 at the start, 1..3 before
-    # candidates 1..3, and 4 before candidate 4: past the deadline
-    assert measured == [0, 1, 2, 3]
-    assert best.settings["n"] == 3 and rounds[-1].candidates == 4
+    # the first candidate is always measured; at 3 s a fourth measurement would end at 4 s, past
+    # the deadline, so it does not start (it used to: the clock had not yet passed 3.5)
+    assert measured == [0, 1, 2]
+    assert best.settings["n"] == 2 and rounds[-1].candidates == 3
     # with no deadline nothing is cut
     full, _ = successive_halving(candidates, measure, objective="latency", first_runs=1, eta=3)
     assert full.settings["n"] == 8
+
+
+def test_a_search_deadline_is_read_again_before_each_measurement():
+    # tune re-estimates what the contest after the search will cost as the search times the
+    # defaults: a slower pace than expected brings the search's end forward
+    candidates = [Candidate("g", {"n": n}) for n in range(9)]
+    clock = Clock()
+    measured: list[int] = []
+
+    def measure(c, runs):
+        measured.append(c.settings["n"])
+        clock.t += 1.0
+        return [1.0] * runs
+
+    def deadline() -> float:
+        return 100.0 if len(measured) < 2 else 2.5
+
+    successive_halving(
+        candidates, measure, objective="latency", first_runs=1, deadline=deadline, clock=clock
+    )
+    assert measured == [0, 1]
 
 
 def test_throughput_prefers_the_most_samples_per_second():
@@ -474,9 +490,9 @@ def test_a_record_written_by_another_tune_meanwhile_is_kept(model):
     contract_path.write_text(before)
 
     class Meanwhile(Race):
-        def __call__(self, sides, feeds):
+        def __call__(self, sides, feeds, *, deadline=None):
             contract_path.write_text(with_other)  # another tune finished during this one
-            return super().__call__(sides, feeds)
+            return super().__call__(sides, feeds, deadline=deadline)
 
     tune(model, TuneConfig(batch=4, **FAST), measure=Timer(), race=Meanwhile())
     shapes = sorted(r.shape["batch"] for r in load_contract(model).performance.tuned)
@@ -601,10 +617,10 @@ def test_tune_keeps_within_its_time_budget_whatever_each_phase_costs(model):
             return super().__call__(candidate, runs)
 
     class SlowRace(Race):
-        def __call__(self, sides, feeds):
+        def __call__(self, sides, feeds, *, deadline=None):
             # two workers of 3 s each to start, 3 s of timed runs per side, the pauses
             clock.t += 13.0
-            return super().__call__(sides, feeds)
+            return super().__call__(sides, feeds, deadline=deadline)
 
     race = SlowRace(best=1.0, busy=5)  # every contest spoiled by other load
     budget = 100.0
@@ -655,9 +671,9 @@ def test_without_a_shape_tune_runs_on_a_golden_sample_and_at_a_golden_shape_when
     seen: list[dict] = []
 
     class Recorder(Race):
-        def __call__(self, sides, feeds):
+        def __call__(self, sides, feeds, *, deadline=None):
             seen.append(dict(feeds))
-            return super().__call__(sides, feeds)
+            return super().__call__(sides, feeds, deadline=deadline)
 
     # nothing asked: the largest golden sample within the default shape (batch 3): batch 1
     report = tune(model, TuneConfig(write=False, **FAST), measure=Timer(), race=Recorder())

@@ -100,8 +100,9 @@ def tune_command(
         typer.Option(
             "--budget",
             help="Seconds the whole run may take; 0 for no limit. The parity gate stops trying "
-            "graph candidates after a third of it, and the search stops in time for the final "
-            "contest; what was skipped is noted.",
+            "graph candidates after a third of it, the search stops in time for the final "
+            "contest, and the contest ends with the budget (each side once it has its minimum "
+            "runs); what was skipped or cut short is noted.",
             min=0,
         ),
     ] = 600.0,

@@ -44,6 +44,9 @@ SLICE_S = 0.2
 """Seconds of runs one contender gets before the other one's turn."""
 PAUSE_S = 0.05
 """Quiet time between slices, for the previous contender's thread pool to stop spinning."""
+FEWEST_RUNS = 10
+"""The fewest timed runs per side a race shrinks to when its deadline leaves no time for
+``min_runs``: enough for the judge's bootstrap, and for drift (which needs 9)."""
 MODEL_OPS = frozenset({"load", "run"})
 """Requests during which the worker runs foreign code: ONNX Runtime, or the user's torch module."""
 _TRACEBACK = "Traceback (most recent call last):"
@@ -303,6 +306,8 @@ class Contest:
         self.loaded: list[dict[str, Any]] = []
         self.schedule: list[int] = []
         """The contender of every timed slice of the last race, in the order they ran."""
+        self.cut_short = False
+        """The last race's deadline ended it before a side had the runs it was to get."""
         self._procs: list[_Process] = []
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
@@ -350,38 +355,69 @@ class Contest:
         min_runs: int = 10,
         slice_s: float = SLICE_S,
         progress: Callable[[str], None] | None = None,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> list[list[float]]:
         """Interleaved timed runs on ``feeds[i]`` for contender ``i``; latencies in ms per side.
 
         Each side runs ``warmup`` uncounted runs, then slices of about ``slice_s`` seconds in
         turn until every side has ``runs`` runs, or (without ``runs``) ``budget_s`` seconds of
         runs and at least ``min_runs``.
+
+        ``deadline`` (a ``clock()`` reading) is a hard end in wall time, which counts what the
+        runs do not: the exchanges with the workers, the pauses, runs slowed by other load. The
+        warm-ups take at most half the time left (one run each at least), and past the
+        deadline each side stops as soon as it has ``min_runs`` (or ``runs``, if fewer), the
+        fewest that still give a verdict, or fewer when the warm-ups' pace says those would not
+        fit before the deadline (never fewer than ``FEWEST_RUNS``). ``cut_short`` then says the
+        deadline ended it.
         """
         if self._tmp is None:
             raise RuntimeError("Contest.race() outside its `with` block")
         if len(feeds) != len(self._procs):
             raise ConfigError("race() needs one set of feeds per contender.")
+        self.cut_short = False
         for i, (proc, arrays) in enumerate(zip(self._procs, feeds, strict=True)):
             path = Path(self._tmp.name) / f"feeds-{i}.npz"
             save_arrays(path, arrays)
             proc.ask({"op": "feeds", "path": str(path)})
         say = progress or (lambda message: None)
+        paces: list[float] = []  # wall seconds per warm-up run, a side's pace on this machine
         if warmup:
+            request: dict[str, Any] = {"op": "run", "count": warmup}
+            if deadline is not None:
+                # at least one run, then no more than a side's share of half the time left
+                # (the other half is the timed runs'), nor longer than its timed runs
+                share = (deadline - clock()) / (2 * len(self._procs))
+                request["seconds"] = max(min(share, budget_s), 1e-9)
             for proc in self._procs:
                 say(f"{proc.label}: warming up")
-                proc.ask({"op": "run", "count": warmup})
+                began = clock()
+                answer = proc.ask(request)
+                paces.append((clock() - began) / max(len(answer["ns"]), 1))
         self.schedule = []
         latencies: list[list[float]] = [[] for _ in self._procs]
         spent = [0.0] * len(self._procs)
         order = list(range(len(self._procs)))
+        floor = min_runs if runs is None else min(min_runs, runs)
+        if deadline is not None and paces:
+            # a round of slices, every side once, at the warm-ups' pace: as many as fit
+            fit = int((deadline - clock()) / (sum(paces) + PAUSE_S * len(paces)))
+            floor = min(floor, max(FEWEST_RUNS, fit))
         turn = 0
 
         def wanted(i: int) -> int:
             if runs is not None:
-                return runs - len(latencies[i])
-            if spent[i] >= budget_s:
-                return min_runs - len(latencies[i])
-            return 1 << 30
+                more = runs - len(latencies[i])
+            elif spent[i] >= budget_s:
+                more = min_runs - len(latencies[i])
+            else:
+                more = 1 << 30
+            if more > 0 and deadline is not None and clock() >= deadline:
+                least = floor - len(latencies[i])
+                self.cut_short = self.cut_short or least < more
+                return least
+            return more
 
         while any(wanted(i) > 0 for i in order):
             for i in order if turn % 2 == 0 else reversed(order):

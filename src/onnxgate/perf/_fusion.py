@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import statistics
+import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,8 +192,41 @@ def _fused(
     return optimized.model
 
 
+class _Pace:
+    """Whether another rewrite starts: none that would end past the deadline.
+
+    The next rewrite is expected to take as long as those made took on average; the labels of
+    the rewrites it stopped are kept for the notes.
+    """
+
+    def __init__(self, deadline: float | None, clock: Callable[[], float]) -> None:
+        self.deadline = deadline
+        self.clock = clock
+        self.took: list[float] = []
+        self.skipped: list[str] = []
+
+    def allows(self, label: str) -> bool:
+        expected = statistics.fmean(self.took) if self.took else 0.0
+        if self.deadline is None or self.clock() + expected <= self.deadline:
+            return True
+        self.skipped.append(label)
+        return False
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        start = self.clock()
+        try:
+            yield
+        finally:
+            self.took.append(self.clock() - start)
+
+
 def _attention_candidates(
-    loaded: LoadedModel, found: list[GraphCandidate], seen: list[Counter[str]], notes: list[str]
+    loaded: LoadedModel,
+    found: list[GraphCandidate],
+    seen: list[Counter[str]],
+    notes: list[str],
+    pace: _Pace,
 ) -> None:
     """Attention-fused candidates (onnxscript's rewriter): packed QKV, and multi-head.
 
@@ -207,8 +242,11 @@ def _attention_candidates(
         ("attention-fusion-mha", False, "attention fused, Q/K/V projections kept (onnxscript)"),
     )
     for label, packed, note in variants:
+        if not pace.allows(label):
+            continue
         try:
-            fusion = fuse_attention(loaded.proto, packed=packed)
+            with pace.timing():
+                fusion = fuse_attention(loaded.proto, packed=packed)
         except Exception as err:  # onnxscript raises anything; a missing variant is a note
             notes.append(f"{label}: the rewrite failed: {first_line(err)}")
             continue
@@ -225,7 +263,11 @@ def _attention_candidates(
 
 
 def graph_candidates(
-    loaded: LoadedModel, *, notes: list[str] | None = None
+    loaded: LoadedModel,
+    *,
+    notes: list[str] | None = None,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[GraphCandidate]:
     """The model as given, its attention-fused variants, and ONNX Runtime's transformer fusions.
 
@@ -234,7 +276,8 @@ def graph_candidates(
     its Python fusions alone (``opt_level=0``), after ONNX Runtime's basic level
     (``opt_level=1``, kept only when it fuses differently), and the first with the GELU
     approximation. A variant that cannot be made, or that repeats an earlier graph, becomes a
-    note, not an error.
+    note, not an error. No rewrite starts that would end past ``deadline`` (a ``clock()``
+    reading) at the pace of those made; the ones left out are noted.
     """
     notes = notes if notes is not None else []
     found = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
@@ -245,10 +288,28 @@ def graph_candidates(
         )
         return found
     seen: list[Counter[str]] = [Counter(n.op_type for n in loaded.proto.graph.node)]
-    _attention_candidates(loaded, found, seen, notes)
+    pace = _Pace(deadline, clock)
+    _attention_candidates(loaded, found, seen, notes, pace)
     shape = encoder_shape(loaded.proto)
-    if shape is None:
-        return found
+    if shape is not None:
+        _encoder_candidates(loaded, shape, found, seen, notes, pace)
+    if pace.skipped:
+        notes.append(
+            "the deadline for graph candidates (a third of the time budget) came before these "
+            "rewrites were made: " + ", ".join(pace.skipped)
+        )
+    return found
+
+
+def _encoder_candidates(
+    loaded: LoadedModel,
+    shape: EncoderShape,
+    found: list[GraphCandidate],
+    seen: list[Counter[str]],
+    notes: list[str],
+    pace: _Pace,
+) -> None:
+    """ONNX Runtime's transformer optimizer's variants for a BERT-like encoder."""
     log.info("BERT-like encoder: %s heads, width %s", shape.heads, shape.hidden)
     what = f"{shape.heads} heads, width {shape.hidden}"
     variants = (
@@ -262,8 +323,11 @@ def graph_candidates(
         ),
     )
     for label, level, approx, note in variants:
+        if not pace.allows(label):
+            continue
         try:
-            proto = _fused(loaded, shape, opt_level=level, gelu_approximation=approx)
+            with pace.timing():
+                proto = _fused(loaded, shape, opt_level=level, gelu_approximation=approx)
         except Exception as err:  # the optimizer raises anything; a missing variant is a note
             notes.append(f"{label}: the transformer optimizer failed: {first_line(err)}")
             continue
@@ -276,4 +340,3 @@ def graph_candidates(
         found.append(
             GraphCandidate(label, proto, note + (f"; adds {', '.join(fused)}" if fused else ""))
         )
-    return found

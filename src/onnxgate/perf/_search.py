@@ -132,6 +132,8 @@ class Round(BaseModel):
     best: str
     best_score: float
     """p50 latency in ms (latency) or samples/s (throughput) of the round's best."""
+    cut: bool = False
+    """The deadline ended the search here: during this round, or before the next one."""
 
 
 def score(latencies: Sequence[float], objective: Objective, batch: int) -> float:
@@ -163,6 +165,39 @@ def _time_left(elapsed: float, done: int, planned: int) -> str:
     return f" (search: about {text} left)"
 
 
+class _Pace:
+    """Whether the next measurement ends before the deadline, at the pace of those so far.
+
+    A measurement is a session to create (and its warm-up), then its timed runs: the first part
+    is the average of what the measurements took beyond their runs, the second the average run.
+    """
+
+    def __init__(
+        self, deadline: float | Callable[[], float] | None, clock: Callable[[], float]
+    ) -> None:
+        self.deadline = deadline
+        self.clock = clock
+        self.setup: list[float] = []
+        """Seconds each measurement took beyond its timed runs."""
+        self.runs: list[float] = []
+        """Seconds of one timed run, per measurement."""
+
+    def took(self, seconds: float, latencies: Sequence[float]) -> None:
+        run_s = sum(latencies) / 1000
+        self.setup.append(max(seconds - run_s, 0.0))
+        self.runs.append(run_s / max(len(latencies), 1))
+
+    def fits(self, runs: int) -> bool:
+        """No deadline, or a measurement of ``runs`` runs started now ends by it."""
+        if self.deadline is None:
+            return True
+        end = self.deadline() if callable(self.deadline) else self.deadline
+        expected = 0.0
+        if self.setup:
+            expected = statistics.fmean(self.setup) + runs * statistics.fmean(self.runs)
+        return self.clock() + expected <= end
+
+
 def successive_halving(
     candidates: Sequence[Candidate],
     measure: Callable[[Candidate, int], Sequence[float]],
@@ -174,7 +209,7 @@ def successive_halving(
     max_runs: int | None = None,
     describe: Callable[[Candidate], str] = lambda c: c.graph,
     progress: Callable[[str], None] | None = None,
-    deadline: float | None = None,
+    deadline: float | Callable[[], float] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[Candidate, list[Round]]:
     """The best candidate, and what each round measured.
@@ -190,7 +225,9 @@ def successive_halving(
         max_runs: at most this many timed runs per candidate in a round.
         describe: a label for a candidate, for progress and rounds.
         progress: called with a short message per measurement.
-        deadline: a ``clock()`` after which no further candidate is measured: the round in
+        deadline: a ``clock()`` reading (or a function giving it, read again before each
+            measurement) by which the search ends: no measurement starts that would end past
+            it at the pace of those so far (a session to create, then its runs); the round in
             progress ranks the candidates it measured (the first of the grid, the defaults,
             always is), and the search ends with its best.
         clock: seconds; ``time.monotonic`` unless the caller keeps its own time.
@@ -204,14 +241,16 @@ def successive_halving(
     planned = _planned_runs(len(alive), runs, eta, max_runs)
     done = 0
     start = clock()
+    pace = _Pace(deadline, clock)
     while len(alive) > 1:
-        if deadline is not None and rounds and clock() > deadline:
+        if rounds and not pace.fits(runs):
+            rounds[-1].cut = True
             break  # the last full round's best stands
         shift = number % len(alive)
         order = alive[shift:] + alive[:shift]
         scores: dict[tuple[str, str], float] = {}
         for index, candidate in enumerate(order, 1):
-            if deadline is not None and scores and clock() > deadline:
+            if scores and not pace.fits(runs):
                 break
             if progress:
                 left = _time_left(clock() - start, done, planned)
@@ -219,7 +258,10 @@ def successive_halving(
                     f"round {number + 1}: {index}/{len(order)} × {runs} runs: "
                     f"{describe(candidate)}{left}"
                 )
-            scores[candidate.key] = score(measure(candidate, runs), objective, batch)
+            began = clock()
+            latencies = measure(candidate, runs)
+            pace.took(clock() - began, latencies)
+            scores[candidate.key] = score(latencies, objective, batch)
             done += runs
         out_of_time = len(scores) < len(order)
         # ties keep the grid's order, so the defaults (first) win a tie
@@ -227,7 +269,13 @@ def successive_halving(
         best = alive[0]
         shown = scores[best.key] if objective == "latency" else -scores[best.key]
         rounds.append(
-            Round(candidates=len(scores), runs=runs, best=describe(best), best_score=shown)
+            Round(
+                candidates=len(scores),
+                runs=runs,
+                best=describe(best),
+                best_score=shown,
+                cut=out_of_time,
+            )
         )
         if out_of_time:
             return best, rounds

@@ -11,10 +11,10 @@ Four steps, in this order because each one protects the next:
    mode, spinning, memory arena and patterns; provider options on a GPU) are searched by
    successive halving in this process, one session at a time.
 3. **Contest.** The winner and the defaults are timed again, each in its own worker process, runs
-   interleaved (``_contest``). The winner replaces the defaults only when ``perf._stats.judge``
-   (the judge bench and quantize use) calls it faster: the 90% bootstrap interval of its
-   improvement lies above 1, the gain is at least ``min_gain`` (a 1% "win" on a shared machine
-   is noise), and the machine did not spoil the contest.
+   interleaved (``_contest``), ending with the time budget (``_final``). The winner replaces the
+   defaults only when ``perf._stats.judge`` (the judge bench and quantize use) calls it faster:
+   the 90% bootstrap interval of its improvement lies above 1, the gain is at least ``min_gain``
+   (a 1% "win" on a shared machine is noise), and the machine did not spoil the contest.
 4. **Record.** The settings kept (the winner's or the defaults'), both sides' figures and the
    interval go into the contract, filed under the machine fingerprint, objective and shape; an
    optimised graph is written beside the model.
@@ -23,14 +23,13 @@ Four steps, in this order because each one protects the next:
 from __future__ import annotations
 
 import logging
-import os
 import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,8 +55,17 @@ from onnxgate.data import Sample, load_feeds, plan_dims, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import batch_dim, synthetic_sample
-from onnxgate.perf._contention import Conditions, Watch
-from onnxgate.perf._contest import PAUSE_S, SLICE_S
+from onnxgate.perf._contention import Conditions
+from onnxgate.perf._final import (
+    Racer,
+    RunPace,
+    Side,
+    contest_cost,
+    contest_race,
+    timing,
+    watched_race,
+)
+from onnxgate.perf._final import decision as decide
 from onnxgate.perf._fusion import AS_GIVEN, GraphCandidate, graph_candidates
 from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
@@ -76,10 +84,6 @@ cores ran 32 minutes without one."""
 
 GATE_SHARE = 1 / 3
 """The share of the time budget past which the parity gate tries no further graph candidate."""
-
-WORKER_START_S = 3.0
-"""Seconds a contest worker takes to start (Python, onnxgate and ONNX Runtime imported) on two
-busy cores, before it loads the model: part of the final contest's share of the time budget."""
 
 
 class TuneConfig(Part):
@@ -120,13 +124,15 @@ class TuneConfig(Part):
     min_runs: int = Field(30, ge=2)
     time_budget: float | None = Field(TIME_BUDGET, gt=0, allow_inf_nan=False)
     """Seconds the whole run may take (None: no limit). Each phase is timed as it runs
-    (``TuneReport.phases``): the parity gate tries no further graph candidate that would end
-    past a third of the budget (at the pace of those it tried); the search ends in time to leave
-    the winner's parity check and the final contest (workers started, the model loaded, both
-    sides timed) their estimated share; a contest other load spoiled is timed again only when
-    the budget has room for it. The model as given under the defaults is always gated and timed,
-    and the final contest always gets ``min_runs``, so a tiny budget still gives a verdict (the
-    defaults), a little late. What was skipped is in the report's notes."""
+    (``TuneReport.phases``): the graph rewrites and the parity gate start no step that would end
+    past a third of the budget (at the pace of those done); the search starts no measurement
+    that would end too late to leave the winner's parity check and the final contest (workers
+    started, the model loaded, both sides timed at the pace the search saw) their share; the
+    final contest ends at the budget's end, each side stopping there once it has ``min_runs``
+    (or fewer, down to 10, when its warm-up's pace says those would not fit); a contest other
+    load spoiled is timed again only when the budget has room for it. The model as given under
+    the defaults is always gated and timed, so a tiny budget still gives a verdict (the
+    defaults), a little late. What was skipped or cut short is in the report's notes."""
     search_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Seconds the search itself may take, on top of ``time_budget``: past them no further
     candidate is measured and the best of those measured goes to the final contest (the
@@ -208,90 +214,6 @@ class TuneReport(BaseModel):
     ``winner parity``, ``contest``, ``record``; what a time budget is spent on."""
     decision: str = ""
     """Why the settings kept were kept, in one sentence (the gate's summary line)."""
-
-
-class Raced(NamedTuple):
-    """One final contest: latencies in ms per side, and what the machine did meanwhile."""
-
-    latencies: list[list[float]]
-    conditions: Conditions | None = None
-
-
-Racer = Callable[[Sequence[tuple[str, Path, Mapping[str, Any]]], Mapping[str, np.ndarray]], Raced]
-"""``race([(label, onnx file, settings), ...], feeds)``: the contest's latencies and conditions."""
-
-
-def _contest_race(config: TuneConfig, say: Callable[[str], None]) -> Racer:
-    def race(
-        sides: Sequence[tuple[str, Path, Mapping[str, Any]]], feeds: Mapping[str, np.ndarray]
-    ) -> Raced:
-        from onnxgate.perf._contest import Contender, Contest
-
-        contenders = [Contender(label, onnx=path, settings=s) for label, path, s in sides]
-        with Contest(contenders) as contest:
-            watch = Watch(lambda: [os.getpid(), *contest.pids])
-            latencies = contest.race(
-                [feeds] * len(contenders),
-                warmup=config.warmup,
-                budget_s=config.contest_seconds,
-                min_runs=config.min_runs,
-                progress=say,
-            )
-            conditions = watch.conditions(
-                {label: runs for (label, _, _), runs in zip(sides, latencies, strict=True)}
-            )
-        return Raced(latencies, conditions)
-
-    return race
-
-
-def _watched_race(
-    racer: Racer,
-    sides: Sequence[tuple[str, Path, Mapping[str, Any]]],
-    feeds: Mapping[str, np.ndarray],
-    say: Callable[[str], None],
-    notes: list[str],
-    *,
-    clock: Callable[[], float],
-    budget_end: float | None,
-) -> Raced:
-    """The final contest, timed once more if the machine was busy; the second answer stands.
-
-    The second timing runs only when the time budget has room for a contest as long as the
-    first one: otherwise the spoiled contest stands (and keeps the defaults).
-    """
-    start = clock()
-    raced = racer(sides, feeds)
-    if raced.conditions is None or raced.conditions.reliable:
-        return raced
-    reasons = "; ".join(raced.conditions.reasons)
-    if budget_end is not None and clock() + (clock() - start) > budget_end:
-        notes.append(
-            f"the final contest was spoiled ({reasons}); the time budget left no room to time "
-            "it again"
-        )
-        return raced
-    say(f"the machine was busy during the final contest ({reasons}); timing it again")
-    notes.append(f"the final contest was timed twice: the first was spoiled ({reasons})")
-    return racer(sides, feeds)
-
-
-def timing(
-    label: str, settings: Mapping[str, Any], graph: str, latencies: Sequence[float], batch: int
-) -> Timing:
-    """Figures of one side: p50, p90, mean, coefficient of variation, samples/s at the mean."""
-    mean = statistics.fmean(latencies)
-    return Timing(
-        label=label,
-        settings=dict(settings),
-        graph=graph,
-        runs=len(latencies),
-        p50_ms=float(np.percentile(latencies, 50)),
-        p90_ms=float(np.percentile(latencies, 90)),
-        mean_ms=mean,
-        cv=statistics.pstdev(latencies) / mean if mean > 0 else 0.0,
-        throughput=batch * 1000.0 / mean if mean > 0 else 0.0,
-    )
 
 
 def _tuning_sample(
@@ -502,9 +424,14 @@ def tune(
     )
     phase("reference")
 
+    budget = f"time budget {config.time_budget or 0:g} s"
+    # the graph rewrites and their parity gate share the first third of the budget
+    gate_end = started + GATE_SHARE * config.time_budget if config.time_budget is not None else None
     if graphs is None:
         say("looking for graph rewrites (attention fusion; transformer fusions for encoders)")
-        graphs = graph_candidates(loaded, notes=notes) if config.fusions else []
+        graphs = []
+        if config.fusions:
+            graphs = graph_candidates(loaded, notes=notes, deadline=gate_end, clock=now)
         if not graphs:
             graphs = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
     if not any(g.label == AS_GIVEN and g.proto is None for g in graphs):
@@ -527,15 +454,12 @@ def tune(
         pairs = [(g, level) for g in graphs for level in levels]
         # the model as given under the defaults first: it is the one pair always gated
         pairs.sort(key=lambda pair: not (pair[0].label == AS_GIVEN and pair[1] == levels[0]))
-        gate_end = (
-            started + GATE_SHARE * config.time_budget if config.time_budget is not None else None
-        )
         pair_s: list[float] = []  # how long each pair took: the next one is expected to as well
         for done, (g, level) in enumerate(pairs):
             if done and gate_end is not None and now() + statistics.fmean(pair_s) > gate_end:
                 skipped = sorted({f"{p.label} @ {lv}" for p, lv in pairs[done:]})
                 notes.append(
-                    f"time budget {config.time_budget:g} s: the parity gate stopped after "
+                    f"{budget}: the parity gate stopped after "
                     f"{done} of {len(pairs)} graph candidates × levels; not tried: "
                     + ", ".join(skipped)
                 )
@@ -591,27 +515,43 @@ def tune(
                 return [runner.infer(sample.feeds).latency_ns / 1e6 for _ in range(runs)]
 
         timer = measure or in_process
+        pace = RunPace(run_s)  # a contest run, at the pace the search sees the machine at
 
+        def timed(c: Candidate, runs: int) -> list[float]:
+            latencies = list(timer(c, runs))
+            pace.saw(c.key, latencies, defaults=c.key == grid[0].key)
+            return latencies
+
+        def contest_s(*, least: bool = False) -> float:
+            return contest_cost(
+                2,
+                run_s=pace.run_s,
+                load_s=load_s,
+                warmup=config.warmup,
+                budget_s=config.contest_seconds,
+                min_runs=config.min_runs,
+                least=least,
+            )
+
+        parity_s = max(pair_s)  # the winner's parity check, as long as the slowest pair
         say(f"searching {len(grid)} candidates by successive halving")
-        limits: dict[str, float] = {}
+        limits: dict[str, Callable[[], float]] = {}
         if config.search_budget is not None:
-            limits[f"search_budget {config.search_budget:g} s"] = now() + config.search_budget
+            search_end = now() + config.search_budget
+            limits[f"search_budget {config.search_budget:g} s"] = lambda: search_end
         if budget_end is not None:
-            # leave what follows the search its share: the winner's parity check (as long as a
-            # pair of the parity gate took) and the final contest: two sides, each a worker to
-            # start and a model to load, its warm-up and at least min_runs timed runs, with a
-            # pause between slices
-            side_s = max(config.contest_seconds, config.min_runs * run_s) + config.warmup * run_s
-            pauses = PAUSE_S * (side_s / SLICE_S + 1)
-            contest_s = 2 * (WORKER_START_S + load_s + side_s + pauses)
-            after_s = contest_s + max(pair_s)
-            limits[f"time budget {config.time_budget:g} s"] = budget_end - after_s
-        cut_by = min(limits, key=limits.__getitem__) if limits else None
-        deadline = limits[cut_by] if cut_by is not None else None
-        failed_parity: str | None = None
+            # what follows the search keeps its share: the winner's parity check and the
+            # final contest, re-estimated as the search measures the defaults
+            end = budget_end
+            limits[budget] = lambda: end - parity_s - contest_s()
+
+        def deadline() -> float:
+            return min(limit() for limit in limits.values())
+
+        dropped: str | None = None
         best, rounds = successive_halving(
             grid,
-            timer,
+            timed,
             objective=config.objective,
             batch=batch,
             first_runs=config.first_runs,
@@ -619,61 +559,68 @@ def tune(
             max_runs=config.max_runs,
             describe=describe,
             progress=say,
-            deadline=deadline,
+            deadline=deadline if limits else None,
             clock=now,
         )
         phase("search")
         measured = rounds[0].candidates if rounds else len(grid)
+        cut_by = min(limits, key=lambda name: limits[name]()) if limits else ""
         if measured < len(grid):
             notes.append(
                 f"{cut_by}: {measured} of {len(grid)} candidates measured before it ran out"
+            )
+        elif rounds and rounds[-1].cut:
+            notes.append(
+                f"{cut_by}: the search ended in round {len(rounds)} of successive halving "
+                f"({rounds[-1].candidates} candidates × {rounds[-1].runs} runs); its best goes "
+                "to the final contest"
             )
         if best.key != grid[0].key and best.settings != defaults.settings() | {
             "optimization": best.settings["optimization"]
         }:
             # threads or provider options can change reduction order: judge the exact settings
-            say(f"parity gate: the winner's exact settings ({describe(best)})")
-            runner = OrtRunner(files[best.graph], OrtOptions.from_settings(best.settings))
-            report = compare_runners(
-                runner, golden, samples, signature=signature, tolerances=compare_config
-            )
-            if not report.passed:
-                verdict = _verdict(by_label[best.graph], best.settings["optimization"], report)
+            if budget_end is not None and now() + parity_s + contest_s(least=True) > budget_end:
+                # the search ran past its end: a check and the shortest contest no longer fit
                 notes.append(
-                    f"the search's winner ({describe(best)}) failed parity with its exact "
-                    f"settings ({verdict.reason}); the defaults are kept"
+                    f"{budget}: no time was left to check the search's winner ({describe(best)}) "
+                    "for parity with its exact settings; the defaults are kept"
                 )
-                failed_parity = describe(best)
+                dropped = "the time budget left no time to check the search's winner for parity"
                 best = grid[0]
-            phase("winner parity")
+            else:
+                say(f"parity gate: the winner's exact settings ({describe(best)})")
+                runner = OrtRunner(files[best.graph], OrtOptions.from_settings(best.settings))
+                report = compare_runners(
+                    runner, golden, samples, signature=signature, tolerances=compare_config
+                )
+                if not report.passed:
+                    verdict = _verdict(by_label[best.graph], best.settings["optimization"], report)
+                    notes.append(
+                        f"the search's winner ({describe(best)}) failed parity with its exact "
+                        f"settings ({verdict.reason}); the defaults are kept"
+                    )
+                    dropped = "the search's winner failed parity with its exact settings"
+                    best = grid[0]
+                phase("winner parity")
 
-        racer = race or _contest_race(config, say)
-        original = loaded.path
-        best_file = files[best.graph].path
-        watched = {"clock": now, "budget_end": budget_end}
+        racer = race or contest_race(
+            warmup=config.warmup,
+            budget_s=config.contest_seconds,
+            min_runs=config.min_runs,
+            say=say,
+            clock=now,
+        )
+        sides: list[Side] = [("defaults", loaded.path, grid[0].settings)]
         if best.key == grid[0].key:
-            say("the defaults won the search; timing them in a worker process")
-            raced = _watched_race(
-                racer,
-                [("defaults", original, grid[0].settings)],
-                sample.feeds,
-                say,
-                notes,
-                **watched,
-            )
-            (latencies,) = raced.latencies
-            best_latencies = latencies
+            why = dropped or "the defaults won the search"
+            say(f"{why}; timing the defaults in a worker process")
         else:
             say("final contest: the defaults against the winner, interleaved, one process each")
-            raced = _watched_race(
-                racer,
-                [("defaults", original, grid[0].settings), ("tuned", best_file, best.settings)],
-                sample.feeds,
-                say,
-                notes,
-                **watched,
-            )
-            latencies, best_latencies = raced.latencies
+            sides.append(("tuned", files[best.graph].path, best.settings))
+        raced = watched_race(
+            racer, sides, sample.feeds, say, notes, clock=now, deadline=budget_end, budget=budget
+        )
+        latencies, best_latencies = raced.latencies[0], raced.latencies[-1]
         phase("contest")
     spoiled = tuple(raced.conditions.reasons) if raced.conditions is not None else ()
     reliable = not spoiled
@@ -706,13 +653,13 @@ def tune(
             f"{interval[0]:.3f}–{interval[1]:.3f}); it needs an interval above 1 and a gain of "
             f"at least {config.min_gain:.0%} to replace them, so the defaults are kept"
         )
-    decision = _decision(
+    decision = decide(
         judged,
         objective=config.objective,
         min_gain=config.min_gain,
         defaults=default_timing,
         best=best_timing,
-        failed_parity=failed_parity,
+        dropped=dropped,
     )
     kept = best if replaced else grid[0]
     written: list[str] = []
@@ -773,44 +720,4 @@ def tune(
         seconds=now() - started,
         phases=phases,
         decision=decision,
-    )
-
-
-def _figure(t: Timing, objective: Objective) -> str:
-    """``p50 5.02 ms`` or ``812.3 samples/s``: the figure the objective compares."""
-    return f"p50 {t.p50_ms:.2f} ms" if objective == "latency" else f"{t.throughput:.1f} samples/s"
-
-
-def _decision(
-    judged: Judgement | None,
-    *,
-    objective: Objective,
-    min_gain: float,
-    defaults: Timing,
-    best: Timing,
-    failed_parity: str | None,
-) -> str:
-    """Why the settings kept were kept, from the contest's judgement, in one sentence."""
-    ours = _figure(defaults, objective)
-    if judged is None:
-        if failed_parity is not None:
-            return (
-                f"defaults kept ({ours}): the search's winner failed parity with its exact settings"
-            )
-        return f"defaults kept ({ours}): no candidate beat them in the search"
-    theirs = _figure(best, objective)
-    low, high = judged.interval
-    figures = f"x{judged.ratio:.2f}, 90% interval {low:.2f}-{high:.2f}"
-    if judged.verdict == "faster":
-        return f"the winner kept: {theirs} against the defaults' {ours} ({figures})"
-    if judged.verdict == "inconclusive":
-        return (
-            f"defaults kept ({ours}): the final contest was unreliable "
-            f"({'; '.join(judged.reasons)}); the winner measured {theirs}, which proves nothing"
-        )
-    if judged.verdict == "slower":
-        return f"defaults kept ({ours}): the winner was slower in the final contest ({theirs})"
-    return (
-        f"defaults kept ({ours}): the winner ({theirs}) did not beat them by min_gain "
-        f"{min_gain:.0%} in the final contest ({figures})"
     )
