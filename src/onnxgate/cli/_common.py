@@ -209,19 +209,19 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         fmt = str(kwargs.get("fmt", "text"))
-        from onnxgate.cli._options import cli_words  # _options imports this module
+        from onnxgate.cli._options import cli_offers, cli_words  # _options imports this module
 
         heard: list[Synthesized] = []
         try:
             with (
-                speaking(cli_words),
+                speaking(cli_words, cli_offers),
                 listen_synthetic(functools.partial(_say_synthetic, heard, fmt)),
             ):
                 return func(*args, **kwargs)
         except GateError as error:
             if heard and isinstance(error, RunFailed | ReferenceFailed):
                 # a run on made-up inputs failed: say which, and how to give ones that fit
-                with speaking(cli_words):
+                with speaking(cli_words, cli_offers):
                     error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
             if isinstance(error, ConfigError):
                 from onnxgate.cli._options import translated  # _options imports this module
