@@ -65,6 +65,7 @@ GATE_KEYS: dict[str, str] = {
     "dynamic": "model.dynamic",
     "example_inputs": "model.example_inputs",
     "opset": "model.opset",
+    "exporter": "model.exporter",
 }
 """Settings that belong to one table whichever step meets them (``[model]``'s are the export's)."""
 
