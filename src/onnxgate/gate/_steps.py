@@ -437,6 +437,9 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
         bench=step.bench,
         bench_budget_s=step.bench_budget,
         allow_slower=step.allow_slower,
+        # the runner that cannot confirm the float model's golden outputs at export cannot
+        # confirm them for the int8 contract either: one key says so for both
+        second_opinion=ctx.config.steps.export.second_opinion,
     )
     with _root(ctx):
         report = run_quantize(ctx.model, config, progress=ctx.progress)
