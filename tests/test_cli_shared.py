@@ -188,3 +188,24 @@ def test_a_renderer_returns_what_the_command_prints(tmp_path):
     printed = CliRunner().invoke(app, ["inspect", str(model)]).stdout
     assert len(lines) >= 5 and "15 parameters" in printed
     assert str(lines[0]) == str(model) and str(model) in printed.splitlines()[0]
+
+
+def test_a_command_run_in_process_leaves_the_logging_of_the_process_as_it_found_it(
+    tmp_path, capsys
+):
+    import logging
+
+    root = logging.getLogger()
+    before = (root.level, list(root.handlers))
+    model = save(mlp(), tmp_path / "m.onnx")
+    result = CliRunner().invoke(app, ["-vv", "check", str(model), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "DEBUG onnxgate" in result.stderr  # logged while it ran, on the stderr it was given
+    assert (root.level, root.handlers) == before  # no handler on its closed stderr, no -vv
+    # a record logged later (another test, another command) once met the closed stream:
+    # "--- Logging error --- ValueError: I/O operation on closed file", in the next CliRunner's
+    # output, where a test read JSON
+    logging.getLogger("onnxgate").warning("logged after the command ended")
+    assert "Logging error" not in capsys.readouterr().err
+    again = CliRunner().invoke(app, ["check", str(model), "--format", "json"])
+    assert json.loads(again.stdout)["passed"] is True and "DEBUG" not in again.stderr

@@ -118,3 +118,35 @@ def test_the_cli_starts_and_helps_without_any_extra() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Usage" in done.stdout and "init" in done.stdout
+
+
+FEATURES = [
+    ("pydantic", r"\bexclude_if\s*=", "2.12", "Field(exclude_if=...)"),
+    ("typer", r"\bdisplay_type_rich\b", "0.29", "TyperOption.display_type_rich"),
+]
+"""Library features onnxgate uses, by the pattern that finds their use in src, and the first
+release that has them: a declared lower bound below it installs a release the code fails on."""
+
+
+def test_the_declared_lower_bounds_provide_the_features_the_code_uses() -> None:
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_name(r): Requirement(r) for r in project["dependencies"]}
+    code = "\n".join(path.read_text() for path in SRC.rglob("*.py"))
+    for dist, pattern, first, feature in FEATURES:
+        assert re.search(pattern, code), f"src no longer uses {feature}: drop its row"
+        requirement = declared[_name(dist)]
+        floors = [
+            Version(spec.version)
+            for spec in requirement.specifier
+            if spec.operator in (">=", ">", "==", "~=")
+        ]
+        assert floors and max(floors) >= Version(first), (
+            f"{feature} is new in {dist} {first}; pyproject declares {requirement}"
+        )
+        installed = metadata.version(dist)
+        assert requirement.specifier.contains(installed, prereleases=True), (
+            f"{dist} {installed} is installed; pyproject declares {requirement}"
+        )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -65,6 +65,7 @@ GATE_KEYS: dict[str, str] = {
     "dynamic": "model.dynamic",
     "example_inputs": "model.example_inputs",
     "opset": "model.opset",
+    "exporter": "model.exporter",
 }
 """Settings that belong to one table whichever step meets them (``[model]``'s are the export's)."""
 
@@ -97,18 +98,46 @@ def gate_words(
     return key if value is None else f"{key} = {_toml_value(value)}"
 
 
-_WORDS: ContextVar[Words] = ContextVar("onnxgate_words", default=library_words)
+def gate_offers(path: str, keys: Collection[str]) -> bool:
+    """Whether a gate has a key for a setting met by a step whose table has ``keys``.
+
+    ``[feeds]`` and the settings of ``GATE_KEYS`` are keys wherever they are met; any other
+    setting only when the step's table has it (a gate writes its quantised model where it
+    chooses: ``steps.quantize`` has no ``out``).
+    """
+    return path.startswith("feeds.") or path in GATE_KEYS or path.split(".")[0] in keys
+
+
+Offers = Callable[[str], bool]
+"""Whether an interface has a word for a setting: ``path -> bool``."""
+
+_WORDS: ContextVar[tuple[Words, Offers | None]] = ContextVar(
+    "onnxgate_words", default=(library_words, None)
+)
 
 
 def setting(path: str, value: object = None) -> str:
     """How the interface in use names a setting (with a value or placeholder)."""
-    return _WORDS.get()(path, value)
+    return _WORDS.get()[0](path, value)
+
+
+def offered(path: str) -> bool:
+    """Whether the interface in use lets its user change a setting (a Python caller sets any).
+
+    A hint offers a setting as a way out only when it is: a gate user told to set a key the
+    gate does not have is sent to an error.
+    """
+    offers = _WORDS.get()[1]
+    return offers is None or offers(path)
 
 
 @contextmanager
-def speaking(words: Words) -> Iterator[None]:
-    """Name settings with ``words`` inside the block (a command's flags, a gate's keys)."""
-    token = _WORDS.set(words)
+def speaking(words: Words, offers: Offers | None = None) -> Iterator[None]:
+    """Name settings with ``words`` inside the block (a command's flags, a gate's keys).
+
+    ``offers`` says which settings the interface has a word for (None: every one).
+    """
+    token = _WORDS.set((words, offers))
     try:
         yield
     finally:

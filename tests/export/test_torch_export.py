@@ -200,7 +200,7 @@ def test_an_operator_without_translation_is_named_with_its_submodule(nets, out):
     assert "dynamo exporter cannot translate aten.kthvalue" in message
     assert "self.act" in message
     assert "torch.kthvalue(x, 2, dim=-1)" in message
-    assert "--exporter torchscript" in caught.value.hint
+    assert "exporter='torchscript'" in caught.value.hint  # a Python caller's config field
     assert list(out.iterdir()) == []
 
 
@@ -242,7 +242,7 @@ def test_auto_reports_the_last_exporters_failure_when_both_fail(nets, out):
 def test_an_opset_below_the_dynamo_floor_is_refused(nets, out):
     with pytest.raises(ConfigError, match="opset 16") as caught:
         export(f"{nets}:net", out / "net.onnx", opset=16)
-    assert "exporter torchscript" in caught.value.hint
+    assert "exporter='torchscript'" in caught.value.hint
     assert caught.value.fields == ("opset", "exporter")  # the CLI shows --opset, --exporter
     assert list(out.iterdir()) == []
     # TorchScript writes opset 16 as asked
@@ -313,7 +313,9 @@ def test_cli_export_torch_failures_are_exit_1_and_2(nets, out):
     assert "disagrees with" in document["reason"] and document["contract"] is None
     usage = runner.invoke(app, [*base[:2], f"{nets}:net", *base[2:], "--opset", "16"])
     assert usage.exit_code == 2, usage.output
-    assert json.loads(usage.stdout)["error"] == "config"
+    refused = json.loads(usage.stdout)
+    assert refused["error"] == "config" and refused["message"].startswith("--opset 16 is below")
+    assert refused["hint"] == "Use --exporter torchscript for opsets before 18."  # its flags
     bad = runner.invoke(app, [*base[:2], f"{nets}:net", *base[2:], "--dynamic", "x=batch"])
     assert bad.exit_code == 2
     assert list(out.iterdir()) == []

@@ -356,6 +356,26 @@ def test_on_unreliable_fail_fails_the_gate_with_an_inconclusive_step(
     assert 'type="inconclusive"' in junit and 'failures="1"' in junit
 
 
+def test_a_proven_miss_of_min_speedup_on_a_quiet_machine_fails(
+    tmp_path: Path, quiet: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.perf._contest import Contest
+
+    # both sides alternate 1 ms and 3 ms: the ratio's interval is too wide to read as one figure,
+    # yet lies wholly below the 5x asked, so on a quiet machine the miss is proven
+    spread = [1.0, 3.0] * 15
+    monkeypatch.setattr(Contest, "race", lambda self, feeds, **options: [spread, spread])
+    report = run_gate(_config(tmp_path, FAST + 'vs = "mlp.onnx"\nmin_speedup = 5.0\n'))
+    bench = report.step("bench")
+    (ratio,) = bench.report["ratio"]
+    assert ratio["reasons"] and "too wide" in ratio["reasons"][0]  # not one figure...
+    assert ratio["interval"][0] < 1.0 < ratio["interval"][1] < 5.0  # ...but wholly below 5x
+    assert bench.status == "failed", (bench.status, bench.summary)
+    assert bench.summary.startswith("speed-up 1.00x < 5x vs ")
+    assert not report.passed and report.failed_steps == ["bench"]
+    assert report.inconclusive_steps == []
+
+
 def test_a_latency_threshold_met_on_a_busy_machine_passes(tmp_path: Path, busy: list[int]) -> None:
     # other load only slows a model down: a p50 under the threshold even so is under it
     report = run_gate(_config(tmp_path, FAST + "max_p50_ms = 100000\n"))

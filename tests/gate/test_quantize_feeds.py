@@ -13,13 +13,13 @@ class Captured(Exception):
     pass
 
 
-def _config(tmp_path: Path, **quantize: object) -> GateConfig:
+def _config(tmp_path: Path, export: dict | None = None, **quantize: object) -> GateConfig:
     return GateConfig.model_validate(
         {
             "version": 1,
             "model": {"name": "m", "source": str(tmp_path / "m.onnx")},
             "feeds": {"inputs": str(tmp_path / "data.npz")},
-            "steps": {"quantize": {"enabled": True, **quantize}},
+            "steps": {"quantize": {"enabled": True, **quantize}, "export": export or {}},
         }
     )
 
@@ -51,3 +51,23 @@ def test_feeds_inputs_is_evaluation_or_calibration_data_never_both(
     data = str(tmp_path / "data.npz")
     shown = tuple(data if v == "data" else v for v in expected)
     assert (seen["eval"], seen["calibration"]) == shown
+
+
+@pytest.mark.parametrize("second_opinion", [True, False])
+def test_the_export_s_second_opinion_key_holds_for_the_int8_contract_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, second_opinion: bool
+) -> None:
+    # a hint about the second opinion names steps.export.second_opinion wherever it is met
+    # (onnxgate._words.GATE_KEYS): quantize's contract must follow that key
+    seen = {}
+
+    def fake(model, config, progress=None):
+        seen["second_opinion"] = config.second_opinion
+        raise Captured
+
+    monkeypatch.setattr(importlib.import_module("onnxgate.quantize"), "quantize", fake)
+    config = _config(tmp_path, export={"second_opinion": second_opinion})
+    ctx = _steps.Context(config=config, run_dir=tmp_path, progress=lambda message: None)
+    with pytest.raises(Captured):
+        _steps.quantize(ctx, config.steps.quantize)
+    assert seen["second_opinion"] is second_opinion

@@ -162,14 +162,14 @@ def test_max_excluded_below_zero_is_refused_and_zero_means_no_search(outlier, tm
     assert "--max-excluded" in result.stderr and "0 or more" in result.stderr
     report = quantize(outlier, _config(tmp_path, max_excluded=0))
     assert not report.passed and report.ranking == [] and len(report.attempts) == 1
-    assert "--max-excluded 0" in report.reason
+    assert "max_excluded=0" in report.reason  # a Python caller reads the config field
     assert report.gate == report.attempts[0].figures  # the all-int8 model, not a scratch one
     assert not (tmp_path / "q.onnx").exists()
 
 
 def test_a_failed_search_reports_its_last_attempt(outlier, tmp_path):
     report = quantize(outlier, _config(tmp_path, max_drop=0.0, max_excluded=2))
-    assert not report.passed and "--max-excluded 2" in report.reason
+    assert not report.passed and "max_excluded=2" in report.reason
     assert report.gate == report.attempts[-1].figures
     assert [n.node for n in report.excluded] == report.attempts[-1].excluded
     assert len(report.excluded) == 2
@@ -194,7 +194,7 @@ def test_op_types_follow_what_the_mode_can_quantise(tmp_path):
         quantisable=quantisable,
     )
     assert qoperator.op_types == ("Conv", "Gemm", "MatMul", "Gather")
-    with pytest.raises(ConfigError, match="Gemm is quantised only statically: use --mode static"):
+    with pytest.raises(ConfigError, match="Gemm is quantised only statically: use mode='static'"):
         resolve(QuantizeConfig(out="q.onnx", op_types=("Gemm",)), quantisable=quantisable)
     result = _run([_gemm_model(tmp_path / "gemm.onnx"), "-o", tmp_path / "q.onnx"])
     assert result.exit_code == 2, result.output
@@ -313,8 +313,8 @@ def test_a_quantiser_crash_suggests_per_tensor_first_when_weights_were_per_chann
     with pytest.raises(RunFailed, match="truth value of an array") as caught:
         quantize(outlier, _config(tmp_path, per_channel=per_channel))
     hint = caught.value.hint or ""
-    assert hint.startswith("Try --per-tensor") == per_channel
-    assert "--op-types" in hint and "-vv" in hint
+    assert hint.startswith("Try per_channel=False") == per_channel
+    assert "op_types" in hint and "-vv" in hint
 
 
 def _squeezed_classifier() -> onnx.ModelProto:

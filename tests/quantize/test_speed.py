@@ -92,7 +92,7 @@ def test_a_slower_shape_fails_the_gate_even_when_another_is_faster():
     assert f"x{rows[0].speedup:.2f}" in gate.note  # and its figures
     allowed = judge_speed(rows, allow_slower=True)
     assert allowed.passed is True and allowed.verdict == "slower"
-    assert "--allow-slower" in allowed.note
+    assert "allow_slower=True" in allowed.note
 
 
 def test_within_noise_and_faster_pass_with_the_figures():
@@ -177,8 +177,8 @@ def test_the_cost_sets_conv_integer_against_the_float_conv_it_replaced():
     assert "Softmax" not in [g.kind for g in cost.grown]  # unchanged: it did not grow
     assert [n.node for n in cost.nodes] == ["Conv_2_quant", "Conv_0_quant"]
     assert cost.nodes[0].inputs == ["uint8[1,16,120,160]"]
-    assert "ConvInteger" in cost.hint and "--op-types MatMul" in cost.hint
-    assert "--mode static" in cost.hint
+    assert "ConvInteger" in cost.hint and "op_types=['MatMul']" in cost.hint
+    assert "mode='static'" in cost.hint
     assert cost.float_ms == pytest.approx(2.15) and cost.quantized_ms == pytest.approx(11.06)
 
 
@@ -192,7 +192,7 @@ def test_a_cnn_with_only_convs_is_not_told_to_quantise_matmuls():
     float_profile = _profile({"Conv": 1.0}, [])
     quantised = _profile({"ConvInteger": 5.0, "Cast": 0.2}, [])
     cost = slowdown_cost(float_profile, quantised, dims={}, settings=SETTINGS)
-    assert "--op-types MatMul" not in cost.hint
+    assert "op_types=['MatMul']" not in cost.hint
     assert "keep Conv in float" in cost.hint
 
 
@@ -376,7 +376,7 @@ def test_a_failed_timing_worker_is_an_error_that_writes_nothing(mlp, tmp_path, m
     with pytest.raises(RunFailed) as caught:
         quantize(mlp, _config(tmp_path, bench=True))
     assert caught.value.message.startswith(f"{mlp}: timing the float model")
-    assert "SIGKILL" in caught.value.message and "--no-bench" in caught.value.hint
+    assert "SIGKILL" in caught.value.message and "bench=False" in caught.value.hint
     assert not (tmp_path / "q.onnx").exists()
 
 

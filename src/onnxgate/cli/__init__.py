@@ -57,6 +57,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     verbose: Annotated[
         int,
         typer.Option("--verbose", "-v", count=True, help="More logging on stderr (-vv for debug)."),
@@ -68,7 +69,8 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    configure_logging(verbose)
+    # undone when the command ends: a command run in-process (CliRunner) leaves no handler
+    ctx.call_on_close(configure_logging(verbose))
 
 
 app.command("inspect")(inspect_command)

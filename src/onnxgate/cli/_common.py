@@ -144,23 +144,60 @@ QUIET_LIBRARIES = {
 """Environment that keeps libraries' own progress bars and advice off stderr without -v."""
 
 
-def configure_logging(verbose: int) -> None:
+class StderrHandler(logging.StreamHandler):
+    """Writes each record to ``sys.stderr`` as it is when the record is emitted.
+
+    A handler that kept the stream it was given would outlive it: a command run in-process
+    (typer's ``CliRunner``, a test) has ``sys.stderr`` swapped for a buffer that is closed when it
+    returns, and every record logged later in the process would then fail on the closed file.
+    """
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # no stream of its own: ``stream`` is looked up
+
+    @property
+    def stream(self) -> Any:
+        """The standard error of the moment."""
+        return sys.stderr
+
+
+def configure_logging(verbose: int) -> Callable[[], None]:
     """INFO with -v, DEBUG with -vv; warnings otherwise. Logs go to stderr.
 
     Libraries' Python warnings (NumPy's overflow, torch's deprecations) become log records of
     ``py.warnings``, shown from -v on; their progress bars stay off unless -v (or the variables in
     ``QUIET_LIBRARIES``, set by the caller, say otherwise). onnxgate's own warnings are logged and
     printed as before.
+
+    Returns:
+        What undoes it (the command line calls it when its command ends): the handlers it added
+        are removed and the levels it set restored, so that a command run in-process leaves the
+        logging of the process as it found it.
     """
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(
-        level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True
-    )
+    root = logging.getLogger()
+    warned = logging.getLogger("py.warnings")
+    before = (root.level, warned.level)
+    for handler in [h for h in root.handlers if isinstance(h, StderrHandler)]:
+        root.removeHandler(handler)  # configured again (serve): one handler, the new level
+    handler = StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
     logging.captureWarnings(True)
-    logging.getLogger("py.warnings").setLevel(logging.WARNING if verbose > 0 else logging.ERROR)
+    warned.setLevel(logging.WARNING if verbose > 0 else logging.ERROR)
     if verbose <= 0:
         for name, value in QUIET_LIBRARIES.items():
             os.environ.setdefault(name, value)
+
+    def undo() -> None:
+        for added in [h for h in root.handlers if isinstance(h, StderrHandler)]:
+            root.removeHandler(added)
+        root.setLevel(before[0])
+        warned.setLevel(before[1])
+        logging.captureWarnings(False)
+
+    return undo
 
 
 def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -172,19 +209,19 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         fmt = str(kwargs.get("fmt", "text"))
-        from onnxgate.cli._options import cli_words  # _options imports this module
+        from onnxgate.cli._options import cli_offers, cli_words  # _options imports this module
 
         heard: list[Synthesized] = []
         try:
             with (
-                speaking(cli_words),
+                speaking(cli_words, cli_offers),
                 listen_synthetic(functools.partial(_say_synthetic, heard, fmt)),
             ):
                 return func(*args, **kwargs)
         except GateError as error:
             if heard and isinstance(error, RunFailed | ReferenceFailed):
                 # a run on made-up inputs failed: say which, and how to give ones that fit
-                with speaking(cli_words):
+                with speaking(cli_words, cli_offers):
                     error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
             if isinstance(error, ConfigError):
                 from onnxgate.cli._options import translated  # _options imports this module

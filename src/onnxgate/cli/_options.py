@@ -299,11 +299,19 @@ def flag_for(path: str) -> str | None:
     return None
 
 
+OFF_FLAGS: dict[str, str] = {
+    "per_channel": "--per-tensor",
+    "reduce_range": "--full-range",
+}
+"""The flag that turns a setting off where it is not ``--no-`` and the on flag's name."""
+
+
 def cli_words(path: str, value: object = None) -> str:
     """A setting as this CLI's flag (``--dim x[2]=SIZE``, ``--reference ort:disable``).
 
     The words commands speak (``onnxgate._words.speaking``); a setting without a flag is named by
-    its config field.
+    its config field. A switch is named by the flag that sets it to ``value``: ``--allow-slower``
+    for True, ``--no-bench`` or ``--per-tensor`` for False; a list by the flag once per item.
     """
     flag = flag_for(path)
     if flag is None:
@@ -312,9 +320,22 @@ def cli_words(path: str, value: object = None) -> str:
         return " ".join(f"{flag} {name}=SIZE" for name in value)
     if path == "feeds.inputs":
         return f"{flag} FILE"
-    if value is None or (isinstance(value, bool) and flag.startswith("--no-") and not value):
+    if isinstance(value, bool):
+        if flag.startswith("--no-"):
+            return flag if not value else f"no {flag}"
+        if value:
+            return flag
+        return OFF_FLAGS.get(path.rsplit(".", 1)[-1], "--no-" + flag.removeprefix("--"))
+    if value is None:
         return flag
+    if isinstance(value, list | tuple):
+        return " ".join(f"{flag} {item}" for item in value)
     return f"{flag} {value}"
+
+
+def cli_offers(path: str) -> bool:
+    """Whether a command has a flag for a setting (the settings ``cli_words`` names by flag)."""
+    return flag_for(path) is not None
 
 
 def translated(error: ConfigError) -> ConfigError:

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from onnxgate._words import setting
 from onnxgate.errors import ExportError, ExtraMissing
 
 log = logging.getLogger("onnxgate.export._torch")
@@ -94,7 +95,8 @@ def diagnose(
             + ".",
             hint="Rewrite that part of forward() with supported operations, register a custom "
             "translation (torch.onnx.export's custom_translation_table), or try the other "
-            "exporter (--exporter torchscript or dynamo). -v shows the exporter's full trace.",
+            f"exporter ({setting('exporter', 'torchscript')} or dynamo). -v shows the exporter's "
+            "full trace.",
         )
     user = _USER_LINE.search(text)
     at = f" (in {user[3]}(), {user[1]}:{user[2]}: `{user[4].strip()}`)" if user else ""
@@ -102,7 +104,8 @@ def diagnose(
         return ExportError(
             f"the {exporter} exporter cannot trace control flow that depends on tensor values{at}.",
             hint="Replace a Python `if` on tensor values with torch.where or torch.cond, or export "
-            "with --exporter torchscript (which bakes in the branch the example takes).",
+            f"with {setting('exporter', 'torchscript')} (which bakes in the branch the example "
+            "takes).",
         )
     inner = error
     while inner.__cause__ is not None:
@@ -110,8 +113,8 @@ def diagnose(
     detail = f"{type(inner).__name__}: {inner}" if inner is not error else text
     return ExportError(
         f"the {exporter} exporter failed{at}: {_first(detail)}",
-        hint="Run with -v for the exporter's full trace; --exporter torchscript may work where "
-        "dynamo does not.",
+        hint=f"Run with -v for the exporter's full trace; {setting('exporter', 'torchscript')} "
+        "may work where dynamo does not.",
     )
 
 

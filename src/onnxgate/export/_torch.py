@@ -29,6 +29,7 @@ from pydantic import Field, field_validator
 from onnxgate._fs import staged_file
 from onnxgate._stdout import stdout_to_stderr
 from onnxgate._version import __version__
+from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
@@ -394,7 +395,8 @@ def _check_dynamic(path: Path, dynamic: Mapping[str, Mapping[int, str]]) -> None
         spec = specs.get(name)
         if spec is None:
             raise ExportError(
-                f"--dynamic names input {name!r}, which the exported model does not have ({', '.join(specs)})."
+                f"{setting('dynamic')} names input {name!r}, which the exported model does not "
+                f"have ({', '.join(specs)})."
             )
         for axis, label in axes.items():
             dim = spec.shape[axis] if spec.shape and axis < len(spec.shape) else None
@@ -470,9 +472,11 @@ def export_torch(
         )
     if opset is not None and opset < DYNAMO_MIN_OPSET and config.exporter != "torchscript":
         raise ConfigError(
-            f"opset {opset} is below what the dynamo exporter writes ({DYNAMO_MIN_OPSET} and "
-            "later; it would silently write 18).",
-            hint="Use exporter torchscript for opsets before 18.",
+            # "exporter" is a field this error names: the prose says "dynamo" alone, so that
+            # only the setting is renamed into a flag or a gate key
+            f"opset {opset} is below what dynamo writes ({DYNAMO_MIN_OPSET} and later; it would "
+            f"silently write {DYNAMO_MIN_OPSET}).",
+            hint=f"Use {setting('exporter', 'torchscript')} for opsets before {DYNAMO_MIN_OPSET}.",
             field="opset",
             related=["exporter"],
         )

@@ -295,10 +295,20 @@ class QuantizeStep(Step):
     per_channel: bool | None = None
     """One scale per output channel of each weight (true) or one per tensor (false); not set:
     the preset's choice."""
+    op_types: list[str] = []
+    """Op types to quantise (default: Conv, ConvTranspose, Gemm, MatMul and Gather, less those
+    the mode cannot quantise); leave one out when ONNX Runtime's quantiser cannot handle it."""
     max_drop: float = Field(0.01, ge=0, lt=1)
     """The budget: 1 - cosine, 1 - top-1 agreement, or accuracy points lost."""
     metrics: list[str] = []
     """``compare`` rules (``[OUTPUT:]METRIC OP VALUE``) that replace the budget for outputs."""
+    outputs: list[str] = []
+    """Outputs the budget judges (default: every float output)."""
+    gate_metric: Literal["auto", "cosine", "top1", "accuracy"] = "auto"
+    """How an output is judged against ``max_drop``: ``cosine`` (the mean row cosine), ``top1``
+    (top-1 agreement of class scores) or ``accuracy`` (label accuracy lost; needs ``labels``);
+    ``auto``: accuracy with ``labels`` on class scores (``[rows, classes]`` from a Softmax, or
+    named logits/probabilities), top1 on class scores without them, cosine otherwise."""
     eval: str | None = None
     """Held-apart evaluation feeds (.npz, folder, JSON or ``package.module:function``)."""
     calibration: str | None = None

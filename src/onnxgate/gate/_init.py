@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from onnxgate._fs import atomic_write_text
-from onnxgate._words import toml_key
+from onnxgate._words import setting, toml_key
 from onnxgate.errors import ConfigError
 from onnxgate.gate._config import CONFIG_VERSION, load_config
 from onnxgate.gate._probe import Probe
@@ -585,7 +585,10 @@ def write_starter(
             dimension is malformed or names nothing in the model.
     """
     if out.exists() and not force:
-        raise ConfigError(f"{out} exists.", hint="Give another --out, or --force to replace it.")
+        raise ConfigError(
+            f"{out} exists.",
+            hint=f"Give another {setting('out')}, or {setting('force', True)} to replace it.",
+        )
     text = starter_config(
         source,
         runtimes,

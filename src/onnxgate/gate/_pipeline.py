@@ -24,7 +24,7 @@ from typing import Any
 
 from onnxgate import __version__
 from onnxgate._fs import atomic_write_text, cache_dir
-from onnxgate._words import gate_key, gate_words, renamed, speaking
+from onnxgate._words import gate_key, gate_offers, gate_words, renamed, setting, speaking
 from onnxgate.contract._schema import sha256_file
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
@@ -280,11 +280,13 @@ def _run_dir(config: GateConfig, out: Path | None) -> Path:
             n += 1
             folder = config.output.dir / f"{config.model.name}-{stamp}-{n}"
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"the run folder {folder} is a file.", hint="Give another --out.")
+        raise ConfigError(
+            f"the run folder {folder} is a file.", hint=f"Give another {setting('out')}."
+        )
     if folder.exists() and any(folder.iterdir()):
         raise ConfigError(
             f"the run folder {folder} exists and is not empty.",
-            hint="Give another --out, or remove it: a run folder holds exactly one run.",
+            hint=f"Give another {setting('out')}, or remove it: a run folder holds exactly one run.",
         )
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -426,6 +428,7 @@ def _run_step(
     feeds = getattr(section, "feeds", None)
     own = feeds is not None and feeds != type(feeds)()  # the step's own table, not [feeds]
     words = functools.partial(gate_words, step=name, own_feeds=own)
+    offers = functools.partial(gate_offers, keys=type(section).model_fields)
     try:
         key = _cache_key(name, section, ctx, env, config)
         if key is not None and (hit := store.get(key, ctx.run_dir)) is not None:
@@ -433,7 +436,7 @@ def _run_step(
             return hit
         say(name)
         before = _snapshot(ctx.run_dir)
-        with speaking(words):
+        with speaking(words, offers):
             outcome = RUNNERS[name](ctx, section)
     except OSError as error:  # a file the step reads or writes: the user's to fix
         return StepResult(
@@ -450,7 +453,7 @@ def _run_step(
             error = renamed(error, functools.partial(gate_key, step=name, own_feeds=own))
         if heard and isinstance(error, RunFailed | ReferenceFailed):
             # a run on made-up inputs failed: say which, and the keys that give ones that fit
-            with speaking(words):
+            with speaking(words, offers):
                 error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
         reason = error.message + (f" ({error.hint})" if error.hint else "")
         return StepResult(

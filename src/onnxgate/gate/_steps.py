@@ -434,8 +434,11 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
         mode=step.mode,
         preset=step.preset,
         per_channel=step.per_channel,
+        op_types=tuple(step.op_types),
         max_drop=step.max_drop,
         metrics=tuple(step.metrics),
+        outputs=tuple(step.outputs),
+        gate_metric=step.gate_metric,
         eval=evaluation,
         calibration=calibration,
         labels=step.labels,
@@ -443,6 +446,9 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
         bench=step.bench,
         bench_budget_s=step.bench_budget,
         allow_slower=step.allow_slower,
+        # the runner that cannot confirm the float model's golden outputs at export cannot
+        # confirm them for the int8 contract either: one key says so for both
+        second_opinion=ctx.config.steps.export.second_opinion,
     )
     with _root(ctx):
         report = run_quantize(ctx.model, config, progress=ctx.progress)

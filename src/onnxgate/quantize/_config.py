@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from onnxgate._pathtext import FilePath, PathText
+from onnxgate._words import offered, setting
 from onnxgate.errors import ConfigError
 from onnxgate.settings import Part
 
@@ -215,7 +216,10 @@ class Settings(BaseModel):
 
 
 def where_quantised(op: str, quantisable: Quantisable) -> str:
-    """``Gemm is quantised only statically: use --mode static``, or the like."""
+    """``Gemm is quantised only statically: use --mode static``, or the like.
+
+    The settings are named in the words of the interface in use (``onnxgate._words``).
+    """
     places = [
         (mode, fmt)
         for mode, fmt in (("dynamic", "qoperator"), ("static", "qdq"), ("static", "qoperator"))
@@ -224,12 +228,15 @@ def where_quantised(op: str, quantisable: Quantisable) -> str:
     if not places:
         return f"{op} is not quantised by ONNX Runtime in any mode"
     if all(mode == "static" for mode, _ in places):
+        static = setting("mode", "static")
         if len(places) == 2:
-            return f"{op} is quantised only statically: use --mode static"
-        return (
-            f"{op} is quantised only statically in the {places[0][1]} format: use --mode static "
-            f"--quant-format {places[0][1]}"
-        )
+            return f"{op} is quantised only statically: use {static}"
+        fmt = places[0][1]
+        where = f"{op} is quantised only statically in the {fmt} format"
+        if offered("format"):
+            return f"{where}: use {static} {setting('format', fmt)}"
+        # an interface without the setting quantises statically in the default format, QDQ
+        return f"{where}: use {static}" if fmt == "qdq" else where
     return f"{op} is quantised only {' or '.join(f'{m} ({f})' for m, f in places)}"
 
 
@@ -254,31 +261,34 @@ def resolve(
     if config.mode == "dynamic":
         if config.format == "qdq":
             raise ConfigError(
-                "--quant-format qdq applies to static quantisation; dynamic quantisation writes "
-                "integer operators (MatMulInteger, ConvInteger) that quantise activations at run "
-                "time.",
-                hint="Drop --quant-format, or use --mode static --calibration DATA.",
+                f"{setting('format', 'qdq')} applies to static quantisation; dynamic quantisation "
+                "writes integer operators (MatMulInteger, ConvInteger) that quantise activations "
+                "at run time.",
+                hint=f"Drop {setting('format')}, or use {setting('mode', 'static')} with "
+                f"{setting('calibration')} data.",
             )
         if config.activation_type == "int8":
             raise ConfigError(
-                "dynamic quantisation computes activations as uint8 at run time; --activation-type "
-                "int8 needs --mode static."
+                "dynamic quantisation computes activations as uint8 at run time; "
+                f"{setting('activation_type', 'int8')} needs {setting('mode', 'static')}."
             )
     if config.labels is not None and config.eval is None:
         raise ConfigError(
-            "--labels names the true class of each --eval row, and there is no --eval data: "
-            "synthetic inputs have no true class.",
-            hint="Pass the evaluation data the labels belong to with --eval.",
+            f"{setting('labels')} names the true class of each row of the evaluation data, and "
+            f"there is none ({setting('eval')}): synthetic inputs have no true class.",
+            hint=f"Give the evaluation data the labels belong to with {setting('eval')}.",
         )
     if config.mode == "static" and config.calibration is None:
         raise ConfigError(
-            "static quantisation needs --calibration DATA: activation ranges are measured on it.",
-            hint="Pass an .npz, a folder of samples or package.module:function yielding feeds; "
-            "or use --mode dynamic, which needs none.",
+            f"static quantisation needs calibration data ({setting('calibration')}): activation "
+            "ranges are measured on it.",
+            hint="Give an .npz, a folder of samples or package.module:function yielding feeds; "
+            f"or use {setting('mode', 'dynamic')}, which needs none.",
         )
     if config.mode == "dynamic" and config.calibration is not None:
         notices.append(
-            "--calibration is not used by dynamic quantisation (ranges are computed at run time)"
+            f"{setting('calibration')} is not used by dynamic quantisation (ranges are computed "
+            "at run time)"
         )
     if config.preset == "auto":
         preset, why = detect_preset(features)
@@ -303,7 +313,7 @@ def resolve(
             )
         if dropped and config.op_types:
             notices.append(
-                f"{', '.join(dropped)} left out of --op-types: "
+                f"{', '.join(dropped)} left out of {setting('op_types')}: "
                 + "; ".join(where_quantised(op, quantisable) for op in dropped)
             )
         elif dropped:

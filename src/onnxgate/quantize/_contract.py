@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from onnxgate._version import __version__
+from onnxgate._words import offered, setting
 from onnxgate.compare import Criterion, compare_runners
 from onnxgate.contract import (
     SIDECAR,
@@ -96,7 +97,12 @@ def contract_rules(
             raise ConfigError(
                 f"output {rule.output!r}: compare has no {criterion.metric} figure for it, so "
                 "the contract cannot state its rule.",
-                hint="Pass --no-contract, or judge it with --metric.",
+                hint=f"Judge it with a {setting('metrics')} rule compare measures"
+                + (
+                    f", or write no contract ({setting('contract', False)})."
+                    if offered("contract")
+                    else "."
+                ),
             )
         upward = criterion.op in (">=", ">")
         recorded = Criterion(
@@ -217,6 +223,7 @@ def weak_rule_notices(out: Path, *, store: ContractStore = SIDECAR) -> list[str]
     extents = output_extents(contract.golden.samples, store.read_golden(out, contract))
     return [
         f"{finding.code} {finding.message}: `onnxgate verify` refuses this contract unless given "
-        "--allow-weak-rules; evaluation data closer to production (--eval) gives firmer rules"
+        f"--allow-weak-rules; evaluation data closer to production ({setting('eval')}) gives "
+        "firmer rules"
         for finding in rule_findings(contract.golden.rules, extents)
     ]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxgate._pathtext import shown
+from onnxgate._words import setting
 from onnxgate.data import (
     Sample,
     feeds_digest,
@@ -44,17 +45,16 @@ def is_entry_point(text: str) -> bool:
 def _from_entry(entry: str, option: str) -> list[Sample]:
     from onnxgate.runners import load_entry
 
+    where = setting(option, entry)
     function = load_entry(entry)
     try:
         produced = function()
         items = list(produced) if isinstance(produced, Iterable) else None
     except Exception as err:  # the user's function may raise anything
-        raise FeedError(
-            f"{option} {entry}: the function raised {type(err).__name__}: {err}"
-        ) from err
+        raise FeedError(f"{where}: the function raised {type(err).__name__}: {err}") from err
     if items is None or isinstance(produced, Mapping):
         raise FeedError(
-            f"{option} {entry}: returned {type(produced).__name__}; expected an iterable of feeds "
+            f"{where}: returned {type(produced).__name__}; expected an iterable of feeds "
             "({input name: array}) or of onnxgate Samples."
         )
     samples = []
@@ -66,7 +66,7 @@ def _from_entry(entry: str, option: str) -> list[Sample]:
             samples.append(Sample(f"{entry}[{index}]", feeds))
         else:
             raise FeedError(
-                f"{option} {entry}: item {index} is a {type(item).__name__}; expected a mapping "
+                f"{where}: item {index} is a {type(item).__name__}; expected a mapping "
                 "of input name to array."
             )
     return samples
@@ -74,6 +74,9 @@ def _from_entry(entry: str, option: str) -> list[Sample]:
 
 def load_samples(source: str, signature: Signature, *, option: str) -> list[Sample]:
     """Samples from a file, a folder or an entry point, each checked against the signature.
+
+    ``option`` is the setting that gave ``source`` (``eval``), named in messages in the words of
+    the interface in use.
 
     Raises:
         FeedError: unreadable data, no samples, or a sample that does not fit the model.
@@ -84,9 +87,13 @@ def load_samples(source: str, signature: Signature, *, option: str) -> list[Samp
     else:
         samples = load_feeds(source, signature=signature)
     if not samples:
-        raise FeedError(f"{option} {source}: holds no sample.")
+        raise FeedError(f"{setting(option, source)}: holds no sample.")
     return [
-        Sample(s.label, validate_feeds(signature, s.feeds, where=f"{option} {s.label}"), s.dims)
+        Sample(
+            s.label,
+            validate_feeds(signature, s.feeds, where=f"{setting(option)} {s.label}"),
+            s.dims,
+        )
         for s in samples
     ]
 
@@ -128,7 +135,7 @@ def load_labels(path: Path, expected: int) -> np.ndarray:
     Raises:
         FeedError: unreadable, not integers, or not one per row.
     """
-    where = f"--labels {shown(path)}"
+    where = setting("labels", shown(path))
     if not path.is_file():
         raise FeedError(f"{where}: no such file.")
     suffix = path.suffix.lower()
@@ -149,7 +156,8 @@ def load_labels(path: Path, expected: int) -> np.ndarray:
     if values.size != expected:
         raise FeedError(
             f"{where}: has {values.size} label(s) for {expected} evaluation row(s).",
-            hint="Give one label per row of --eval, in the order of its samples.",
+            hint=f"Give one label per row of the evaluation data ({setting('eval')}), in the "
+            "order of its samples.",
         )
     return values.astype(np.int64)
 
@@ -182,7 +190,7 @@ def check_distinct(calibration: str | None, evaluation: str | None) -> None:
             same = False
     if same:
         raise ConfigError(
-            f"--calibration and --eval are the same data ({evaluation}): accuracy must be "
-            "measured on data the quantiser did not see.",
+            f"{setting('calibration')} and {setting('eval')} are the same data ({evaluation}): "
+            "accuracy must be measured on data the quantiser did not see.",
             hint="Split your data into a calibration part and a held-apart evaluation part.",
         )

@@ -25,6 +25,7 @@ from typing import Any, Self
 import numpy as np
 import onnx
 
+from onnxgate._words import setting
 from onnxgate.compare import (
     Criterion,
     Drift,
@@ -119,7 +120,8 @@ def gate_rules(
     for name in config.outputs:
         if name not in outputs:
             raise ConfigError(
-                f"--output {name!r} is not an output of the model; outputs: {', '.join(outputs)}."
+                f"{setting('outputs')} names {name!r}, which is not an output of the model; "
+                f"outputs: {', '.join(outputs)}."
             )
     chosen = list(config.outputs) or [n for n, o in outputs.items() if o.dtype in _FLOAT_TYPES]
     producers = _producers(proto)
@@ -127,12 +129,15 @@ def gate_rules(
     explicit = dict(parse_metric(m) for m in config.metrics)
     for name in explicit:
         if name is not None and name not in outputs:
-            raise ConfigError(f"--metric names output {name!r}; outputs: {', '.join(outputs)}.")
+            raise ConfigError(
+                f"{setting('metrics')} names output {name!r}; outputs: {', '.join(outputs)}."
+            )
     judged = list(dict.fromkeys([*chosen, *(n for n in explicit if n is not None)]))
     if not judged:
         raise ConfigError(
             "the model has no float output for the gate to judge.",
-            hint="Name outputs with --output and judge them with --metric.",
+            hint=f"Name outputs with {setting('outputs')} and judge them with "
+            f"{setting('metrics')}.",
         )
     floor = 1.0 - config.max_drop
     rules: list[Rule] = []
@@ -148,15 +153,18 @@ def gate_rules(
             metric = "accuracy" if classes and has_labels else "top1" if classes else "cosine"
         if metric == "accuracy":
             if not has_labels:
-                raise ConfigError("--gate-metric accuracy needs --labels.")
+                raise ConfigError(
+                    f"{setting('gate_metric', 'accuracy')} needs {setting('labels')}."
+                )
             rules.append(Rule(name, "accuracy", None))
         else:
             rules.append(Rule(name, metric, Criterion(metric, ">=", floor)))
     if has_labels and not any(r.metric == "accuracy" for r in rules):
         raise ConfigError(
-            "--labels was given but no output looks like class scores ([rows, classes] from a "
-            "Softmax, or named logits/probabilities).",
-            hint="Name the scores with --output NAME --gate-metric accuracy.",
+            f"{setting('labels')} was given but no output looks like class scores ([rows, "
+            "classes] from a Softmax, or named logits/probabilities).",
+            hint=f"Name the scores with {setting('outputs')} and judge them with "
+            f"{setting('gate_metric', 'accuracy')}.",
         )
     notices.append("gate: " + "; ".join(f"{r.output} by {r.text(config.max_drop)}" for r in rules))
     return rules, notices

@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 
 from onnxgate._stdout import stdout_to_stderr
+from onnxgate._words import setting
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, ExtraMissing, GateError, RunFailed, first_line
 from onnxgate.quantize._config import Settings, where_quantised
@@ -171,15 +172,16 @@ def refuse_unquantisable(
                 + " are not quantised in this mode ("
                 + "; ".join(where_quantised(op, quantisable) for op in elsewhere)
                 + ").",
-                hint="Static quantisation needs --calibration DATA (activation ranges are "
-                "measured on it).",
+                hint=f"Static quantisation ({setting('mode', 'static')}) needs calibration data "
+                f"({setting('calibration')}): activation ranges are measured on it.",
             )
         present = sorted(set(ops))
         raise ConfigError(
             f"{where}: has nothing to quantise: no {'/'.join(settings.op_types)} node"
             + (" with a constant weight" if settings.mode == "dynamic" else "")
             + f" (its ops: {', '.join(present[:12])}{'...' if len(present) > 12 else ''}).",
-            hint="int8 pays on MatMul, Gemm and Conv; name other op types with --op-types.",
+            hint="int8 pays on MatMul, Gemm and Conv; name other op types with "
+            f"{setting('op_types')}.",
         )
 
 
@@ -216,11 +218,12 @@ def crash_hint(settings: Settings) -> str:
     tries = []
     if settings.per_channel:
         tries.append(
-            "--per-tensor (its per-channel path has crashed on models it quantises per tensor)"
+            f"{setting('per_channel', False)} (its per-channel path has crashed on models it "
+            "quantises per tensor)"
         )
-    tries.append("--op-types to leave out the op it cannot handle")
+    tries.append(f"{setting('op_types')} to leave out the op it cannot handle")
     if settings.mode == "static":
-        tries.append("--mode dynamic")
+        tries.append(setting("mode", "dynamic"))
     return "Try " + "; then ".join(tries) + ". Run with -vv for its traceback."
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
+from onnxgate._words import offered, setting
 from onnxgate.contract import SecondOpinion, contract_dims, drop_stale_contract
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
@@ -131,8 +132,8 @@ def _speed_gate(config: QuantizeConfig, delivered: bool) -> SpeedGate | None:
     """The speed gate when the speed is not judged, saying why; None when it is to be timed."""
     if not config.bench:
         return not_gated(
-            "not gated (--no-bench): the quantised model was not timed and may be slower than "
-            "the float model",
+            f"not gated ({setting('bench', False)}): the quantised model was not timed and may be "
+            "slower than the float model",
             allow_slower=config.allow_slower,
         )
     if not delivered:
@@ -169,7 +170,8 @@ def _time_and_judge(
             f"{model}: timing the float model against its quantised version failed, so the "
             f"speed gate cannot judge it (nothing written): {err.message}",
             hint=(err.hint + " " if err.hint else "")
-            + "--no-bench skips the speed gate (the report then says speed was not gated).",
+            + f"{setting('bench', False)} skips the speed gate (the report then says speed was "
+            "not gated).",
         ) from err
     speed = judge_speed(rows, allow_slower=config.allow_slower, unreliable=conditions.reasons)
     if speed.verdict != "slower":
@@ -232,10 +234,11 @@ def _quantize(
     settings, notices = resolve(config, features, quantisable=quantisable)
     loaded = load_model(model, load_weights=True)
     out = Path(config.out)
+    named = setting("out", str(out)) if offered("out") else f"the output {out}"
     if out.is_dir():
-        raise ConfigError(f"--out {out} is a folder; name the .onnx file to write.")
+        raise ConfigError(f"{named} is a folder; name the .onnx file to write.")
     if out.resolve() == loaded.path.resolve():
-        raise ConfigError(f"--out {out} is the model itself; write the quantised model elsewhere.")
+        raise ConfigError(f"{named} is the model itself; write the quantised model elsewhere.")
     signature = Signature.from_graph(loaded.proto.graph)
     requested = tuple(dict.fromkeys(config.op_types)) or DEFAULT_OP_TYPES
     refuse_unquantisable(loaded.proto, settings, str(loaded.path), requested=requested)
@@ -255,7 +258,7 @@ def _quantize(
     if settings.mode == "static":
         assert config.calibration is not None  # resolve() refused static without it
         say("reading the calibration data")
-        calibration = _data.load_samples(config.calibration, signature, option="--calibration")
+        calibration = _data.load_samples(config.calibration, signature, option="calibration")
         calibration_info = DataInfo(
             source=config.calibration,
             samples=len(calibration),
@@ -263,7 +266,7 @@ def _quantize(
         )
     if config.eval is not None:
         say("reading the evaluation data")
-        evaluation = _data.load_samples(config.eval, signature, option="--eval")
+        evaluation = _data.load_samples(config.eval, signature, option="eval")
         eval_source = config.eval
     else:
         evaluation = synthetic_samples(
@@ -271,8 +274,8 @@ def _quantize(
         )
         eval_source = f"synthetic (seed {config.seed})"
         warnings.append(
-            "no --eval data: the gate ran on synthetic inputs, which say little about accuracy "
-            "on real data"
+            f"no evaluation data ({setting('eval')}): the gate ran on synthetic inputs, which say "
+            "little about accuracy on real data"
         )
     eval_rows = sum(_data.rows(s) for s in evaluation)
     labels = _data.load_labels(config.labels, eval_rows) if config.labels is not None else None
@@ -361,7 +364,7 @@ def _quantize(
                     f"the budget cannot be met: with the {found.limit} worst of {len(nodes)} "
                     "node(s) kept in float"
                     + (
-                        f" (--max-excluded {config.max_excluded})"
+                        f" ({setting('max_excluded', config.max_excluded)})"
                         if config.max_excluded is not None and found.limit == config.max_excluded
                         else " (at least one must stay int8)"
                     )
@@ -375,9 +378,9 @@ def _quantize(
                 )
         elif not first.passed:
             why = (
-                " and the search is off (--no-search)"
+                f" and the search is off ({setting('search', False)})"
                 if not config.search
-                else " and --max-excluded 0 allows no node in float"
+                else f" and {setting('max_excluded', 0)} allows no node in float"
                 if config.max_excluded == 0
                 else " and the model has a single candidate node (it must stay int8)"
             )
@@ -400,7 +403,12 @@ def _quantize(
             notices.append(
                 f"node(s) kept in float read int8-rounded activations ({', '.join(rounded)}): "
                 "QOperator passes int8 tensors between quantised nodes and dequantises them for "
-                "float readers; --quant-format qdq gives float readers the float tensor"
+                "float readers"
+                + (
+                    f"; {setting('format', 'qdq')} gives float readers the float tensor"
+                    if offered("format")
+                    else ""
+                )
             )
         latency: list[Latency] = []
         speed = _speed_gate(config, best is not None)
@@ -421,7 +429,7 @@ def _quantize(
                 reason = (
                     f"the quantised model is {speed.note}"
                     + "".join(f"; grown most: {growth_text(g)}" for g in cost)
-                    + "; --allow-slower writes it anyway"
+                    + f"; {setting('allow_slower', True)} writes it anyway"
                 )
             elif speed.verdict == "slower":
                 warnings.append(f"the quantised model is {speed.note}")
@@ -462,7 +470,7 @@ def _quantize(
         if best is None:
             return report
         contract_config = None
-        opinion = SecondOpinion(detail="not taken: --no-second-opinion")
+        opinion = SecondOpinion(detail=f"not taken: {setting('second_opinion', False)}")
         if config.contract:
             say("measuring the contract's rules on its golden samples")
             contract_config, rule_notices = contract_rules(

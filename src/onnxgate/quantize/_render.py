@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxgate._rich import Lines, line
+from onnxgate._words import setting
 from onnxgate.quantize._report import QuantizeReport
 from onnxgate.quantize._speed import growth_text, shape_text
 
@@ -133,7 +134,7 @@ def render_text(report: QuantizeReport) -> Lines:
         speed = (
             "speed not gated"
             if not report.speed.gated
-            else "slower, allowed (--allow-slower)"
+            else f"slower, allowed ({setting('allow_slower', True)})"
             if report.speed.verdict == "slower"
             else "speed unreliable, not judged"
             if report.speed.verdict == "inconclusive"

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onnxgate._words import setting
 from onnxgate.contract import SIDECAR, contract_dims
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
@@ -196,7 +197,10 @@ def judge_speed(
     elif slower:
         figures = "; ".join(figures_text(r) for r in slower)
         if allow_slower:
-            note = f"slower than the float model beyond noise: {figures}; written anyway (--allow-slower)"
+            note = (
+                f"slower than the float model beyond noise: {figures}; written anyway "
+                f"({setting('allow_slower', True)})"
+            )
         else:
             note = f"slower than the float model beyond noise: {figures}"
     elif verdict == "faster":
@@ -246,7 +250,7 @@ def timing_samples(
                 field="bench_inputs",
                 related=["bench_batches"],
             )
-        loaded_samples = _data.load_samples(config.bench_inputs, signature, option="--bench-inputs")
+        loaded_samples = _data.load_samples(config.bench_inputs, signature, option="bench_inputs")
         return [s.sized(signature) for s in loaded_samples]
 
     dims = _data.sample_dims(signature, sample)
@@ -352,8 +356,8 @@ def _hint(grown: Sequence[OpGrowth], settings: Settings, quantized_kinds: set[st
     if "ConvInteger" in ops:
         others = sorted(quantized_kinds - {"Conv"})
         keep = (
-            f"quantise only {'/'.join(others)} (--op-types {','.join(others)}) and keep Conv in "
-            "float"
+            f"quantise only {'/'.join(others)} ({setting('op_types', others)}) and keep "
+            "Conv in float"
             if others
             else "keep Conv in float (it is all this model quantises)"
         )
@@ -362,13 +366,15 @@ def _hint(grown: Sequence[OpGrowth], settings: Settings, quantized_kinds: set[st
             "before it and Cast, Mul and Add after it; ONNX Runtime's CPU provider runs "
             "ConvInteger with a generic kernel, without the blocked (NCHWc) layout and the "
             f"bias/activation fusion of its float Conv: {keep}, or quantise statically "
-            "(--mode static --calibration DATA: QDQ, which ONNX Runtime fuses into QLinearConv)"
+            f"({setting('mode', 'static')} with {setting('calibration')} data: QDQ, which ONNX "
+            "Runtime fuses into QLinearConv)"
         )
     if ops & {"MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}:
         tips.append(
             "dynamic MatMul quantises its activation on every run; on small MatMuls that costs "
-            "more than int8 saves: quantise statically (--mode static --calibration DATA), or "
-            "leave MatMul out of --op-types"
+            "more than int8 saves: quantise statically "
+            f"({setting('mode', 'static')} with {setting('calibration')} data), or leave MatMul "
+            f"out of {setting('op_types')}"
         )
     if ops & {"QuantizeLinear", "DequantizeLinear"}:
         tips.append(
