@@ -9,18 +9,19 @@ config field (``feeds.dims``). The innermost block wins, so a gate run from the 
 speaks in gate keys.
 
 Values are neutral too: ``feeds.dims`` takes the names of the dimensions (each interface writes
-its own placeholder for their sizes), ``feeds.inputs`` nothing (a file), other settings the value
-to set (``"ort:disable"``, ``False``).
+its own placeholder for their sizes), ``feeds.inputs`` nothing (a placeholder for a file) or the
+file given, other settings the value to set (``"ort:disable"``, ``False``, a list, a mapping).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from onnxgate._pathtext import shown
 from onnxgate.errors import ConfigError
 
 Words = Callable[[str, object], str]
@@ -35,6 +36,12 @@ def toml_key(name: str) -> str:
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, Mapping):  # an inline table: { probabilities = [0.05, 0] }
+        return (
+            f"{{ {', '.join(f'{toml_key(str(k))} = {_toml_value(v)}' for k, v in value.items())} }}"
+        )
+    if isinstance(value, list | tuple):
+        return f"[{', '.join(_toml_value(v) for v in value)}]"
     return json.dumps(value)
 
 
@@ -43,7 +50,7 @@ def library_words(path: str, value: object = None) -> str:
     if path == "feeds.dims" and isinstance(value, Sequence) and not isinstance(value, str):
         return f"{path}={{{', '.join(f'{d!r}: [SIZE]' for d in value)}}}"
     if path == "feeds.inputs":
-        return f"{path}=FILE"
+        return f"{path}=FILE" if value is None else f"{path}={shown(str(value))!r}"
     return path if value is None else f"{path}={value!r}"
 
 
@@ -66,17 +73,28 @@ GATE_KEYS: dict[str, str] = {
     "example_inputs": "model.example_inputs",
     "opset": "model.opset",
     "exporter": "model.exporter",
+    "dtype": "model.dtype",
 }
 """Settings that belong to one table whichever step meets them (``[model]``'s are the export's)."""
 
 
-def gate_key(path: str, step: str | None = None, *, own_feeds: bool = False) -> str:
+def gate_key(
+    path: str,
+    step: str | None = None,
+    *,
+    own_feeds: bool = False,
+    from_feeds: Collection[str] = (),
+) -> str:
     """The key of a setting in ``gate.toml``: ``[feeds] dims``, ``steps.export.reference``.
 
     Feeds are the top-level ``[feeds]`` table, which every step uses unless it overrides it
     (``own_feeds``: then they are ``steps.STEP.feeds.dims``); a setting of one step is that step's
-    key; any other path is a key of ``step``'s table.
+    key; any other path is a key of ``step``'s table. A setting in ``from_feeds`` took its value
+    from ``[feeds] inputs`` (quantize's ``eval`` when ``[steps.quantize] eval`` is not set), the
+    key the user set it with.
     """
+    if path in from_feeds:
+        return "[feeds] inputs"
     if path.startswith("feeds.") and own_feeds and step:
         return f"steps.{step}.{path}"
     if path.startswith("feeds."):
@@ -87,14 +105,25 @@ def gate_key(path: str, step: str | None = None, *, own_feeds: bool = False) -> 
 
 
 def gate_words(
-    path: str, value: object = None, *, step: str | None = None, own_feeds: bool = False
+    path: str,
+    value: object = None,
+    *,
+    step: str | None = None,
+    own_feeds: bool = False,
+    from_feeds: Collection[str] = (),
 ) -> str:
-    """A setting as a line of ``gate.toml``: ``[feeds] dims = { "x[2]" = [MIN, MAX] }``."""
-    key = gate_key(path, step, own_feeds=own_feeds)
+    """A setting as a line of ``gate.toml``: ``[feeds] dims = { "x[2]" = [MIN, MAX] }``.
+
+    ``from_feeds``: settings whose value is ``[feeds] inputs`` (see ``gate_key``); without a
+    value they are quoted as that key, which is set.
+    """
+    key = gate_key(path, step, own_feeds=own_feeds, from_feeds=from_feeds)
     if path == "feeds.dims" and isinstance(value, Sequence) and not isinstance(value, str):
         return f"{key} = {{ {', '.join(f'{toml_key(d)} = [MIN, MAX]' for d in value)} }}"
-    if path == "feeds.inputs":
+    if path == "feeds.inputs" and value is None:
         return f'{key} = "FILE"'
+    if path in from_feeds or path == "feeds.inputs":
+        return key if value is None else f"{key} = {json.dumps(shown(str(value)))}"
     return key if value is None else f"{key} = {_toml_value(value)}"
 
 

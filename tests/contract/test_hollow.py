@@ -338,6 +338,37 @@ def test_contract_init_never_writes_a_contract_verify_refuses(tmp_path):
     assert "CON006 admitted" in admitted.output
 
 
+def test_weak_rules_are_refused_in_the_words_of_the_interface_in_use(tmp_path):
+    # the command offers its flag to admit them; a gate has no such key, and names the table
+    # its rules are set in
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    result = cli("contract", "init", str(path), "--tol", "y:0.5,0", "--format", "json")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["hint"] == (
+        "Tighten the rules and re-create the contract, or admit them knowingly with "
+        "--allow-weak-rules."
+    )
+    from onnxgate.gate import run_gate
+
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        'version = 1\n[model]\nname = "mlp"\nsource = "mlp.onnx"\n'
+        "[steps.export.tolerances]\nper_output = { y = [0.5, 0] }\n"
+        + "".join(
+            f"[steps.{step}]\nenabled = false\n"
+            for step in ("check", "compare", "verify", "placement", "tune", "bench")
+        )
+    )
+    export = run_gate(config, register=False, cache=False).step("export")
+    assert export.status == "error" and export.exit_code == 2, export.reason
+    assert "CON006 rule for y: atol=0.5 is weaker than the floor" in export.summary
+    assert export.reason.endswith(
+        "(Tighten the rules (steps.export.tolerances) and re-create the contract.)"
+    )
+    assert "allow-weak-rules" not in export.reason
+    assert "allow_weak_rules" not in export.reason
+
+
 # --- file names that are not UTF-8 -------------------------------------------------------------
 
 

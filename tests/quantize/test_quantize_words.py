@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_review_fixes import _matmul
 from typer.testing import CliRunner
 
 from models import mlp, save
@@ -193,3 +194,100 @@ def test_switches_are_named_by_the_flag_that_sets_them_and_lists_by_the_key_s_to
         "steps.quantize.allow_slower = true",
         'steps.quantize.op_types = ["MatMul", "Gemm"]',
     ]
+
+
+def _feeds_gate(tmp_path: Path, table: str) -> tuple[str, str]:
+    """A gate whose ``[feeds] inputs`` is the evaluation data, unless ``table`` sets its own."""
+    tmp_path.mkdir()
+    _model(tmp_path)
+    np.save(tmp_path / "five.npy", np.arange(5) % 3)
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        'version = 1\n[model]\nname = "mlp"\nsource = "mlp.onnx"\n[feeds]\ninputs = "eval.npz"\n'
+        + OTHER_STEPS
+        + '[steps.quantize]\nenabled = true\nbench = false\nlabels = "five.npy"\n'
+        + table
+    )
+    step = run_gate(config, register=False, cache=False).step("quantize")
+    assert step.status == "error" and step.exit_code == 2, (step.status, step.reason)
+    return step.summary, step.reason or ""
+
+
+def test_evaluation_data_from_feeds_inputs_is_named_by_that_key(tmp_path: Path) -> None:
+    # five labels for six evaluation rows: the hint names the evaluation data's setting
+    (tmp_path / "cli").mkdir()
+    np.save(tmp_path / "cli" / "five.npy", np.arange(5) % 3)
+    error = _command(
+        tmp_path / "cli", "--eval", "{folder}/eval.npz", "--labels", "{folder}/five.npy"
+    )
+    assert "one label per row of the evaluation data (--eval)" in error["hint"]
+    # the gate took them from [feeds] inputs: that is the key the user set, not steps.quantize.eval
+    _, reason = _feeds_gate(tmp_path / "feeds", "")
+    assert "has 5 label(s) for 6 evaluation row(s)" in reason
+    assert "one label per row of the evaluation data ([feeds] inputs)" in reason
+    assert "steps.quantize.eval" not in reason
+    # its own eval key, when set, is the one named
+    _, reason = _feeds_gate(tmp_path / "own", 'eval = "eval.npz"\n')
+    assert "one label per row of the evaluation data (steps.quantize.eval)" in reason
+
+
+def test_a_weak_rule_notice_offers_what_each_interface_has(tmp_path: Path) -> None:
+    """Near-tied class scores judged by labels: the int8 contract's top-1 rule is below verify's
+    floor, and the notice says so in the words of the interface in use."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 1, (8, 1)).astype(np.float32)
+    w = np.concatenate([w, w + rng.normal(0, 1e-3, (8, 1)).astype(np.float32)], axis=1)
+    _matmul(w, tmp_path / "cls.onnx", name="logits")
+    np.savez(tmp_path / "eval.npz", x=rng.uniform(-1, 1, (64, 8)).astype(np.float32))
+    np.save(tmp_path / "labels.npy", rng.integers(0, 2, 64).astype(np.int64))
+
+    result = CliRunner().invoke(
+        app,
+        ["quantize", str(tmp_path / "cls.onnx"), "-o", str(tmp_path / "q.onnx"), "--no-bench"]
+        + ["--eval", str(tmp_path / "eval.npz"), "--labels", str(tmp_path / "labels.npy")]
+        + ["--max-drop", "0.25", "--max-excluded", "0", "--format", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    (notice,) = [n for n in json.loads(result.stdout)["notices"] if n.startswith("CON006")]
+    assert notice.endswith(
+        "verify refuses this contract unless given --allow-weak-rules; evaluation data closer "
+        "to production (--eval) gives firmer rules"
+    )
+
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        'version = 1\n[model]\nname = "cls"\nsource = "cls.onnx"\n[feeds]\ninputs = "eval.npz"\n'
+        + OTHER_STEPS
+        + '[steps.quantize]\nbench = false\nlabels = "labels.npy"\nmax_drop = 0.25\n'
+        + "max_excluded = 0\n"
+    )
+    step = run_gate(config, register=False, cache=False).step("quantize")
+    assert step.status == "passed", step.reason
+    (notice,) = [n for n in step.report["notices"] if n.startswith("CON006")]
+    # a gate has no key that admits weak rules; its data is [feeds] inputs
+    assert notice.endswith(
+        "verify refuses this contract; evaluation data closer to production ([feeds] inputs) "
+        "gives firmer rules"
+    )
+
+
+def test_the_preset_s_notice_names_the_setting_that_follows_onnx_runtime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import platform
+
+    from onnxgate._words import speaking
+    from onnxgate.quantize import QuantizeConfig, resolve
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")  # avx2 is x86's preset
+    said = {}
+    for name, (words, offers) in _interfaces().items():
+        with speaking(words, offers):
+            _, notices = resolve(QuantizeConfig(out="q.onnx"), ["avx2"])
+        (said[name],) = [n for n in notices if n.startswith("preset avx2")]
+    assert said["command"].endswith("(--reduce-range follows ONNX Runtime)")
+    assert said["gate"].endswith("(steps.quantize.reduce_range = true follows ONNX Runtime)")
+    assert "--" not in said["gate"]
+    # a choice made is not advised against
+    _, notices = resolve(QuantizeConfig(out="q.onnx", reduce_range=False), ["avx2"])
+    assert not any("follows ONNX Runtime" in n for n in notices)

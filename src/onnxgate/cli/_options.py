@@ -13,12 +13,14 @@ table that turns them into this CLI's flags (``--dim``, ``--threads``) when an e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 
+from onnxgate._pathtext import shown
 from onnxgate._words import library_words, renamed
 from onnxgate.cli._common import FORMAT_HELP, Format
 from onnxgate.errors import ConfigError
@@ -217,6 +219,7 @@ FLAGS: dict[str, str] = {
     # the steps' own settings
     "against": "--against",
     "allow_ops": "--allow-op",
+    "allow_weak_rules": "--allow-weak-rules",
     "batch": "--batch",
     "batches": "--batch",
     "budget": "--budget",
@@ -311,7 +314,8 @@ def cli_words(path: str, value: object = None) -> str:
 
     The words commands speak (``onnxgate._words.speaking``); a setting without a flag is named by
     its config field. A switch is named by the flag that sets it to ``value``: ``--allow-slower``
-    for True, ``--no-bench`` or ``--per-tensor`` for False; a list by the flag once per item.
+    for True, ``--no-bench`` or ``--per-tensor`` for False; a list by the flag once per item;
+    per-output tolerances (``{"probabilities": (0.05, 0)}``) as ``--tol probabilities:0.05,0``.
     """
     flag = flag_for(path)
     if flag is None:
@@ -319,7 +323,9 @@ def cli_words(path: str, value: object = None) -> str:
     if path == "feeds.dims" and isinstance(value, list | tuple):
         return " ".join(f"{flag} {name}=SIZE" for name in value)
     if path == "feeds.inputs":
-        return f"{flag} FILE"
+        return f"{flag} {'FILE' if value is None else shown(str(value))}"
+    if path.endswith("tolerances.per_output") and isinstance(value, Mapping):
+        return " ".join(f"{flag} {name}:{atol:g},{rtol:g}" for name, (atol, rtol) in value.items())
     if isinstance(value, bool):
         if flag.startswith("--no-"):
             return flag if not value else f"no {flag}"

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate._words import offered, setting
 from onnxgate.contract._schema import Contract, GoldenSample, OutputRule
 from onnxgate.errors import ConfigError, HollowContract
 from onnxgate.model import Signature
@@ -306,6 +307,21 @@ def output_extents(
     return {name: Extent(elements[name], scale[name]) for name in elements}
 
 
+def _tighten_or_admit() -> str:
+    """The way out of weak rules, in the words of the interface in use.
+
+    Each setting is offered only where the interface has it: a gate tightens its
+    ``[steps.export] tolerances`` and has no key to admit weak rules.
+    """
+    rules = f"the rules ({setting('tolerances')})" if offered("tolerances") else "the rules"
+    admit = (
+        f", or admit them knowingly with {setting('allow_weak_rules', True)}"
+        if offered("allow_weak_rules")
+        else ""
+    )
+    return f"Tighten {rules} and re-create the contract{admit}."
+
+
 def refuse_hollow(
     findings: Sequence[ContractFinding], where: str, *, allow_weak_rules: bool
 ) -> list[ContractFinding]:
@@ -321,8 +337,7 @@ def refuse_hollow(
         if all(f.code == WEAK_RULE for f in refused):
             raise HollowContract(
                 f"{where}: rules weaker than their floor: {listed}.",
-                hint="Tighten the rules and re-create the contract, or admit them knowingly with "
-                "--allow-weak-rules (allow_weak_rules=True).",
+                hint=_tighten_or_admit(),
                 findings=[(f.code, f.message) for f in refused],
             )
         raise HollowContract(

@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 from onnxgate._fs import staged_file
 from onnxgate._pathtext import FilePath, shown
 from onnxgate._version import __version__
+from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
@@ -253,14 +254,15 @@ def export_sklearn(
                     f"{shown(config.data)}: {detail}. The model was not written to "
                     f"{shown(config.out)}."
                 )
+                looser = setting("tolerances.per_output", {"probabilities": (0.05, 0)})
                 hint = (
                     "ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
                     "value computed in float64 by scikit-learn (a scaler before a forest) can fall "
                     "on the other side of a split and flip a tree. Labels may still agree; if they "
-                    "are what matters, judge probabilities by a looser rule (--tol "
-                    "probabilities:0.05,0)."
+                    f"are what matters, judge probabilities by a looser rule ({looser})."
                     if re.search(r"Tree|Forest|Boost", repr(estimator))
-                    else "Compare in float64 (--dtype float64) to see whether precision explains it."
+                    else f"Compare in float64 ({setting('dtype', 'float64')}) to see whether "
+                    "precision explains it."
                 )
                 raise _Missed(result.model_copy(update={"reason": reason, "hint": hint}))
     except _Missed as missed:

@@ -52,6 +52,10 @@ class ModelSection(Part):
     """sklearn: the rows (.npz, .npy or .csv) the conversion is proved on."""
     trust_pickle: bool = False
     """sklearn: load a pickled estimator (runs code from the file; only for files you made)."""
+    dtype: Literal["float32", "float64"] | None = None
+    """sklearn: the inputs' element type (default ``float32``, what ONNX Runtime's ML operators
+    compute in); ``float64`` keeps scikit-learn's precision, where every operator has a double
+    kernel."""
     batch_axis: str | None = None
     """.onnx: the inputs' batch dimension when the outputs name their first axis otherwise
     (tf2onnx writes ``unk__214`` on inputs and ``unk__215`` on outputs); the contract records
@@ -84,6 +88,8 @@ class ModelSection(Part):
             )
         if self.kind == "sklearn" and self.data is None:
             raise ValueError("an sklearn source needs data = 'rows.npz' to prove the conversion on")
+        if self.kind != "sklearn" and self.dtype is not None:
+            raise ValueError("dtype applies to sklearn sources (the type of the exported inputs)")
         if self.kind != "torch" and (self.dynamic or self.output_names or self.example_inputs):
             raise ValueError("dynamic, output_names and example_inputs apply to torch sources only")
         if self.kind != "onnx" and self.batch_axis is not None:
@@ -295,6 +301,10 @@ class QuantizeStep(Step):
     per_channel: bool | None = None
     """One scale per output channel of each weight (true) or one per tensor (false); not set:
     the preset's choice."""
+    reduce_range: bool | None = None
+    """7-bit weights (true), ONNX Runtime's advice for x86 CPUs without VNNI against int16
+    saturation, or 8-bit (false); not set: the preset's choice (8 bits, the accuracy budget
+    judging any saturation)."""
     op_types: list[str] = []
     """Op types to quantise (default: Conv, ConvTranspose, Gemm, MatMul and Gather, less those
     the mode cannot quantise); leave one out when ONNX Runtime's quantiser cannot handle it."""

@@ -427,7 +427,9 @@ def _run_step(
     settings = config_hash(section)
     feeds = getattr(section, "feeds", None)
     own = feeds is not None and feeds != type(feeds)()  # the step's own table, not [feeds]
-    words = functools.partial(gate_words, step=name, own_feeds=own)
+    # quantize's data taken from [feeds] inputs is named by that key, where the user set it
+    taken = _steps.from_feeds(name, section, config.feeds)
+    words = functools.partial(gate_words, step=name, own_feeds=own, from_feeds=taken)
     offers = functools.partial(gate_offers, keys=type(section).model_fields)
     try:
         key = _cache_key(name, section, ctx, env, config)
@@ -450,7 +452,9 @@ def _run_step(
         )
     except GateError as error:
         if isinstance(error, ConfigError):  # the config's keys, not a command's flags
-            error = renamed(error, functools.partial(gate_key, step=name, own_feeds=own))
+            error = renamed(
+                error, functools.partial(gate_key, step=name, own_feeds=own, from_feeds=taken)
+            )
         if heard and isinstance(error, RunFailed | ReferenceFailed):
             # a run on made-up inputs failed: say which, and the keys that give ones that fit
             with speaking(words, offers):

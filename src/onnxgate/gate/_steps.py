@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
@@ -28,9 +28,11 @@ if TYPE_CHECKING:
         CheckStep,
         CompareStep,
         ExportStep,
+        FeedsSection,
         GateConfig,
         PlacementStep,
         QuantizeStep,
+        Step,
         TuneStep,
         VerifyStep,
     )
@@ -205,6 +207,7 @@ def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
     config = SklearnExportConfig(
         out=ctx.model,
         data=model.data,
+        dtype=model.dtype or "float32",
         opset=model.opset,
         runtime=_oldest_release(ctx.runtimes),
         tolerances=step.tolerances,
@@ -415,25 +418,48 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
     return Outcome(report.passed, summary, figures, report)
 
 
-def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
-    """int8 inside the accuracy budget and not slower; written beside the float model."""
-    from onnxgate.quantize import QuantizeConfig
-    from onnxgate.quantize import quantize as run_quantize
+def quantize_data(step: QuantizeStep, feeds: FeedsSection) -> tuple[str | None, str | None]:
+    """The evaluation and calibration data of the quantize step: its own, else ``[feeds] inputs``.
 
-    data = str(ctx.config.feeds.inputs) if ctx.config.feeds.inputs is not None else None
-    # [feeds] inputs: the real data the gate was given judges int8 (or, static, calibrates it),
-    # never both at once: calibration and evaluation must be different data
+    The real data the gate was given judges int8 (or, static, calibrates it), never both at
+    once: calibration and evaluation must be different data.
+    """
+    data = str(feeds.inputs) if feeds.inputs is not None else None
     evaluation, calibration = step.eval, step.calibration
     if data is not None:
         if step.mode == "static" and calibration is None and evaluation != data:
             calibration = data
         if evaluation is None and calibration != data:
             evaluation = data
+    return evaluation, calibration
+
+
+def from_feeds(name: str, section: Step, feeds: FeedsSection) -> tuple[str, ...]:
+    """The settings of a step that take their value from ``[feeds] inputs``, not its own table.
+
+    quantize's ``eval`` and ``calibration``; its messages name them as ``[feeds] inputs``, the
+    key the user set the data with.
+    """
+    if name != "quantize":
+        return ()
+    step = cast("QuantizeStep", section)
+    evaluation, calibration = quantize_data(step, feeds)
+    taken = {"eval": (evaluation, step.eval), "calibration": (calibration, step.calibration)}
+    return tuple(path for path, (used, own) in taken.items() if used is not None and own is None)
+
+
+def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
+    """int8 inside the accuracy budget and not slower; written beside the float model."""
+    from onnxgate.quantize import QuantizeConfig
+    from onnxgate.quantize import quantize as run_quantize
+
+    evaluation, calibration = quantize_data(step, ctx.config.feeds)
     config = QuantizeConfig(
         out=ctx.int8_model,
         mode=step.mode,
         preset=step.preset,
         per_channel=step.per_channel,
+        reduce_range=step.reduce_range,
         op_types=tuple(step.op_types),
         max_drop=step.max_drop,
         metrics=tuple(step.metrics),

@@ -57,6 +57,9 @@ class Preset(BaseModel):
     per_channel: bool
     reduce_range: bool
     why: str
+    against_advice: bool = False
+    """ONNX Runtime advises 7-bit weights on this CPU and the preset keeps 8 bits: its notice
+    names the setting that follows ONNX Runtime (``reduce_range``), where the user can make it."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -76,9 +79,10 @@ PRESETS: dict[str, Preset] = {
         per_channel=True,
         reduce_range=False,
         why="x86 with AVX2 and no VNNI: u8 x s8 through pmaddubsw, which can saturate an int16 "
-        "pair sum; ONNX Runtime suggests 7-bit weights (--reduce-range) for such CPUs, but on "
-        "all-MiniLM-L6-v2 they cut the hidden state's cosine from 0.983 to 0.897, so the preset "
-        "keeps 8 bits and leaves saturation to the accuracy gate, which measures it",
+        "pair sum; ONNX Runtime suggests 7-bit weights for such CPUs, but on all-MiniLM-L6-v2 "
+        "they cut the hidden state's cosine from 0.983 to 0.897, so the preset keeps 8 bits and "
+        "leaves saturation to the accuracy gate, which measures it",
+        against_advice=True,
     ),
     "arm64": Preset(
         name="arm64",
@@ -292,7 +296,12 @@ def resolve(
         )
     if config.preset == "auto":
         preset, why = detect_preset(features)
-        notices.append(f"preset {preset.name} ({why}): {preset.why}")
+        advice = (
+            f" ({setting('reduce_range', True)} follows ONNX Runtime)"
+            if preset.against_advice and config.reduce_range is None and offered("reduce_range")
+            else ""
+        )
+        notices.append(f"preset {preset.name} ({why}): {preset.why}{advice}")
     else:
         preset = PRESETS[config.preset]
     fmt: QuantFormat = config.format or ("qdq" if config.mode == "static" else "qoperator")

@@ -215,15 +215,18 @@ def weak_rule_notices(out: Path, *, store: ContractStore = SIDECAR) -> list[str]
     The gate judged every evaluation row; the contract keeps what its few golden samples measure,
     which can fall below verify's floors (a top-1 agreement of 0.6 over five rows). The model is
     still delivered, but the user learns now, not at ``verify``, that it needs
-    ``--allow-weak-rules`` or more telling data.
+    ``allow_weak_rules`` or more telling data (named in the words of the interface in use).
     """
     contract = store.read(out)
     if contract.golden is None:
         return []
     extents = output_extents(contract.golden.samples, store.read_golden(out, contract))
+    # a gate has no key that admits weak rules: there the way out is better data alone
+    admit = (
+        f" unless given {setting('allow_weak_rules', True)}" if offered("allow_weak_rules") else ""
+    )
     return [
-        f"{finding.code} {finding.message}: `onnxgate verify` refuses this contract unless given "
-        f"--allow-weak-rules; evaluation data closer to production ({setting('eval')}) gives "
-        "firmer rules"
+        f"{finding.code} {finding.message}: verify refuses this contract{admit}; evaluation "
+        f"data closer to production ({setting('eval')}) gives firmer rules"
         for finding in rule_findings(contract.golden.rules, extents)
     ]

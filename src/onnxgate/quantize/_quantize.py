@@ -322,7 +322,7 @@ def _quantize(
             raise ConfigError(
                 f"{loaded.path}: ONNX Runtime quantised none of its "
                 f"{'/'.join(settings.op_types)} nodes.",
-                hint="Check --op-types; dynamic quantisation needs constant weights.",
+                hint=f"Check {setting('op_types')}; dynamic quantisation needs constant weights.",
             )
         attempts: list[Attempt] = [first]
         ranking: list[NodeScore] = []
