@@ -237,9 +237,13 @@ def test_parse_metric(text, output, criterion):
     ["bogus>=1", "cosine", "cosine>=", "cosine>=abc", "cosine=1", "cosine==1", "", "COSINE>=1"],
 )
 def test_parse_metric_refuses(text):
-    with pytest.raises(ConfigError, match="--metric") as info:
+    with pytest.raises(ConfigError, match=r"is not \[OUTPUT:\]METRIC OP VALUE") as info:
         parse_metric(text)
     assert "cosine" in (info.value.hint or "")  # the hint lists the metrics
+    assert "--metric" not in info.value.message  # a library caller set no flag
+    # the setting that gave it, in the caller's words (a Python caller's: the config field)
+    with pytest.raises(ConfigError, match=r"^tolerances\.metrics "):
+        parse_metric(text, path="tolerances.metrics")
 
 
 def test_criterion_holds():

@@ -683,3 +683,13 @@ def test_without_a_shape_tune_runs_on_a_golden_sample_and_at_a_golden_shape_when
     report = tune(model, TuneConfig(write=False, batch=7, **FAST), measure=Timer(), race=Recorder())
     assert report.shape == {"batch": 7}
     np.testing.assert_array_equal(seen[-1]["x"], golden["batch=7"].feeds["x"])
+
+
+def test_no_contract_to_record_in_offers_the_setting_in_the_caller_s_words(tmp_path):
+    path = save(mlp(), tmp_path / "mlp.onnx")
+    result = CliRunner().invoke(app, ["tune", str(path), "--format", "json"])
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout)["hint"].endswith("or tune without recording (--no-write).")
+    with pytest.raises(ConfigError, match="no contract to record") as caught:
+        tune(path)
+    assert caught.value.hint.endswith("or tune without recording (write=False).")

@@ -88,8 +88,14 @@ def _gate(tmp_path: Path, table: str) -> tuple[str, str]:
             "--output names 'nope', which is not an output of the model",
             "steps.quantize.outputs names 'nope', which is not an output of the model",
         ),
+        (
+            ["--eval", "{folder}/eval.npz", "--metric", "y:bogus>=1"],
+            'eval = "eval.npz"\nmetrics = ["y:bogus>=1"]\n',
+            "--metric 'y:bogus>=1' is not [OUTPUT:]METRIC OP VALUE.",
+            "steps.quantize.metrics 'y:bogus>=1' is not [OUTPUT:]METRIC OP VALUE.",
+        ),
     ],
-    ids=["metric", "labels-without-eval", "missing-labels", "output"],
+    ids=["metric", "labels-without-eval", "missing-labels", "output", "malformed-metric"],
 )
 def test_a_bad_setting_is_named_by_its_flag_in_the_command_and_its_key_in_a_gate(
     tmp_path: Path, options, table, flag, key

@@ -444,7 +444,8 @@ def tolerance_settings(
         name, found = parse_tolerance(item)
         per_output[name] = (found.atol, found.rtol)
     for item in metric or ():
-        parse_metric(item)  # refuses a malformed rule with the syntax in the message
+        # refuses a malformed rule with the syntax in the message
+        parse_metric(item, path="tolerances.metrics")
     return build(
         Tolerances, atol=atol, rtol=rtol, per_output=per_output, metrics=tuple(metric or ())
     )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from onnx import NodeProto, numpy_helper
 
+from onnxgate._words import setting
 from onnxgate.compare._metrics import as_array, figures, kind
 from onnxgate.compare._replay import Replay, replay
 from onnxgate.compare._report import Divergence, TensorError
@@ -154,7 +155,8 @@ def localize(
     if strict and not outputs_differ:
         note = (
             f"every tensor agrees at the global tolerance, {failing_output!r} included: it failed "
-            "only under its own, stricter rule (--tol or --metric), so no node stands out"
+            f"only under its own, stricter rule ({setting('tolerances.per_output')} or "
+            f"{setting('tolerances.metrics')}), so no node stands out"
         )
     elif uncompared or outputs_differ:
         note = (

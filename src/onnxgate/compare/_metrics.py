@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate._words import setting
 from onnxgate.errors import ConfigError
 
 RULE = (
@@ -101,8 +102,12 @@ _CRITERION = re.compile(
 )
 
 
-def parse_metric(text: str) -> tuple[str | None, Criterion]:
+def parse_metric(text: str, *, path: str | None = None) -> tuple[str | None, Criterion]:
     """``"emb:cosine>=0.999"`` → ``("emb", Criterion("cosine", ">=", 0.999))``; no output = all.
+
+    ``path`` is the setting that gave ``text`` (``tolerances.metrics``), named in the message in
+    the words of the interface in use; without it the message names none (a validator's
+    caller says where).
 
     Raises:
         ConfigError: the text is not ``[OUTPUT:]METRIC OP VALUE`` with a known metric.
@@ -115,10 +120,11 @@ def parse_metric(text: str) -> tuple[str | None, Criterion]:
         except ValueError:
             value = None
     if not found or found["metric"] not in METRICS or value is None or not np.isfinite(value):
+        example = "sentence_embedding:cosine>=0.999"
         raise ConfigError(
-            f"--metric {text!r} is not [OUTPUT:]METRIC OP VALUE.",
+            f"{setting(path) + ' ' if path else ''}{text!r} is not [OUTPUT:]METRIC OP VALUE.",
             hint=f"Metrics: {', '.join(METRICS)}; operators >=, <=, >, <. "
-            "For example --metric sentence_embedding:cosine>=0.999.",
+            f"For example {setting(path, [example]) if path else example}.",
         )
     return found["output"], Criterion(found["metric"], found["op"], value)
 

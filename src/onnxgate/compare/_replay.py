@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import NodeProto, helper, numpy_helper
 
+from onnxgate._words import setting
 from onnxgate.compare._report import KnownDeviation, Replay
 from onnxgate.compat.versions import opset_map
 from onnxgate.errors import GateError, first_line
@@ -72,7 +73,8 @@ def deviations_in(model: onnx.ModelProto) -> list[str]:
         side = "ONNX Runtime" if deviation.wrong == "onnxruntime" else "the reference evaluator"
         notes[label] = (
             f"the model has {label} nodes, where {side} is known to deviate from the "
-            f"specification: {deviation.summary} (--localize replays the first diverging node)"
+            f"specification: {deviation.summary} ({setting('localize')} replays the first "
+            "diverging node)"
         )
     return list(notes.values())
 

@@ -420,7 +420,7 @@ def _check_runnable_here(proto: Any) -> None:
             f"the export has IR {proto.ir_version} and ai.onnx opset {opsets.get('ai.onnx')}; the "
             f"installed {profile.label} loads up to IR {profile.max_ir} and opset {top}, so parity "
             "cannot be checked here.",
-            hint=f"Export with --opset {top} or lower, or install a newer onnxruntime.",
+            hint=f"Export with {setting('opset', top)} or lower, or install a newer onnxruntime.",
         )
 
 
@@ -539,7 +539,8 @@ def export_torch(
                 raise ExportError(
                     f"asked for opset {opset}, the {used} exporter wrote opset {got}.",
                     hint="The dynamo exporter writes opsets 18 and later and may fall back to 18 "
-                    "without an error; pick an opset it supports, or --exporter torchscript.",
+                    "without an error; pick an opset it supports, or "
+                    f"{setting('exporter', 'torchscript')}.",
                 )
             _check_runnable_here(written)
             say("checking parity with the module across the dynamic axes' ranges")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from onnxgate._words import setting
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import contract_samples
 from onnxgate.data import Sample, load_feeds, validate_feeds
@@ -227,7 +228,7 @@ def _windows(
         raise RunFailed(
             f"ONNX Runtime's trace marks {len(windows)} run(s) (model_run events) of the "
             f"{made} made, none after the {warmup} warm-up run(s); nothing can be counted.",
-            hint="Lower --warmup or --runs, or profile a smaller input.",
+            hint=f"Lower {setting('warmup')} or {setting('runs')}, or profile a smaller input.",
         )
     notes.append(
         f"the trace holds {len(windows)} of the {made} runs made (ONNX Runtime stops recording "
@@ -252,7 +253,7 @@ def _spread(calls: list[_trace.NodeEvent], windows: list[tuple[int, int]]) -> li
             notes.append(
                 f"one counted run took {slowest / 1000:.3f} ms {what}, the median run "
                 f"{median / 1000:.3f} ms: the machine was busy, and the means above carry it; "
-                "profile again or raise --runs"
+                f"profile again or raise {setting('runs')}"
             )
     return notes
 
@@ -390,7 +391,8 @@ def _sample(
             sample = max(golden, key=_elements)
             notes.append(
                 f"profiled on the contract's golden sample {sample.label} (the largest of "
-                f"{len(golden)}): shapes the model was proven at; --dim or --inputs choose others"
+                f"{len(golden)}): shapes the model was proven at; {setting('feeds.dims')} or "
+                f"{setting('feeds.inputs')} choose others"
             )
             return sample
     return synthetic_sample(loaded, signature, feeds, config.batch)

@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._version import __version__
+from onnxgate._words import offered, setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import (
@@ -297,7 +298,12 @@ def _contract(loaded: LoadedModel, write: bool) -> Contract | None:
             raise ConfigError(
                 f"{loaded.path}: there is no contract to record the tuning in ({Path(path).name}).",
                 hint=f"Create one with `onnxgate contract init {loaded.path}` (its tolerances "
-                "become the parity gate), or pass --no-write to tune without recording.",
+                "become the parity gate)"
+                + (
+                    f", or tune without recording ({setting('write', False)})."
+                    if offered("write")
+                    else "."
+                ),
             )
         return None
     contract = SIDECAR.read(loaded.path)

@@ -126,7 +126,7 @@ def gate_rules(
     chosen = list(config.outputs) or [n for n, o in outputs.items() if o.dtype in _FLOAT_TYPES]
     producers = _producers(proto)
     notices: list[str] = []
-    explicit = dict(parse_metric(m) for m in config.metrics)
+    explicit = dict(parse_metric(m, path="metrics") for m in config.metrics)
     for name in explicit:
         if name is not None and name not in outputs:
             raise ConfigError(
