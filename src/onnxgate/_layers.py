@@ -1,0 +1,50 @@
+"""The layer order of onnxgate's packages: the one declaration ``tools/import_layers.py`` reads.
+
+Data flows one way (docs/architecture.md): a module may import from its own layer and the layers
+below it, never from a layer above. Each entry names a package or module relative to
+``onnxgate`` (``contract``, ``contract._schema``, ``settings``); a module belongs to the longest
+entry that names it or a package holding it, and ``__init__`` is the package root alone (the
+public API, which re-exports every layer). Every module must be placed.
+
+The tool reads this file without importing it (``ast.literal_eval`` of ``LAYERS``), so it holds
+one literal and nothing else runs here. Nothing in onnxgate imports it.
+"""
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # what every layer uses: errors, files, the process, words, rendering helpers
+    (
+        "_version",
+        "_install",
+        "errors",
+        "_fs",
+        "_native",
+        "_pathtext",
+        "_cgroup",
+        "_stdout",
+        "_rich",
+        "_words",
+        "_layers",
+    ),
+    ("model",),
+    ("data",),
+    ("compat",),
+    # the shared parts every step's config is built from (session settings, feeds, tolerances)
+    ("settings",),
+    ("runners",),
+    # judge and describe
+    ("check", "inspection", "_inspection_render", "compare", "placement", "doctor"),
+    # record and verify
+    ("contract",),
+    # produce models (and their contracts)
+    ("export",),
+    ("perf",),
+    ("quantize",),
+    ("registry",),
+    ("gate",),
+    ("serve",),
+    ("deploy",),
+    # the public API re-exports all of the above
+    ("__init__",),
+    ("cli", "__main__", "examples"),
+)
+"""Bottom layer first."""

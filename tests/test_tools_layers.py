@@ -1,0 +1,149 @@
+"""``tools/import_layers.py``: upward imports and import cycles, on tiny packages built here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("import_layers", ROOT / "tools" / "import_layers.py")
+layers_tool = importlib.util.module_from_spec(_spec)
+sys.modules["import_layers"] = layers_tool  # dataclasses look their module up by name
+_spec.loader.exec_module(layers_tool)
+
+DECLARATION = 'LAYERS = (("low",), ("mid", "mid2"), ("__init__", "top"))\n'
+
+
+def _package(root: Path, files: dict[str, str], declaration: str = DECLARATION) -> Path:
+    """A package ``pkg`` under ``root`` with these modules (path: source) and ``_layers.py``."""
+    src = root / "pkg"
+    for name, text in {"__init__.py": "", "_layers.py": declaration, **files}.items():
+        path = src / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return src
+
+
+def _run(src: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = layers_tool.main(["--src", str(src), "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+CLEAN = {
+    "_layers.py": 'LAYERS = (("_layers", "low"), ("mid", "mid2"), ("__init__", "top"))\n',
+    "low/__init__.py": "from pkg.low._impl import value\n",
+    "low/_impl.py": "import os\n\nvalue = os.sep\n",
+    "mid.py": "from pkg.low import value\nfrom . import mid2\n",
+    "mid2.py": "from pkg import low\n",
+    "top.py": "from pkg.mid import value\n\n\ndef late():\n    from pkg import mid2\n",
+}
+
+
+def test_a_package_whose_imports_point_down_passes(tmp_path: Path, capsys) -> None:
+    src = _package(tmp_path, CLEAN)
+    code, report = _run(src, capsys)
+    assert code == 0
+    assert report["upward"] == [] and report["cycles"] == []
+    assert report["unplaced"] == [] and report["stale"] == []
+    # mid -> low, mid -> mid2 (relative), mid2 -> low, top -> mid, top -> mid2, low -> low._impl
+    assert report["counts"]["imports"] == 6
+
+
+def test_an_upward_import_is_reported_with_its_line_layers_and_kind(tmp_path: Path, capsys) -> None:
+    files = {
+        **CLEAN,
+        "low/_impl.py": (
+            "from typing import TYPE_CHECKING\n"
+            "from pkg.mid import thing\n"
+            "if TYPE_CHECKING:\n"
+            "    from pkg.top import Type\n"
+            "def f():\n"
+            "    from .. import top\n"
+        ),
+    }
+    src = _package(tmp_path, files)
+    code, report = _run(src, capsys)
+    assert code == 1
+    found = [(u["line"], u["source"], u["target"], u["kind"]) for u in report["upward"]]
+    assert found == [
+        (2, "pkg.low._impl", "pkg.mid", "module"),
+        (4, "pkg.low._impl", "pkg.top", "typing"),
+        (6, "pkg.low._impl", "pkg.top", "deferred"),
+    ]
+    first = report["upward"][0]
+    assert first["from"] == "low [0]" and first["to"] == "mid [1]"
+    assert first["path"].endswith("low/_impl.py")
+    assert report["counts"]["upward_by_kind"] == {"module": 1, "deferred": 1, "typing": 1}
+    code, report = _run(src, capsys, "--ignore-typing")
+    assert [u["kind"] for u in report["upward"]] == ["module", "deferred"]
+
+
+def test_a_cycle_is_reported_with_its_members_even_when_one_import_is_deferred(
+    tmp_path: Path, capsys
+) -> None:
+    files = {**CLEAN, "mid2.py": "from pkg import low\n\n\ndef f():\n    from pkg.mid import x\n"}
+    src = _package(tmp_path, files)
+    code, report = _run(src, capsys)
+    assert code == 1
+    assert report["upward"] == []  # sideways: mid and mid2 share a layer
+    assert [c["modules"] for c in report["cycles"]] == [["pkg.mid", "pkg.mid2"]]
+    inside = {(a["source"], a["target"], a["kind"]) for a in report["cycles"][0]["imports"]}
+    assert inside == {("pkg.mid", "pkg.mid2", "module"), ("pkg.mid2", "pkg.mid", "deferred")}
+    assert report["counts"]["cycles"] == 1 and report["counts"]["modules_in_cycles"] == 2
+
+
+def test_the_package_root_is_its_own_entry_and_a_name_from_it_is_the_module_it_names(
+    tmp_path: Path, capsys
+) -> None:
+    files = {
+        **CLEAN,
+        "__init__.py": "from pkg.top import late\n__version__ = '1'\n",
+        "mid2.py": "from pkg import low, __version__\n",
+    }
+    src = _package(tmp_path, files)
+    code, report = _run(src, capsys)
+    assert code == 1
+    assert [(u["source"], u["target"], u["to"]) for u in report["upward"]] == [
+        ("pkg.mid2", "pkg", "__init__ [2]")
+    ]  # `low` is the module pkg.low (below); `__version__` is the root's
+
+
+def test_unplaced_modules_and_stale_entries_fail_and_a_bad_declaration_exits_2(
+    tmp_path: Path, capsys
+) -> None:
+    files = {**CLEAN, "extra.py": ""}
+    declaration = 'LAYERS = (("_layers", "low"), ("mid", "mid2", "gone"), ("__init__", "top"))\n'
+    src = _package(tmp_path, {**files, "_layers.py": declaration})
+    code, report = _run(src, capsys)
+    assert code == 1
+    assert report["unplaced"] == ["pkg.extra"] and report["stale"] == ["gone"]
+
+    twice = 'LAYERS = (("low",), ("low", "mid"))\n'
+    src = _package(tmp_path / "b", CLEAN, declaration=twice)
+    (src / "_layers.py").write_text(twice)
+    assert layers_tool.main(["--src", str(src)]) == 2
+    assert "placed in two layers: low" in capsys.readouterr().err
+
+
+def test_the_text_report_names_each_upward_import_and_cycle(tmp_path: Path, capsys) -> None:
+    files = {**CLEAN, "low/_impl.py": "from pkg import mid\n", "mid.py": "from . import mid2\n"}
+    files["mid2.py"] = "def f():\n    from pkg import mid\n"
+    src = _package(tmp_path, files)
+    assert layers_tool.main(["--src", str(src)]) == 1
+    text = capsys.readouterr().out
+    assert "upward imports: 1 (module 1, deferred 0, typing 0)" in text
+    assert "low/_impl.py:1  low [0] -> mid [1]  module" in text
+    assert "import cycles: 1 (2 modules in them)" in text
+    assert text.rstrip().endswith("FAIL")
+
+
+def test_every_onnxgate_module_is_placed_by_the_declaration() -> None:
+    """The real tree: a new package or module must get a layer (the counts are the refactor's)."""
+    src = ROOT / "src" / "onnxgate"
+    report = layers_tool.analyse(src, layers_tool.read_layers(src / "_layers.py"))
+    assert report["unplaced"] == [] and report["stale"] == []
+    assert report["counts"]["modules"] > 100
