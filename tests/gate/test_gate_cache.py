@@ -173,3 +173,23 @@ def test_a_contract_is_keyed_without_its_time_and_signature_but_with_its_signer(
     assert signed[0] != resigned[0] and signed[1] == resigned[1]
     assert signed[1] != unsigned[1]  # a signed contract is not an unsigned one
     assert written("b" * 32)[1] != signed[1]  # nor one signed by another key
+
+
+def test_a_signing_key_set_since_the_last_run_makes_the_export_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ONNX source's export is cached on its file; the key it signs with is part of it."""
+    save(mlp(), tmp_path / "m.onnx")
+    path = tmp_path / "gate.toml"
+    path.write_text(f'version = 1\n[model]\nname = "m"\nsource = "m.onnx"\n{QUIET}')
+    monkeypatch.delenv(ENV_HMAC, raising=False)
+    assert run_gate(path).passed
+
+    monkeypatch.setenv(ENV_HMAC, "a secret of thirty-two characters")
+    signed = run_gate(path)
+    assert signed.passed
+    assert not signed.step("export").cached
+    contract = json.loads((Path(signed.run_dir) / "m.contract.json").read_text())
+    assert contract["signing"]["key_id"], contract.get("signing")
+
+    assert run_gate(path).step("export").cached  # the same key again: the cache holds

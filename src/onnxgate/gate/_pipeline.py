@@ -27,6 +27,7 @@ from onnxgate import __version__
 from onnxgate._fs import atomic_write_text, cache_dir
 from onnxgate._words import gate_key, gate_offers, gate_words, renamed, setting, speaking
 from onnxgate.contract._schema import sha256_file
+from onnxgate.contract._sign import signature_required, signer, verifiers
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 from onnxgate.gate import _steps
@@ -268,8 +269,28 @@ def _cache_key(
         "onnxgate": __version__,
         "machine": env.fingerprint,
         "tuned": ctx.passed.get("tune") if name == "bench" else None,
+        "keys": _contract_keys(),
     }
     return config_hash(key)
+
+
+def _contract_keys() -> dict[str, Any]:
+    """The contract keys the environment configures, by id: a step signs or checks with them.
+
+    Without them in the key, a run with a signing key would restore an earlier, keyless run's
+    unsigned contract. A key that cannot be read is keyed by the error, which the step reports.
+    """
+    try:
+        by = signer()
+        checks = verifiers()
+        required = signature_required(False)
+    except GateError as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    return {
+        "signer": f"{by.algorithm}:{by.key_id}" if by is not None else None,
+        "verifiers": sorted(f"{v.algorithm}:{v.key_id}" for v in checks.values()),
+        "required": required,
+    }
 
 
 def _outside_files(name: str, section: Step, config: GateConfig) -> list[str] | None:
