@@ -283,7 +283,7 @@ def tolerance_settings(
     Raises:
         ConfigError: a --tol or --metric item that is malformed, or a negative tolerance.
     """
-    from onnxgate.compare import parse_metric, parse_tolerance
+    from onnxgate.settings import parse_metric, parse_tolerance
 
     per_output = {}
     for item in tol or ():

@@ -7,20 +7,16 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from onnxgate.compare._localize import localize
 from onnxgate.compare._metrics import (
-    DEFAULT_TOLERANCES,
-    Criterion,
     Figures,
-    Tolerance,
     as_array,
     drift,
     figures,
-    kind,
     merge_drift,
     reorder,
     structure,
@@ -39,10 +35,16 @@ from onnxgate.data import (
 from onnxgate.errors import ConfigError, FeedError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import Runner, RunnerInfo, TensorTap, make_runner
-from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances
-
-if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions
+from onnxgate.settings import (
+    DEFAULT_TOLERANCES,
+    Criterion,
+    FeedSettings,
+    Part,
+    SessionSettings,
+    Tolerance,
+    Tolerances,
+    kind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -507,7 +509,11 @@ def compare(
         chosen = chosen_ranges(signature, loaded.proto, ranges)
         value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}
         data = f"synthetic (seed {feeds.seed})"
-    ort_options: OrtOptions = config.session.ort_options(optimized_model_path=config.save_optimized)
+    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+    ort_options = OrtOptions.from_session(
+        config.session, optimized_model_path=config.save_optimized
+    )
     trust_pickle = config.trust_pickle
     cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
     spec = RuntimeSpec.parse(config.runtime)

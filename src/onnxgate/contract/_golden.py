@@ -168,7 +168,7 @@ def config_from_rules(
             names an output), names an output the model does not have, or does not come back
             from the tolerances as written; the message names the contract and the rule.
     """
-    from onnxgate.compare._metrics import parse_metric
+    from onnxgate.settings import parse_metric
 
     criteria = {}
     for index, rule in enumerate(rules):

@@ -165,7 +165,7 @@ def rule_findings(
             of absolute errors and of ``mismatches`` scale with it (without it they take their
             least value, and only ``mismatches<=0`` is admitted).
     """
-    from onnxgate.compare._metrics import parse_metric
+    from onnxgate.settings import parse_metric
 
     found = []
     for rule in rules:

@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from onnxgate.compare._metrics import METRICS, parse_metric
 from onnxgate.contract._names import plain_name, shown, stored_name
 from onnxgate.errors import ConfigError, ModelLoadError
 from onnxgate.model import LoadedModel, TensorSpec
+from onnxgate.settings import METRICS, parse_metric
 
 CONTRACT_FORMAT = 1
 

@@ -371,7 +371,9 @@ def verify(
     session = config.session
     loaded = load_model(model)
     contract = SIDECAR.read(loaded.path)
-    options = session.ort_options()
+    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+    options = OrtOptions.from_session(session)
     wanted = options.resolved_providers()  # full names, CPU appended
     specs = [RuntimeSpec.parse(r) for r in names(list(config.runtimes))]
     if not specs:

@@ -99,7 +99,9 @@ class BenchConfig(Part):
 
     def ort_options(self, threads: int) -> OrtOptions:
         """The session options of one thread count."""
-        return self.session.ort_options(intra_op_threads=threads)
+        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+        return OrtOptions.from_session(self.session, intra_op_threads=threads)
 
 
 class BenchResult(BaseModel):

@@ -81,7 +81,9 @@ class ProfileConfig(Part):
 
     def ort_options(self) -> OrtOptions:
         """The session options (validated: level, threads, provider options)."""
-        return self.session.ort_options()
+        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+        return OrtOptions.from_session(self.session)
 
 
 class TensorShape(BaseModel):

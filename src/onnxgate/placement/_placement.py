@@ -203,7 +203,9 @@ def placement(
     session = config.session
     if not session.providers and require:
         session = session.model_copy(update={"providers": (require,)})
-    options = session.ort_options()
+    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+    options = OrtOptions.from_session(session)
     spec = RuntimeSpec.parse(config.runtime)
     chosen = _resolve_method(config.method, spec)
     loaded = model if isinstance(model, LoadedModel) else load_model(model)

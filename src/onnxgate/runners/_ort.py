@@ -9,18 +9,21 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
 from onnxgate._native import native_step
-from onnxgate.compat.providers import canonical, resolve
+from onnxgate.compat.providers import canonical, parse_providers, resolve
 from onnxgate.errors import ConfigError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, TensorSpec, constant_values
 from onnxgate.runners import _session
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._refusal import refusal
+
+if TYPE_CHECKING:
+    from onnxgate.settings import SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,29 @@ class OrtOptions:
     """Memory pattern planning: allocations of the first run reused by later runs."""
     optimized_model_path: Path | None = None
     """Where to save the model as ONNX Runtime optimised it."""
+
+    @classmethod
+    def from_session(cls, session: SessionSettings, **overrides: Any) -> OrtOptions:
+        """The options a ``SessionSettings`` describes; ``overrides`` replace fields of them.
+
+        Raises:
+            ConfigError: a provider, level or thread count ONNX Runtime would refuse.
+        """
+        names, inline = parse_providers(list(session.providers))
+        options = {name: dict(pairs) for name, pairs in inline.items()}
+        for provider, pairs in session.provider_options.items():
+            options.setdefault(provider, {}).update(pairs)
+        fields: dict[str, Any] = {
+            "providers": tuple(names),
+            "provider_options": options,
+            "optimization": session.opt_level,
+            "intra_op_threads": session.threads,
+            "inter_op_threads": session.inter_op_threads,
+            "parallel": session.parallel,
+            "cpu_mem_arena": session.cpu_mem_arena,
+            "config": dict(session.session_config),
+        }
+        return cls(**(fields | overrides))
 
     def __post_init__(self) -> None:
         if self.optimization not in OPT_LEVELS:

@@ -469,7 +469,7 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
     if not session.providers and source.providers:
         session = session.model_copy(update={"providers": source.providers})
         notes.append(f"providers {', '.join(source.providers)}, as gated")
-    options = session.ort_options()
+    options = OrtOptions.from_session(session)
     path = source.model
     used = False
     if config.tuned and explicit:
