@@ -24,6 +24,7 @@ from onnxgate.compare._metrics import (
 from onnxgate.compare._replay import deviations_in
 from onnxgate.compare._report import CompareReport, Divergence, OutputComparison, SampleResult
 from onnxgate.compat.runtime import RuntimeSpec
+from onnxgate.contract_store import contract_dims
 from onnxgate.data import (
     Sample,
     chosen_ranges,
@@ -496,8 +497,6 @@ def compare(
         samples = load_feeds(feeds.inputs, signature=signature)
         data = str(feeds.inputs)
     else:
-        from onnxgate.contract import contract_dims  # the contract module imports this one
-
         samples = synthetic_samples(
             signature,
             model=loaded.proto,

@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate._words import offered, setting
-from onnxgate.contract._schema import Contract, GoldenSample, OutputRule
+from onnxgate.contract_store import Contract, GoldenSample, OutputRule
 from onnxgate.errors import ConfigError, HollowContract
 from onnxgate.model import Signature
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate._pathtext import shown
 from onnxgate._version import __version__
 from onnxgate._words import setting
 from onnxgate.compare import compare_runners
@@ -34,10 +35,8 @@ from onnxgate.contract._admit import admit
 from onnxgate.contract._golden import GoldenRunner, second_opinion_for, write_contract
 from onnxgate.contract._hollow import ContractFinding
 from onnxgate.contract._identity import Cell
-from onnxgate.contract._names import shown
 from onnxgate.contract._samples import golden_samples, reference_probe
-from onnxgate.contract._schema import Contract, Provenance, SecondOpinion
-from onnxgate.contract._store import SIDECAR
+from onnxgate.contract_store import SIDECAR, Contract, Provenance, SecondOpinion
 from onnxgate.data import (
     Sample,
 )

@@ -25,7 +25,7 @@ from typing import Any
 from onnxgate._fs import atomic_write_text, cache_dir
 from onnxgate._version import __version__
 from onnxgate._words import gate_key, gate_offers, gate_words, renamed, setting, speaking
-from onnxgate.contract._schema import sha256_file
+from onnxgate.contract_store import sha256_file
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 from onnxgate.gate import _steps

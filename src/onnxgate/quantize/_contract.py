@@ -28,7 +28,7 @@ from onnxgate.contract import (
 )
 from onnxgate.contract._golden import rules_for
 from onnxgate.contract._hollow import output_extents, rule_findings
-from onnxgate.contract._schema import sha256_file
+from onnxgate.contract_store import sha256_file
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model

@@ -1,0 +1,103 @@
+"""The contract's read side: its schema, where it is kept, its signature, and the sizes it proved.
+
+A model's contract (``model.contract.json`` and ``model.golden.npz``) is read by steps on both
+sides of the ``contract`` package: ``compare`` and ``placement`` take the sizes a contract proved
+for their synthetic feeds, while ``contract`` writes and verifies contracts with ``compare``'s
+judgement. So the document and its store sit below both: this package imports no step, and
+``contract`` re-exports what its users know it by (``onnxgate.contract.Contract``, ``SIDECAR``).
+"""
+
+from onnxgate.contract_store._names import file_name, plain_name, same_name, stored_name
+from onnxgate.contract_store._read import contract_dims
+from onnxgate.contract_store._schema import (
+    CONTRACT_FORMAT,
+    Contract,
+    DimBound,
+    FileDigest,
+    Golden,
+    GoldenSample,
+    Identity,
+    Lineage,
+    Machine,
+    ObservedShape,
+    OutputRule,
+    Performance,
+    Provenance,
+    Requirements,
+    SecondOpinion,
+    SignatureContract,
+    Signing,
+    Timing,
+    TunedSettings,
+    ValueBound,
+    contract_paths,
+    digest,
+    dim_bounds,
+    golden_path,
+    identity,
+    recordable,
+    sha256_file,
+)
+from onnxgate.contract_store._sign import (
+    ENV_HMAC,
+    ENV_REQUIRE,
+    ENV_SIGNING,
+    ENV_VERIFY,
+    canonical,
+    check_signature,
+    seal,
+    sign,
+    sign_new,
+    signature_required,
+    signer,
+)
+from onnxgate.contract_store._store import SIDECAR, ContractStore, SidecarStore
+
+__all__ = [
+    "CONTRACT_FORMAT",
+    "ENV_HMAC",
+    "ENV_REQUIRE",
+    "ENV_SIGNING",
+    "ENV_VERIFY",
+    "SIDECAR",
+    "Contract",
+    "ContractStore",
+    "DimBound",
+    "FileDigest",
+    "Golden",
+    "GoldenSample",
+    "Identity",
+    "Lineage",
+    "Machine",
+    "ObservedShape",
+    "OutputRule",
+    "Performance",
+    "Provenance",
+    "Requirements",
+    "SecondOpinion",
+    "SidecarStore",
+    "SignatureContract",
+    "Signing",
+    "Timing",
+    "TunedSettings",
+    "ValueBound",
+    "canonical",
+    "check_signature",
+    "contract_dims",
+    "contract_paths",
+    "digest",
+    "dim_bounds",
+    "file_name",
+    "golden_path",
+    "identity",
+    "plain_name",
+    "recordable",
+    "same_name",
+    "seal",
+    "sha256_file",
+    "sign",
+    "sign_new",
+    "signature_required",
+    "signer",
+    "stored_name",
+]
