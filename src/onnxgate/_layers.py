@@ -31,6 +31,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the shared parts every step's config is built from (session settings, feeds, tolerances)
     ("settings",),
     ("runners",),
+    # the contract's read side (schema, store, signature, the sizes and TensorRT options it
+    # proved): read by the judges below ``contract`` and passed by steps to runners
+    ("contract_store",),
     # judge and describe
     ("check", "inspection", "_inspection_render", "compare", "placement", "doctor"),
     # record and verify

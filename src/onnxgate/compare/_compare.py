@@ -24,7 +24,7 @@ from onnxgate.compare._metrics import (
 from onnxgate.compare._replay import deviations_in
 from onnxgate.compare._report import CompareReport, Divergence, OutputComparison, SampleResult
 from onnxgate.compat.runtime import RuntimeSpec
-from onnxgate.contract_store import contract_dims
+from onnxgate.contract_store import contract_dims, contract_tensorrt
 from onnxgate.data import (
     Sample,
     chosen_ranges,
@@ -452,7 +452,9 @@ def _isolated(
             field="save_optimized",
             related=["runtime"],
         )
-    return IsolatedOrtRunner(model, spec, samples, runner.options, progress=progress)
+    return IsolatedOrtRunner(
+        model, spec, samples, runner.options, progress=progress, tensorrt=runner.tensorrt
+    )
 
 
 def compare(
@@ -514,7 +516,13 @@ def compare(
         config.session, optimized_model_path=config.save_optimized
     )
     trust_pickle = config.trust_pickle
-    cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
+    cand = make_runner(
+        candidate,
+        loaded,
+        ort_options=ort_options,
+        trust_pickle=trust_pickle,
+        tensorrt=contract_tensorrt,
+    )
     spec = RuntimeSpec.parse(config.runtime)
     if not spec.installed:
         cand = _isolated(cand, loaded, spec, samples, progress)
@@ -536,7 +544,11 @@ def compare(
             reference_options, providers=(), provider_options={}
         )
     ref = make_runner(
-        config.against, loaded, ort_options=reference_options, trust_pickle=trust_pickle
+        config.against,
+        loaded,
+        ort_options=reference_options,
+        trust_pickle=trust_pickle,
+        tensorrt=contract_tensorrt,
     )
     report = compare_runners(
         cand,

@@ -36,7 +36,13 @@ from onnxgate.contract._golden import GoldenRunner, second_opinion_for, write_co
 from onnxgate.contract._hollow import ContractFinding
 from onnxgate.contract._identity import Cell
 from onnxgate.contract._samples import golden_samples, reference_probe
-from onnxgate.contract_store import SIDECAR, Contract, Provenance, SecondOpinion
+from onnxgate.contract_store import (
+    SIDECAR,
+    Contract,
+    Provenance,
+    SecondOpinion,
+    contract_tensorrt,
+)
 from onnxgate.data import (
     Sample,
 )
@@ -167,7 +173,9 @@ def init_contract(
         # dims go with data (the ranges the data is resized to); value ranges shape synthetic feeds
         FeedSettings(inputs=feeds.inputs, ranges=feeds.ranges).refuse_with_inputs()
     loaded = load_model(model)
-    runner = make_runner(config.reference, loaded, trust_pickle=config.trust_pickle)
+    runner = make_runner(
+        config.reference, loaded, trust_pickle=config.trust_pickle, tensorrt=contract_tensorrt
+    )
     second: Runner | SecondOpinion = (
         second_opinion_for(runner, loaded)
         if config.second_opinion
@@ -221,9 +229,11 @@ def _one_runtime(
     if spec.installed:
         from onnxgate.runners import OrtRunner  # imports ONNX Runtime
 
-        candidate = OrtRunner(loaded, options)
+        candidate = OrtRunner(loaded, options, tensorrt=contract_tensorrt)
     else:
-        candidate = IsolatedOrtRunner(loaded, spec, samples, options, progress=progress)
+        candidate = IsolatedOrtRunner(
+            loaded, spec, samples, options, progress=progress, tensorrt=contract_tensorrt
+        )
     golden = GoldenRunner(
         expected, contract.golden.produced_by if contract.golden else "", signature
     )

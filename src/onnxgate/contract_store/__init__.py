@@ -1,10 +1,12 @@
-"""The contract's read side: its schema, where it is kept, its signature, and the sizes it proved.
+"""The contract's read side: its schema, where it is kept, its signature, what it proved.
 
 A model's contract (``model.contract.json`` and ``model.golden.npz``) is read by steps on both
 sides of the ``contract`` package: ``compare`` and ``placement`` take the sizes a contract proved
-for their synthetic feeds, while ``contract`` writes and verifies contracts with ``compare``'s
-judgement. So the document and its store sit below both: this package imports no step, and
-``contract`` re-exports what its users know it by (``onnxgate.contract.Contract``, ``SIDECAR``).
+for their synthetic feeds, and every step that opens ONNX Runtime passes ``contract_tensorrt``
+(TensorRT profiles from the proven ranges) to its runners, while ``contract`` writes and verifies
+contracts with ``compare``'s judgement. So the document and its store sit below the steps and
+above the runners (which never read a contract: what it gives them is passed in). ``contract``
+re-exports what its users know it by (``onnxgate.contract.Contract``, ``SIDECAR``).
 """
 
 from onnxgate.contract_store._names import file_name, plain_name, same_name, stored_name
@@ -52,6 +54,7 @@ from onnxgate.contract_store._sign import (
     signer,
 )
 from onnxgate.contract_store._store import SIDECAR, ContractStore, SidecarStore
+from onnxgate.contract_store._tensorrt import contract_tensorrt, default_cache, tensorrt_options
 
 __all__ = [
     "CONTRACT_FORMAT",
@@ -85,6 +88,8 @@ __all__ = [
     "check_signature",
     "contract_dims",
     "contract_paths",
+    "contract_tensorrt",
+    "default_cache",
     "digest",
     "dim_bounds",
     "file_name",
@@ -100,4 +105,5 @@ __all__ = [
     "signature_required",
     "signer",
     "stored_name",
+    "tensorrt_options",
 ]

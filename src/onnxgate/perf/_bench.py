@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.contract import contract_dims, contract_samples
+from onnxgate.contract_store import contract_tensorrt
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -401,7 +402,7 @@ def _bench_here(
     watch = Watch(lambda: [os.getpid()])
     for option in options:
         threads = option.intra_op_threads
-        with OrtRunner(loaded, option) as runner:
+        with OrtRunner(loaded, option, tensorrt=contract_tensorrt) as runner:
             providers = runner.providers()
             for sample in samples:
                 say(f"{sample.label}, threads={threads or 'auto'}: warming up")
