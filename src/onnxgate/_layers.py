@@ -2,7 +2,7 @@
 
 Data flows one way (docs/architecture.md): a module may import from its own layer and the layers
 below it, never from a layer above. Each entry names a package or module relative to
-``onnxgate`` (``contract``, ``contract._schema``, ``settings``); a module belongs to the longest
+``onnxgate`` (``contract``, ``runners._tensorrt``, ``settings``); a module belongs to the longest
 entry that names it or a package holding it, and ``__init__`` is the package root alone (the
 public API, which re-exports every layer). Every module must be placed.
 
