@@ -52,6 +52,7 @@ from onnxgate.contract_store._sign import (
     sign_new,
     signature_required,
     signer,
+    verifiers,
 )
 from onnxgate.contract_store._store import SIDECAR, ContractStore, SidecarStore
 from onnxgate.contract_store._tensorrt import contract_tensorrt, default_cache, tensorrt_options
@@ -106,4 +107,5 @@ __all__ = [
     "signer",
     "stored_name",
     "tensorrt_options",
+    "verifiers",
 ]

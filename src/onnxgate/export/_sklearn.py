@@ -290,7 +290,13 @@ def export_sklearn(
                     "runtime": config.runtime,
                 },
                 onnxgate=__version__,
-                lineage=Lineage(parent_sha256=None, step="export", config_hash=config_hash(config)),
+                # where the model is written is not how it was made: the same settings in another
+                # folder (each gate run has its own) are the same lineage
+                lineage=Lineage(
+                    parent_sha256=None,
+                    step="export",
+                    config_hash=config_hash(config.model_dump(mode="json", exclude={"out"})),
+                ),
             ),
             config=config.tolerances,
             force=True,

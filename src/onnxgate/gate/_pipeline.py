@@ -4,7 +4,8 @@ The steps run in a fixed order; each names the steps whose artefacts it reads (`
 when one of those did not pass it is reported as not run, with the reason, instead of running on
 an artefact nobody vouched for. A step whose inputs are unchanged (the same files by sha256, the
 same settings by hash, the same machine and runtime) is taken from the cache with the files it
-wrote, and says so.
+wrote, and says so. A contract is keyed without the times of its making (``_content_sha256``),
+so what follows an export that always runs (``torch:``, ``sklearn:``) is cached too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from onnxgate._fs import atomic_write_text, cache_dir
 from onnxgate._version import __version__
 from onnxgate._words import gate_key, gate_offers, gate_words, renamed, setting, speaking
-from onnxgate.contract_store import sha256_file
+from onnxgate.contract_store import sha256_file, signature_required, signer, verifiers
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 from onnxgate.gate import _steps
@@ -78,7 +79,7 @@ RUNNERS: dict[str, Callable[..., _steps.Outcome]] = {
     "bench": _steps.bench,
 }
 
-CACHE_FORMAT = "onnxgate.gate-cache/1"
+CACHE_FORMAT = "onnxgate.gate-cache/2"
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
 
@@ -125,20 +126,51 @@ def _sha256(path: Path) -> str:
 
 
 REPORTS = frozenset({"report.json", "report.html", "junit.xml"})
+CONTRACT_SUFFIX = ".contract.json"
 
 
-def _snapshot(folder: Path) -> dict[str, str]:
+def _snapshot(folder: Path, *, content: bool = False) -> dict[str, str]:
     """Every file of the run folder by relative path → sha256, but the reports and temp files.
 
-    Temp files (``_fs.staged_file``'s and the cache's) start with a dot.
+    Temp files (``_fs.staged_file``'s and the cache's) start with a dot. With ``content``, a
+    contract is hashed as ``_content_sha256`` reads it: for cache keys, not for artefacts.
     """
     found = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
         if not path.is_file() or str(rel) in REPORTS or path.name.startswith("."):
             continue
-        found[str(rel)] = _sha256(path)
+        if content and path.name.endswith(CONTRACT_SUFFIX):
+            stat = path.stat()
+            found[str(rel)] = _content_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        else:
+            found[str(rel)] = _sha256(path)
     return found
+
+
+@functools.lru_cache(maxsize=256)
+def _content_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """A contract's sha256 without the times of its making, for cache keys.
+
+    ``created`` (the provenance's, each tuned record's) says when the file was written, not what
+    it holds: a re-export of the same model differs from the last only there and in the
+    signature over it, whose signer (algorithm and key) is kept. The time is kept in the file,
+    since users read it as when the model was exported; a cached step therefore never restores
+    over a file other than the one it was cached over (``_Cache.get``), which would put an older
+    contract back over the fresh export's. What is not a contract's JSON is hashed as it is.
+    """
+    raw = Path(path).read_bytes()
+    try:
+        document = json.loads(raw)
+        document.get("provenance", {}).pop("created", None)
+        for record in document.get("performance", {}).get("tuned", []):
+            record.pop("created", None)
+        if isinstance(signing := document.get("signing"), dict):
+            document["signing"] = {k: signing.get(k) for k in ("algorithm", "key_id")}
+    except (ValueError, AttributeError, TypeError):  # not a contract's JSON: hashed as it is
+        return hashlib.sha256(raw).hexdigest()
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _role(rel: str, model: str) -> str:
@@ -178,6 +210,12 @@ class _Cache:
                 blob = entry / "files" / artefact.sha256
                 if _sha256(blob) != artefact.sha256:
                     return None
+                # the key read a contract without its times: restoring over a newer one than
+                # the step was cached over would put an older contract back
+                target = run_dir / artefact.path
+                here = _sha256(target) if target.exists() else None
+                if here not in (None, artefact.sha256, data["replaced"].get(artefact.path)):
+                    return None
             for artefact in result.artefacts:
                 target = run_dir / artefact.path
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +224,8 @@ class _Cache:
             return None
         return result.model_copy(update={"cached": True})
 
-    def put(self, key: str, result: StepResult, run_dir: Path) -> None:
+    def put(self, key: str, result: StepResult, run_dir: Path, replaced: dict[str, str]) -> None:
+        """Keep a passed step's result and files, and the files it wrote over by their sha256."""
         # figures other load spoiled are not kept: the next run may time on a quieter machine
         if (
             self.folder is None
@@ -203,7 +242,8 @@ class _Cache:
                     tmp = blob.with_name(f"{blob.name}.tmp-{os.getpid()}")
                     shutil.copyfile(run_dir / artefact.path, tmp)
                     os.replace(tmp, blob)
-            document = {"format": CACHE_FORMAT, "result": result.model_dump(mode="json")}
+            result_json = result.model_dump(mode="json")
+            document = {"format": CACHE_FORMAT, "result": result_json, "replaced": replaced}
             atomic_write_text(entry / "result.json", json.dumps(document))
         except OSError as error:  # a cache that cannot be written costs time, not results
             log.warning("cannot cache step %s in %s: %s", result.name, entry, error)
@@ -213,7 +253,7 @@ def _cache_key(
     name: str, section: Step, ctx: _steps.Context, env: Environment, config: GateConfig
 ) -> str | None:
     """What a step's result depends on: its settings, the files it reads, runtime and machine."""
-    files = _snapshot(ctx.run_dir)
+    files = _snapshot(ctx.run_dir, content=True)
     outside = _outside_files(name, section, config)
     if outside is None:
         return None
@@ -228,8 +268,28 @@ def _cache_key(
         "onnxgate": __version__,
         "machine": env.fingerprint,
         "tuned": ctx.passed.get("tune") if name == "bench" else None,
+        "keys": _contract_keys(),
     }
     return config_hash(key)
+
+
+def _contract_keys() -> dict[str, Any]:
+    """The contract keys the environment configures, by id: a step signs or checks with them.
+
+    Without them in the key, a run with a signing key would restore an earlier, keyless run's
+    unsigned contract. A key that cannot be read is keyed by the error, which the step reports.
+    """
+    try:
+        by = signer()
+        checks = verifiers()
+        required = signature_required(False)
+    except GateError as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    return {
+        "signer": f"{by.algorithm}:{by.key_id}" if by is not None else None,
+        "verifiers": sorted(f"{v.algorithm}:{v.key_id}" for v in checks.values()),
+        "required": required,
+    }
 
 
 def _outside_files(name: str, section: Step, config: GateConfig) -> list[str] | None:
@@ -501,7 +561,8 @@ def _run_step(
         on_unreliable=getattr(section, "on_unreliable", "warn") if inconclusive else None,
     )
     if key is not None:
-        store.put(key, result, ctx.run_dir)
+        replaced = {a.path: before[a.path] for a in written if a.path in before}
+        store.put(key, result, ctx.run_dir, replaced)
     return result
 
 
