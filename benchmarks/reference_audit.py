@@ -44,13 +44,14 @@ from _audit_cases import RANDOM_OPS, ROOT, Case, model_cases, node_cases, versio
 from _audit_triage import render
 from onnx import helper, numpy_helper
 
-from onnxgate.compare._metrics import as_array, default_tolerance, figures, kind, structure
+from onnxgate.compare._metrics import as_array, figures, structure
 from onnxgate.runners._ort import expose_all
 from onnxgate.runners._reference import failing_nodes
 from onnxgate.runners._reference_fixes import (
     overrides,
     schema_version,
 )
+from onnxgate.settings import default_tolerance, kind
 
 # element types NumPy cannot hold natively: fed to and read from ONNX Runtime as raw bytes
 PACKED_BITS = {

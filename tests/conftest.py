@@ -51,7 +51,7 @@ def installed_profile():
 @pytest.fixture(autouse=True)
 def _no_contract_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """No contract key from the machine running the tests: each test sets the ones it means."""
-    from onnxgate.contract._sign import ENV_HMAC, ENV_REQUIRE, ENV_SIGNING, ENV_VERIFY
+    from onnxgate.contract_store import ENV_HMAC, ENV_REQUIRE, ENV_SIGNING, ENV_VERIFY
 
     for name in (ENV_HMAC, ENV_SIGNING, ENV_VERIFY, ENV_REQUIRE):
         monkeypatch.delenv(name, raising=False)

@@ -2,7 +2,7 @@
 
 Data flows one way (docs/architecture.md): a module may import from its own layer and the layers
 below it, never from a layer above. Each entry names a package or module relative to
-``onnxgate`` (``contract``, ``contract._schema``, ``settings``); a module belongs to the longest
+``onnxgate`` (``contract``, ``runners._tensorrt``, ``settings``); a module belongs to the longest
 entry that names it or a package holding it, and ``__init__`` is the package root alone (the
 public API, which re-exports every layer). Every module must be placed.
 
@@ -31,6 +31,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the shared parts every step's config is built from (session settings, feeds, tolerances)
     ("settings",),
     ("runners",),
+    # the contract's read side (schema, store, signature, the sizes and TensorRT options it
+    # proved): read by the judges below ``contract`` and passed by steps to runners
+    ("contract_store",),
     # judge and describe
     ("check", "inspection", "_inspection_render", "compare", "placement", "doctor"),
     # record and verify

@@ -1,15 +1,22 @@
-"""The parts every step's config is built from: how a session is made and where feeds come from.
+"""The parts every step's config is built from: sessions, feeds, and how outputs are judged.
 
 Each is a frozen pydantic model that refuses unknown fields, so a gate config, a library call and
-a CLI command describe a session or a feed in one way. Neither imports ONNX Runtime: a config can
-be validated on a machine that cannot run it.
+a CLI command describe a session or a feed in one way. None imports ONNX Runtime: a config can be
+validated on a machine that cannot run it (``runners.OrtOptions.from_session`` turns a
+``SessionSettings`` into the runner's options). What ``Tolerances`` is made of lives here too, so
+a config is checked without the compare package: the element rule's ``Tolerance`` and its
+per-dtype defaults, and the metric rules (``Criterion``, ``parse_metric``); ``compare`` applies
+them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
@@ -17,12 +24,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from onnxgate._words import setting
 from onnxgate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from onnxgate.compare._metrics import Criterion, Tolerance
     from onnxgate.data._synthetic import ValueRange
-    from onnxgate.runners import OrtOptions
 
 OptLevel = Literal["disable", "basic", "extended", "layout", "all"]
 
@@ -124,31 +130,6 @@ class SessionSettings(Part):
     """ONNX Runtime's CPU memory arena (pre-allocated, grown in chunks)."""
     session_config: dict[str, str] = {}
     """Session config entries, e.g. ``{"session.intra_op.allow_spinning": "0"}``."""
-
-    def ort_options(self, **overrides: Any) -> OrtOptions:
-        """The runner's ``OrtOptions`` (imports ONNX Runtime); ``overrides`` replace fields of it.
-
-        Raises:
-            ConfigError: a provider, level or thread count ONNX Runtime would refuse.
-        """
-        from onnxgate.compat.providers import parse_providers
-        from onnxgate.runners import OrtOptions
-
-        names, inline = parse_providers(list(self.providers))
-        options = {name: dict(pairs) for name, pairs in inline.items()}
-        for provider, pairs in self.provider_options.items():
-            options.setdefault(provider, {}).update(pairs)
-        fields: dict[str, Any] = {
-            "providers": tuple(names),
-            "provider_options": options,
-            "optimization": self.opt_level,
-            "intra_op_threads": self.threads,
-            "inter_op_threads": self.inter_op_threads,
-            "parallel": self.parallel,
-            "cpu_mem_arena": self.cpu_mem_arena,
-            "config": dict(self.session_config),
-        }
-        return OrtOptions(**(fields | overrides))
 
 
 class FeedSettings(Part):
@@ -257,6 +238,145 @@ class FeedSettings(Part):
             )
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """Absolute and relative tolerance of the element rule."""
+
+    atol: float
+    rtol: float
+
+    def __str__(self) -> str:
+        return f"atol={self.atol:g}, rtol={self.rtol:g}"
+
+
+# Defaults per element type: a few units in the last place of the less precise side, loose enough
+# for the reordered sums of another kernel or an optimised graph, tight enough to see a wrong one.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(1e-7, 1e-7),
+    "float32": Tolerance(1e-5, 1e-4),
+    "float16": Tolerance(1e-3, 1e-3),
+    "bfloat16": Tolerance(1e-2, 1e-2),
+}
+EXACT = Tolerance(0.0, 0.0)
+
+
+def default_tolerance(*dtypes: np.dtype) -> Tolerance:
+    """The tolerance for the least precise of the given dtypes; exact for non-float types."""
+    found = [DEFAULT_TOLERANCES.get(np.dtype(d).name) for d in dtypes]
+    if not found or any(t is None for t in found):
+        float_ones = [t for t in found if t is not None]
+        if not float_ones:
+            return EXACT
+        found = float_ones
+    return max(found, key=lambda t: t.atol)  # type: ignore[arg-type,return-value]
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+METRICS = (
+    "cosine",
+    "top1",
+    "topk",
+    "max_abs",
+    "mean_abs",
+    "p99_abs",
+    "max_rel",
+    "mismatches",
+    "mismatch_fraction",
+)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """A pass rule on one figure: ``cosine >= 0.999``."""
+
+    metric: str
+    op: str
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.value:g}"
+
+    def holds(self, figure: float | None) -> bool:
+        """Whether the figure meets the rule (a missing figure does not)."""
+        return figure is not None and _OPS[self.op](figure, self.value)
+
+
+_CRITERION = re.compile(
+    r"^\s*(?:(?P<output>.+?):)?(?P<metric>[a-z_0-9]+)\s*(?P<op>>=|<=|>|<)\s*(?P<value>\S+)\s*$"
+)
+
+
+def parse_metric(text: str, *, path: str | None = None) -> tuple[str | None, Criterion]:
+    """``"emb:cosine>=0.999"`` → ``("emb", Criterion("cosine", ">=", 0.999))``; no output = all.
+
+    ``path`` is the setting that gave ``text`` (``tolerances.metrics``), named in the message in
+    the words of the interface in use; without it the message names none (a validator's
+    caller says where).
+
+    Raises:
+        ConfigError: the text is not ``[OUTPUT:]METRIC OP VALUE`` with a known metric.
+    """
+    found = _CRITERION.match(text)
+    value: float | None = None
+    if found:
+        try:
+            value = float(found["value"])
+        except ValueError:
+            value = None
+    if not found or found["metric"] not in METRICS or value is None or not np.isfinite(value):
+        example = "sentence_embedding:cosine>=0.999"
+        raise ConfigError(
+            f"{setting(path) + ' ' if path else ''}{text!r} is not [OUTPUT:]METRIC OP VALUE.",
+            hint=f"Metrics: {', '.join(METRICS)}; operators >=, <=, >, <. "
+            f"For example {setting(path, [example]) if path else example}.",
+        )
+    return found["output"], Criterion(found["metric"], found["op"], value)
+
+
+def parse_tolerance(text: str) -> tuple[str, Tolerance]:
+    """``"logits:1e-4,1e-3"`` → ``("logits", Tolerance(1e-4, 1e-3))``.
+
+    Raises:
+        ConfigError: the text is not ``OUTPUT:ATOL,RTOL``.
+    """
+    name, sep, values = text.rpartition(":")
+    parts = values.split(",")
+    try:
+        atol, rtol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        atol = rtol = None
+    if (
+        not sep
+        or not name
+        or atol is None
+        or rtol is None
+        or not (np.isfinite(atol) and np.isfinite(rtol))
+        or atol < 0
+        or rtol < 0
+    ):
+        raise ConfigError(
+            f"--tol {text!r} is not OUTPUT:ATOL,RTOL with non-negative numbers.",
+            hint="For example --tol logits:1e-4,1e-3.",
+        )
+    return name, Tolerance(atol, rtol)
+
+
+def kind(dtype: np.dtype) -> str:
+    """float, int, bool or string: outputs of different kinds never compare equal."""
+    if dtype.kind in "fc" or dtype.name in ("bfloat16",) or dtype.name.startswith("float"):
+        return "float"
+    if dtype.kind in "iu":
+        return "int"
+    if dtype.kind == "b":
+        return "bool"
+    return "string"
+
+
 Bound = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
@@ -281,8 +401,6 @@ class Tolerances(Part):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from onnxgate.compare._metrics import parse_metric
-
         for text in value:
             try:
                 parse_metric(text)
@@ -301,14 +419,10 @@ class Tolerances(Part):
 
     def criteria(self) -> dict[str | None, Criterion]:
         """The metric rules by output (None: every output without its own)."""
-        from onnxgate.compare._metrics import parse_metric
-
         return dict(parse_metric(text) for text in self.metrics)
 
     def tolerance(self, name: str, *dtypes: np.dtype) -> Tolerance:
         """The tolerance an output is judged with, given the dtypes of both sides (and declared)."""
-        from onnxgate.compare._metrics import Tolerance, default_tolerance, kind
-
         if name in self.per_output:
             return Tolerance(*self.per_output[name])
         base = default_tolerance(*dtypes)

@@ -23,8 +23,7 @@ from onnxgate.contract import (
     init_contract,
     load_contract,
 )
-from onnxgate.contract._schema import ValueBound
-from onnxgate.contract._sign import sign, signer
+from onnxgate.contract_store import ValueBound, sign, signer
 
 HMAC_KEY = "k" * 32
 
@@ -148,7 +147,7 @@ class _Clock:
 
 def test_the_created_timestamp_does_not_make_signatures_flaky(contracted, monkeypatch):
     """``created`` has a factory, not a default: it is signed whatever the clock says."""
-    monkeypatch.setattr("onnxgate.contract._schema.datetime", _Clock)
+    monkeypatch.setattr("onnxgate.contract_store._schema.datetime", _Clock)
     contract = load_contract(contracted)
     fresh = contract.model_copy(update={"provenance": Provenance(onnxgate="0.test")})
     assert fresh.provenance.created == "2030-01-02T03:04:05+00:00"

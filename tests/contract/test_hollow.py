@@ -37,7 +37,7 @@ from onnxgate.contract import (
     verify,
 )
 from onnxgate.contract._hollow import Extent, rule_findings
-from onnxgate.contract._names import file_name, same_name, stored_name
+from onnxgate.contract_store import file_name, same_name, stored_name
 from onnxgate.errors import (
     ArtefactCorrupt,
     ContractKeyError,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from models import detector, flat_classifier, mlp, model, save, token_model, value
 from onnxgate._words import gate_words, speaking
 from onnxgate.cli import app
-from onnxgate.cli._options import cli_words
+from onnxgate.cli._flags import cli_words
 from onnxgate.contract import golden_samples
 from onnxgate.data import Synthesized, listen_synthetic, plan_dims, synthetic_samples
 from onnxgate.model import Signature, load_model

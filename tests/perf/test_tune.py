@@ -465,7 +465,7 @@ def test_bench_tuned_runs_the_recorded_graph_and_settings(model):
 
 
 def test_golden_samples_are_judged_against_their_stored_outputs(model):
-    from onnxgate.contract._schema import sha256_file
+    from onnxgate.contract_store import sha256_file
 
     contract = load_contract(model)
     contract_path, golden_path = contract_paths(model)

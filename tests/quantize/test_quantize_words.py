@@ -139,7 +139,7 @@ def _interfaces() -> dict[str, tuple]:
     import functools
 
     from onnxgate._words import gate_offers, gate_words
-    from onnxgate.cli._options import cli_offers, cli_words
+    from onnxgate.cli._flags import cli_offers, cli_words
     from onnxgate.gate._config import QuantizeStep
 
     gate = functools.partial(gate_words, step="quantize")

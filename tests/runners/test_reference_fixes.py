@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import BACKEND_DATA
 from models import model, save, value
 from onnxgate._words import speaking
-from onnxgate.cli._options import cli_words
+from onnxgate.cli._flags import cli_words
 from onnxgate.data import synthetic_samples
 from onnxgate.errors import ExitCode, InternalError, ReferenceFailed
 from onnxgate.model import Signature, load_model

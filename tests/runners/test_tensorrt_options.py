@@ -1,4 +1,7 @@
-"""One set of TensorRT options from the contract, in every session onnxgate opens and in deploy."""
+"""One set of TensorRT options from the contract, in every session onnxgate opens and in deploy.
+
+Runners read no contract: the steps that open them pass ``contract_tensorrt``.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from models import mlp, save
+from onnxgate.compare import CompareConfig, compare
 from onnxgate.contract import SIDECAR, ContractConfig, init_contract
+from onnxgate.contract_store import contract_tensorrt, tensorrt_options
 from onnxgate.model import load_model
 from onnxgate.perf._contest import Contender
 from onnxgate.runners import OrtOptions, OrtRunner, _ort
-from onnxgate.runners._tensorrt import TENSORRT, tensorrt_options, triton_parameters
-from onnxgate.settings import FeedSettings
+from onnxgate.runners._tensorrt import TENSORRT, triton_parameters
+from onnxgate.settings import FeedSettings, SessionSettings
 
 
 @pytest.fixture
@@ -58,26 +63,44 @@ def test_an_unproven_dim_means_no_profile_and_says_so(tmp_path):
     assert notes and "batch has no proven range" in notes[0]
 
 
-def test_every_tensorrt_session_on_a_model_with_a_contract_gets_them(proven, monkeypatch):
-    seen = []
+@pytest.fixture
+def sessions(monkeypatch) -> list[OrtOptions]:
+    """The options of every session an OrtRunner opens (none opens: no GPU here)."""
+    seen: list[OrtOptions] = []
 
     def capture(proto, folder, options, **kwargs):
         seen.append(options)
         raise RuntimeError("no GPU here")
 
     monkeypatch.setattr(_ort, "create_session", capture)
+    return seen
+
+
+def test_a_tensorrt_session_gets_the_contracts_options_its_caller_passes(proven, sessions):
     given = OrtOptions(
         providers=("tensorrt",), provider_options={TENSORRT: {"trt_engine_cache_path": "/mine"}}
     )
     with pytest.raises(RuntimeError, match="no GPU"):
-        OrtRunner(load_model(proven), given).__enter__()
-    options = seen[0].provider_options[TENSORRT]
+        OrtRunner(load_model(proven), given, tensorrt=contract_tensorrt).__enter__()
+    options = sessions[0].provider_options[TENSORRT]
     assert options["trt_profile_min_shapes"] == "x:1x4"  # from the contract
     assert options["trt_engine_cache_path"] == "/mine"  # the user's own option wins
     # a CPU session is left as it was
     with pytest.raises(RuntimeError):
-        OrtRunner(load_model(proven), OrtOptions()).__enter__()
-    assert seen[1].provider_options == {}
+        OrtRunner(load_model(proven), OrtOptions(), tensorrt=contract_tensorrt).__enter__()
+    assert sessions[1].provider_options == {}
+    # the runner reads no contract itself: without tensorrt, the user's options alone
+    with pytest.raises(RuntimeError):
+        OrtRunner(load_model(proven), given).__enter__()
+    assert sessions[2].provider_options == given.provider_options
+
+
+def test_compare_passes_the_contracts_options_to_the_runners_it_opens(proven, sessions):
+    config = CompareConfig(against="ort", session=SessionSettings(providers=("tensorrt",)))
+    with pytest.raises(Exception, match="no GPU"):
+        compare(proven, config)
+    assert sessions
+    assert sessions[0].provider_options[TENSORRT]["trt_profile_max_shapes"] == "x:7x4"
 
 
 def test_a_contender_in_another_runtime_gets_them_in_its_settings(proven):

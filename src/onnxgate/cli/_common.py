@@ -21,6 +21,7 @@ from rich.markup import escape
 from onnxgate._pathtext import shown
 from onnxgate._rich import Scrub
 from onnxgate._words import speaking
+from onnxgate.cli._flags import cli_offers, cli_words, translated
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 
@@ -209,8 +210,6 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         fmt = str(kwargs.get("fmt", "text"))
-        from onnxgate.cli._options import cli_offers, cli_words  # _options imports this module
-
         heard: list[Synthesized] = []
         try:
             with (
@@ -224,8 +223,6 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
                 with speaking(cli_words, cli_offers):
                     error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))
             if isinstance(error, ConfigError):
-                from onnxgate.cli._options import translated  # _options imports this module
-
                 error = translated(error)
             if logging.getLogger().isEnabledFor(logging.DEBUG):
                 # -vv: the chain of exceptions behind the message (a library's own failure)

@@ -2,20 +2,7 @@
 
 from onnxgate.compare._compare import CompareConfig, compare, compare_runners
 from onnxgate.compare._localize import localize
-from onnxgate.compare._metrics import (
-    DEFAULT_TOLERANCES,
-    METRICS,
-    RULE,
-    Criterion,
-    Drift,
-    Figures,
-    Tolerance,
-    default_tolerance,
-    drift,
-    figures,
-    parse_metric,
-    parse_tolerance,
-)
+from onnxgate.compare._metrics import RULE, Drift, Figures, drift, figures
 from onnxgate.compare._report import (
     CompareReport,
     Divergence,
@@ -23,7 +10,16 @@ from onnxgate.compare._report import (
     SampleResult,
     TensorError,
 )
-from onnxgate.settings import Tolerances
+from onnxgate.settings import (
+    DEFAULT_TOLERANCES,
+    METRICS,
+    Criterion,
+    Tolerance,
+    Tolerances,
+    default_tolerance,
+    parse_metric,
+    parse_tolerance,
+)
 
 __all__ = [
     "DEFAULT_TOLERANCES",

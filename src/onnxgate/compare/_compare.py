@@ -7,20 +7,16 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from onnxgate.compare._localize import localize
 from onnxgate.compare._metrics import (
-    DEFAULT_TOLERANCES,
-    Criterion,
     Figures,
-    Tolerance,
     as_array,
     drift,
     figures,
-    kind,
     merge_drift,
     reorder,
     structure,
@@ -28,6 +24,7 @@ from onnxgate.compare._metrics import (
 from onnxgate.compare._replay import deviations_in
 from onnxgate.compare._report import CompareReport, Divergence, OutputComparison, SampleResult
 from onnxgate.compat.runtime import RuntimeSpec
+from onnxgate.contract_store import contract_dims, contract_tensorrt
 from onnxgate.data import (
     Sample,
     chosen_ranges,
@@ -39,10 +36,16 @@ from onnxgate.data import (
 from onnxgate.errors import ConfigError, FeedError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import Runner, RunnerInfo, TensorTap, make_runner
-from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances
-
-if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions
+from onnxgate.settings import (
+    DEFAULT_TOLERANCES,
+    Criterion,
+    FeedSettings,
+    Part,
+    SessionSettings,
+    Tolerance,
+    Tolerances,
+    kind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +452,9 @@ def _isolated(
             field="save_optimized",
             related=["runtime"],
         )
-    return IsolatedOrtRunner(model, spec, samples, runner.options, progress=progress)
+    return IsolatedOrtRunner(
+        model, spec, samples, runner.options, progress=progress, tensorrt=runner.tensorrt
+    )
 
 
 def compare(
@@ -494,8 +499,6 @@ def compare(
         samples = load_feeds(feeds.inputs, signature=signature)
         data = str(feeds.inputs)
     else:
-        from onnxgate.contract import contract_dims  # the contract module imports this one
-
         samples = synthetic_samples(
             signature,
             model=loaded.proto,
@@ -507,9 +510,19 @@ def compare(
         chosen = chosen_ranges(signature, loaded.proto, ranges)
         value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}
         data = f"synthetic (seed {feeds.seed})"
-    ort_options: OrtOptions = config.session.ort_options(optimized_model_path=config.save_optimized)
+    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+    ort_options = OrtOptions.from_session(
+        config.session, optimized_model_path=config.save_optimized
+    )
     trust_pickle = config.trust_pickle
-    cand = make_runner(candidate, loaded, ort_options=ort_options, trust_pickle=trust_pickle)
+    cand = make_runner(
+        candidate,
+        loaded,
+        ort_options=ort_options,
+        trust_pickle=trust_pickle,
+        tensorrt=contract_tensorrt,
+    )
     spec = RuntimeSpec.parse(config.runtime)
     if not spec.installed:
         cand = _isolated(cand, loaded, spec, samples, progress)
@@ -531,7 +544,11 @@ def compare(
             reference_options, providers=(), provider_options={}
         )
     ref = make_runner(
-        config.against, loaded, ort_options=reference_options, trust_pickle=trust_pickle
+        config.against,
+        loaded,
+        ort_options=reference_options,
+        trust_pickle=trust_pickle,
+        tensorrt=contract_tensorrt,
     )
     report = compare_runners(
         cand,

@@ -25,7 +25,7 @@ import numpy as np
 from onnx import NodeProto, numpy_helper
 
 from onnxgate._words import setting
-from onnxgate.compare._metrics import as_array, figures, kind
+from onnxgate.compare._metrics import as_array, figures
 from onnxgate.compare._replay import Replay, replay
 from onnxgate.compare._report import Divergence, TensorError
 from onnxgate.data import Sample
@@ -36,6 +36,7 @@ from onnxgate.model import (
     graph_sources,
     node_reads,
 )
+from onnxgate.settings import kind
 
 if TYPE_CHECKING:
     from onnxgate.runners import TensorTap

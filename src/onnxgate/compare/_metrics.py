@@ -5,21 +5,19 @@ The element rule is NumPy's ``allclose`` rule with the reference on the right:
 the same infinity; anything else involving a NaN or an infinity is a mismatch. Statistics (max,
 mean, p99, relative error, cosine) are taken over the places where both values are finite, and NaN
 and infinity counts are reported beside them, so one NaN never turns every figure into NaN.
+The tolerances and metric rules a config gives (``Tolerance``, the per-dtype defaults,
+``Criterion``) are parsed in ``onnxgate.settings``, below every step that judges outputs.
 """
 
 from __future__ import annotations
 
-import operator
-import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from onnxgate._words import setting
-from onnxgate.errors import ConfigError
+from onnxgate.settings import Tolerance, kind
 
 RULE = (
     "an element of the candidate a matches the reference b when |a - b| <= atol + rtol * |b|; "
@@ -27,134 +25,6 @@ RULE = (
 )
 
 TOP_K = 5
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Absolute and relative tolerance of the element rule."""
-
-    atol: float
-    rtol: float
-
-    def __str__(self) -> str:
-        return f"atol={self.atol:g}, rtol={self.rtol:g}"
-
-
-# Defaults per element type: a few units in the last place of the less precise side, loose enough
-# for the reordered sums of another kernel or an optimised graph, tight enough to see a wrong one.
-DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "float64": Tolerance(1e-7, 1e-7),
-    "float32": Tolerance(1e-5, 1e-4),
-    "float16": Tolerance(1e-3, 1e-3),
-    "bfloat16": Tolerance(1e-2, 1e-2),
-}
-EXACT = Tolerance(0.0, 0.0)
-
-
-def default_tolerance(*dtypes: np.dtype) -> Tolerance:
-    """The tolerance for the least precise of the given dtypes; exact for non-float types."""
-    found = [DEFAULT_TOLERANCES.get(np.dtype(d).name) for d in dtypes]
-    if not found or any(t is None for t in found):
-        float_ones = [t for t in found if t is not None]
-        if not float_ones:
-            return EXACT
-        found = float_ones
-    return max(found, key=lambda t: t.atol)  # type: ignore[arg-type,return-value]
-
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge,
-    "<=": operator.le,
-    ">": operator.gt,
-    "<": operator.lt,
-}
-METRICS = (
-    "cosine",
-    "top1",
-    "topk",
-    "max_abs",
-    "mean_abs",
-    "p99_abs",
-    "max_rel",
-    "mismatches",
-    "mismatch_fraction",
-)
-
-
-@dataclass(frozen=True)
-class Criterion:
-    """A pass rule on one figure: ``cosine >= 0.999``."""
-
-    metric: str
-    op: str
-    value: float
-
-    def __str__(self) -> str:
-        return f"{self.metric}{self.op}{self.value:g}"
-
-    def holds(self, figure: float | None) -> bool:
-        """Whether the figure meets the rule (a missing figure does not)."""
-        return figure is not None and _OPS[self.op](figure, self.value)
-
-
-_CRITERION = re.compile(
-    r"^\s*(?:(?P<output>.+?):)?(?P<metric>[a-z_0-9]+)\s*(?P<op>>=|<=|>|<)\s*(?P<value>\S+)\s*$"
-)
-
-
-def parse_metric(text: str, *, path: str | None = None) -> tuple[str | None, Criterion]:
-    """``"emb:cosine>=0.999"`` → ``("emb", Criterion("cosine", ">=", 0.999))``; no output = all.
-
-    ``path`` is the setting that gave ``text`` (``tolerances.metrics``), named in the message in
-    the words of the interface in use; without it the message names none (a validator's
-    caller says where).
-
-    Raises:
-        ConfigError: the text is not ``[OUTPUT:]METRIC OP VALUE`` with a known metric.
-    """
-    found = _CRITERION.match(text)
-    value: float | None = None
-    if found:
-        try:
-            value = float(found["value"])
-        except ValueError:
-            value = None
-    if not found or found["metric"] not in METRICS or value is None or not np.isfinite(value):
-        example = "sentence_embedding:cosine>=0.999"
-        raise ConfigError(
-            f"{setting(path) + ' ' if path else ''}{text!r} is not [OUTPUT:]METRIC OP VALUE.",
-            hint=f"Metrics: {', '.join(METRICS)}; operators >=, <=, >, <. "
-            f"For example {setting(path, [example]) if path else example}.",
-        )
-    return found["output"], Criterion(found["metric"], found["op"], value)
-
-
-def parse_tolerance(text: str) -> tuple[str, Tolerance]:
-    """``"logits:1e-4,1e-3"`` → ``("logits", Tolerance(1e-4, 1e-3))``.
-
-    Raises:
-        ConfigError: the text is not ``OUTPUT:ATOL,RTOL``.
-    """
-    name, sep, values = text.rpartition(":")
-    parts = values.split(",")
-    try:
-        atol, rtol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
-    except ValueError:
-        atol = rtol = None
-    if (
-        not sep
-        or not name
-        or atol is None
-        or rtol is None
-        or not (np.isfinite(atol) and np.isfinite(rtol))
-        or atol < 0
-        or rtol < 0
-    ):
-        raise ConfigError(
-            f"--tol {text!r} is not OUTPUT:ATOL,RTOL with non-negative numbers.",
-            hint="For example --tol logits:1e-4,1e-3.",
-        )
-    return name, Tolerance(atol, rtol)
 
 
 def as_array(value: Any) -> tuple[np.ndarray, list[Any] | None]:
@@ -194,17 +64,6 @@ def reorder(values: np.ndarray, keys: list[Any], order: list[Any]) -> np.ndarray
     """Columns of a map matrix (or entries of a map vector) put in another key order."""
     index = [keys.index(k) for k in order]
     return values[..., index]
-
-
-def kind(dtype: np.dtype) -> str:
-    """float, int, bool or string: outputs of different kinds never compare equal."""
-    if dtype.kind in "fc" or dtype.name in ("bfloat16",) or dtype.name.startswith("float"):
-        return "float"
-    if dtype.kind in "iu":
-        return "int"
-    if dtype.kind == "b":
-        return "bool"
-    return "string"
 
 
 class Figures(BaseModel):

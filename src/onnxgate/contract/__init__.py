@@ -1,10 +1,14 @@
-"""The deployment contract: identity, signature, requirements, provenance and golden samples."""
+"""The deployment contract: identity, signature, requirements, provenance and golden samples.
 
+Writing and verifying live here; the document, its store, its signature and the sizes it proved
+are ``onnxgate.contract_store``'s (below the steps that read them), re-exported here.
+"""
+
+from onnxgate._pathtext import shown
 from onnxgate.contract._admit import Admission, admit
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
-    contract_dims,
     contract_samples,
     cross_check,
     drop_stale_contract,
@@ -16,12 +20,26 @@ from onnxgate.contract._golden import (
 )
 from onnxgate.contract._hollow import CODES, RULE_FLOORS, ContractFinding, Floor, contract_findings
 from onnxgate.contract._identity import sign_contract
-from onnxgate.contract._names import shown, stored_name
 from onnxgate.contract._observed import observed_outputs, observed_shapes
 from onnxgate.contract._samples import golden_samples
-from onnxgate.contract._schema import (
+from onnxgate.contract._verify import (
+    Cell,
+    ContractConfig,
+    RuntimeResult,
+    VerifyConfig,
+    VerifyReport,
+    init_contract,
+    verify,
+)
+from onnxgate.contract_store import (
     CONTRACT_FORMAT,
+    ENV_HMAC,
+    ENV_REQUIRE,
+    ENV_SIGNING,
+    ENV_VERIFY,
+    SIDECAR,
     Contract,
+    ContractStore,
     FileDigest,
     Golden,
     GoldenSample,
@@ -34,31 +52,18 @@ from onnxgate.contract._schema import (
     Provenance,
     Requirements,
     SecondOpinion,
+    SidecarStore,
     SignatureContract,
     Signing,
     Timing,
     TunedSettings,
+    canonical,
+    check_signature,
+    contract_dims,
     contract_paths,
     identity,
     sha256_file,
-)
-from onnxgate.contract._sign import (
-    ENV_HMAC,
-    ENV_REQUIRE,
-    ENV_SIGNING,
-    ENV_VERIFY,
-    canonical,
-    check_signature,
-)
-from onnxgate.contract._store import SIDECAR, ContractStore, SidecarStore
-from onnxgate.contract._verify import (
-    Cell,
-    ContractConfig,
-    RuntimeResult,
-    VerifyConfig,
-    VerifyReport,
-    init_contract,
-    verify,
+    stored_name,
 )
 
 __all__ = [

@@ -23,9 +23,13 @@ import numpy as np
 from onnxgate.contract._golden import config_from_rules, golden_pairs
 from onnxgate.contract._hollow import ContractFinding, contract_findings, refuse_hollow
 from onnxgate.contract._identity import MODEL_NAMED, Cell, identity_cell, named_elsewhere
-from onnxgate.contract._schema import Contract
-from onnxgate.contract._sign import check_signature, signature_required
-from onnxgate.contract._store import SIDECAR, ContractStore
+from onnxgate.contract_store import (
+    SIDECAR,
+    Contract,
+    ContractStore,
+    check_signature,
+    signature_required,
+)
 from onnxgate.data import Sample
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.settings import Tolerances

@@ -12,6 +12,7 @@ from typing import Any, Self
 import numpy as np
 from pydantic import ValidationError
 
+from onnxgate._pathtext import shown
 from onnxgate._version import __version__
 from onnxgate._words import setting
 from onnxgate.compare import CompareReport, compare_runners
@@ -22,10 +23,11 @@ from onnxgate.contract._hollow import (
     refuse_hollow,
     rule_findings,
 )
-from onnxgate.contract._names import shown
 from onnxgate.contract._observed import observed_shapes
-from onnxgate.contract._schema import (
+from onnxgate.contract_store import (
+    SIDECAR,
     Contract,
+    ContractStore,
     Golden,
     GoldenSample,
     OutputRule,
@@ -39,10 +41,9 @@ from onnxgate.contract._schema import (
     identity,
     recordable,
     sha256_file,
+    sign_new,
 )
-from onnxgate.contract._sign import sign_new
-from onnxgate.contract._store import SIDECAR, ContractStore
-from onnxgate.data import DimChoice, Sample, chosen_ranges, feeds_digest, validate_feeds
+from onnxgate.data import Sample, chosen_ranges, feeds_digest, validate_feeds
 from onnxgate.data._dims import free_sizes
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
@@ -168,7 +169,7 @@ def config_from_rules(
             names an output), names an output the model does not have, or does not come back
             from the tolerances as written; the message names the contract and the rule.
     """
-    from onnxgate.compare._metrics import parse_metric
+    from onnxgate.settings import parse_metric
 
     criteria = {}
     for index, rule in enumerate(rules):
@@ -547,33 +548,6 @@ def contract_samples(model: Path, *, store: ContractStore = SIDECAR) -> list[Sam
     except ModelLoadError as err:
         log.warning("%s: its contract's samples are not used: %s", shown(model), err.message)
         return None
-
-
-def contract_dims(model: Path, *, store: ContractStore = SIDECAR) -> dict[str, DimChoice]:
-    """Sizes every golden sample of the contract beside ``model`` gives a symbolic dimension.
-
-    Synthetic feeds take them before any default: they are sizes the model was proven at. A
-    dimension the samples vary (a batch at 1 and at 7) is left to the defaults.
-    """
-    try:
-        if not store.exists(model):
-            return {}
-        contract = store.read(model)
-        if contract.golden is None or sha256_file(model) != contract.identity.model.sha256:
-            return {}
-    except (ModelLoadError, OSError) as err:
-        log.info("%s: its contract's sizes are not used: %s", model, err)
-        return {}
-    seen: dict[str, set[int]] = {}
-    for sample in contract.golden.samples:
-        for name, size in sample.dims.items():
-            seen.setdefault(name, set()).add(size)
-    every = len(contract.golden.samples)
-    return {
-        name: DimChoice(sizes.pop(), "the contract's samples")
-        for name, sizes in seen.items()
-        if len(sizes) == 1 and sum(name in s.dims for s in contract.golden.samples) == every
-    }
 
 
 def load_contract(model: Path, *, store: ContractStore = SIDECAR) -> Contract:

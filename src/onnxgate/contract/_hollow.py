@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate._words import offered, setting
-from onnxgate.contract._schema import Contract, GoldenSample, OutputRule
+from onnxgate.contract_store import Contract, GoldenSample, OutputRule
 from onnxgate.errors import ConfigError, HollowContract
 from onnxgate.model import Signature
 
@@ -165,7 +165,7 @@ def rule_findings(
             of absolute errors and of ``mismatches`` scale with it (without it they take their
             least value, and only ``mismatches<=0`` is admitted).
     """
-    from onnxgate.compare._metrics import parse_metric
+    from onnxgate.settings import parse_metric
 
     found = []
     for rule in rules:

@@ -21,12 +21,22 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate._pathtext import shown
 from onnxgate.contract._golden import config_from_rules
 from onnxgate.contract._hollow import contract_findings, refuse_hollow
-from onnxgate.contract._names import plain_name, same_name, shown
-from onnxgate.contract._schema import Contract, golden_path, identity, sha256_file
-from onnxgate.contract._sign import ENV_HMAC, ENV_SIGNING, sign, signer
-from onnxgate.contract._store import SIDECAR
+from onnxgate.contract_store import (
+    ENV_HMAC,
+    ENV_SIGNING,
+    SIDECAR,
+    Contract,
+    golden_path,
+    identity,
+    plain_name,
+    same_name,
+    sha256_file,
+    sign,
+    signer,
+)
 from onnxgate.errors import ArtefactCorrupt, ContractKeyMissing, ModelLoadError
 from onnxgate.model import LoadedModel, Signature, load_model
 

@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from onnxgate.contract._names import shown
-from onnxgate.contract._schema import ObservedShape, sha256_file
-from onnxgate.contract._store import SIDECAR, ContractStore
+from onnxgate._pathtext import shown
+from onnxgate.contract_store import SIDECAR, ContractStore, ObservedShape, sha256_file
 from onnxgate.data import Sample
 from onnxgate.errors import ModelLoadError
 from onnxgate.model import Signature

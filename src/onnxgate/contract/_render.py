@@ -7,10 +7,10 @@ from pathlib import Path
 from rich.markup import escape
 
 from onnxgate._inspection_render import leftover_line
+from onnxgate._pathtext import shown
 from onnxgate._rich import Lines, line, verdict
-from onnxgate.contract._names import shown
-from onnxgate.contract._schema import Contract, contract_paths
 from onnxgate.contract._verify import Cell, VerifyReport
+from onnxgate.contract_store import Contract, contract_paths
 
 MAX_REASON = 320
 """Characters of a failing cell's reason shown; the JSON keeps the runtime's whole message."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate._pathtext import shown
 from onnxgate._version import __version__
 from onnxgate._words import setting
 from onnxgate.compare import compare_runners
@@ -34,10 +35,14 @@ from onnxgate.contract._admit import admit
 from onnxgate.contract._golden import GoldenRunner, second_opinion_for, write_contract
 from onnxgate.contract._hollow import ContractFinding
 from onnxgate.contract._identity import Cell
-from onnxgate.contract._names import shown
 from onnxgate.contract._samples import golden_samples, reference_probe
-from onnxgate.contract._schema import Contract, Provenance, SecondOpinion
-from onnxgate.contract._store import SIDECAR
+from onnxgate.contract_store import (
+    SIDECAR,
+    Contract,
+    Provenance,
+    SecondOpinion,
+    contract_tensorrt,
+)
 from onnxgate.data import (
     Sample,
 )
@@ -168,7 +173,9 @@ def init_contract(
         # dims go with data (the ranges the data is resized to); value ranges shape synthetic feeds
         FeedSettings(inputs=feeds.inputs, ranges=feeds.ranges).refuse_with_inputs()
     loaded = load_model(model)
-    runner = make_runner(config.reference, loaded, trust_pickle=config.trust_pickle)
+    runner = make_runner(
+        config.reference, loaded, trust_pickle=config.trust_pickle, tensorrt=contract_tensorrt
+    )
     second: Runner | SecondOpinion = (
         second_opinion_for(runner, loaded)
         if config.second_opinion
@@ -222,9 +229,11 @@ def _one_runtime(
     if spec.installed:
         from onnxgate.runners import OrtRunner  # imports ONNX Runtime
 
-        candidate = OrtRunner(loaded, options)
+        candidate = OrtRunner(loaded, options, tensorrt=contract_tensorrt)
     else:
-        candidate = IsolatedOrtRunner(loaded, spec, samples, options, progress=progress)
+        candidate = IsolatedOrtRunner(
+            loaded, spec, samples, options, progress=progress, tensorrt=contract_tensorrt
+        )
     golden = GoldenRunner(
         expected, contract.golden.produced_by if contract.golden else "", signature
     )
@@ -371,7 +380,9 @@ def verify(
     session = config.session
     loaded = load_model(model)
     contract = SIDECAR.read(loaded.path)
-    options = session.ort_options()
+    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+    options = OrtOptions.from_session(session)
     wanted = options.resolved_providers()  # full names, CPU appended
     specs = [RuntimeSpec.parse(r) for r in names(list(config.runtimes))]
     if not specs:

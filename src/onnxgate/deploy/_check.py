@@ -454,7 +454,7 @@ def _check_golden_outputs(
     Triton fail at run time however well it matches the declaration.
     """
     from onnxgate.contract import read_golden
-    from onnxgate.contract._schema import golden_path
+    from onnxgate.contract_store import golden_path
 
     golden = contract.golden
     observed = contract.signature.observed

@@ -23,11 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from onnxgate import __version__
 from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate._version import __version__
 from onnxgate._words import gate_key, gate_offers, gate_words, renamed, setting, speaking
-from onnxgate.contract._schema import sha256_file
-from onnxgate.contract._sign import signature_required, signer, verifiers
+from onnxgate.contract_store import sha256_file, signature_required, signer, verifiers
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 from onnxgate.gate import _steps

@@ -102,7 +102,8 @@ def _worse(one: Disagreement, other: Disagreement) -> bool:
 
 def disagreements(reference: Mapping[str, object], second: Mapping[str, object]) -> list:
     """The outputs on which two runs differ beyond the default tolerances (``compare``'s)."""
-    from onnxgate.compare._metrics import as_array, default_tolerance
+    from onnxgate.compare._metrics import as_array
+    from onnxgate.settings import default_tolerance
 
     found: list[Disagreement] = []
     for name, value in reference.items():

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from onnxgate.perf._fusion import quiet_tools
+from onnxgate._stdout import quiet_tools
 
 # the ONNX Runtime ops a fused attention becomes
 ATTENTION_OPS = ("Attention", "MultiHeadAttention")

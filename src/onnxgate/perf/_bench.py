@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.contract import contract_dims, contract_samples
+from onnxgate.contract_store import contract_tensorrt
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -99,7 +100,9 @@ class BenchConfig(Part):
 
     def ort_options(self, threads: int) -> OrtOptions:
         """The session options of one thread count."""
-        return self.session.ort_options(intra_op_threads=threads)
+        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+        return OrtOptions.from_session(self.session, intra_op_threads=threads)
 
 
 class BenchResult(BaseModel):
@@ -399,7 +402,7 @@ def _bench_here(
     watch = Watch(lambda: [os.getpid()])
     for option in options:
         threads = option.intra_op_threads
-        with OrtRunner(loaded, option) as runner:
+        with OrtRunner(loaded, option, tensorrt=contract_tensorrt) as runner:
             providers = runner.providers()
             for sample in samples:
                 say(f"{sample.label}, threads={threads or 'auto'}: warming up")

@@ -88,13 +88,15 @@ class Contender:
             request = {"op": "load", "onnx": str(self.onnx), "settings": dict(self.settings)}
             if self.runtime is not None:
                 from onnxgate.compat.runtime import RuntimeSpec
+                from onnxgate.contract_store import contract_tensorrt
                 from onnxgate.runners import OrtOptions
-                from onnxgate.runners._tensorrt import with_contract
+                from onnxgate.runners._ort import with_tensorrt
 
                 request["package"] = RuntimeSpec.parse(self.runtime).package
                 # the worker in another runtime has no onnxgate: the contract's TensorRT
-                # options are added here, as OrtRunner adds them in onnxgate's own workers
-                options = with_contract(OrtOptions.from_settings(self.settings), self.onnx)
+                # options are added here, as onnxgate's own workers add them to their runner
+                given = OrtOptions.from_settings(self.settings)
+                options = with_tensorrt(given, self.onnx, contract_tensorrt)
                 request["settings"] = options.settings()
             return request
         return {

@@ -15,11 +15,9 @@ passed in.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import statistics
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxgate._stdout import stdout_to_stderr
+from onnxgate._stdout import quiet_tools
 from onnxgate.errors import first_line
 from onnxgate.model import LoadedModel
 
@@ -140,32 +138,6 @@ def encoder_shape(model: onnx.ModelProto) -> EncoderShape | None:
     if not votes:
         return None
     return EncoderShape(heads=votes.most_common(1)[0][0], hidden=hidden)
-
-
-@contextlib.contextmanager
-def quiet_tools() -> Iterator[None]:
-    """Keep ONNX Runtime's Python tools off stdout and the terminal (unless -vv).
-
-    The transformer optimizer prints through ``print``, its loggers and warnings; stdout must
-    stay one JSON document under ``--format json``, so file descriptor 1 points at stderr too.
-    """
-    if log.isEnabledFor(logging.DEBUG):
-        yield
-        return
-    # the optimizer's modules log under bare names (``fusion_skiplayernorm``), so no logger
-    # prefix catches them: logging below ERROR is switched off while it runs
-    disabled = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        with stdout_to_stderr(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with (
-                contextlib.redirect_stdout(io.StringIO()),
-                contextlib.redirect_stderr(io.StringIO()),
-            ):
-                yield
-    finally:
-        logging.disable(disabled)
 
 
 def _fused(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from onnxgate._cgroup import usable_cpus
-from onnxgate.contract._schema import Machine
+from onnxgate.contract_store import Machine
 
 __all__ = ["cpu_model", "fingerprint", "usable_cpus"]
 

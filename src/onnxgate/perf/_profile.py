@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._words import setting
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import contract_samples
+from onnxgate.contract_store import contract_tensorrt
 from onnxgate.data import Sample, load_feeds, validate_feeds
 from onnxgate.errors import ConfigError, FeedError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -81,7 +82,9 @@ class ProfileConfig(Part):
 
     def ort_options(self) -> OrtOptions:
         """The session options (validated: level, threads, provider options)."""
-        return self.session.ort_options()
+        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+        return OrtOptions.from_session(self.session)
 
 
 class TensorShape(BaseModel):
@@ -451,7 +454,10 @@ def profile(
     feeds = validate_feeds(signature, sample.feeds, where=sample.label)
     say = progress or (lambda message: log.info("%s", message))
     with tempfile.TemporaryDirectory(prefix="onnxgate-profile-") as tmp:
-        with OrtRunner(loaded, options, profile_prefix=Path(tmp) / "ort") as runner:
+        profiled = OrtRunner(
+            loaded, options, profile_prefix=Path(tmp) / "ort", tensorrt=contract_tensorrt
+        )
+        with profiled as runner:
             providers = runner.providers()
             say(
                 f"profiling {loaded.path.name} on {', '.join(providers)}: {config.warmup} "

@@ -52,6 +52,7 @@ from onnxgate.contract import (
     identity,
     read_golden,
 )
+from onnxgate.contract_store import contract_tensorrt
 from onnxgate.data import Sample, load_feeds, plan_dims, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -419,7 +420,7 @@ def tune(
     # the defaults' own.
     say("running the model as given under ONNX Runtime's defaults (the parity reference)")
     loading = now()
-    with OrtRunner(loaded, defaults) as runner:
+    with OrtRunner(loaded, defaults, tensorrt=contract_tensorrt) as runner:
         load_s = now() - loading  # a contest worker loads the model as long again
         reference = runner.infer(sample.feeds)
         expected = [(sample, dict(reference.outputs)), *stored]
@@ -473,7 +474,9 @@ def tune(
             pair_start = now()
             say(f"parity gate: {g.label} at level {level}")
             options = OrtOptions.from_settings(defaults.settings() | {"optimization": level})
-            candidate = OrtRunner(files[g.label], options, name=f"{g.label} @ {level}")
+            candidate = OrtRunner(
+                files[g.label], options, name=f"{g.label} @ {level}", tensorrt=contract_tensorrt
+            )
             try:
                 report = compare_runners(
                     candidate, golden, samples, signature=signature, tolerances=compare_config
@@ -515,7 +518,8 @@ def tune(
             return f"{c.graph}; {OrtOptions.from_settings(c.settings).describe()}"
 
         def in_process(c: Candidate, runs: int) -> list[float]:
-            with OrtRunner(files[c.graph], OrtOptions.from_settings(c.settings)) as runner:
+            options = OrtOptions.from_settings(c.settings)
+            with OrtRunner(files[c.graph], options, tensorrt=contract_tensorrt) as runner:
                 for _ in range(config.search_warmup):
                     runner.infer(sample.feeds)
                 return [runner.infer(sample.feeds).latency_ns / 1e6 for _ in range(runs)]
@@ -595,7 +599,8 @@ def tune(
                 best = grid[0]
             else:
                 say(f"parity gate: the winner's exact settings ({describe(best)})")
-                runner = OrtRunner(files[best.graph], OrtOptions.from_settings(best.settings))
+                options = OrtOptions.from_settings(best.settings)
+                runner = OrtRunner(files[best.graph], options, tensorrt=contract_tensorrt)
                 report = compare_runners(
                     runner, golden, samples, signature=signature, tolerances=compare_config
                 )

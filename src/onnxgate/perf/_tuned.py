@@ -17,7 +17,7 @@ import onnx
 
 from onnxgate._fs import atomic_write_bytes
 from onnxgate.contract import SIDECAR, Contract, ContractStore, TunedSettings, sha256_file
-from onnxgate.contract._schema import digest
+from onnxgate.contract_store import digest
 from onnxgate.errors import ConfigError
 from onnxgate.perf._machine import fingerprint
 

@@ -56,7 +56,10 @@ class _Worker:
             from onnxgate.runners._ort import runtime_version
 
             options = OrtOptions.from_settings(request.get("settings") or {})
-            runner = OrtRunner(load_model(Path(request["onnx"])), options)
+            from onnxgate.contract_store import contract_tensorrt
+
+            loaded = load_model(Path(request["onnx"]))
+            runner = OrtRunner(loaded, options, tensorrt=contract_tensorrt)
             self.runner = runner.__enter__()
             return {
                 "runtime": f"onnxruntime {runtime_version()}",

@@ -21,7 +21,8 @@ from onnxgate.compat.runtime import (
     runtime_profile,
 )
 from onnxgate.compat.versions import parse_release
-from onnxgate.data import DimChoice, Sample, load_feeds, synthetic_samples, validate_feeds
+from onnxgate.contract_store import contract_dims
+from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._refusal import refusal
@@ -126,12 +127,6 @@ def _run_isolated(python: Path, request: dict[str, Any], feeds: Mapping[str, Any
         )
 
 
-def _contract_dims(loaded: LoadedModel) -> dict[str, DimChoice]:
-    from onnxgate.contract import contract_dims  # the contract module imports this one
-
-    return contract_dims(loaded.path)
-
-
 def _feeds(
     loaded: LoadedModel, feeds: FeedSettings, samples: Sequence[Sample] | None
 ) -> dict[str, Any]:
@@ -154,7 +149,7 @@ def _feeds(
             dims=feeds.sizes(),
             ranges=feeds.value_ranges(),
             seed=feeds.seed,
-            known=_contract_dims(loaded),
+            known=contract_dims(loaded.path),
         )[0]
     return validate_feeds(signature, sample.feeds, where=sample.label)
 
@@ -203,7 +198,9 @@ def placement(
     session = config.session
     if not session.providers and require:
         session = session.model_copy(update={"providers": (require,)})
-    options = session.ort_options()
+    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+
+    options = OrtOptions.from_session(session)
     spec = RuntimeSpec.parse(config.runtime)
     chosen = _resolve_method(config.method, spec)
     loaded = model if isinstance(model, LoadedModel) else load_model(model)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from onnxgate._version import __version__
 from onnxgate._words import offered, setting
-from onnxgate.compare import Criterion, compare_runners
+from onnxgate.compare import compare_runners
 from onnxgate.contract import (
     SIDECAR,
     ContractStore,
@@ -28,13 +28,13 @@ from onnxgate.contract import (
 )
 from onnxgate.contract._golden import rules_for
 from onnxgate.contract._hollow import output_extents, rule_findings
-from onnxgate.contract._schema import sha256_file
+from onnxgate.contract_store import sha256_file
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.quantize._gate import Judge
 from onnxgate.quantize._report import QuantizeReport
-from onnxgate.settings import Tolerances
+from onnxgate.settings import Criterion, Tolerances
 
 GOLDEN_SAMPLES = 4
 """Evaluation samples kept as the quantised model's golden samples."""

@@ -26,13 +26,7 @@ import numpy as np
 import onnx
 
 from onnxgate._words import setting
-from onnxgate.compare import (
-    Criterion,
-    Drift,
-    compare_runners,
-    drift,
-    parse_metric,
-)
+from onnxgate.compare import Drift, compare_runners, drift
 from onnxgate.contract import GoldenRunner
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError
@@ -40,7 +34,7 @@ from onnxgate.model import Signature, load_model
 from onnxgate.quantize._config import QuantizeConfig
 from onnxgate.quantize._report import GateFigure
 from onnxgate.runners import Inference, Runner, RunnerInfo
-from onnxgate.settings import Tolerances
+from onnxgate.settings import Criterion, Tolerances, parse_metric
 
 log = logging.getLogger(__name__)
 

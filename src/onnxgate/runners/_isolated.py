@@ -27,6 +27,7 @@ from onnxgate.runners._refusal import refusal
 
 if TYPE_CHECKING:
     from onnxgate.runners._ort import OrtOptions
+    from onnxgate.runners._tensorrt import TensorrtFor
 
 TIMEOUT = 900
 
@@ -43,6 +44,8 @@ class IsolatedOrtRunner:
         options: session settings (providers, provider options, level, threads, config entries),
             applied inside the other runtime by the same applier as in this process.
         progress: called with a line for slow steps (building the environment).
+        tensorrt: the TensorRT options a model's contract gives it, added under ``options`` when
+            TensorRT is among the providers (see ``OrtRunner``).
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class IsolatedOrtRunner:
         options: OrtOptions | None = None,
         *,
         progress: Callable[[str], None] | None = None,
+        tensorrt: TensorrtFor | None = None,
     ) -> None:
         from onnxgate.runners._ort import OrtOptions
 
@@ -61,6 +65,7 @@ class IsolatedOrtRunner:
         self.samples = list(samples)
         self.options = options or OrtOptions()
         self.progress = progress
+        self.tensorrt = tensorrt
         self.name = f"{spec} [{self.options.label()}]"
         self.version: str | None = None
         self._settings: dict[str, Any] | None = None
@@ -70,9 +75,9 @@ class IsolatedOrtRunner:
 
     def __enter__(self) -> Self:
         profile = runtime_profile(self.spec, progress=self.progress)
-        from onnxgate.runners._tensorrt import with_contract
+        from onnxgate.runners._ort import with_tensorrt
 
-        options = with_contract(self.options, self.model.path)
+        options = with_tensorrt(self.options, self.model.path, self.tensorrt)
         self._settings = options.applied_settings(profile.all_providers)
         self._python = ensure_env(self.spec, progress=self.progress)
         feeds = [dict(sample.feeds) for sample in self.samples]
@@ -181,4 +186,6 @@ class IsolatedOrtRunner:
 
     def sibling(self, model: LoadedModel) -> IsolatedOrtRunner:
         """The same runtime and settings on another model (a node replayed alone)."""
-        return IsolatedOrtRunner(model, self.spec, (), self.options, progress=self.progress)
+        return IsolatedOrtRunner(
+            model, self.spec, (), self.options, progress=self.progress, tensorrt=self.tensorrt
+        )

@@ -9,18 +9,22 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
 from onnxgate._native import native_step
-from onnxgate.compat.providers import canonical, resolve
+from onnxgate.compat.providers import canonical, parse_providers, resolve
 from onnxgate.errors import ConfigError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, TensorSpec, constant_values
 from onnxgate.runners import _session
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._refusal import refusal
+from onnxgate.runners._tensorrt import TENSORRT, TensorrtFor
+
+if TYPE_CHECKING:
+    from onnxgate.settings import SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,29 @@ class OrtOptions:
     """Memory pattern planning: allocations of the first run reused by later runs."""
     optimized_model_path: Path | None = None
     """Where to save the model as ONNX Runtime optimised it."""
+
+    @classmethod
+    def from_session(cls, session: SessionSettings, **overrides: Any) -> OrtOptions:
+        """The options a ``SessionSettings`` describes; ``overrides`` replace fields of them.
+
+        Raises:
+            ConfigError: a provider, level or thread count ONNX Runtime would refuse.
+        """
+        names, inline = parse_providers(list(session.providers))
+        options = {name: dict(pairs) for name, pairs in inline.items()}
+        for provider, pairs in session.provider_options.items():
+            options.setdefault(provider, {}).update(pairs)
+        fields: dict[str, Any] = {
+            "providers": tuple(names),
+            "provider_options": options,
+            "optimization": session.opt_level,
+            "intra_op_threads": session.threads,
+            "inter_op_threads": session.inter_op_threads,
+            "parallel": session.parallel,
+            "cpu_mem_arena": session.cpu_mem_arena,
+            "config": dict(session.session_config),
+        }
+        return cls(**(fields | overrides))
 
     def __post_init__(self) -> None:
         if self.optimization not in OPT_LEVELS:
@@ -187,6 +214,23 @@ class OrtOptions:
         }
 
 
+def with_tensorrt(options: OrtOptions, model: Path, derive: TensorrtFor | None) -> OrtOptions:
+    """``options`` with the TensorRT options ``derive`` gives ``model`` under the user's ones.
+
+    Only when TensorRT is among the providers and ``derive`` gives options for the model;
+    otherwise ``options`` unchanged (and ``derive`` is not called).
+    """
+    if derive is None or TENSORRT not in options.resolved_providers():
+        return options
+    derived = derive(model)
+    if derived is None:
+        return options
+    given = {k: v for k, v in options.provider_options.items()}
+    key = next((k for k in given if k.lower().startswith("tensorrt")), TENSORRT)
+    given[key] = dict(derived) | dict(given.get(key, {}))
+    return dataclasses.replace(options, provider_options=given)
+
+
 def runtime_version() -> str:
     """The installed ONNX Runtime's version."""
     return ort.__version__
@@ -259,6 +303,9 @@ class OrtRunner:
         name: label for reports; the default names the options.
         profile_prefix: profile every run into a Chrome trace (see ``create_session``);
             ``end_profiling()`` writes it and returns its path.
+        tensorrt: the TensorRT options a model's contract gives it
+            (``onnxgate.contract_store.contract_tensorrt``), added under ``options`` when TensorRT
+            is among the providers; None adds none.
     """
 
     def __init__(
@@ -268,21 +315,21 @@ class OrtRunner:
         *,
         name: str | None = None,
         profile_prefix: Path | None = None,
+        tensorrt: TensorrtFor | None = None,
     ) -> None:
         self.model = model
         self.options = options or OrtOptions()
         self.profile_prefix = profile_prefix
+        self.tensorrt = tensorrt
         self.name = name or f"onnxruntime[{self.options.label()}]"
         self._session: ort.InferenceSession | None = None
         self._outputs: list[str] = []
 
     def __enter__(self) -> Self:
-        from onnxgate.runners._tensorrt import with_contract
-
         self._session = create_session(
             self.model.proto,
             self.model.path.parent,
-            with_contract(self.options, self.model.path),
+            with_tensorrt(self.options, self.model.path, self.tensorrt),
             what=str(self.model.path),
             profile_prefix=self.profile_prefix,
         )
@@ -365,7 +412,7 @@ class OrtRunner:
     def sibling(self, model: LoadedModel) -> OrtRunner:
         """ONNX Runtime with the same settings on another model (nothing saved)."""
         options = dataclasses.replace(self.options, optimized_model_path=None)
-        return OrtRunner(model, options, name=self.name)
+        return OrtRunner(model, options, name=self.name, tensorrt=self.tensorrt)
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every node output of the main graph, from a session where all of them are outputs."""

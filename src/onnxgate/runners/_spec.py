@@ -12,6 +12,7 @@ from onnxgate.runners._base import Runner
 
 if TYPE_CHECKING:
     from onnxgate.runners._ort import OrtOptions
+    from onnxgate.runners._tensorrt import TensorrtFor
 
 SPEC_HELP = (
     "`reference` (the ONNX reference evaluator), `ort` or `ort:ITEMS` (ONNX Runtime with "
@@ -27,6 +28,7 @@ def make_runner(
     *,
     ort_options: OrtOptions | None = None,
     trust_pickle: bool = False,
+    tensorrt: TensorrtFor | None = None,
 ) -> Runner:
     """The runner a spec names, for ``model`` (whose signature non-ONNX runners follow).
 
@@ -35,6 +37,8 @@ def make_runner(
         model: the model under test.
         ort_options: the ``OrtOptions`` that ``ort:...`` specs start from and other .onnx files use.
         trust_pickle: allow ``sklearn:`` files to be unpickled.
+        tensorrt: the TensorRT options a model's contract gives it, for ONNX Runtime runners
+            (see ``OrtRunner``).
 
     Raises:
         ConfigError: the spec names nothing runnable.
@@ -57,7 +61,7 @@ def make_runner(
             optimization=levels[0].strip() if levels else base.optimization,
             providers=providers or base.providers,
         )
-        return OrtRunner(model, options)
+        return OrtRunner(model, options, tensorrt=tensorrt)
     if kind == "torch" and rest:
         from onnxgate.runners._torch import TorchRunner
 
@@ -70,5 +74,6 @@ def make_runner(
         )
     if spec.endswith(".onnx") or Path(spec).is_file():
         other = load_model(spec)
-        return OrtRunner(other, base, name=f"{Path(spec).name} on onnxruntime[{base.label()}]")
+        name = f"{Path(spec).name} on onnxruntime[{base.label()}]"
+        return OrtRunner(other, base, name=name, tensorrt=tensorrt)
     raise ConfigError(f"{spec!r} names no runner.", hint=f"Use {SPEC_HELP}")

@@ -1,105 +1,28 @@
-"""TensorRT settings derived from a model's contract: one function for every place that runs it.
+"""TensorRT options a caller derives for a model, applied under the user's in every session.
 
-``tensorrt_options`` turns what the contract proves into ONNX Runtime's TensorRT provider
-options: shape profiles (``trt_profile_min/opt/max_shapes``) from the proven ranges of the
-symbolic dims, the engine and timing caches at a stated path, the workspace and the precision.
-``OrtRunner`` adds them to every TensorRT session it opens on a model with a contract (the
-options the user gave win), so ``placement``, ``bench``, ``verify`` and ``serve`` run TensorRT as
-``deploy triton`` configures it: ``triton_parameters`` renames the same options to the keys the
-Triton ONNX Runtime backend reads (``precision_mode``, ``max_workspace_size_bytes``, and the
-``trt_*`` keys it passes through). What was gated is what is deployed.
+What a model's contract proves becomes ONNX Runtime's TensorRT provider options (shape profiles
+from the proven ranges, engine and timing caches, workspace, precision:
+``onnxgate.contract_store.tensorrt_options``). Runners do not read contracts: whoever opens a
+runner passes ``tensorrt``, a function of the model's path that gives those options
+(``onnxgate.contract_store.contract_tensorrt``), and ``_ort.with_tensorrt`` adds them under
+the options the user gave (which win) when TensorRT is among the providers. So ``bench``,
+``verify``, ``compare`` and ``serve`` run TensorRT as ``deploy triton`` configures it:
+``triton_parameters`` renames the same options to the keys the Triton ONNX Runtime backend reads
+(``precision_mode``, ``max_workspace_size_bytes``, and the ``trt_*`` keys it passes through).
+What was gated is what is deployed.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from onnxgate._fs import cache_dir
-
-if TYPE_CHECKING:
-    from onnxgate.contract import Contract
-    from onnxgate.runners._ort import OrtOptions
 
 TENSORRT = "TensorrtExecutionProvider"
 PRECISIONS = ("FP32", "FP16", "INT8")
 WORKSPACE_MB = 2048
 
-
-def default_cache(contract: Contract) -> str:
-    """Where engines of this model are cached on this machine: by the model's sha256."""
-    return str(cache_dir() / "tensorrt" / contract.identity.model.sha256[:16])
-
-
-def tensorrt_options(
-    contract: Contract,
-    *,
-    precision: str = "FP32",
-    workspace_mb: int = WORKSPACE_MB,
-    engine_cache: str | None = None,
-    batch_dim: str | None = None,
-    max_batch: int | None = None,
-    notes: list[str] | None = None,
-) -> dict[str, str]:
-    """ONNX Runtime TensorRT provider options from what the contract proves.
-
-    Profiles: min and max of each symbolic dim's proven range (``batch_dim`` up to ``max_batch``
-    when given), opt at the largest, so one engine covers every proven shape. A symbolic or
-    unnamed input dim without a proven range means no profile (TensorRT then builds per shape),
-    said in ``notes``.
-
-    Args:
-        contract: the model's contract.
-        precision: FP32 (what the gate judged), FP16 or INT8.
-        workspace_mb: the builder's workspace.
-        engine_cache: the engine and timing cache folder; default one per model in onnxgate's
-            cache.
-        batch_dim: the batch dim, when a server batches along it.
-        max_batch: the largest batch the server forms.
-        notes: where to say what was left out.
-    """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    signature = contract.signature
-    ranges: dict[str, tuple[int, int]] = {}
-    for name, bound in signature.dims.items():
-        if bound.min is None or bound.max is None:
-            continue
-        low, high = bound.min, bound.max
-        if name == batch_dim and max_batch:
-            low, high = min(low, max_batch), max_batch
-        ranges[name] = (low, high)
-    cache = engine_cache or default_cache(contract)
-    options = {
-        "trt_max_workspace_size": str(workspace_mb << 20),
-        "trt_engine_cache_enable": "1",
-        "trt_engine_cache_path": cache,
-        "trt_timing_cache_enable": "1",
-        "trt_timing_cache_path": cache,
-    }
-    if precision == "FP16":
-        options["trt_fp16_enable"] = "1"
-    elif precision == "INT8":
-        options["trt_int8_enable"] = "1"
-    dims = [d for spec in signature.inputs for d in spec.shape or ()]
-    free = sorted({str(d) for d in dims if not isinstance(d, int) and str(d) not in ranges})
-    if free:
-        if notes is not None:
-            notes.append(
-                f"no TensorRT shape profile: {', '.join(free)} has no proven range (prove one "
-                "with `onnxgate contract init --dim`); TensorRT builds an engine per new shape"
-            )
-    elif any(not isinstance(d, int) for d in dims):
-        for key, pick in (("min", 0), ("opt", 1), ("max", 1)):
-            options[f"trt_profile_{key}_shapes"] = ",".join(
-                f"{spec.name}:"
-                + "x".join(
-                    str(d if isinstance(d, int) else ranges[str(d)][pick]) for d in spec.shape or ()
-                )
-                for spec in signature.inputs
-            )
-    return options
+TensorrtFor = Callable[[Path], Mapping[str, str] | None]
+"""The TensorRT provider options a model's own record gives it, by the model's path (None: none)."""
 
 
 def triton_parameters(options: dict[str, str]) -> dict[str, str]:
@@ -116,27 +39,3 @@ def triton_parameters(options: dict[str, str]) -> dict[str, str]:
         else:  # the backend passes trt_* keys through to the provider
             parameters[key] = value
     return {"precision_mode": precision, **parameters}
-
-
-def with_contract(options: OrtOptions, model: Path) -> OrtOptions:
-    """``options`` with the contract's TensorRT options under the user's ones.
-
-    Only when TensorRT is among the providers and the model has a readable contract; otherwise
-    ``options`` unchanged.
-    """
-    if TENSORRT not in options.resolved_providers():
-        return options
-    from onnxgate.contract import SIDECAR
-    from onnxgate.errors import GateError
-
-    try:
-        if not SIDECAR.exists(model):
-            return options
-        contract = SIDECAR.read(model)
-    except GateError:  # a damaged contract is verify's to report, not the session's
-        return options
-    given = {k: v for k, v in options.provider_options.items()}
-    key = next((k for k in given if k.lower().startswith("tensorrt")), TENSORRT)
-    merged = tensorrt_options(contract) | dict(given.get(key, {}))
-    given[key] = merged
-    return dataclasses.replace(options, provider_options=given)

@@ -30,6 +30,7 @@ from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.contract import SIDECAR, Admission, admit, shown
 from onnxgate.contract._verify import Cell, placement_cell
+from onnxgate.contract_store import contract_tensorrt
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
 from onnxgate.runners import Inference, RunnerInfo
@@ -229,7 +230,8 @@ class Predictor:
         from onnxgate.runners import OrtRunner  # imports ONNX Runtime
 
         loaded = load_model(path)
-        runner = OrtRunner(loaded, options, name=f"onnxruntime[{options.label()}]")
+        name = f"onnxruntime[{options.label()}]"
+        runner = OrtRunner(loaded, options, name=name, tensorrt=contract_tensorrt)
         runner.__enter__()
         try:
             predictor = cls(source, config, runner)
@@ -469,7 +471,7 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
     if not session.providers and source.providers:
         session = session.model_copy(update={"providers": source.providers})
         notes.append(f"providers {', '.join(source.providers)}, as gated")
-    options = session.ort_options()
+    options = OrtOptions.from_session(session)
     path = source.model
     used = False
     if config.tuned and explicit:

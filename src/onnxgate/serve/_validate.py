@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from onnxgate.contract import Contract
-from onnxgate.contract._schema import DimBound, ValueBound
+from onnxgate.contract_store import DimBound, ValueBound
 from onnxgate.errors import InvalidRequest, PayloadTooLarge
 from onnxgate.model import TensorSpec
 from onnxgate.serve._tensors import datatype_of

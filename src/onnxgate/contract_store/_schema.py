@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from onnxgate.compare._metrics import METRICS, parse_metric
-from onnxgate.contract._names import plain_name, shown, stored_name
+from onnxgate.contract_store._names import plain_name, shown, stored_name
 from onnxgate.errors import ConfigError, ModelLoadError
 from onnxgate.model import LoadedModel, TensorSpec
+from onnxgate.settings import METRICS, parse_metric
 
 CONTRACT_FORMAT = 1
 
@@ -296,7 +296,7 @@ class Performance(_Strict):
 
 
 class Signing(_Strict):
-    """A key's signature over the rest of the contract (``onnxgate.contract._sign``)."""
+    """A key's signature over the rest of the contract (``onnxgate.contract_store._sign``)."""
 
     algorithm: Literal["hmac-sha256", "ed25519"]
     key_id: str

@@ -20,15 +20,15 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text
-from onnxgate.contract._names import shown
-from onnxgate.contract._schema import (
+from onnxgate.contract_store._names import shown
+from onnxgate.contract_store._schema import (
     CONTRACT_FORMAT,
     Contract,
     contract_paths,
     golden_path,
     sha256_file,
 )
-from onnxgate.contract._sign import seal
+from onnxgate.contract_store._sign import seal
 from onnxgate.data import read_npz
 from onnxgate.errors import DataFileError, ModelLoadError
 

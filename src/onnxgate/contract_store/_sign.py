@@ -48,7 +48,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
-from onnxgate.contract._schema import Contract, Signing
+from onnxgate.contract_store._schema import Contract, Signing
 from onnxgate.errors import ConfigError, ContractKeyError, ContractKeyMissing, ExtraMissing
 
 log = logging.getLogger(__name__)
