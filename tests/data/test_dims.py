@@ -322,7 +322,21 @@ def test_a_given_range_is_never_lowered_by_the_joint_check():
         signature_of(proto), proto, given={"n": (1, 64)}, cost=fake_cost, budget=30.0
     )
     assert ranges["n"].high == 64 and ranges["n"].given
-    assert ranges["height"].high < 640 and ranges["height"].uncapped == 640
+    # the starter ranges are costed with the given one at its low end: the user chose its cost
+    assert ranges["height"].high == 640 and ranges["height"].uncapped is None
+
+
+def test_a_given_range_that_alone_costs_over_the_budget_narrows_no_starter_range():
+    from onnxgate.data._dims import serving_ranges
+
+    proto = two_inputs()
+    given = {"height": (224, 1024), "width": (224, 1024)}
+    assert fake_cost({"batch": 1, "height": 1024, "width": 1024, "n": 1}) > 30
+    ranges = serving_ranges(signature_of(proto), proto, given=given, cost=fake_cost, budget=30.0)
+    assert ranges["height"].high == ranges["width"].high == 1024
+    # n keeps its role's top: costed with the images at 224, as the user's sizes are theirs to pay
+    # (before, no point could fit with them at 1024, and n was lowered to 1..1)
+    assert (ranges["n"].high, ranges["n"].uncapped) == (64, None)
 
 
 def test_a_cost_capped_range_says_so_and_the_contract_records_why(tmp_path):

@@ -455,7 +455,8 @@ def serving_ranges(
     Then every point ``range_points`` will prove is costed as a whole, since a point takes
     several tops at once (an image's sides with token positions): while one costs more than
     ``budget``, the first starter top at its end in that point, in ``JOINT_ORDER``, is lowered
-    to its next size the graph accepts. Given ranges are never lowered.
+    to its next size the graph accepts. Given ranges are never lowered, and are costed at their
+    low ends: a given range that alone costs more than ``budget`` narrows no starter range.
     """
     given = dict(given or {})
     every = {range_key_label(k): r for k, r in dim_roles(signature, indexed=indexed).items()}
@@ -513,9 +514,23 @@ def serving_ranges(
             )
         for key in keys:
             ranges[range_key_label(key)] = DimRange(lows[key], high, role, why, uncapped=uncapped)
+
+    def starters(point: Mapping[str, int]) -> dict[str, int]:
+        """``point`` with given ranges at their low ends.
+
+        What the starter ranges add is costed, not the sizes the user asked for, which are
+        proven whatever they cost.
+        """
+        return {k: base.get(k, v) for k, v in point.items()}
+
     while cost is not None:
         over = next(
-            (p for p in range_points(ranges) if not _fits(p, ranges, groups, affordable)), None
+            (
+                starters(p)
+                for p in range_points(ranges)
+                if not _fits(starters(p), ranges, groups, affordable)
+            ),
+            None,
         )
         if over is None:
             break  # every point fits, or only given ranges are at their tops in those that do not
