@@ -183,3 +183,16 @@ def test_a_sequence_output_no_zipmap_writes_is_refused_with_what_to_do(tmp_path)
     assert "output 'parts' is a seq(tensor(float))" in caught.value.message
     assert "onnxgate serve" in caught.value.hint
     assert not (tmp_path / "repo" / "parts").exists()  # refused before anything is written
+
+
+def test_labels_are_counted_as_triton_reads_them(tmp_path):
+    """Lines end at a newline only (std::getline): a form feed inside a label is no break."""
+    gated = iris_classifier(tmp_path / "m" / "iris.onnx")
+    repo = tmp_path / "repo"
+    assert deploy_triton(gated, TritonConfig(out=repo, allow_ungated=True)).passed
+    labels = repo / "iris" / "v1.output_probability.labels.txt"
+    labels.write_bytes(b"set\x0cosa\r\nversicolor\nvirginica")  # 3 lines, none final
+    assert not [f for f in check_repository(repo).findings if f.code == "DPL026"]
+    labels.write_bytes(b"")
+    found = [f for f in check_repository(repo).findings if f.code == "DPL026"]
+    assert found and "holds 0 label(s)" in found[0].message

@@ -427,7 +427,9 @@ def _check_labels(
             )  # fmt: skip
             continue
         try:
-            count = len(file.read_text(encoding="utf-8").splitlines())
+            # as Triton reads it (std::getline): lines end at "\n" only, the last may not
+            text = file.read_bytes().decode("utf-8")
+            count = len(text.removesuffix("\n").split("\n")) if text else 0
         except (OSError, UnicodeDecodeError) as err:
             found.add("DPL026", "error", at, f"{file} cannot be read: {err}")
             continue
