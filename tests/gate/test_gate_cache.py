@@ -193,3 +193,19 @@ def test_a_signing_key_set_since_the_last_run_makes_the_export_run_again(
     assert contract["signing"]["key_id"], contract.get("signing")
 
     assert run_gate(path).step("export").cached  # the same key again: the cache holds
+
+
+def test_a_same_size_rewrite_within_one_clock_tick_is_hashed_again(tmp_path: Path) -> None:
+    """An atomic write replaces the file: same size, same mtime (a coarse clock), new inode."""
+    import os
+
+    from onnxgate._fs import atomic_write_text
+
+    path = tmp_path / "m.contract.json"
+    atomic_write_text(path, '{"a": 1}')
+    first = (_pipeline._snapshot(tmp_path, content=True), _pipeline._snapshot(tmp_path))
+    stamp = path.stat().st_mtime_ns
+    atomic_write_text(path, '{"a": 2}')
+    os.utime(path, ns=(stamp, stamp))
+    assert _pipeline._snapshot(tmp_path, content=True) != first[0]
+    assert _pipeline._snapshot(tmp_path) != first[1]

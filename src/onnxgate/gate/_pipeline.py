@@ -110,19 +110,32 @@ def environment() -> Environment:
     )
 
 
+Stamp = tuple[str, int, int, int, int]
+"""A file as last seen: resolved path, size, inode, modification and change time (ns)."""
+
+
+def _stamp(path: Path) -> Stamp:
+    """What changes when a file is written.
+
+    An atomic write gives a new inode too, so a rewrite of the same size within the clock's
+    resolution is not taken for the old file.
+    """
+    stat = path.stat()
+    return (str(path.resolve()), stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
 @functools.lru_cache(maxsize=4096)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
-    return sha256_file(Path(path))
+def _digest(stamp: Stamp) -> str:
+    return sha256_file(Path(stamp[0]))
 
 
 def _sha256(path: Path) -> str:
-    """A file's sha256, hashed once while its size and modification time stay the same.
+    """A file's sha256, hashed once while it stays the same file (``_stamp``).
 
     Every step snapshots the run folder before and after it runs and for its cache key; the
     models in it are tens of MB, and only the files a step wrote are read again.
     """
-    stat = path.stat()
-    return _digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    return _digest(_stamp(path))
 
 
 REPORTS = frozenset({"report.json", "report.html", "junit.xml"})
@@ -141,15 +154,14 @@ def _snapshot(folder: Path, *, content: bool = False) -> dict[str, str]:
         if not path.is_file() or str(rel) in REPORTS or path.name.startswith("."):
             continue
         if content and path.name.endswith(CONTRACT_SUFFIX):
-            stat = path.stat()
-            found[str(rel)] = _content_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+            found[str(rel)] = _content_sha256(_stamp(path))
         else:
             found[str(rel)] = _sha256(path)
     return found
 
 
 @functools.lru_cache(maxsize=256)
-def _content_sha256(path: str, size: int, mtime_ns: int) -> str:
+def _content_sha256(stamp: Stamp) -> str:
     """A contract's sha256 without the times of its making, for cache keys.
 
     ``created`` (the provenance's, each tuned record's) says when the file was written, not what
@@ -159,7 +171,7 @@ def _content_sha256(path: str, size: int, mtime_ns: int) -> str:
     over a file other than the one it was cached over (``_Cache.get``), which would put an older
     contract back over the fresh export's. What is not a contract's JSON is hashed as it is.
     """
-    raw = Path(path).read_bytes()
+    raw = Path(stamp[0]).read_bytes()
     try:
         document = json.loads(raw)
         document.get("provenance", {}).pop("created", None)
