@@ -141,7 +141,7 @@ def _ranges_comment(probe: Probe | None) -> str:
         )
         took = (
             f"one golden sample would take the ONNX reference evaluator about "
-            f"{probe.sample_seconds:.2g} s or more (not run: {probe.reference_skipped})"
+            f"{probe.sample_seconds:.2g} s or more ({probe.reference_skipped})"
             if probe.sample_estimated
             # the evaluator ran the smallest sample first; the time is that sample's
             else f"the ONNX reference evaluator took {probe.sample_seconds:.2g} s on one golden "
