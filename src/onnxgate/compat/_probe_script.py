@@ -26,16 +26,14 @@ def _try_load(ort, path, providers):
     return None
 
 
-# Builds with these providers crash (signal 11) in get_all_opkernel_def: it asks each built-in
-# provider for its kernel registry, and OpenVINO's is null (seen in onnxruntime-openvino 1.24.1).
-NO_KERNEL_REGISTRY = ("OpenVINOExecutionProvider",)
-
-
-def _kernels(capi, available):
+def _kernels(capi, available, unreadable):
     getter = getattr(capi, "get_all_opkernel_def", None)
     if getter is None:  # releases before 1.16 do not expose their kernel registry
         return None
-    if any(p in available for p in NO_KERNEL_REGISTRY):
+    # Builds with these providers crash (signal 11) in get_all_opkernel_def: it asks each
+    # built-in provider for its kernel registry, and theirs is null. The parent names them
+    # (``no_kernel_registry`` of the runtimes registered in onnxgate.runners).
+    if any(p in available for p in unreadable):
         return None
     rows = []
     for kernel in getter():
@@ -86,7 +84,8 @@ def main():
         "loads": {path: _try_load(ort, path, providers) for path in request.get("models", [])},
     }
     if request.get("registries"):
-        answer["kernels"] = _kernels(capi, answer["available_providers"])
+        unreadable = request.get("no_kernel_registry") or []
+        answer["kernels"] = _kernels(capi, answer["available_providers"], unreadable)
         answer["schemas"] = _schemas(capi)
     with open(sys.argv[2], "w") as handle:
         json.dump(answer, handle)

@@ -14,13 +14,11 @@ import json
 import logging
 import os
 import platform
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -40,7 +38,8 @@ from onnxgate.compat.versions import (
     proto_domain,
     release_key,
 )
-from onnxgate.errors import ConfigError, GateError, RuntimeEnvError
+from onnxgate.errors import GateError, RuntimeEnvError
+from onnxgate.runners._runtimes import RuntimeSpec, no_kernel_registry, packages
 
 log = logging.getLogger(__name__)
 
@@ -50,56 +49,6 @@ PROBE_FLOOR_IR = 14
 PROBE_FLOOR_OPSET = 28
 """The probe always tries at least up to these (plus a margin): what onnx 1.23 writes."""
 """Bump when the probe or the profile's shape changes, so stale caches are re-probed."""
-
-RUNTIME_PACKAGES = (
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "onnxruntime-openvino",
-    "onnxruntime-directml",
-    "onnxruntime-qnn",
-)
-
-_SPEC = re.compile(r"^\s*(?:(?P<pkg>[A-Za-z][\w.-]*)\s*==\s*)?(?P<ver>\d+\.\d+\.\d+)\s*$")
-
-
-@dataclass(frozen=True)
-class RuntimeSpec:
-    """Which ONNX Runtime to ask: the installed one, or ``package==version``."""
-
-    package: str = "onnxruntime"
-    version: str | None = None
-
-    @property
-    def installed(self) -> bool:
-        """Whether this names the runtime installed next to onnxgate."""
-        return self.version is None
-
-    def __str__(self) -> str:
-        return "installed" if self.installed else f"{self.package}=={self.version}"
-
-    @classmethod
-    def parse(cls, text: str | None) -> RuntimeSpec:
-        """Parse ``installed``, ``1.16.3`` or ``onnxruntime==1.16.3``.
-
-        Raises:
-            ConfigError: the text is not one of these forms or names an unknown package.
-        """
-        if text is None or text.strip() in ("", "installed"):
-            return cls()
-        match = _SPEC.match(text)
-        if not match:
-            raise ConfigError(
-                f"runtime {text!r} is not a runtime spec.",
-                hint="Use 'installed', a full release such as 1.16.3, or onnxruntime==1.16.3 "
-                "(major.minor.patch: the probe must know exactly which release it measured).",
-            )
-        package = (match["pkg"] or "onnxruntime").lower().replace("_", "-")
-        if package not in RUNTIME_PACKAGES:
-            raise ConfigError(
-                f"runtime package {package!r} is not an ONNX Runtime package.",
-                hint=f"Use one of: {', '.join(RUNTIME_PACKAGES)}.",
-            )
-        return cls(package, match["ver"])
 
 
 class RuntimeProfile(BaseModel):
@@ -295,7 +244,12 @@ def run_probe(
                 labels[str(path)] = label
         else:
             labels = {str(p): str(p) for p in models}
-        request = {"models": list(labels), "registries": registries, "providers": providers}
+        request = {
+            "models": list(labels),
+            "registries": registries,
+            "providers": providers,
+            "no_kernel_registry": list(no_kernel_registry()),
+        }
         answer = run_json_script(
             python,
             script,
@@ -341,7 +295,7 @@ def _pytag() -> str:
 
 def installed_runtime() -> tuple[str, str] | None:
     """(distribution, version) of the ONNX Runtime installed next to onnxgate, if any."""
-    for name in RUNTIME_PACKAGES:
+    for name in packages():
         try:
             return name, metadata.version(name)
         except metadata.PackageNotFoundError:

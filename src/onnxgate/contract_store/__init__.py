@@ -55,7 +55,12 @@ from onnxgate.contract_store._sign import (
     verifiers,
 )
 from onnxgate.contract_store._store import SIDECAR, ContractStore, SidecarStore
-from onnxgate.contract_store._tensorrt import contract_tensorrt, default_cache, tensorrt_options
+from onnxgate.contract_store._tensorrt import (
+    contract_extras,
+    contract_tensorrt,
+    default_cache,
+    tensorrt_options,
+)
 
 __all__ = [
     "CONTRACT_FORMAT",
@@ -88,6 +93,7 @@ __all__ = [
     "canonical",
     "check_signature",
     "contract_dims",
+    "contract_extras",
     "contract_paths",
     "contract_tensorrt",
     "default_cache",

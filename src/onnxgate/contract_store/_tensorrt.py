@@ -4,18 +4,21 @@
 profiles (``trt_profile_min/opt/max_shapes``) from the proven ranges of the symbolic dims, the
 engine and timing caches at a stated path, the workspace and the precision. ``deploy triton``
 writes them into the model's config; ``contract_tensorrt`` reads them for a model from the
-contract beside it, and is what steps pass to the runners they open (``tensorrt=``), which add
-them to every TensorRT session (``runners._tensorrt.with_tensorrt``; the user's options win).
+contract beside it, and steps pass it to every runner they open through ``contract_extras``
+(``onnxgate.runners.open_runner`` refuses a TensorRT runner opened without it); the runner adds
+them to every TensorRT session (``runners._ort.with_tensorrt``; the user's options win).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from onnxgate._fs import cache_dir
 from onnxgate.contract_store._schema import Contract
 from onnxgate.contract_store._store import SIDECAR
 from onnxgate.errors import GateError
+from onnxgate.runners._runtimes import RunExtras
 from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB
 
 
@@ -107,3 +110,12 @@ def contract_tensorrt(model: Path) -> dict[str, str] | None:
     except GateError:  # a damaged contract is verify's to report, not the session's
         return None
     return tensorrt_options(contract)
+
+
+def contract_extras(**given: Any) -> RunExtras:
+    """The per-run extras of a runner opened for a model that may have a contract.
+
+    The one way steps pass ``contract_tensorrt`` to ``onnxgate.runners.open_runner`` (which
+    refuses a TensorRT runner opened without it); ``given`` are the other ``RunExtras`` fields.
+    """
+    return RunExtras(tensorrt=contract_tensorrt, **given)

@@ -9,10 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
+from onnxgate.runners._onnxruntime import ONNXRUNTIME, PLATFORM_BUILDS
+from onnxgate.runners._openvino import OPENVINO
 from onnxgate.runners._reference import ReferenceRunner
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
 from onnxgate.runners._spec import SPEC_HELP, make_runner
+from onnxgate.runners._runtimes import RunExtras, RuntimeSpec, open_runner, register
 from onnxgate.runners._torch import TorchRunner, load_entry
+
+# Every runtime kind, once; the order is the one `runtime` errors list packages in.
+register(ONNXRUNTIME, OPENVINO, PLATFORM_BUILDS)
 
 if TYPE_CHECKING:
     from onnxgate.runners._ort import OrtOptions, OrtRunner
@@ -24,13 +30,16 @@ __all__ = [
     "OrtRunner",
     "ReferenceRunner",
     "Runner",
+    "RunExtras",
     "RunnerInfo",
+    "RuntimeSpec",
     "SklearnRunner",
     "TensorTap",
     "TorchRunner",
     "load_entry",
     "load_estimator",
     "make_runner",
+    "open_runner",
 ]
 
 

@@ -1,0 +1,23 @@
+"""OpenVINO: ONNX Runtime's ``onnxruntime-openvino`` package, registered with the runner factory.
+
+It replaces the ``onnxruntime`` module, so it runs like another release of ONNX Runtime
+(``_onnxruntime.py``), in its isolated environment (``onnxruntime-openvino==1.24.1``). What is
+its own: the provider it brings, and that reading its kernel registry crashes (signal 11 in
+``get_all_opkernel_def``, seen in onnxruntime-openvino 1.24.1), so the probe skips it.
+"""
+
+from __future__ import annotations
+
+from onnxgate.runners._onnxruntime import open_ort, ort_worker
+from onnxgate.runners._runtimes import Runtime
+
+PROVIDER = "OpenVINOExecutionProvider"
+
+OPENVINO = Runtime(
+    "openvino",
+    ("onnxruntime-openvino",),
+    open=open_ort,
+    worker=ort_worker,
+    providers=(PROVIDER,),
+    no_kernel_registry=(PROVIDER,),
+)
