@@ -24,7 +24,7 @@ from onnxgate.compare._metrics import (
 from onnxgate.compare._replay import deviations_in
 from onnxgate.compare._report import CompareReport, Divergence, OutputComparison, SampleResult
 from onnxgate.compat.runtime import RuntimeSpec
-from onnxgate.contract_store import contract_dims, contract_tensorrt
+from onnxgate.contract_store import contract_dims, contract_extras
 from onnxgate.data import (
     Sample,
     chosen_ranges,
@@ -35,7 +35,7 @@ from onnxgate.data import (
 )
 from onnxgate.errors import ConfigError, FeedError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.runners import Runner, RunnerInfo, TensorTap, make_runner
+from onnxgate.runners import Runner, RunnerInfo, TensorTap, make_runner, open_runner
 from onnxgate.settings import (
     DEFAULT_TOLERANCES,
     Criterion,
@@ -435,7 +435,6 @@ def _isolated(
 ) -> Runner:
     """The ONNX Runtime candidate moved to another release or package, settings and all."""
     from onnxgate.runners import OrtRunner
-    from onnxgate.runners._isolated import IsolatedOrtRunner
 
     if not isinstance(runner, OrtRunner) or runner.model is not model:
         raise ConfigError(
@@ -452,9 +451,8 @@ def _isolated(
             field="save_optimized",
             related=["runtime"],
         )
-    return IsolatedOrtRunner(
-        model, spec, samples, runner.options, progress=progress, tensorrt=runner.tensorrt
-    )
+    extras = contract_extras(samples=samples, progress=progress)
+    return open_runner(model, runner.options, runtime=spec, extras=extras)
 
 
 def compare(
@@ -521,7 +519,7 @@ def compare(
         loaded,
         ort_options=ort_options,
         trust_pickle=trust_pickle,
-        tensorrt=contract_tensorrt,
+        extras=contract_extras(),
     )
     spec = RuntimeSpec.parse(config.runtime)
     if not spec.installed:
@@ -548,7 +546,7 @@ def compare(
         loaded,
         ort_options=reference_options,
         trust_pickle=trust_pickle,
-        tensorrt=contract_tensorrt,
+        extras=contract_extras(),
     )
     report = compare_runners(
         cand,

@@ -427,12 +427,12 @@ def second_opinion_for(source: Runner, model: LoadedModel) -> Runner:
     rewrite cannot be blamed; ONNX Runtime (any release or provider) by the reference evaluator;
     a framework's module by ONNX Runtime running the exported model.
     """
-    from onnxgate.runners import OrtOptions, OrtRunner, ReferenceRunner  # imports ONNX Runtime
+    from onnxgate.runners import OrtOptions, OrtRunner, ReferenceRunner, open_runner
     from onnxgate.runners._isolated import IsolatedOrtRunner
 
     if isinstance(source, OrtRunner | IsolatedOrtRunner):
         return ReferenceRunner(model)
-    return OrtRunner(model, OrtOptions(optimization="disable"))
+    return open_runner(model, OrtOptions(optimization="disable"))  # imports ONNX Runtime
 
 
 def opinion_from(report: CompareReport, *, what: str) -> SecondOpinion:

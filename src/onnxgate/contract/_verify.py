@@ -41,7 +41,7 @@ from onnxgate.contract_store import (
     Contract,
     Provenance,
     SecondOpinion,
-    contract_tensorrt,
+    contract_extras,
 )
 from onnxgate.data import (
     Sample,
@@ -50,8 +50,7 @@ from onnxgate.errors import ConfigError, GateError, RunFailed, RuntimeEnvError, 
 from onnxgate.inspection import Leftover, leftovers
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.placement import PlacementConfig, placement
-from onnxgate.runners import Runner, RunnerInfo, make_runner
-from onnxgate.runners._isolated import IsolatedOrtRunner
+from onnxgate.runners import Runner, RunnerInfo, make_runner, open_runner
 from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances
 
 if TYPE_CHECKING:
@@ -174,7 +173,7 @@ def init_contract(
         FeedSettings(inputs=feeds.inputs, ranges=feeds.ranges).refuse_with_inputs()
     loaded = load_model(model)
     runner = make_runner(
-        config.reference, loaded, trust_pickle=config.trust_pickle, tensorrt=contract_tensorrt
+        config.reference, loaded, trust_pickle=config.trust_pickle, extras=contract_extras()
     )
     second: Runner | SecondOpinion = (
         second_opinion_for(runner, loaded)
@@ -225,15 +224,8 @@ def _one_runtime(
         found = installed_runtime()
         label = f"{found[0]}=={found[1]} (installed)" if found else "installed"
     signature = Signature.from_graph(loaded.proto.graph)
-    candidate: Runner
-    if spec.installed:
-        from onnxgate.runners import OrtRunner  # imports ONNX Runtime
-
-        candidate = OrtRunner(loaded, options, tensorrt=contract_tensorrt)
-    else:
-        candidate = IsolatedOrtRunner(
-            loaded, spec, samples, options, progress=progress, tensorrt=contract_tensorrt
-        )
+    extras = contract_extras(samples=samples, progress=progress)
+    candidate = open_runner(loaded, options, runtime=spec, extras=extras)
     golden = GoldenRunner(
         expected, contract.golden.produced_by if contract.golden else "", signature
     )

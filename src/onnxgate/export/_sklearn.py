@@ -227,10 +227,10 @@ def export_sklearn(
             reference = SklearnRunner.from_estimator(
                 estimator, signature, name=type(estimator).__name__
             )
-            from onnxgate.runners import OrtRunner
+            from onnxgate.runners import open_runner
 
             report = compare_runners(
-                OrtRunner(loaded),
+                open_runner(loaded),
                 reference,
                 [Sample(shown(config.data.name), {name: x})],
                 signature=signature,

@@ -548,10 +548,10 @@ def export_torch(
             signature = Signature.from_graph(loaded.proto.graph)
             samples = parity_samples(examples, config.dynamic, seed=config.seed, ranges=config.dims)
             reference = TorchRunner.from_module(module, signature, name=entry)
-            from onnxgate.runners import OrtRunner
+            from onnxgate.runners import open_runner
 
             report = compare_runners(
-                OrtRunner(loaded),
+                open_runner(loaded),
                 reference,
                 samples,
                 signature=signature,

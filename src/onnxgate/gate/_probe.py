@@ -337,7 +337,7 @@ def probe(
     """
     from onnxgate.data._dims import unnamed_dims
     from onnxgate.model import Signature, load_model
-    from onnxgate.runners import OrtRunner
+    from onnxgate.runners import open_runner
     from onnxgate.runners._ort import runtime_version
 
     path = Path(path)
@@ -368,7 +368,7 @@ def probe(
     feeds = "; ".join(_shapes(s) for s in samples)
     timed: list[tuple[float, Sample]] = []
     try:
-        with OrtRunner(loaded) as runner:
+        with open_runner(loaded) as runner:
             for sample in samples:
                 try:
                     result = runner.infer(sample.feeds)
@@ -401,7 +401,7 @@ def probe(
             feeds, runtime, free, reference_error=unknown, seconds=time.perf_counter() - clock
         )
     _, smallest = min(timed, key=lambda t: sum(np.size(v) for v in t[1].feeds.values()))
-    with OrtRunner(loaded) as runner:  # timed again: the first run of a session pays its set-up
+    with open_runner(loaded) as runner:  # timed again: the first run of a session pays its set-up
         runner.infer(smallest.feeds)
         seconds = runner.infer(smallest.feeds).latency_ns / 1e9
     estimate = seconds * REFERENCE_SLOWDOWN
@@ -434,7 +434,7 @@ def probe(
             key=lambda t: sum(np.size(v) for v in t[1].feeds.values()),
         )
         try:
-            with OrtRunner(loaded, OrtOptions(optimization="disable")) as runner:
+            with open_runner(loaded, OrtOptions(optimization="disable")) as runner:
                 sample = smallest
                 ran_on.append(sample)
                 while True:

@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.contract import contract_dims, contract_samples
-from onnxgate.contract_store import contract_tensorrt
+from onnxgate.contract_store import contract_extras
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -392,8 +392,8 @@ def _bench_here(
     say: Callable[..., None],
 ) -> BenchReport:
     """Every configuration in this process, one session per thread count."""
-    from onnxgate.runners import OrtRunner  # imports ONNX Runtime
-    from onnxgate.runners._ort import runtime_version
+    from onnxgate.runners import open_runner
+    from onnxgate.runners._ort import runtime_version  # imports ONNX Runtime
 
     results: list[BenchResult] = []
     warnings: list[str] = []
@@ -402,7 +402,7 @@ def _bench_here(
     watch = Watch(lambda: [os.getpid()])
     for option in options:
         threads = option.intra_op_threads
-        with OrtRunner(loaded, option, tensorrt=contract_tensorrt) as runner:
+        with open_runner(loaded, option, extras=contract_extras()) as runner:
             providers = runner.providers()
             for sample in samples:
                 say(f"{sample.label}, threads={threads or 'auto'}: warming up")

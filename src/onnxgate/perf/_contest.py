@@ -23,7 +23,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -195,21 +194,9 @@ class _Process:
         self.log: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        if runtime is None:
-            # The worker imports onnxgate (and a torch factory's module) as this process does,
-            # even when this process found them through a sys.path edited at run time.
-            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-            command = [sys.executable, "-m", "onnxgate.perf._worker"]
-        else:
-            # another runtime's environment holds no onnxgate: a worker that needs none
-            from onnxgate.compat.runtime import RuntimeSpec, ensure_env
-            from onnxgate.runners import _isolated
+        from onnxgate.runners import worker_command
 
-            env.pop("PYTHONPATH", None)
-            env["PYTHONNOUSERSITE"] = "1"
-            script = Path(_isolated.__file__).with_name("_isolated_worker.py")
-            python = ensure_env(RuntimeSpec.parse(runtime))
-            command = [str(python), "-X", "faulthandler", str(script)]
+        command = worker_command(runtime, env)
         self.proc = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,

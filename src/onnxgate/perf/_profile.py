@@ -21,7 +21,7 @@ import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._words import setting
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import contract_samples
-from onnxgate.contract_store import contract_tensorrt
+from onnxgate.contract_store import contract_extras
 from onnxgate.data import Sample, load_feeds, validate_feeds
 from onnxgate.errors import ConfigError, FeedError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -443,6 +443,7 @@ def profile(
         ProviderUnavailable: a requested provider is not in this ONNX Runtime build (exit 3).
         RunFailed: ONNX Runtime cannot create a session for the model or run it.
     """
+    from onnxgate.runners import open_runner
     from onnxgate.runners._ort import OrtRunner, runtime_version  # imports ONNX Runtime
 
     config = config or ProfileConfig()
@@ -454,9 +455,8 @@ def profile(
     feeds = validate_feeds(signature, sample.feeds, where=sample.label)
     say = progress or (lambda message: log.info("%s", message))
     with tempfile.TemporaryDirectory(prefix="onnxgate-profile-") as tmp:
-        profiled = OrtRunner(
-            loaded, options, profile_prefix=Path(tmp) / "ort", tensorrt=contract_tensorrt
-        )
+        extras = contract_extras(profile_prefix=Path(tmp) / "ort")
+        profiled = cast(OrtRunner, open_runner(loaded, options, extras=extras))
         with profiled as runner:
             providers = runner.providers()
             say(

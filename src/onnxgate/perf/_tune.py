@@ -52,7 +52,7 @@ from onnxgate.contract import (
     identity,
     read_golden,
 )
-from onnxgate.contract_store import contract_tensorrt
+from onnxgate.contract_store import contract_extras
 from onnxgate.data import Sample, load_feeds, plan_dims, validate_feeds
 from onnxgate.errors import ConfigError, ParityError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -376,7 +376,7 @@ def tune(
         ParityError: the model as given does not even agree with itself under the defaults.
         RunFailed: ONNX Runtime cannot run the model.
     """
-    from onnxgate.runners import OrtOptions, OrtRunner  # imports ONNX Runtime
+    from onnxgate.runners import OrtOptions, open_runner  # imports ONNX Runtime
 
     config = config or TuneConfig()
     now = clock or time.monotonic
@@ -420,7 +420,7 @@ def tune(
     # the defaults' own.
     say("running the model as given under ONNX Runtime's defaults (the parity reference)")
     loading = now()
-    with OrtRunner(loaded, defaults, tensorrt=contract_tensorrt) as runner:
+    with open_runner(loaded, defaults, extras=contract_extras()) as runner:
         load_s = now() - loading  # a contest worker loads the model as long again
         reference = runner.infer(sample.feeds)
         expected = [(sample, dict(reference.outputs)), *stored]
@@ -474,8 +474,8 @@ def tune(
             pair_start = now()
             say(f"parity gate: {g.label} at level {level}")
             options = OrtOptions.from_settings(defaults.settings() | {"optimization": level})
-            candidate = OrtRunner(
-                files[g.label], options, name=f"{g.label} @ {level}", tensorrt=contract_tensorrt
+            candidate = open_runner(
+                files[g.label], options, extras=contract_extras(name=f"{g.label} @ {level}")
             )
             try:
                 report = compare_runners(
@@ -519,7 +519,7 @@ def tune(
 
         def in_process(c: Candidate, runs: int) -> list[float]:
             options = OrtOptions.from_settings(c.settings)
-            with OrtRunner(files[c.graph], options, tensorrt=contract_tensorrt) as runner:
+            with open_runner(files[c.graph], options, extras=contract_extras()) as runner:
                 for _ in range(config.search_warmup):
                     runner.infer(sample.feeds)
                 return [runner.infer(sample.feeds).latency_ns / 1e6 for _ in range(runs)]
@@ -600,7 +600,7 @@ def tune(
             else:
                 say(f"parity gate: the winner's exact settings ({describe(best)})")
                 options = OrtOptions.from_settings(best.settings)
-                runner = OrtRunner(files[best.graph], options, tensorrt=contract_tensorrt)
+                runner = open_runner(files[best.graph], options, extras=contract_extras())
                 report = compare_runners(
                     runner, golden, samples, signature=signature, tolerances=compare_config
                 )

@@ -52,14 +52,14 @@ class _Worker:
 
         self.close()
         if request.get("onnx"):
-            from onnxgate.runners import OrtOptions, OrtRunner
+            from onnxgate.runners import OrtOptions, open_runner
             from onnxgate.runners._ort import runtime_version
 
             options = OrtOptions.from_settings(request.get("settings") or {})
-            from onnxgate.contract_store import contract_tensorrt
+            from onnxgate.contract_store import contract_extras
 
             loaded = load_model(Path(request["onnx"]))
-            runner = OrtRunner(loaded, options, tensorrt=contract_tensorrt)
+            runner = open_runner(loaded, options, extras=contract_extras())
             self.runner = runner.__enter__()
             return {
                 "runtime": f"onnxruntime {runtime_version()}",

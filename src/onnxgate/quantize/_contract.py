@@ -70,11 +70,11 @@ def contract_rules(
     samples meet it in those terms; where they do not, the rule records what they measure (a
     notice says so), so the contract holds for the model that was delivered.
     """
-    from onnxgate.runners import OrtRunner
+    from onnxgate.runners import open_runner
 
     wanted = judge.compare_config()
     report = compare_runners(
-        OrtRunner(load_model(delivered)),
+        open_runner(load_model(delivered)),
         judge.reference,
         list(golden),
         signature=signature,
@@ -135,7 +135,7 @@ def second_opinion(
         ParityError: they disagree (the message names the first diverging node, replayed).
         ReferenceFailed: the reference evaluator cannot run the parent (``--no-second-opinion``).
     """
-    from onnxgate.runners import OrtRunner, ReferenceRunner
+    from onnxgate.runners import ReferenceRunner, open_runner
 
     gated = {r.output for r in judge.rules}
     produced = []
@@ -143,7 +143,9 @@ def second_opinion(
         outputs = judge.reference.infer(sample.feeds).outputs
         produced.append((sample, {k: v for k, v in outputs.items() if k in gated}))
     rules = rules_for(signature, produced[0][1], Tolerances())
-    return cross_check(OrtRunner(parent), ReferenceRunner(parent), produced, signature, rules, say)
+    return cross_check(
+        open_runner(parent), ReferenceRunner(parent), produced, signature, rules, say
+    )
 
 
 def write_quantized_contract(

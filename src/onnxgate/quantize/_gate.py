@@ -193,9 +193,9 @@ class _Recorder:
 
 
 def _ort_runner(path: Path) -> Runner:
-    from onnxgate.runners import OrtRunner
+    from onnxgate.runners import open_runner
 
-    return OrtRunner(load_model(path))
+    return open_runner(load_model(path))
 
 
 def _argmax(value: Any) -> np.ndarray:

@@ -12,9 +12,15 @@ from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
 from onnxgate.runners._onnxruntime import ONNXRUNTIME, PLATFORM_BUILDS
 from onnxgate.runners._openvino import OPENVINO
 from onnxgate.runners._reference import ReferenceRunner
+from onnxgate.runners._runtimes import (
+    RunExtras,
+    RuntimeSpec,
+    open_runner,
+    register,
+    worker_command,
+)
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
 from onnxgate.runners._spec import SPEC_HELP, make_runner
-from onnxgate.runners._runtimes import RunExtras, RuntimeSpec, open_runner, register
 from onnxgate.runners._torch import TorchRunner, load_entry
 
 # Every runtime kind, once; the order is the one `runtime` errors list packages in.
@@ -40,6 +46,7 @@ __all__ = [
     "load_estimator",
     "make_runner",
     "open_runner",
+    "worker_command",
 ]
 
 

@@ -63,7 +63,7 @@ def open_ort(model: LoadedModel, settings: Any, spec: RuntimeSpec, extras: RunEx
 
 
 def ort_worker(spec: RuntimeSpec, env: dict[str, str]) -> list[str]:
-    """onnxgate's timing worker here, or the one that needs no onnxgate in an environment."""
+    """Onnxgate's timing worker here, or the one that needs no onnxgate in an environment."""
     if spec.installed:
         # The worker imports onnxgate (and a torch factory's module) as this process does,
         # even when this process found them through a sys.path edited at run time.

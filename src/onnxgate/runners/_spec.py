@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Runner
+from onnxgate.runners._runtimes import RunExtras, open_runner
 
 if TYPE_CHECKING:
     from onnxgate.runners._ort import OrtOptions
-    from onnxgate.runners._tensorrt import TensorrtFor
 
 SPEC_HELP = (
     "`reference` (the ONNX reference evaluator), `ort` or `ort:ITEMS` (ONNX Runtime with "
@@ -28,7 +28,7 @@ def make_runner(
     *,
     ort_options: OrtOptions | None = None,
     trust_pickle: bool = False,
-    tensorrt: TensorrtFor | None = None,
+    extras: RunExtras | None = None,
 ) -> Runner:
     """The runner a spec names, for ``model`` (whose signature non-ONNX runners follow).
 
@@ -37,13 +37,13 @@ def make_runner(
         model: the model under test.
         ort_options: the ``OrtOptions`` that ``ort:...`` specs start from and other .onnx files use.
         trust_pickle: allow ``sklearn:`` files to be unpickled.
-        tensorrt: the TensorRT options a model's contract gives it, for ONNX Runtime runners
-            (see ``OrtRunner``).
+        extras: per-run things for ONNX Runtime runners (``open_runner``), such as the
+            contract's TensorRT options.
 
     Raises:
         ConfigError: the spec names nothing runnable.
     """
-    from onnxgate.runners._ort import OPT_LEVELS, OrtOptions, OrtRunner
+    from onnxgate.runners._ort import OPT_LEVELS, OrtOptions
 
     base = ort_options or OrtOptions()
     kind, _, rest = spec.partition(":")
@@ -61,7 +61,7 @@ def make_runner(
             optimization=levels[0].strip() if levels else base.optimization,
             providers=providers or base.providers,
         )
-        return OrtRunner(model, options, tensorrt=tensorrt)
+        return open_runner(model, options, extras=extras)
     if kind == "torch" and rest:
         from onnxgate.runners._torch import TorchRunner
 
@@ -75,5 +75,6 @@ def make_runner(
     if spec.endswith(".onnx") or Path(spec).is_file():
         other = load_model(spec)
         name = f"{Path(spec).name} on onnxruntime[{base.label()}]"
-        return OrtRunner(other, base, name=name, tensorrt=tensorrt)
+        extras = dataclasses.replace(extras or RunExtras(), name=name)
+        return open_runner(other, base, extras=extras)
     raise ConfigError(f"{spec!r} names no runner.", hint=f"Use {SPEC_HELP}")
