@@ -1,0 +1,81 @@
+"""The runner factory: runtime kinds registered once, and the one place a runner is opened."""
+
+from __future__ import annotations
+
+import pytest
+
+from models import mlp, save
+from onnxgate.compat.runtime import RuntimeSpec
+from onnxgate.contract_store import contract_extras, contract_tensorrt
+from onnxgate.errors import ConfigError, InternalError
+from onnxgate.model import load_model
+from onnxgate.runners import OrtOptions, OrtRunner, RunExtras, open_runner, worker_command
+from onnxgate.runners._isolated import IsolatedOrtRunner
+from onnxgate.runners._openvino import OPENVINO
+from onnxgate.runners._runtimes import no_kernel_registry, packages, registered, runtime_of
+
+
+def test_openvino_and_onnx_runtime_s_packages_are_registered_once_in_the_listed_order():
+    assert packages() == (
+        "onnxruntime",
+        "onnxruntime-gpu",
+        "onnxruntime-openvino",
+        "onnxruntime-directml",
+        "onnxruntime-qnn",
+    )
+    assert runtime_of(RuntimeSpec.parse("onnxruntime-openvino==1.24.1")) is OPENVINO
+    assert no_kernel_registry() == ("OpenVINOExecutionProvider",)
+    assert len({r.name for r in registered()}) == len(registered())
+
+
+def test_a_package_no_runtime_registered_is_refused_with_the_registered_ones():
+    with pytest.raises(ConfigError) as caught:
+        RuntimeSpec.parse("onnxruntime-webgpu==1.24.1")
+    assert caught.value.hint == f"Use one of: {', '.join(packages())}."
+
+
+def test_the_installed_runtime_opens_here_and_another_release_in_its_environment(tmp_path):
+    loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
+    here = open_runner(loaded, OrtOptions(optimization="basic"))
+    assert isinstance(here, OrtRunner) and here.options.optimization == "basic"
+    assert here.tensorrt is None
+    extras = contract_extras(progress=print)
+    there = open_runner(loaded, None, runtime="onnxruntime==1.20.1", extras=extras)
+    assert isinstance(there, IsolatedOrtRunner)
+    assert there.spec == RuntimeSpec("onnxruntime", "1.20.1")
+    assert there.tensorrt is contract_tensorrt and there.progress is print
+
+
+def test_a_tensorrt_runner_opened_without_the_contract_s_options_is_refused(tmp_path):
+    loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
+    for providers in (("tensorrt",), ("TensorrtExecutionProvider", "cuda")):
+        options = OrtOptions(providers=providers)
+        for runtime in ("installed", "onnxruntime-gpu==1.24.1"):
+            with pytest.raises(InternalError, match="without the contract's TensorRT options"):
+                open_runner(loaded, options, runtime=runtime)
+            with pytest.raises(InternalError):
+                open_runner(loaded, options, runtime=runtime, extras=RunExtras(samples=()))
+    runner = open_runner(loaded, OrtOptions(providers=("tensorrt",)), extras=contract_extras())
+    assert runner.tensorrt is contract_tensorrt
+    # providers other than TensorRT need no contract
+    assert open_runner(loaded, OrtOptions(providers=("cuda",))).tensorrt is None
+
+
+def test_a_timing_worker_here_runs_onnxgate_s_worker_with_this_path():
+    env: dict[str, str] = {}
+    command = worker_command("installed", env)
+    assert command[1:] == ["-m", "onnxgate.perf._worker"]
+    assert "PYTHONPATH" in env
+
+
+def test_the_probe_skips_the_kernel_registry_of_the_providers_the_parent_names():
+    from onnxgate.compat import _probe_script
+
+    class Capi:
+        def get_all_opkernel_def(self) -> list:
+            raise AssertionError("read the registry of a build that crashes on it")
+
+    available = ["OpenVINOExecutionProvider", "CPUExecutionProvider"]
+    assert _probe_script._kernels(Capi(), available, list(no_kernel_registry())) is None
+    with pytest.raises(AssertionError):
+        _probe_script._kernels(Capi(), available, [])
