@@ -28,16 +28,8 @@ def test_tables_of_the_records_are_the_steps_tables() -> None:
 
 
 def test_order_and_needs() -> None:
-    assert ORDER == (
-        "export",
-        "check",
-        "compare",
-        "verify",
-        "placement",
-        "tune",
-        "quantize",
-        "bench",
-    )
+    # the order itself is pinned by test_gate's run; here: every step runs after its needs
+    assert ORDER[0] == "export"
     for name, needs in NEEDS.items():
         assert all(ORDER.index(need) < ORDER.index(name) for need in needs), name
     assert NEEDS["tune"] == NEEDS["quantize"] == ("export", "verify")
