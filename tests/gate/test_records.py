@@ -145,4 +145,33 @@ def test_a_write_the_record_does_not_declare_is_logged(
         _pipeline._check_declared("tune", before, after, declared)
     messages = [r.getMessage() for r in caplog.records]
     assert messages == [f"step tune {_pipeline.UNDECLARED}: stray.bin"]
-    caplog.clear()  # this test's warning is the point; the conftest's guard must not see it
+    caplog.clear()  # the warning is the point here: conftest._declared_writes must not see it
+
+
+def test_export_declares_the_external_data_it_copies(tmp_path: Path) -> None:
+    import onnx
+
+    from models import mlp
+    from onnxgate.gate import run_gate
+
+    onnx.save_model(
+        mlp(), str(tmp_path / "net.onnx"), save_as_external_data=True, location="net.weights",
+        size_threshold=0,
+    )  # fmt: skip
+    steps = "".join(
+        f"[steps.{name}]\nenabled = false\n" for name in ORDER if name not in ("export", "verify")
+    )
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        f'version = 1\n[model]\nname = "net"\nsource = "net.onnx"\n{steps}', encoding="utf-8"
+    )
+    report = run_gate(config, out=tmp_path / "run", cache=False)
+    export = report.step("export")
+    assert export is not None and export.passed, export
+    # conftest._declared_writes fails this test if export wrote a file it does not declare
+    assert [a.path for a in export.artefacts] == [
+        "net.contract.json",
+        "net.golden.npz",
+        "net.onnx",
+        "net.weights",
+    ]

@@ -17,6 +17,7 @@ from onnxgate.check import CheckConfig
 from onnxgate.compare import CompareConfig
 from onnxgate.contract import ContractConfig, VerifyConfig
 from onnxgate.contract_store import contract_paths
+from onnxgate.errors import GateError
 from onnxgate.gate import _details, _steps
 from onnxgate.gate._config import (
     BenchStep,
@@ -40,7 +41,10 @@ def _model_files(model: Path) -> list[Path]:
         return []
     from onnxgate.model import load_model  # its external data, checked as safe
 
-    refs = load_model(model).external_data
+    try:
+        refs = load_model(model).external_data
+    except (GateError, OSError):  # a model the step failed on: its own error says why
+        refs = []
     data = [Path(os.path.normpath(model.parent / ref.location)) for ref in refs]
     return [model, *data, *contract_paths(model)]
 
