@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -55,6 +56,16 @@ def _no_contract_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in (ENV_HMAC, ENV_SIGNING, ENV_VERIFY, ENV_REQUIRE):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _declared_writes(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Every gate run holds its steps to the files their records declare they write."""
+    from onnxgate.gate._pipeline import UNDECLARED
+
+    yield  # a warning reaches caplog at the loggers' default levels
+    undeclared = [r.getMessage() for r in caplog.records if UNDECLARED in r.getMessage()]
+    assert not undeclared, undeclared
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -209,3 +209,35 @@ def test_a_command_run_in_process_leaves_the_logging_of_the_process_as_it_found_
     assert "Logging error" not in capsys.readouterr().err
     again = CliRunner().invoke(app, ["check", str(model), "--format", "json"])
     assert json.loads(again.stdout)["passed"] is True and "DEBUG" not in again.stderr
+
+
+def test_flags_are_recorded_where_they_are_declared():
+    import typer.main
+
+    from onnxgate.cli import app
+    from onnxgate.cli._flags import FLAGS, OFF_FLAGS, cli_words, flag_for
+
+    declared: set[str] = set()
+
+    def walk(command) -> None:
+        for param in command.params:
+            declared.update(param.opts, param.secondary_opts)
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+
+    walk(typer.main.get_command(app))
+    # every recorded flag is one a command declares, and the table is whole at import
+    assert set(FLAGS.values()) | set(OFF_FLAGS.values()) <= declared
+    assert flag_for("steps.bench.session.threads") == "--threads"
+    assert flag_for("feeds.dims") == "--dim" and flag_for("time_budget") == "--budget"
+    assert cli_words("bench", False) == "--no-bench"
+    assert cli_words("per_channel", False) == "--per-tensor"
+    assert cli_words("write", False) == "--no-write"
+
+
+def test_one_field_has_one_flag():
+    from onnxgate.cli._flags import flag_option
+
+    flag_option("feeds.seed", "--seed", help="again, the same flag: fine")
+    with pytest.raises(ValueError, match="feeds.seed is set by --seed and by --other"):
+        flag_option("feeds.seed", "--other")

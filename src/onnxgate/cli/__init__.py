@@ -12,6 +12,7 @@ from typer.core import TyperOption
 from onnxgate import __version__
 from onnxgate.cli import _help
 from onnxgate.cli._common import configure_logging, quiet_closed_pipes
+from onnxgate.cli._flags import declare_flags
 from onnxgate.cli._supervise import run as run_supervised
 from onnxgate.cli._supervise import supervised
 from onnxgate.cli.bench_cmd import bench_command
@@ -90,6 +91,7 @@ app.add_typer(deploy_app, name="deploy")
 app.command("serve", help=SERVE_HELP)(serve_command)
 app.command("runtimes")(runtimes_command)
 app.command("doctor")(doctor_command)
+declare_flags(app)  # FLAGS: the config field each flag sets, recorded where it is declared
 
 
 VERBOSITY = re.compile(r"-v+|--verbose")

@@ -1,7 +1,8 @@
 """Config fields in this CLI's words: the flag that sets each one.
 
 Library messages name config fields (``feeds.dims``, ``session.threads``); ``FLAGS`` is the one
-table that turns them into this CLI's flags (``--dim``, ``--threads``). ``cli_words`` and
+table that turns them into this CLI's flags (``--dim``, ``--threads``), filled where each flag
+is declared (``flag_option``), as the command modules are imported. ``cli_words`` and
 ``cli_offers`` are the words every command speaks (``onnxgate._words.speaking``, entered by
 ``_common.handles_errors``), ``translated`` renames the fields of an error. It imports nothing of
 the CLI, so ``_common`` and ``_options`` both take it from here.
@@ -9,103 +10,61 @@ the CLI, so ``_common`` and ``_options`` both take it from here.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
+from typing import Any
+
+import typer
 
 from onnxgate._pathtext import shown
 from onnxgate._words import library_words, renamed
 from onnxgate.errors import ConfigError
 
-FLAGS: dict[str, str] = {
-    # session
-    "session.providers": "--providers",
-    "session.provider_options": "--provider-option",
-    "session.opt_level": "--opt-level",
-    "session.threads": "--threads",
-    "session.inter_op_threads": "--inter-op-threads",
-    "session.parallel": "--parallel",
-    "session.cpu_mem_arena": "--no-arena",
-    "session.session_config": "--session-config",
-    # feeds
-    "feeds.inputs": "--inputs",
-    "feeds.dims": "--dim",
-    "feeds.ranges": "--range",
-    "feeds.seed": "--seed",
-    # tolerances
-    "tolerances.atol": "--atol",
-    "tolerances.rtol": "--rtol",
-    "tolerances.per_output": "--tol",
-    "tolerances.metrics": "--metric",
-    # the steps' own settings
-    "against": "--against",
-    "allow_ops": "--allow-op",
-    "allow_weak_rules": "--allow-weak-rules",
-    "batch": "--batch",
-    "batches": "--batch",
-    "budget": "--budget",
-    "candidate": "--candidate",
-    "contest_seconds": "--contest-seconds",
-    "contract": "--no-contract",
-    "data": "--data",
-    "dtype": "--dtype",
-    "dynamic": "--dynamic",
-    "example_inputs": "--example-inputs",
-    "exporter": "--exporter",
-    "fail_on": "--fail-on",
-    "force": "--force",
-    "ignore": "--ignore",
-    "localize": "--localize",
-    "method": "--method",
-    "min_gain": "--min-gain",
-    "objective": "--objective",
-    "opset": "--opset",
-    "out": "--out",
-    "output_names": "--output-name",
-    "providers": "--providers",
-    "reference": "--reference",
-    "require": "--require",
-    "runs": "--runs",
-    "runtime": "--runtime",
-    "runtimes": "--runtime",
-    "save_optimized": "--save-optimized",
-    "second_opinion": "--no-second-opinion",
-    "seed": "--seed",
-    "threads": "--threads",
-    "time_budget": "--budget",
-    "timeout": "--timeout",
-    "top": "--top",
-    "trace": "--trace",
-    "trust_pickle": "--trust-pickle",
-    "tuned": "--tuned",
-    "vs": "--vs",
-    "warmup": "--warmup",
-    "write": "--no-write",
-    # quantize
-    "activation_type": "--activation-type",
-    "allow_slower": "--allow-slower",
-    "bench": "--no-bench",
-    "bench_batches": "--bench-batch",
-    "bench_inputs": "--bench-inputs",
-    "bench_budget_s": "--bench-budget",
-    "calibration": "--calibration",
-    "calibration_method": "--calibration-method",
-    "eval": "--eval",
-    "format": "--quant-format",
-    "gate_metric": "--gate-metric",
-    "labels": "--labels",
-    "max_drop": "--max-drop",
-    "max_excluded": "--max-excluded",
-    "metrics": "--metric",
-    "mode": "--mode",
-    "op_types": "--op-types",
-    "outputs": "--output",
-    "per_channel": "--per-channel",
-    "preset": "--preset",
-    "reduce_range": "--reduce-range",
-    "search": "--search",
-    "weight_type": "--weight-type",
-}
-"""The flag of each config field, by its path in the step's config. A path not listed falls back
-to its tail (``session.threads`` → ``threads``), so a part built alone is named the same way."""
+FLAGS: dict[str, str] = {}
+"""The flag of each config field, by its path in the step's config, as ``flag_option`` recorded
+it where the flag is declared. A path not listed falls back to its tail (``session.threads`` →
+``threads``), so a part built alone is named the same way."""
+
+
+OFF_FLAGS: dict[str, str] = {}
+"""The flag that turns a setting off where it is not ``--no-`` and the on flag's name (recorded by
+``flag_option``)."""
+
+
+def flag_option(field: str, *decls: str, flag: str | None = None, **options: Any) -> Any:
+    """``typer.Option(*decls, **options)``, recording that the option sets the config ``field``.
+
+    Where a command declares the flag of a config field, it says which field: that is how
+    ``FLAGS`` (and ``OFF_FLAGS``) learn the words of this CLI, with no table typed beside the
+    declarations. The flag named is ``flag``, else the first of ``decls`` (``--write`` of
+    ``--write/--no-write``); an off switch other than ``--no-`` and its name (``--per-tensor``
+    of ``--per-channel/--per-tensor``) goes to ``OFF_FLAGS``.
+
+    Raises:
+        ValueError: the field was declared before with another flag (one field, one flag).
+    """
+    on, _, off = decls[0].partition("/")
+    named = flag or on
+    if FLAGS.setdefault(field, named) != named:
+        raise ValueError(f"{field} is set by {FLAGS[field]} and by {named}: one flag per field")
+    if off and off != "--no-" + on.removeprefix("--"):
+        OFF_FLAGS[field.rsplit(".", 1)[-1]] = off
+    return typer.Option(*decls, **options)
+
+
+def declare_flags(app: typer.Typer) -> None:
+    """Run the option declarations of every command of ``app`` and its groups now.
+
+    A command's options are annotations of its function, which ``from __future__ import
+    annotations`` leaves unevaluated until typer builds the command; evaluated here, when the CLI
+    is imported, ``FLAGS`` is whole before any message needs a flag.
+    """
+    for command in app.registered_commands:
+        if command.callback is not None:
+            typing.get_type_hints(command.callback, include_extras=True)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            declare_flags(group.typer_instance)
 
 
 def flag_for(path: str) -> str | None:
@@ -119,13 +78,6 @@ def flag_for(path: str) -> str | None:
             if prefix + tail in FLAGS:
                 return FLAGS[prefix + tail]
     return None
-
-
-OFF_FLAGS: dict[str, str] = {
-    "per_channel": "--per-tensor",
-    "reduce_range": "--full-range",
-}
-"""The flag that turns a setting off where it is not ``--no-`` and the on flag's name."""
 
 
 def cli_words(path: str, value: object = None) -> str:

@@ -21,7 +21,7 @@ import typer
 from pydantic import ValidationError
 
 from onnxgate.cli._common import FORMAT_HELP, Format
-from onnxgate.cli._flags import translated
+from onnxgate.cli._flags import flag_option, translated
 from onnxgate.errors import ConfigError
 from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances, invalid
 
@@ -37,7 +37,8 @@ FormatOpt = Annotated[
 
 InputsOpt = Annotated[
     Path | None,
-    typer.Option(
+    flag_option(
+        "feeds.inputs",
         "--inputs",
         "-i",
         help="Input data: an .npz file, a JSON file ({input: nested list} or a list of them), a "
@@ -49,7 +50,8 @@ InputsOpt = Annotated[
 ]
 DimOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    flag_option(
+        "feeds.dims",
         "--dim",
         "-d",
         help="Size of a free dimension for synthetic feeds, NAME=SIZE[,SIZE...]; several sizes "
@@ -64,7 +66,8 @@ DimOpt = Annotated[
 ]
 RangeOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    flag_option(
+        "feeds.ranges",
         "--range",
         help="Values of an input for synthetic feeds: INPUT=LOW:HIGH (HIGH excluded) or "
         "INPUT=VALUE. Defaults: floats in [0, 1), integers in [0, 10), integer inputs that index "
@@ -74,11 +77,12 @@ RangeOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[
-    int, typer.Option("--seed", help="Seed of synthetic feeds.", rich_help_panel=FEEDS)
+    int, flag_option("feeds.seed", "--seed", help="Seed of synthetic feeds.", rich_help_panel=FEEDS)
 ]
 ProvidersOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    flag_option(
+        "session.providers",
         "--providers",
         "-p",
         help="ONNX Runtime execution providers in preference order, comma-separated or repeated "
@@ -91,7 +95,8 @@ ProvidersOpt = Annotated[
 ]
 ProviderOptionOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    flag_option(
+        "session.provider_options",
         "--provider-option",
         help="An option of one provider, PROVIDER:KEY=VALUE, repeatable "
         "(e.g. cuda:device_id=1, tensorrt:trt_fp16_enable=1).",
@@ -101,7 +106,8 @@ ProviderOptionOpt = Annotated[
 ]
 OptLevelOpt = Annotated[
     str,
-    typer.Option(
+    flag_option(
+        "session.opt_level",
         "--opt-level",
         help="ONNX Runtime graph optimisation level: disable, basic, extended, layout or all.",
         rich_help_panel=SESSION,
@@ -109,7 +115,8 @@ OptLevelOpt = Annotated[
 ]
 ThreadsOpt = Annotated[
     int,
-    typer.Option(
+    flag_option(
+        "session.threads",
         "--threads",
         help="Intra-op threads; 0 lets ONNX Runtime choose.",
         rich_help_panel=SESSION,
@@ -117,7 +124,8 @@ ThreadsOpt = Annotated[
 ]
 SessionConfigOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    flag_option(
+        "session.session_config",
         "--session-config",
         help="An ONNX Runtime session config entry KEY=VALUE, repeatable "
         "(e.g. session.intra_op.allow_spinning=0).",
@@ -129,7 +137,8 @@ SessionConfigOpt = Annotated[
 
 TolOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    flag_option(
+        "tolerances.per_output",
         "--tol",
         help="Tolerance of one output, OUTPUT:ATOL,RTOL (repeatable).",
         show_default=False,
@@ -138,7 +147,8 @@ TolOpt = Annotated[
 ]
 MetricOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    flag_option(
+        "tolerances.metrics",
         "--metric",
         help="Judge an output by one figure: [OUTPUT:]METRIC OP VALUE, e.g. sentence_embedding:cosine>=0.999 (see `compare --help`).",
         show_default=False,
@@ -147,7 +157,8 @@ MetricOpt = Annotated[
 ]
 AtolOpt = Annotated[
     float | None,
-    typer.Option(
+    flag_option(
+        "tolerances.atol",
         "--atol",
         help="Absolute tolerance of float outputs.",
         show_default=False,
@@ -156,7 +167,8 @@ AtolOpt = Annotated[
 ]
 RtolOpt = Annotated[
     float | None,
-    typer.Option(
+    flag_option(
+        "tolerances.rtol",
         "--rtol",
         help="Relative tolerance of float outputs.",
         show_default=False,

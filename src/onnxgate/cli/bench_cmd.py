@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     FEEDS,
     SESSION,
@@ -43,7 +44,8 @@ def bench_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     batch: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "batches",
             "--batch",
             "-b",
             help="Batch sizes, e.g. 1,8,32 (the first input's axis 0).",
@@ -55,7 +57,8 @@ def bench_command(
     dim: DimOpt = None,
     threads: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "threads",
             "--threads",
             help="Intra-op thread counts to sweep, e.g. 1,2 (0 lets ONNX Runtime choose).",
             show_default=False,
@@ -63,24 +66,26 @@ def bench_command(
         ),
     ] = None,
     warmup: Annotated[
-        int, typer.Option("--warmup", help="Runs before timing starts, not counted.")
+        int, flag_option("warmup", "--warmup", help="Runs before timing starts, not counted.")
     ] = 10,
     runs: Annotated[
         int | None,
-        typer.Option(
+        flag_option(
+            "runs",
             "--runs",
             help="Timed runs per configuration (default: as many as --budget allows, at least 10).",
             show_default=False,
         ),
     ] = None,
     budget: Annotated[
-        float, typer.Option("--budget", help="Seconds of timed runs per configuration.")
+        float, flag_option("budget", "--budget", help="Seconds of timed runs per configuration.")
     ] = 2.0,
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
     vs: Annotated[
         str | None,
-        typer.Option(
+        flag_option(
+            "vs",
             "--vs",
             help="A contender on the same inputs: torch:package.module:factory (a PyTorch "
             "module, run under inference_mode with the same thread count) or OTHER.onnx (same "
@@ -90,7 +95,8 @@ def bench_command(
     ] = None,
     tuned: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "tuned",
             "--tuned",
             help="Run with the settings and graph `onnxgate tune` recorded in the contract for "
             "this machine; refused when the model, the tuned graph or the machine changed.",
@@ -120,7 +126,8 @@ def bench_command(
     opt_level: OptLevelOpt = "all",
     inter_op_threads: Annotated[
         int,
-        typer.Option(
+        flag_option(
+            "session.inter_op_threads",
             "--inter-op-threads",
             help="Threads across operators (with --parallel).",
             rich_help_panel=SESSION,
@@ -128,13 +135,17 @@ def bench_command(
     ] = 0,
     parallel: Annotated[
         bool,
-        typer.Option(
-            "--parallel", help="Run independent branches in parallel.", rich_help_panel=SESSION
+        flag_option(
+            "session.parallel",
+            "--parallel",
+            help="Run independent branches in parallel.",
+            rich_help_panel=SESSION,
         ),
     ] = False,
     no_arena: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "session.cpu_mem_arena",
             "--no-arena",
             help="Turn off ONNX Runtime's CPU memory arena.",
             rich_help_panel=SESSION,
@@ -143,7 +154,7 @@ def bench_command(
     session_config: SessionConfigOpt = None,
     timeout: Annotated[
         float,
-        typer.Option("--timeout", help="Seconds a --vs worker may take for one answer."),
+        flag_option("timeout", "--timeout", help="Seconds a --vs worker may take for one answer."),
     ] = 600.0,
     fmt: FormatOpt = Format.text,
 ) -> None:

@@ -12,6 +12,7 @@ from onnxgate import __version__
 from onnxgate.check import CheckConfig, CheckReport, Severity, check_model
 from onnxgate.check._render import render_text
 from onnxgate.cli._common import CheckFormat, emit_json, handles_errors, out, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import OUTPUT, SESSION, build
 
 
@@ -36,7 +37,8 @@ def check_command(
     ] = "installed",
     providers: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "providers",
             "--providers",
             "-p",
             help="Execution providers in preference order, comma-separated or repeated "
@@ -46,10 +48,11 @@ def check_command(
     ] = None,
     ignore: Annotated[
         list[str] | None,
-        typer.Option("--ignore", help="Finding codes to leave out, e.g. SHP001,STR008."),
+        flag_option("ignore", "--ignore", help="Finding codes to leave out, e.g. SHP001,STR008."),
     ] = None,
     fail_on: Annotated[
-        Severity, typer.Option("--fail-on", help="Lowest severity that fails the check (exit 1).")
+        Severity,
+        flag_option("fail_on", "--fail-on", help="Lowest severity that fails the check (exit 1)."),
     ] = Severity.ERROR,
     refresh: Annotated[
         bool, typer.Option("--refresh", help="Probe the target runtime again.")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     OUTPUT,
     TOLERANCES,
@@ -38,11 +39,12 @@ from onnxgate.runners import SPEC_HELP
 def compare_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     against: Annotated[
-        str, typer.Option("--against", "-a", help=f"The reference execution: {SPEC_HELP}")
+        str, flag_option("against", "--against", "-a", help=f"The reference execution: {SPEC_HELP}")
     ] = "reference",
     candidate: Annotated[
         str,
-        typer.Option(
+        flag_option(
+            "candidate",
             "--candidate",
             help="The execution under test, in the same notation; by default ONNX Runtime with "
             "the session options below.",
@@ -71,7 +73,8 @@ def compare_command(
     ] = None,
     localize: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "localize",
             "--localize",
             help="When an output fails, find the first node (topological order) whose outputs "
             "differ while its inputs agree. Needs two ONNX executions.",
@@ -79,7 +82,8 @@ def compare_command(
     ] = False,
     runtime: Annotated[
         str,
-        typer.Option(
+        flag_option(
+            "runtime",
             "--runtime",
             "-r",
             help="Run the ONNX Runtime candidate on another release or package, such as "
@@ -94,7 +98,8 @@ def compare_command(
     session_config: SessionConfigOpt = None,
     save_optimized: Annotated[
         Path | None,
-        typer.Option(
+        flag_option(
+            "save_optimized",
             "--save-optimized",
             help="Save the model as ONNX Runtime optimised it for the candidate.",
             show_default=False,
@@ -103,7 +108,8 @@ def compare_command(
     ] = None,
     trust_pickle: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "trust_pickle",
             "--trust-pickle",
             help="Allow a sklearn: reference to be unpickled (unpickling runs code from the file).",
         ),

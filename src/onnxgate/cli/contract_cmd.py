@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     AtolOpt,
     DimOpt,
@@ -40,7 +41,8 @@ from onnxgate.runners import SPEC_HELP
 
 AllowWeakOpt = Annotated[
     bool,
-    typer.Option(
+    flag_option(
+        "allow_weak_rules",
         "--allow-weak-rules",
         help="Admit rules weaker than their floors, reported as CON006 instead of refused. "
         "Floors: absolute errors (atol, max_abs, p99_abs, mean_abs) at most 10% of the output's "
@@ -65,7 +67,9 @@ def init_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     reference: Annotated[
         str,
-        typer.Option("--reference", help=f"Where the golden outputs come from: {SPEC_HELP}"),
+        flag_option(
+            "reference", "--reference", help=f"Where the golden outputs come from: {SPEC_HELP}"
+        ),
     ] = "reference",
     inputs: InputsOpt = None,
     dim: DimOpt = None,
@@ -78,10 +82,13 @@ def init_command(
     trust_pickle: Annotated[
         bool, typer.Option("--trust-pickle", help="Allow a sklearn: reference to be unpickled.")
     ] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing contract.")] = False,
+    force: Annotated[
+        bool, flag_option("force", "--force", help="Replace an existing contract.")
+    ] = False,
     no_second_opinion: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "second_opinion",
             "--no-second-opinion",
             help="Keep the golden outputs without a second runner's agreement, for models the "
             "second runner cannot run; the contract records it.",
@@ -178,7 +185,8 @@ def verify_command(
     ],
     runtime: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "runtimes",
             "--runtime",
             "-r",
             help="Runtimes to verify on, comma-separated or repeated: 'installed' (default), "

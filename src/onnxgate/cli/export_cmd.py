@@ -18,6 +18,7 @@ from onnxgate.cli._common import (
     out,
     progress_line,
 )
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import AtolOpt, MetricOpt, RtolOpt, TolOpt, build, tolerance_settings
 from onnxgate.compare import CompareReport
 from onnxgate.contract import Contract, contract_paths
@@ -90,10 +91,11 @@ def torch_command(
             show_default=False,
         ),
     ],
-    out_path: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write.")],
+    out_path: Annotated[Path, flag_option("out", "--out", "-o", help="The .onnx file to write.")],
     example_inputs: Annotated[
         Path | None,
-        typer.Option(
+        flag_option(
+            "example_inputs",
             "--example-inputs",
             help="An .npz of example inputs, named as forward's parameters, in order.",
             show_default=False,
@@ -101,7 +103,8 @@ def torch_command(
     ] = None,
     dynamic: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "dynamic",
             "--dynamic",
             help="A dynamic axis, INPUT:AXIS=LABEL (repeatable): --dynamic input_ids:0=batch "
             "--dynamic input_ids:1=seq. Axes with one label share a size.",
@@ -110,17 +113,22 @@ def torch_command(
     ] = None,
     output_name: Annotated[
         list[str] | None,
-        typer.Option(
-            "--output-name", help="Names of the outputs, in order (repeatable).", show_default=False
+        flag_option(
+            "output_names",
+            "--output-name",
+            help="Names of the outputs, in order (repeatable).",
+            show_default=False,
         ),
     ] = None,
     opset: Annotated[
-        int | None, typer.Option("--opset", help="ai.onnx opset to export at.", show_default=False)
+        int | None,
+        flag_option("opset", "--opset", help="ai.onnx opset to export at.", show_default=False),
     ] = None,
     runtime: RuntimeOpt = None,
     exporter: Annotated[
         str,
-        typer.Option(
+        flag_option(
+            "exporter",
             "--exporter",
             help="dynamo (torch.export based, the default), torchscript (tracing), or auto (dynamo, "
             "then TorchScript with a printed notice).",
@@ -130,9 +138,9 @@ def torch_command(
     rtol: RtolOpt = None,
     tol: TolOpt = None,
     metric: MetricOpt = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the parity inputs.")] = 0,
+    seed: Annotated[int, flag_option("seed", "--seed", help="Seed of the parity inputs.")] = 0,
     no_contract: Annotated[
-        bool, typer.Option("--no-contract", help="Do not write the contract.")
+        bool, flag_option("contract", "--no-contract", help="Do not write the contract.")
     ] = False,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
@@ -180,13 +188,14 @@ def sklearn_command(
     ],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write.")],
     data: Annotated[
-        Path, typer.Option("--data", help="Rows to prove parity on: X.npy, or an .npz holding X.")
+        Path,
+        flag_option("data", "--data", help="Rows to prove parity on: X.npy, or an .npz holding X."),
     ],
     trust_pickle: Annotated[
         bool, typer.Option("--trust-pickle", help="Required: unpickling runs code from the file.")
     ] = False,
     dtype: Annotated[
-        str, typer.Option("--dtype", help="float32 (default) or float64 inputs.")
+        str, flag_option("dtype", "--dtype", help="float32 (default) or float64 inputs.")
     ] = "float32",
     opset: Annotated[
         int | None, typer.Option("--opset", help="ai.onnx opset to export at.", show_default=False)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     DimOpt,
     FormatOpt,
@@ -34,7 +35,8 @@ def placement_command(
     provider_option: ProviderOptionOpt = None,
     require: Annotated[
         str | None,
-        typer.Option(
+        flag_option(
+            "require",
             "--require",
             help="Fail (exit 1) if any compute node is not on this provider. Memcpy nodes are not "
             "compute nodes; --allow-op exempts more op types.",
@@ -43,7 +45,8 @@ def placement_command(
     ] = None,
     allow_op: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "allow_ops",
             "--allow-op",
             help="An op type allowed off the required provider (e.g. Shape, which ONNX Runtime "
             "keeps on CPU on purpose; com.microsoft:Gelu for one domain's op); repeatable.",
@@ -62,7 +65,8 @@ def placement_command(
     ] = "installed",
     method: Annotated[
         str,
-        typer.Option(
+        flag_option(
+            "method",
             "--method",
             help="auto, assignment (the partition ONNX Runtime records; 1.24 and later) or "
             "profiling (one profiled run on feeds; any release; sees only the nodes that ran).",

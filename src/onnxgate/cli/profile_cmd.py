@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     FEEDS,
     OUTPUT,
@@ -46,7 +47,7 @@ def _one_size(dims: dict[str, list[int]]) -> dict[str, int]:
 def profile_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     top: Annotated[
-        int, typer.Option("--top", "-n", help="Slowest nodes to list; 0 lists every node.")
+        int, flag_option("top", "--top", "-n", help="Slowest nodes to list; 0 lists every node.")
     ] = 10,
     warmup: Annotated[
         int,
@@ -57,7 +58,8 @@ def profile_command(
     ] = 10,
     trace: Annotated[
         Path | None,
-        typer.Option(
+        flag_option(
+            "trace",
             "--trace",
             help="Keep ONNX Runtime's Chrome trace (every run, warm-up included) at this path; "
             "without it the trace is deleted.",

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import FEEDS, FormatOpt, build
 from onnxgate.errors import ConfigError
 from onnxgate.quantize import PRESET_HELP, QuantizeConfig, quantize
@@ -38,7 +39,8 @@ def quantize_command(
     ],
     mode: Annotated[
         str,
-        typer.Option(
+        flag_option(
+            "mode",
             "--mode",
             help="dynamic (weights int8, activations quantised at run time; no calibration) or "
             "static (activation ranges from --calibration).",
@@ -46,17 +48,19 @@ def quantize_command(
     ] = "dynamic",
     quant_format: Annotated[
         str | None,
-        typer.Option(
+        flag_option(
+            "format",
             "--quant-format",
             help="Static only: qdq (default; QuantizeLinear/DequantizeLinear pairs that ONNX "
             "Runtime fuses into int8 kernels) or qoperator (QLinear* operators).",
             show_default=False,
         ),
     ] = None,
-    preset: Annotated[str, typer.Option("--preset", help=PRESET_HELP)] = "auto",
+    preset: Annotated[str, flag_option("preset", "--preset", help=PRESET_HELP)] = "auto",
     per_channel: Annotated[
         bool | None,
-        typer.Option(
+        flag_option(
+            "per_channel",
             "--per-channel/--per-tensor",
             help="One scale per output channel of each weight (the presets' choice), or one per "
             "tensor.",
@@ -65,18 +69,27 @@ def quantize_command(
     ] = None,
     reduce_range: Annotated[
         bool | None,
-        typer.Option("--reduce-range/--full-range", help="7-bit weights.", show_default=False),
+        flag_option(
+            "reduce_range", "--reduce-range/--full-range", help="7-bit weights.", show_default=False
+        ),
     ] = None,
     activation_type: Annotated[
         str | None,
-        typer.Option("--activation-type", help="uint8 or int8 (static).", show_default=False),
+        flag_option(
+            "activation_type",
+            "--activation-type",
+            help="uint8 or int8 (static).",
+            show_default=False,
+        ),
     ] = None,
     weight_type: Annotated[
-        str | None, typer.Option("--weight-type", help="int8 or uint8.", show_default=False)
+        str | None,
+        flag_option("weight_type", "--weight-type", help="int8 or uint8.", show_default=False),
     ] = None,
     op_types: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "op_types",
             "--op-types",
             help="Op types to quantise, comma-separated (default Conv,ConvTranspose,Gemm,MatMul, "
             "less those the mode cannot quantise: dynamic has no Gemm or ConvTranspose, "
@@ -86,15 +99,22 @@ def quantize_command(
     ] = None,
     calibration: Annotated[
         str | None,
-        typer.Option("--calibration", help=f"Calibration data: {_DATA}.", show_default=False),
+        flag_option(
+            "calibration", "--calibration", help=f"Calibration data: {_DATA}.", show_default=False
+        ),
     ] = None,
     method: Annotated[
         str,
-        typer.Option("--calibration-method", help="Static ranges: minmax, entropy or percentile."),
+        flag_option(
+            "calibration_method",
+            "--calibration-method",
+            help="Static ranges: minmax, entropy or percentile.",
+        ),
     ] = "minmax",
     eval_data: Annotated[
         str | None,
-        typer.Option(
+        flag_option(
+            "eval",
             "--eval",
             help=f"Held-apart evaluation data, not the calibration data: {_DATA}. Without it the "
             "gate runs on synthetic inputs, with a warning.",
@@ -103,7 +123,8 @@ def quantize_command(
     ] = None,
     labels: Annotated[
         Path | None,
-        typer.Option(
+        flag_option(
+            "labels",
             "--labels",
             help="True class of each evaluation row (.npy, .npz, .json or whitespace-separated "
             ".txt): the gate then compares label accuracy with the float model's.",
@@ -112,7 +133,8 @@ def quantize_command(
     ] = None,
     max_drop: Annotated[
         float,
-        typer.Option(
+        flag_option(
+            "max_drop",
             "--max-drop",
             help="The budget: 1 - the mean row cosine to the float model (embeddings, any float "
             "output; each output reshaped to [rows, -1], the worst row reported beside it), 1 - "
@@ -122,7 +144,8 @@ def quantize_command(
     ] = 0.01,
     gate_metric: Annotated[
         str,
-        typer.Option(
+        flag_option(
+            "gate_metric",
             "--gate-metric",
             help="auto (accuracy with --labels on class scores; top1 for [rows, classes] outputs "
             "from a Softmax or named logits/probabilities; cosine otherwise), cosine, top1 or "
@@ -131,7 +154,8 @@ def quantize_command(
     ] = "auto",
     metric: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "metrics",
             "--metric",
             help="A compare rule replacing the budget for an output: [OUTPUT:]METRIC OP VALUE, "
             "e.g. logits:max_abs<=0.5 (see `compare --help`).",
@@ -140,7 +164,8 @@ def quantize_command(
     ] = None,
     output: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "outputs",
             "--output",
             help="Outputs the gate judges (default: every float output).",
             show_default=False,
@@ -148,7 +173,8 @@ def quantize_command(
     ] = None,
     search: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "search",
             "--search/--no-search",
             help="When the budget is missed, rank nodes by their error alone in int8 and keep the "
             "worst in float until it is met. Nodes are ranked on the calibration data in static "
@@ -158,7 +184,8 @@ def quantize_command(
     ] = True,
     max_excluded: Annotated[
         int | None,
-        typer.Option(
+        flag_option(
+            "max_excluded",
             "--max-excluded",
             help="The most nodes the search may keep in float (0 or more; default all but "
             "one; 0 = no node may stay in float, like --no-search).",
@@ -167,7 +194,8 @@ def quantize_command(
     ] = None,
     no_bench: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "bench",
             "--no-bench",
             help="Do not time float vs quantised: the speed is then not gated, and the report "
             "says so.",
@@ -175,7 +203,8 @@ def quantize_command(
     ] = False,
     allow_slower: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "allow_slower",
             "--allow-slower",
             help="Write the quantised model even when it is slower than the float one beyond "
             "noise (a warning, and the figures in the report and the contract's lineage). "
@@ -184,14 +213,16 @@ def quantize_command(
     ] = False,
     bench_budget: Annotated[
         float,
-        typer.Option(
+        flag_option(
+            "bench_budget_s",
             "--bench-budget",
             help="Seconds of timed runs per model and shape (at least 10 runs each).",
         ),
     ] = 1.0,
     bench_batch: Annotated[
         list[str] | None,
-        typer.Option(
+        flag_option(
+            "bench_batches",
             "--bench-batch",
             help="Batch sizes to time (default: the parent contract's batch bounds, else 1 and "
             "the evaluation batch; other dims at the evaluation data's sizes).",
@@ -200,7 +231,8 @@ def quantize_command(
     ] = None,
     bench_inputs: Annotated[
         str | None,
-        typer.Option(
+        flag_option(
+            "bench_inputs",
             "--bench-inputs",
             help="Real data to time float vs quantised on, in the forms --eval takes (file, "
             "folder or module:function); each sample is timed at its own shape. Instead of "

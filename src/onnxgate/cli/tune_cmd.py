@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     FEEDS,
     FormatOpt,
@@ -40,11 +41,13 @@ def _dims(items: list[str] | None) -> dict[str, int]:
 def tune_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     objective: Annotated[
-        str, typer.Option("--objective", help="latency (p50 at the batch) or throughput.")
+        str,
+        flag_option("objective", "--objective", help="latency (p50 at the batch) or throughput."),
     ] = "latency",
     batch: Annotated[
         int | None,
-        typer.Option(
+        flag_option(
+            "batch",
             "--batch",
             "-b",
             help="Batch size (the first input's axis 0).",
@@ -66,17 +69,21 @@ def tune_command(
     ] = None,
     min_gain: Annotated[
         float,
-        typer.Option(
-            "--min-gain", help="Smallest improvement that replaces the defaults (0.02 = 2%)."
+        flag_option(
+            "min_gain",
+            "--min-gain",
+            help="Smallest improvement that replaces the defaults (0.02 = 2%).",
         ),
     ] = 0.02,
     write: Annotated[
         bool,
-        typer.Option(
+        flag_option(
+            "write",
             "--write/--no-write",
             help="Record the result in the contract (which must exist). --no-write records "
             "nothing: a contract, if there is one, still sets the gate's samples and rules; "
             "without one the gate uses compare's default tolerances.",
+            flag="--no-write",
         ),
     ] = True,
     fusions: Annotated[
@@ -97,7 +104,8 @@ def tune_command(
     ] = None,
     budget: Annotated[
         float,
-        typer.Option(
+        flag_option(
+            "time_budget",
             "--budget",
             help="Seconds the whole run may take; 0 for no limit. The parity gate stops trying "
             "graph candidates after a third of it, the search stops in time for the final "
@@ -108,7 +116,8 @@ def tune_command(
     ] = 600.0,
     contest_seconds: Annotated[
         float,
-        typer.Option(
+        flag_option(
+            "contest_seconds",
             "--contest-seconds",
             help="Seconds of timed runs per side in the final contest.",
             min=0.01,

@@ -6,7 +6,8 @@ from onnxgate.gate._config import (
     load_config,
 )
 from onnxgate.gate._init import starter_config, write_starter
-from onnxgate.gate._pipeline import NEEDS, ORDER, environment, run_gate, write_outputs
+from onnxgate.gate._pipeline import environment, run_gate, write_outputs
+from onnxgate.gate._records import NEEDS, ORDER
 from onnxgate.gate._report import (
     GATE_REPORT_FORMAT,
     Artefact,

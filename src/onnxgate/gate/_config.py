@@ -265,12 +265,12 @@ class TuneStep(Step):
     """Seconds the search may take; past them the best candidate measured so far goes on."""
     max_runs: int = Field(60, ge=1)
     """The most timed runs one candidate gets in the search."""
-    threads: list[int] | None = None
+    threads: list[Annotated[int, Field(ge=1)]] | None = None
     """Intra-op thread counts to search instead of 1, 2, 4 ... up to the usable CPUs."""
     fusions: bool = True
     """Try graph rewrites: attention fusion, and ONNX Runtime's transformer fusions for
     encoders."""
-    min_gain: float = Field(0.02, ge=0)
+    min_gain: float = Field(0.02, ge=0, lt=10)
     """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
 
     @model_validator(mode="before")
@@ -341,12 +341,12 @@ class QuantizeStep(Step):
 class BenchStep(Step):
     """``[steps.bench]``: latency, throughput and size, with thresholds, against a contender."""
 
-    batches: list[int] = []
+    batches: list[Annotated[int, Field(ge=1)]] = []
     """Batch sizes to time at on synthetic feeds (default: the golden samples' shapes)."""
     dims: dict[str, list[int]] = {}
     """Sizes of symbolic dimensions to time at on synthetic feeds with ``[feeds]`` value ranges
     (default: the contract's golden samples, at the sizes proven)."""
-    budget: float = Field(2.0, gt=0)
+    budget: float = Field(2.0, gt=0, allow_inf_nan=False)
     """Seconds of timed runs per configuration (interleaved with the contender's)."""
     vs: str | None = None
     """A contender: ``torch:package.module:factory`` or another .onnx file."""

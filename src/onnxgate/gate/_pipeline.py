@@ -1,8 +1,10 @@
 """``onnxgate gate``: run the steps of a ``gate.toml`` in order, write one report, register a pass.
 
-The steps run in a fixed order; each names the steps whose artefacts it reads (``NEEDS``), and
-when one of those did not pass it is reported as not run, with the reason, instead of running on
-an artefact nobody vouched for. A step whose inputs are unchanged (the same files by sha256, the
+The steps run in the order of their records (``_records.RECORDS``); each names the steps whose
+artefacts it reads (``NEEDS``), and when one of those did not pass it is reported as not run,
+with the reason, instead of running on an artefact nobody vouched for. The files a step wrote
+(its artefacts, cached with its result) are the ones its record declares that changed; a file
+it wrote without declaring it is logged as an onnxgate bug. A step whose inputs are unchanged (the same files by sha256, the
 same settings by hash, the same machine and runtime) is taken from the cache with the files it
 wrote, and says so. A contract is keyed without the times of its making (``_content_sha256``),
 so what follows an export that always runs (``torch:``, ``sklearn:``) is cached too.
@@ -18,7 +20,7 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
 from onnxgate.gate import _steps
 from onnxgate.gate._config import GateConfig, Step, load_config
+from onnxgate.gate._records import BY_NAME, NEEDS, ORDER, RUNNERS
 from onnxgate.gate._report import (
     Artefact,
     Environment,
@@ -42,42 +45,6 @@ from onnxgate.gate._report import (
 from onnxgate.settings import config_hash
 
 log = logging.getLogger(__name__)
-
-ORDER: tuple[StepName, ...] = (
-    "export",
-    "check",
-    "compare",
-    "verify",
-    "placement",
-    "tune",
-    "quantize",
-    "bench",
-)
-NEEDS: dict[str, tuple[str, ...]] = {
-    "export": (),
-    "check": ("export",),
-    "compare": ("export",),
-    "verify": ("export",),
-    "placement": ("export",),
-    "tune": ("export", "verify"),
-    "quantize": ("export", "verify"),
-    "bench": ("export",),
-}
-"""The steps whose artefacts a step reads; it does not run unless they passed (or are disabled,
-which only ``verify`` may be: ``export`` always runs). An inconclusive step counts as passed for
-what follows when its ``on_unreliable`` is ``warn``: its artefacts are sound, only a speed figure
-is unproven."""
-
-RUNNERS: dict[str, Callable[..., _steps.Outcome]] = {
-    "export": _steps.export,
-    "check": _steps.check,
-    "compare": _steps.compare,
-    "verify": _steps.verify,
-    "placement": _steps.placement,
-    "tune": _steps.tune,
-    "quantize": _steps.quantize,
-    "bench": _steps.bench,
-}
 
 CACHE_FORMAT = "onnxgate.gate-cache/2"
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
@@ -158,6 +125,38 @@ def _snapshot(folder: Path, *, content: bool = False) -> dict[str, str]:
         else:
             found[str(rel)] = _sha256(path)
     return found
+
+
+def _digests(folder: Path, paths: Iterable[Path]) -> dict[str, str]:
+    """The files of ``paths`` that exist, by relative path → sha256, in ``_snapshot``'s order."""
+    found = {p for p in paths if p.is_file()}
+    return {str(path.relative_to(folder)): _sha256(path) for path in sorted(found)}
+
+
+def _stamps(folder: Path) -> dict[str, Stamp]:
+    """Every file of the run folder as last seen (``_stamp``): what ``_check_declared`` diffs."""
+    return {
+        str(path.relative_to(folder)): _stamp(path)
+        for path in folder.rglob("*")
+        if path.is_file() and not path.name.startswith(".")
+    }
+
+
+UNDECLARED = "wrote files its record does not declare"
+
+
+def _check_declared(
+    name: str, before: dict[str, Stamp], after: dict[str, Stamp], declared: dict[str, str]
+) -> None:
+    """Log the files a step wrote that its record does not declare (a bug in onnxgate).
+
+    Such a file is neither listed among the step's artefacts nor cached; the run's artefacts
+    (the whole folder) still list it. Only file stamps are compared: nothing is hashed.
+    """
+    changed = {rel for rel, stamp in after.items() if before.get(rel) != stamp}
+    undeclared = sorted(changed - set(declared) - REPORTS)
+    if undeclared:
+        log.warning("step %s %s: %s", name, UNDECLARED, ", ".join(undeclared))
 
 
 @functools.lru_cache(maxsize=256)
@@ -509,7 +508,9 @@ def _run_step(
             say(f"{name}: unchanged since an earlier run, taken from the cache")
             return hit
         say(name)
-        before = _snapshot(ctx.run_dir)
+        record = BY_NAME[name]
+        stamps = _stamps(ctx.run_dir)
+        before = _digests(ctx.run_dir, record.produces(ctx.run_dir, config.model.name))
         with speaking(words, offers):
             outcome = RUNNERS[name](ctx, section)
     except OSError as error:  # a file the step reads or writes: the user's to fix
@@ -552,12 +553,13 @@ def _run_step(
             exit_code=int(ExitCode.INTERNAL),
             config_hash=settings,
         )
-    after = _snapshot(ctx.run_dir)
+    after = _digests(ctx.run_dir, record.produces(ctx.run_dir, config.model.name))
     written = [
         _artefact(ctx.run_dir, rel, digest, config.model.name)
         for rel, digest in after.items()
         if before.get(rel) != digest
     ]
+    _check_declared(name, stamps, _stamps(ctx.run_dir), after)
     report = outcome.report
     inconclusive = outcome.inconclusive and not outcome.passed
     result = StepResult(

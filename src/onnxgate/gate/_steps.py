@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from onnxgate.compat.providers import short_name
 from onnxgate.errors import ConfigError, ParityError
+from onnxgate.gate._record import library_config
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -181,7 +182,9 @@ def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
 
     model = ctx.config.model
     data = ctx.config.feeds.inputs
-    config = TorchExportConfig(
+    config = library_config(
+        step,
+        TorchExportConfig,
         out=ctx.model,
         # [feeds] inputs, an .npz of the forward's inputs by name, are examples too
         example_inputs=model.example_inputs
@@ -191,7 +194,6 @@ def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
         opset=model.opset,
         runtime=_oldest_release(ctx.runtimes),
         exporter=model.exporter,
-        tolerances=step.tolerances,
         dims=ctx.config.feeds.bounds(),
     )
     with _root(ctx):
@@ -204,13 +206,14 @@ def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
 
     model = ctx.config.model
     assert model.data is not None  # the config requires it
-    config = SklearnExportConfig(
+    config = library_config(
+        step,
+        SklearnExportConfig,
         out=ctx.model,
         data=model.data,
         dtype=model.dtype or "float32",
         opset=model.opset,
         runtime=_oldest_release(ctx.runtimes),
-        tolerances=step.tolerances,
         batch=ctx.config.feeds.bounds().get("batch"),
     )
     report = export_sklearn(
@@ -221,7 +224,7 @@ def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
 
 def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
     """Copy the model (and its external data) in, then write its contract and golden samples."""
-    from onnxgate.contract import ContractConfig, init_contract
+    from onnxgate.contract import init_contract
     from onnxgate.model import load_model
 
     source = Path(ctx.config.model.source)
@@ -231,12 +234,10 @@ def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
         target = ctx.run_dir / ref.location
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ref.path, target)
-    config = ContractConfig(
-        reference=step.reference,
+    config = library_config(
+        step,
         # the step's own feeds, else [feeds]: its data and the serving ranges to prove
         feeds=step.feeds if _own(step.feeds) else ctx.config.feeds.golden(),
-        tolerances=step.tolerances,
-        second_opinion=step.second_opinion,
         force=True,
         batch_axis=ctx.config.model.batch_axis,
     )
@@ -259,7 +260,7 @@ def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
 
 def check(ctx: Context, step: CheckStep) -> Outcome:
     """Static checks against every target runtime."""
-    from onnxgate.check import CheckConfig, check_model
+    from onnxgate.check import check_model
     from onnxgate.contract import observed_outputs
 
     # export wrote the contract: the shapes its golden outputs have are judged too (SHP003)
@@ -267,11 +268,10 @@ def check(ctx: Context, step: CheckStep) -> Outcome:
     reports, failing, counts = {}, [], {"errors": 0, "warnings": 0}
     for runtime in ctx.runtimes:
         ctx.progress(f"check against {runtime}")
-        config = CheckConfig(
+        config = library_config(
+            step,
             runtime=runtime,
             providers=tuple(ctx.config.targets.providers),
-            ignore=tuple(step.ignore),
-            fail_on=step.fail_on,
             observed_outputs=observed,
         )
         report = check_model(ctx.model, config)
@@ -290,7 +290,6 @@ def check(ctx: Context, step: CheckStep) -> Outcome:
 
 def compare(ctx: Context, step: CompareStep) -> Outcome:
     """ONNX Runtime as deployed against a reference, on the step's feeds."""
-    from onnxgate.compare import CompareConfig
     from onnxgate.compare import compare as run_compare
     from onnxgate.settings import FeedSettings
 
@@ -303,13 +302,7 @@ def compare(ctx: Context, step: CompareStep) -> Outcome:
         feeds = step.feeds
     else:
         feeds = FeedSettings() if golden else ctx.config.feeds.golden()
-    config = CompareConfig(
-        against=step.against,
-        feeds=feeds,
-        session=session,
-        tolerances=step.tolerances,
-        localize=step.localize,
-    )
+    config = library_config(step, feeds=feeds, session=session)
     with _root(ctx):
         report = run_compare(ctx.model, config, samples=golden, progress=ctx.progress)
     failing = [o.name for o in report.outputs if not o.passed]
@@ -326,11 +319,11 @@ def compare(ctx: Context, step: CompareStep) -> Outcome:
 
 def verify(ctx: Context, step: VerifyStep) -> Outcome:
     """The contract's golden samples on each runtime of the release matrix."""
-    from onnxgate.contract import VerifyConfig
     from onnxgate.contract import verify as run_verify
     from onnxgate.settings import SessionSettings
 
-    config = VerifyConfig(
+    config = library_config(
+        step,
         runtimes=tuple(step.runtimes or ctx.runtimes),
         session=SessionSettings(providers=tuple(ctx.config.targets.providers)),
     )
@@ -348,19 +341,17 @@ def verify(ctx: Context, step: VerifyStep) -> Outcome:
 
 def placement(ctx: Context, step: PlacementStep) -> Outcome:
     """Where each node runs; fails when a node is not on the required provider."""
-    from onnxgate.placement import PlacementConfig
     from onnxgate.placement import placement as run_placement
     from onnxgate.settings import SessionSettings
 
     providers = ctx.config.targets.providers
     require = step.require or (providers[0].split(":", 1)[0] if providers else None)
     runtime = step.runtime or ctx.runtimes[0]
-    config = PlacementConfig(
+    config = library_config(
+        step,
         session=SessionSettings(providers=tuple(providers)),
         require=require,
-        allow_ops=tuple(step.allow_ops),
         runtime=runtime,
-        feeds=step.feeds,
     )
     golden = None if _own(step.feeds) else _golden(ctx)
     report = run_placement(ctx.model, config, samples=golden, progress=ctx.progress)
@@ -379,23 +370,15 @@ def placement(ctx: Context, step: PlacementStep) -> Outcome:
 
 def tune(ctx: Context, step: TuneStep) -> Outcome:
     """Search session settings; record the winner in the contract for this machine."""
-    from onnxgate.perf import TuneConfig
     from onnxgate.perf import tune as run_tune
 
     # no batch or dims: tune on a golden sample of the contract (``_tuning_sample``), the shape
     # and data the model was proven at; [feeds] ranges and seed shape synthetic ones otherwise
-    config = TuneConfig(
-        objective=step.objective,
-        batch=step.batch,
+    config = library_config(
+        step,
         feeds=_synthetic(ctx, {name: [size] for name, size in step.dims.items()}),
         providers=tuple(ctx.config.targets.providers),
-        min_gain=step.min_gain,
-        fusions=step.fusions,
-        threads=tuple(step.threads) if step.threads else None,
-        max_runs=step.max_runs,
-        contest_seconds=step.contest_seconds,
-        time_budget=step.time_budget,
-        search_budget=step.search_budget,
+        threads=step.threads or None,  # threads = []: the default search, as not set
     )
     report = run_tune(ctx.model, config, progress=ctx.progress)
     figures = {
@@ -450,28 +433,14 @@ def from_feeds(name: str, section: Step, feeds: FeedsSection) -> tuple[str, ...]
 
 def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
     """int8 inside the accuracy budget and not slower; written beside the float model."""
-    from onnxgate.quantize import QuantizeConfig
     from onnxgate.quantize import quantize as run_quantize
 
     evaluation, calibration = quantize_data(step, ctx.config.feeds)
-    config = QuantizeConfig(
+    config = library_config(
+        step,
         out=ctx.int8_model,
-        mode=step.mode,
-        preset=step.preset,
-        per_channel=step.per_channel,
-        reduce_range=step.reduce_range,
-        op_types=tuple(step.op_types),
-        max_drop=step.max_drop,
-        metrics=tuple(step.metrics),
-        outputs=tuple(step.outputs),
-        gate_metric=step.gate_metric,
         eval=evaluation,
         calibration=calibration,
-        labels=step.labels,
-        max_excluded=step.max_excluded,
-        bench=step.bench,
-        bench_budget_s=step.bench_budget,
-        allow_slower=step.allow_slower,
         # the runner that cannot confirm the float model's golden outputs at export cannot
         # confirm them for the int8 contract either: one key says so for both
         second_opinion=ctx.config.steps.export.second_opinion,
@@ -524,7 +493,6 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     failed, and ``on_unreliable`` says what the gate does with that. A latency threshold met on
     a busy machine is met: other load only slows a model down.
     """
-    from onnxgate.perf import BenchConfig
     from onnxgate.perf import bench as run_bench
     from onnxgate.settings import FeedSettings
 
@@ -546,12 +514,10 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     if not session.providers and ctx.config.targets.providers:
         session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
     # no batches or dims: bench times the contract's golden samples, the shapes proven
-    config = BenchConfig(
-        batches=tuple(step.batches),
+    config = library_config(
+        step,
         feeds=_synthetic(ctx, dict(step.dims)) if step.batches or step.dims else FeedSettings(),
-        budget=step.budget,
         session=session,
-        vs=step.vs,
         tuned=tuned,
     )
     with _root(ctx):
