@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+import numpy as np
 import pytest
 
 from models import mlp, save
@@ -9,10 +12,29 @@ from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.contract_store import contract_extras, contract_tensorrt
 from onnxgate.errors import ConfigError, InternalError
 from onnxgate.model import load_model
-from onnxgate.runners import OrtOptions, OrtRunner, RunExtras, open_runner, worker_command
+from onnxgate.runners import (
+    OrtOptions,
+    OrtRunner,
+    RunExtras,
+    _runtimes,
+    open_runner,
+    worker_command,
+)
 from onnxgate.runners._isolated import IsolatedOrtRunner
+from onnxgate.runners._onnxruntime import open_ort, ort_script, ort_worker
 from onnxgate.runners._openvino import OPENVINO
-from onnxgate.runners._runtimes import no_kernel_registry, packages, registered, runtime_of
+from onnxgate.runners._runtimes import (
+    Provider,
+    Runtime,
+    Script,
+    no_kernel_registry,
+    packages,
+    registered,
+    run_script,
+    runtime_of,
+)
+
+ECHO = Script("script_echo", "echo", "the echo script", "onnxgate-echo-")
 
 
 def test_openvino_and_onnx_runtime_s_packages_are_registered_once_in_the_listed_order():
@@ -79,3 +101,63 @@ def test_the_probe_skips_the_kernel_registry_of_the_providers_the_parent_names()
     assert _probe_script._kernels(Capi(), available, list(no_kernel_registry())) is None
     with pytest.raises(AssertionError):
         _probe_script._kernels(Capi(), available, [])
+
+
+def test_a_script_runs_here_on_the_installed_runtime():
+    answer = run_script(ECHO, {"model": "m.onnx"}, {"x": np.arange(3)})
+    assert answer == {
+        "request": {"model": "m.onnx"},
+        "arrays": {"x": [0, 1, 2]},
+        "python": sys.executable,
+    }
+    assert run_script(ECHO, {"n": 1})["arrays"] == {}
+
+
+@pytest.mark.slow
+def test_a_script_runs_by_path_in_another_release_s_environment():
+    from onnxgate.compat.runtime import ensure_env
+
+    answer = run_script(ECHO, {"n": 1}, {"x": np.arange(2)}, runtime="onnxruntime==1.24.4")
+    assert answer["request"] == {"n": 1} and answer["arrays"] == {"x": [0, 1]}
+    assert answer["python"] == str(ensure_env(_runtimes.RuntimeSpec.parse("onnxruntime==1.24.4")))
+
+
+def test_provider_lists_are_openvino_s_registration_in_the_order_they_always_had(monkeypatch):
+    from onnxgate.check._runtime_rules import _provider_hint
+    from onnxgate.compat.providers import install_hint, provided_by, provider_packages
+    from onnxgate.doctor._diagnose import gpu_providers
+
+    ov = "OpenVINOExecutionProvider"
+    listed = list(provider_packages())
+    assert listed[3:6] == ["DmlExecutionProvider", ov, "QNNExecutionProvider"]
+    assert len(listed) == 11 and provided_by(ov) == "onnxruntime-openvino"
+    assert install_hint(ov).startswith("Install onnxruntime-openvino instead of")
+    assert "--runtime onnxruntime-openvino==X.Y.Z" in _provider_hint(ov)
+    assert ov in gpu_providers()
+    # without its registration, nothing outside runners/_openvino.py knows OpenVINO
+    monkeypatch.setattr(_runtimes, "_REGISTERED", [r for r in registered() if r is not OPENVINO])
+    assert ov not in provider_packages() and ov not in gpu_providers()
+    assert provided_by(ov) == "a build of ONNX Runtime that includes it"
+    assert _provider_hint(ov).startswith("Remove it from --providers")
+    assert no_kernel_registry() == ()
+
+
+def test_a_new_runtime_is_one_registration_every_list_reads(monkeypatch):
+    from onnxgate.check._runtime_rules import _provider_hint
+    from onnxgate.compat.providers import provided_by, provider_packages
+    from onnxgate.doctor._diagnose import gpu_providers
+
+    npu = Provider(
+        "NpuExecutionProvider", "onnxruntime-npu", accelerator=True, kernel_registry=False
+    )
+    kind = Runtime("npu", ("onnxruntime-npu",), open_ort, ort_worker, ort_script, (npu,))
+    monkeypatch.setattr(_runtimes, "_REGISTERED", list(registered()))
+    _runtimes.register(kind)
+    assert packages()[-1] == "onnxruntime-npu"
+    assert runtime_of(RuntimeSpec.parse("onnxruntime-npu==1.0.0")) is kind
+    assert list(provider_packages())[-1] == npu.name and provided_by(npu.name) == "onnxruntime-npu"
+    assert "--runtime onnxruntime-npu==X.Y.Z" in _provider_hint(npu.name)
+    assert npu.name in gpu_providers()
+    assert no_kernel_registry() == ("OpenVINOExecutionProvider", npu.name)
+    with pytest.raises(ValueError, match="registered twice"):
+        _runtimes.register(kind)

@@ -13,6 +13,7 @@ from onnxgate.check._functions import MAX_DEPTH, NoBody, expand
 from onnxgate.check._graph import node_label
 from onnxgate.check._report import RULES, Finding, finding
 from onnxgate.compat.kernels import OPEN_END, KernelTable, NodeSchema, onnx_schema
+from onnxgate.compat.providers import registered_providers
 from onnxgate.compat.runtime import RuntimeProfile
 from onnxgate.compat.versions import (
     DEFAULT_DOMAIN,
@@ -128,16 +129,20 @@ def provider_findings(
     return found
 
 
+_BUILDS = {
+    "CUDAExecutionProvider": "onnxruntime-gpu",
+    "TensorrtExecutionProvider": "onnxruntime-gpu (with TensorRT libraries)",
+    "DmlExecutionProvider": "onnxruntime-directml",
+    "QNNExecutionProvider": "onnxruntime-qnn",
+    "CoreMLExecutionProvider": "onnxruntime on macOS",
+}
+"""ONNX Runtime's own builds, in the words of the hint; a registered runtime's providers are
+named by their registration (``Provider.package``)."""
+
+
 def _provider_hint(provider: str) -> str:
-    packages = {
-        "CUDAExecutionProvider": "onnxruntime-gpu",
-        "TensorrtExecutionProvider": "onnxruntime-gpu (with TensorRT libraries)",
-        "OpenVINOExecutionProvider": "onnxruntime-openvino",
-        "DmlExecutionProvider": "onnxruntime-directml",
-        "QNNExecutionProvider": "onnxruntime-qnn",
-        "CoreMLExecutionProvider": "onnxruntime on macOS",
-    }
-    package = packages.get(provider)
+    registered = {p.name: p.package for p in registered_providers()}
+    package = _BUILDS.get(provider) or registered.get(provider)
     if package:
         return f"{provider} comes with {package}; check against that build with --runtime {package.split()[0]}==X.Y.Z."
     return "Remove it from --providers or check against a build that has it."

@@ -3,7 +3,9 @@
 Users write ``cuda`` or ``CUDAExecutionProvider``; ONNX Runtime wants the full name, and a build
 lists every provider it knows of (``get_all_providers``) apart from those it includes
 (``get_available_providers``). When a provider is missing, the fix is almost always a different
-wheel, so the message names it.
+wheel, so the message names it. The providers a registered runtime kind brings
+(``runners/_openvino.py``) are named by their registration; the others are ONNX Runtime's own
+builds, named here.
 """
 
 from __future__ import annotations
@@ -11,15 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from onnxgate.errors import ConfigError
+from onnxgate.runners._runtimes import Provider
+from onnxgate.runners._runtimes import providers as registered_providers
 
 CPU = "CPUExecutionProvider"
 
-PACKAGES: dict[str, str] = {
+_BUILDS: dict[str, str] = {
     "CUDAExecutionProvider": "onnxruntime-gpu (with CUDA and cuDNN libraries on the machine)",
     "TensorrtExecutionProvider": "onnxruntime-gpu (with the TensorRT libraries on the machine)",
     "NvTensorRTRTXExecutionProvider": "onnxruntime-gpu built with TensorRT-RTX",
     "DmlExecutionProvider": "onnxruntime-directml (Windows)",
-    "OpenVINOExecutionProvider": "onnxruntime-openvino",
     "QNNExecutionProvider": "onnxruntime-qnn",
     "MIGraphXExecutionProvider": "onnxruntime-migraphx (AMD ROCm)",
     "CoreMLExecutionProvider": "onnxruntime on macOS",
@@ -27,7 +30,34 @@ PACKAGES: dict[str, str] = {
     "CANNExecutionProvider": "onnxruntime-cann",
     "WebGpuExecutionProvider": "onnxruntime-webgpu",
 }
-"""The package (or build) that includes each non-CPU provider."""
+"""The package (or build) of ONNX Runtime's own that includes each provider it names."""
+
+__all__ = [
+    "CPU",
+    "Provider",
+    "canonical",
+    "install_hint",
+    "names",
+    "parse_providers",
+    "provided_by",
+    "provider_packages",
+    "registered_providers",
+    "resolve",
+    "short_name",
+]
+
+
+def provider_packages() -> dict[str, str]:
+    """The package (or build) that includes each non-CPU provider, in the order lists show them.
+
+    ONNX Runtime's own builds, with the providers registered runtime kinds bring, each placed
+    after the provider its registration names (``Provider.listed_after``), else at the end.
+    """
+    rows = list(_BUILDS.items())
+    for provider in registered_providers():
+        after = [i + 1 for i, (name, _) in enumerate(rows) if name == provider.listed_after]
+        rows.insert(after[0] if after else len(rows), (provider.name, provider.package))
+    return dict(rows)
 
 
 def names(values: Iterable[str] | str | None) -> list[str]:
@@ -113,12 +143,12 @@ def short_name(provider: str) -> str:
 
 def provided_by(provider: str) -> str:
     """The package or build that includes a provider, in words."""
-    return PACKAGES.get(provider, "a build of ONNX Runtime that includes it")
+    return provider_packages().get(provider, "a build of ONNX Runtime that includes it")
 
 
 def install_hint(provider: str) -> str:
     """What to install for a provider this build does not include."""
-    package = PACKAGES.get(provider)
+    package = provider_packages().get(provider)
     if package is None:
         return f"Use an ONNX Runtime build that includes {provider}."
     wheel = package.split(" ")[0]

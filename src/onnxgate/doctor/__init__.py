@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from onnxgate.compat.providers import CPU, PACKAGES, canonical, parse_providers
+from onnxgate.compat.providers import CPU, canonical, parse_providers, provider_packages
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.doctor._diagnose import DoctorFinding, DoctorReport, diagnose, resolve_wanted
 from onnxgate.doctor._facts import Facts, gather_facts
@@ -49,7 +49,7 @@ def doctor(
     given = {k: dict(v) for k, v in (provider_options or {}).items()}
     for name, pairs in inline.items():
         given.setdefault(name, {}).update(pairs)
-    known = list(dict.fromkeys([*PACKAGES, CPU]))
+    known = list(dict.fromkeys([*provider_packages(), CPU]))
     options = {canonical(k, known): v for k, v in given.items()}
     facts = gather_facts(timeout=timeout, runtime=spec, provider_options=options)
     report = diagnose(facts, names)

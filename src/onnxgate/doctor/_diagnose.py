@@ -21,16 +21,22 @@ from onnxgate.doctor._needs import GpuNeeds, GpuVariant, gpu_needs, with_build_c
 CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
 NVIDIA = (CUDA, TENSORRT, "NvTensorRTRTXExecutionProvider")
-GPU_PROVIDERS = (
+_GPU_BUILDS = (
     *NVIDIA,
     "MIGraphXExecutionProvider",
     "ROCMExecutionProvider",
     "DmlExecutionProvider",
-    "OpenVINOExecutionProvider",
     "CoreMLExecutionProvider",
     "WebGpuExecutionProvider",
 )
-"""Providers that run on an accelerator (OpenVINO and CoreML may, depending on the device)."""
+"""ONNX Runtime's own builds' providers that run on an accelerator (CoreML may, depending on the
+device)."""
+
+
+def gpu_providers() -> tuple[str, ...]:
+    """Providers that run on an accelerator: ONNX Runtime's builds' and the registered ones'."""
+    return (*_GPU_BUILDS, *(p.name for p in prov.registered_providers() if p.accelerator))
+
 
 ORT_THREADS_ISSUE = "microsoft/onnxruntime#29510"
 
@@ -66,7 +72,7 @@ class DoctorReport(BaseModel):
 
 def _known(facts: Facts) -> list[str]:
     names = list(facts.ort.all_providers) if facts.ort else []
-    return list(dict.fromkeys([*names, *prov.PACKAGES, CPU]))
+    return list(dict.fromkeys([*names, *prov.provider_packages(), CPU]))
 
 
 def resolve_wanted(facts: Facts, wanted: Iterable[str] | str | None) -> list[str]:
@@ -144,7 +150,7 @@ def _packages(facts: Facts, want: list[str]) -> list[DoctorFinding]:
         imported = (
             f" The module imported is {built} {facts.ort.version} from {facts.ort.module_path}."
         )
-    gpu_wanted = any(p in GPU_PROVIDERS for p in want)
+    gpu_wanted = any(p in gpu_providers() for p in want)
     return [
         _finding(
             Severity.ERROR if gpu_wanted and not _all_work(facts, want) else Severity.WARNING,
@@ -352,8 +358,9 @@ def _install_cuda(variant: GpuVariant, facts: Facts) -> str:
 
 def _no_gpu(facts: Facts, want: list[str]) -> list[DoctorFinding]:
     assert facts.ort is not None
-    compiled = [p for p in facts.ort.available_providers if p in GPU_PROVIDERS]
-    if compiled or any(p in GPU_PROVIDERS for p in want):
+    accelerators = gpu_providers()
+    compiled = [p for p in facts.ort.available_providers if p in accelerators]
+    if compiled or any(p in accelerators for p in want):
         return []
     return [
         _finding(

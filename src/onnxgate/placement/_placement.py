@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,18 +12,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate.compat.providers import CPU, canonical
-from onnxgate.compat.runtime import (
-    RuntimeSpec,
-    ensure_env,
-    installed_runtime,
-    run_json_script,
-    runtime_profile,
-)
+from onnxgate.compat.runtime import RuntimeSpec, installed_runtime, runtime_profile
 from onnxgate.compat.versions import parse_release
 from onnxgate.contract_store import contract_dims
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
-from onnxgate.errors import ConfigError, RunFailed
+from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.runners import Script, run_script
 from onnxgate.runners._refusal import refusal
 from onnxgate.settings import FeedSettings, Part, SessionSettings
 
@@ -39,6 +33,9 @@ ASSIGNMENT_SINCE = "1.24"
 """First release that records the partition (1.23.2 does not, 1.24.4 does)."""
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+
+AUDIT = Script("onnxgate.placement._assign", "assign", "the placement audit", "onnxgate-placement-")
+"""``_assign.py``, run where the audited runtime runs (``runners.run_script``)."""
 
 
 class PlacementConfig(Part):
@@ -113,18 +110,6 @@ class PlacementReport(BaseModel):
     exempted: list[NodePlacement] = []
     """Compute nodes not on the required provider whose op type ``allow_ops`` exempts."""
     notes: list[str] = []
-
-
-def _run_isolated(python: Path, request: dict[str, Any], feeds: Mapping[str, Any] | None) -> dict:
-    script = Path(__file__).with_name("_assign.py")
-    with tempfile.TemporaryDirectory(prefix="onnxgate-placement-") as tmp:
-        folder = Path(tmp)
-        if feeds is not None:
-            np.savez(folder / "feeds.npz", **feeds)
-            request = request | {"feeds": str(folder / "feeds.npz")}
-        return run_json_script(
-            python, script, folder, request, what="the placement audit", crash=RunFailed
-        )
 
 
 def _feeds(
@@ -223,12 +208,7 @@ def placement(
     feeds = _feeds(loaded, config.feeds, samples) if chosen == "profiling" else None
     if progress:
         progress(f"placing {loaded.path.name} on {', '.join(requested)}")
-    if spec.installed:
-        from onnxgate.placement import _assign
-
-        answer = _assign.assign(request, feeds)
-    else:
-        answer = _run_isolated(ensure_env(spec, progress=progress), request, feeds)
+    answer = run_script(AUDIT, request, feeds, runtime=spec, progress=progress)
     package = spec.package if not spec.installed else (installed_runtime() or ("onnxruntime",))[0]
     runtime_label = f"{package} {answer['version']}"
     error = answer.get("error")

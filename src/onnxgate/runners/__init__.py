@@ -15,8 +15,10 @@ from onnxgate.runners._reference import ReferenceRunner
 from onnxgate.runners._runtimes import (
     RunExtras,
     RuntimeSpec,
+    Script,
     open_runner,
     register,
+    run_script,
     worker_command,
 )
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
@@ -39,6 +41,7 @@ __all__ = [
     "RunExtras",
     "RunnerInfo",
     "RuntimeSpec",
+    "Script",
     "SklearnRunner",
     "TensorTap",
     "TorchRunner",
@@ -46,6 +49,7 @@ __all__ = [
     "load_estimator",
     "make_runner",
     "open_runner",
+    "run_script",
     "worker_command",
 ]
 

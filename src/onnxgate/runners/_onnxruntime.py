@@ -2,21 +2,28 @@
 
 The installed runtime runs in this process (``OrtRunner``); another release or package runs in
 its isolated environment (``IsolatedOrtRunner``), and its timing worker there is a script that
-needs no onnxgate (``_isolated_worker.py``). Every ONNX Runtime package opens this way, so
-another package (``_openvino.py``) registers these same two functions with its own facts.
+needs no onnxgate (``_isolated_worker.py``); a script of onnxgate's (the placement audit) is
+called here, or run by that environment's Python. Every ONNX Runtime package runs this way, so
+another package (``_openvino.py``) registers these same three functions with its own facts.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import sys
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onnxgate.errors import InternalError
+import numpy as np
+
+from onnxgate.errors import InternalError, RunFailed
 from onnxgate.model import LoadedModel
 from onnxgate.runners._base import Runner
-from onnxgate.runners._runtimes import RunExtras, Runtime, RuntimeSpec
+from onnxgate.runners._runtimes import RunExtras, Runtime, RuntimeSpec, Script
 from onnxgate.runners._tensorrt import TENSORRT
 
 
@@ -78,12 +85,48 @@ def ort_worker(spec: RuntimeSpec, env: dict[str, str]) -> list[str]:
     return [str(ensure_env(spec)), "-X", "faulthandler", str(script)]
 
 
+def ort_script(
+    script: Script,
+    spec: RuntimeSpec,
+    request: dict[str, Any],
+    arrays: Mapping[str, Any] | None,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """The script's function called here, or its file run by the release's environment.
+
+    Raises:
+        RunFailed: the script died in the environment without an answer (the runtime crashed).
+        RuntimeEnvError: the environment cannot be built, or the script cannot start or timed out.
+    """
+    if spec.installed:
+        return getattr(importlib.import_module(script.module), script.function)(request, arrays)
+    from onnxgate.compat.runtime import ensure_env, run_json_script
+
+    python = ensure_env(spec, progress=progress)
+    found = importlib.util.find_spec(script.module)
+    if found is None or found.origin is None:
+        raise InternalError(f"{script.what}: module {script.module} has no file to run.")
+    with tempfile.TemporaryDirectory(prefix=script.prefix) as tmp:
+        folder = Path(tmp)
+        if arrays is not None:
+            np.savez(folder / "feeds.npz", **arrays)
+            request = request | {"feeds": str(folder / "feeds.npz")}
+        return run_json_script(
+            python, Path(found.origin), folder, request, what=script.what, crash=RunFailed
+        )
+
+
 ONNXRUNTIME = Runtime(
-    "onnxruntime", ("onnxruntime", "onnxruntime-gpu"), open=open_ort, worker=ort_worker
+    "onnxruntime",
+    ("onnxruntime", "onnxruntime-gpu"),
+    open=open_ort,
+    worker=ort_worker,
+    script=ort_script,
 )
 PLATFORM_BUILDS = Runtime(
     "onnxruntime platform builds",
     ("onnxruntime-directml", "onnxruntime-qnn"),
     open=open_ort,
     worker=ort_worker,
+    script=ort_script,
 )

@@ -2,14 +2,16 @@
 
 It replaces the ``onnxruntime`` module, so it runs like another release of ONNX Runtime
 (``_onnxruntime.py``), in its isolated environment (``onnxruntime-openvino==1.24.1``). What is
-its own: the provider it brings, and that reading its kernel registry crashes (signal 11 in
-``get_all_opkernel_def``, seen in onnxruntime-openvino 1.24.1), so the probe skips it.
+its own: the provider it brings (which may run on an accelerator, depending on the device, and
+is listed after DirectML's, where provider lists have always shown it), and that reading its
+kernel registry crashes (signal 11 in ``get_all_opkernel_def``, seen in onnxruntime-openvino
+1.24.1), so the probe skips it.
 """
 
 from __future__ import annotations
 
-from onnxgate.runners._onnxruntime import open_ort, ort_worker
-from onnxgate.runners._runtimes import Runtime
+from onnxgate.runners._onnxruntime import open_ort, ort_script, ort_worker
+from onnxgate.runners._runtimes import Provider, Runtime
 
 PROVIDER = "OpenVINOExecutionProvider"
 
@@ -18,6 +20,14 @@ OPENVINO = Runtime(
     ("onnxruntime-openvino",),
     open=open_ort,
     worker=ort_worker,
-    providers=(PROVIDER,),
-    no_kernel_registry=(PROVIDER,),
+    script=ort_script,
+    providers=(
+        Provider(
+            PROVIDER,
+            "onnxruntime-openvino",
+            accelerator=True,
+            kernel_registry=False,
+            listed_after="DmlExecutionProvider",
+        ),
+    ),
 )

@@ -4,20 +4,21 @@ Where a model runs (ONNX Runtime in this process, another release or package in 
 environment, a timing worker process) used to be chosen by each step that ran one. Now a runtime
 kind is one ``Runtime`` record, registered once (``runners/__init__.py``): the distributions it
 is recognised by in a ``runtime`` string (``installed``, ``onnxruntime==1.22.1``,
-``onnxruntime-openvino==1.24.1``), what the compatibility probe must know of it (providers it
-brings, providers whose kernel registry cannot be read), how to open a runner for a model, and
-how to start a timing worker. ``open_runner`` and ``worker_command`` are the only places that
-choose; steps pass what they hold, and per-run things (the contract's TensorRT options, the
-samples an isolated runtime runs at once) in ``RunExtras``.
+``onnxruntime-openvino==1.24.1``), the providers it brings (what messages say of them, whether
+the probe may read their kernel registry), how to open a runner for a model, how to start a
+timing worker, and how to run a script of onnxgate's inside it (the placement audit).
+``open_runner``, ``worker_command`` and ``run_script`` are the only places that choose; steps pass
+what they hold, and per-run things (the contract's TensorRT options, the samples an isolated
+runtime runs at once) in ``RunExtras``.
 
-This module sits below ``compat`` (``_layers.py``), which reads the registered packages: it names
-no runner class; each registration brings its own opener.
+This module sits below ``compat`` (``_layers.py``), which reads the registered packages and
+providers: it names no runner class; each registration brings its own opener.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,10 +93,52 @@ class RunExtras:
     """Profile every run into a Chrome trace (ONNX Runtime in this process only)."""
 
 
+@dataclass(frozen=True)
+class Script:
+    """A script of onnxgate's that runs inside a runtime (the placement audit).
+
+    In this process it is ``function(request, arrays)`` of ``module``; in another runtime's
+    environment it is the module's file, run as ``python file request.json answer.json`` with
+    ``arrays`` saved beside the request in an ``.npz`` named by the request's ``feeds`` key. So the
+    module needs only what such an environment holds (the standard library, NumPy, the runtime).
+    """
+
+    module: str
+    """The module, as imported here (``onnxgate.placement._assign``)."""
+    function: str
+    """Its function of ``(request, arrays)`` that returns the answer."""
+    what: str
+    """What it does, as errors name it (``the placement audit``)."""
+    prefix: str
+    """The prefix of the temporary folder its files are written in."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    """An execution provider a runtime kind brings beyond ONNX Runtime's default build."""
+
+    name: str
+    """As ONNX Runtime names it (``OpenVINOExecutionProvider``)."""
+    package: str
+    """The package or build that includes it, as messages name it (``compat.providers``)."""
+    accelerator: bool = False
+    """Whether it may run on an accelerator (doctor then checks the machine's GPU setup)."""
+    kernel_registry: bool = True
+    """False when its kernel registry crashes when read: the probe does not read it."""
+    listed_after: str | None = None
+    """The provider it follows in lists of providers (``compat.providers.provider_packages``);
+    None: at the end."""
+
+
 Opener = Callable[[LoadedModel, Any, RuntimeSpec, RunExtras], Runner]
 """Opens a runner for a model: (model, session settings, runtime, extras)."""
 WorkerCommand = Callable[[RuntimeSpec, dict[str, str]], list[str]]
 """The command of a timing worker on a runtime; edits the environment it is given."""
+ScriptRunner = Callable[
+    [Script, RuntimeSpec, dict[str, Any], Mapping[str, Any] | None, Callable[[str], None] | None],
+    dict[str, Any],
+]
+"""Runs a script inside a runtime: (script, runtime, request, arrays, progress) -> its answer."""
 
 
 @dataclass(frozen=True)
@@ -107,10 +150,9 @@ class Runtime:
     """Distributions a ``runtime`` string names it by (``package==X.Y.Z``)."""
     open: Opener
     worker: WorkerCommand
-    providers: tuple[str, ...] = ()
+    script: ScriptRunner
+    providers: tuple[Provider, ...] = ()
     """Execution providers the packages bring beyond ONNX Runtime's default build."""
-    no_kernel_registry: tuple[str, ...] = ()
-    """Providers whose kernel registry crashes when read: the probe does not read it."""
 
 
 _REGISTERED: list[Runtime] = []
@@ -139,9 +181,14 @@ def packages() -> tuple[str, ...]:
     return tuple(package for runtime in _REGISTERED for package in runtime.packages)
 
 
+def providers() -> tuple[Provider, ...]:
+    """Every provider the registered kinds bring, in registration order."""
+    return tuple(provider for runtime in _REGISTERED for provider in runtime.providers)
+
+
 def no_kernel_registry() -> tuple[str, ...]:
     """Providers whose kernel registry the probe must not read."""
-    return tuple(p for runtime in _REGISTERED for p in runtime.no_kernel_registry)
+    return tuple(p.name for p in providers() if not p.kernel_registry)
 
 
 def runtime_of(spec: RuntimeSpec) -> Runtime:
@@ -180,3 +227,24 @@ def worker_command(runtime: str | RuntimeSpec | None, env: dict[str, str]) -> li
     """The command of a timing worker on a runtime (``perf/_contest.py``); edits ``env``."""
     spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
     return runtime_of(spec).worker(spec, env)
+
+
+def run_script(
+    script: Script,
+    request: dict[str, Any],
+    arrays: Mapping[str, Any] | None = None,
+    *,
+    runtime: str | RuntimeSpec | None = "installed",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run a script of onnxgate's inside a runtime, where its kind runs it; return its answer.
+
+    Args:
+        script: the script (``Script``).
+        request: its JSON request.
+        arrays: NumPy arrays it reads (the feeds of a profiled run), or None.
+        runtime: ``installed`` or another release or package (see ``RuntimeSpec``).
+        progress: called with a line for slow steps (building an isolated environment).
+    """
+    spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    return runtime_of(spec).script(script, spec, request, arrays, progress)
