@@ -15,12 +15,11 @@ from onnxgate.runners._spec import SPEC_HELP, make_runner
 from onnxgate.runners._torch import TorchRunner, load_entry
 
 if TYPE_CHECKING:
-    from onnxgate.runners._ort import OrtOptions, OrtRunner
+    from onnxgate.runners._ort import OrtRunner
 
 __all__ = [
     "SPEC_HELP",
     "Inference",
-    "OrtOptions",
     "OrtRunner",
     "ReferenceRunner",
     "Runner",
@@ -35,8 +34,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("OrtOptions", "OrtRunner"):
+    if name == "OrtRunner":
         from onnxgate.runners import _ort
 
-        return getattr(_ort, name)
+        return _ort.OrtRunner
     raise AttributeError(f"module 'onnxgate.runners' has no attribute {name!r}")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Runner
+from onnxgate.settings import SessionSettings
 
 if TYPE_CHECKING:
-    from onnxgate.runners._ort import OrtOptions
     from onnxgate.runners._tensorrt import TensorrtFor
 
 SPEC_HELP = (
@@ -26,7 +25,8 @@ def make_runner(
     spec: str,
     model: LoadedModel,
     *,
-    ort_options: OrtOptions | None = None,
+    session: SessionSettings | None = None,
+    save_optimized: Path | None = None,
     trust_pickle: bool = False,
     tensorrt: TensorrtFor | None = None,
 ) -> Runner:
@@ -35,7 +35,8 @@ def make_runner(
     Args:
         spec: see ``SPEC_HELP``.
         model: the model under test.
-        ort_options: the ``OrtOptions`` that ``ort:...`` specs start from and other .onnx files use.
+        session: the settings that ``ort:...`` specs start from and other .onnx files use.
+        save_optimized: where an ONNX Runtime runner saves the model as it optimised it.
         trust_pickle: allow ``sklearn:`` files to be unpickled.
         tensorrt: the TensorRT options a model's contract gives it, for ONNX Runtime runners
             (see ``OrtRunner``).
@@ -43,9 +44,9 @@ def make_runner(
     Raises:
         ConfigError: the spec names nothing runnable.
     """
-    from onnxgate.runners._ort import OPT_LEVELS, OrtOptions, OrtRunner
+    from onnxgate.runners._ort import OPT_LEVELS, OrtRunner, label
 
-    base = ort_options or OrtOptions()
+    base = session or SessionSettings()
     kind, _, rest = spec.partition(":")
     if spec == "reference":
         from onnxgate.runners._reference import ReferenceRunner
@@ -56,12 +57,14 @@ def make_runner(
         providers = tuple(i.strip() for i in rest.split(",") if i.strip() and i not in levels)
         if len(levels) > 1:
             raise ConfigError(f"runner {spec!r} names more than one optimisation level.")
-        options = dataclasses.replace(
-            base,
-            optimization=levels[0].strip() if levels else base.optimization,
-            providers=providers or base.providers,
+        # flat: replacing the providers keeps the options the given ones named inline
+        settings = base.flat().model_copy(
+            update={
+                "opt_level": levels[0].strip() if levels else base.opt_level,
+                "providers": providers or base.flat().providers,
+            }
         )
-        return OrtRunner(model, options, tensorrt=tensorrt)
+        return OrtRunner(model, settings, save_optimized=save_optimized, tensorrt=tensorrt)
     if kind == "torch" and rest:
         from onnxgate.runners._torch import TorchRunner
 
@@ -74,6 +77,6 @@ def make_runner(
         )
     if spec.endswith(".onnx") or Path(spec).is_file():
         other = load_model(spec)
-        name = f"{Path(spec).name} on onnxruntime[{base.label()}]"
-        return OrtRunner(other, base, name=name, tensorrt=tensorrt)
+        name = f"{Path(spec).name} on onnxruntime[{label(base)}]"
+        return OrtRunner(other, base, name=name, save_optimized=save_optimized, tensorrt=tensorrt)
     raise ConfigError(f"{spec!r} names no runner.", hint=f"Use {SPEC_HELP}")

@@ -42,7 +42,7 @@ from onnxgate.serve._validate import RequestValidator
 from onnxgate.settings import Part, SessionSettings
 
 if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions, OrtRunner
+    from onnxgate.runners import OrtRunner
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,9 @@ class Predictor:
         from onnxgate.runners import OrtRunner  # imports ONNX Runtime
 
         loaded = load_model(path)
-        name = f"onnxruntime[{options.label()}]"
+        from onnxgate.runners._ort import label
+
+        name = f"onnxruntime[{label(options)}]"
         runner = OrtRunner(loaded, options, name=name, tensorrt=contract_tensorrt)
         runner.__enter__()
         try:
@@ -274,13 +276,11 @@ class Predictor:
         if passed:
             expected = admission.expected
             samples = [sample for sample, _ in expected]
-            options = self.runner.options
             try:
                 cell = placement_cell(
                     self.loaded,
                     RuntimeSpec.parse("installed"),
-                    _session_of(options),
-                    options,
+                    self.runner.settings,
                     samples,
                     require=self.source.require,  # the gate's requirement, whatever serves it now
                 )
@@ -447,23 +447,9 @@ def _datatype(name: str, array: np.ndarray) -> str:
         raise InvalidRequest(f"input {name!r}: dtype {array.dtype} has no datatype.") from None
 
 
-def _session_of(options: OrtOptions) -> SessionSettings:
-    """The ``SessionSettings`` that give ``options`` (for the placement audit's own session)."""
-    return SessionSettings(
-        providers=tuple(options.providers),
-        provider_options={k: dict(v) for k, v in options.provider_options.items()},
-        opt_level=options.optimization,  # type: ignore[arg-type]
-        threads=options.intra_op_threads,
-        inter_op_threads=options.inter_op_threads,
-        parallel=options.parallel,
-        cpu_mem_arena=options.cpu_mem_arena,
-        session_config=dict(options.config),
-    )
-
-
-def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path, list[str]]:
-    """The session options and the graph to run: gated providers, tuned settings if they apply."""
-    from onnxgate.runners import OrtOptions
+def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:
+    """The session settings and the graph to run: gated providers, tuned settings if they apply."""
+    from onnxgate.runners._ort import check_session  # imports ONNX Runtime
 
     session = config.session
     notes = []
@@ -471,7 +457,8 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
     if not session.providers and source.providers:
         session = session.model_copy(update={"providers": source.providers})
         notes.append(f"providers {', '.join(source.providers)}, as gated")
-    options = OrtOptions.from_session(session)
+    check_session(session)
+    options = session
     path = source.model
     used = False
     if config.tuned and explicit:
@@ -485,12 +472,13 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
             notes.append(f"tuned settings not used: {err.message}")
             path = source.model
         else:
-            tuned = OrtOptions.from_settings(settings)
-            if session.providers and tuple(tuned.providers) != tuple(options.providers):
+            tuned = SessionSettings.from_wire(settings)
+            check_session(tuned)
+            theirs, ours = tuned.wire()["providers"], options.wire()["providers"]
+            if session.providers and theirs != ours:
                 notes.append(
                     f"tuned settings not used: they were tuned with providers "
-                    f"{', '.join(tuned.providers) or 'CPU'}, serving asks for "
-                    f"{', '.join(options.providers)}"
+                    f"{', '.join(theirs) or 'CPU'}, serving asks for {', '.join(ours)}"
                 )
                 path = source.model
             else:
