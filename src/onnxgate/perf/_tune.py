@@ -465,7 +465,7 @@ def tune(
         phase("graphs")
 
         gate: list[GraphVerdict] = []
-        levels = list(dict.fromkeys([defaults.optimization, *config.levels]))
+        levels = list(dict.fromkeys([defaults.opt_level, *config.levels]))
         pairs = [(g, level) for g in graphs for level in levels]
         # the model as given under the defaults first: it is the one pair always gated
         pairs.sort(key=lambda pair: not (pair[0].label == AS_GIVEN and pair[1] == levels[0]))
