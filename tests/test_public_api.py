@@ -9,7 +9,7 @@ EXPECTED = {
     "MinRuntime", "RuntimeLimits", "RuntimeProfile", "RuntimeSpec", "known_limits", "min_runtime",
     "runtime_profile", "try_load",
     "Sample", "load_feeds", "synthetic_samples", "validate_feeds",
-    "CompareConfig", "CompareReport", "Inference", "OrtOptions", "Runner", "RunnerInfo", "compare",
+    "CompareConfig", "CompareReport", "Inference", "Runner", "RunnerInfo", "compare",
     "make_runner",
     "PlacementConfig", "PlacementReport", "placement",
     "BenchConfig", "BenchReport", "ProfileConfig", "ProfileReport", "TuneConfig", "TuneReport",

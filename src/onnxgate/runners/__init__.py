@@ -27,12 +27,11 @@ from onnxgate.runners._torch import TorchRunner, load_entry
 register(ONNXRUNTIME, OPENVINO, PLATFORM_BUILDS)
 
 if TYPE_CHECKING:
-    from onnxgate.runners._ort import OrtOptions, OrtRunner
+    from onnxgate.runners._ort import OrtRunner
 
 __all__ = [
     "SPEC_HELP",
     "Inference",
-    "OrtOptions",
     "OrtRunner",
     "ReferenceRunner",
     "Runner",
@@ -51,8 +50,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("OrtOptions", "OrtRunner"):
+    if name == "OrtRunner":
         from onnxgate.runners import _ort
 
-        return getattr(_ort, name)
+        return _ort.OrtRunner
     raise AttributeError(f"module 'onnxgate.runners' has no attribute {name!r}")
