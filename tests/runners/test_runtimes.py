@@ -38,7 +38,7 @@ def test_a_package_no_runtime_registered_is_refused_with_the_registered_ones():
 def test_the_installed_runtime_opens_here_and_another_release_in_its_environment(tmp_path):
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
     here = open_runner(loaded, SessionSettings(opt_level="basic"))
-    assert isinstance(here, OrtRunner) and here.options.optimization == "basic"
+    assert isinstance(here, OrtRunner) and here.settings.opt_level == "basic"
     assert here.tensorrt is None
     extras = contract_extras(progress=print)
     there = open_runner(loaded, None, runtime="onnxruntime==1.20.1", extras=extras)
