@@ -25,7 +25,6 @@ from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
-    Lineage,
     Provenance,
     drop_stale_contract,
     opinion_from,
@@ -34,10 +33,10 @@ from onnxgate.contract import (
 from onnxgate.data import Sample, read_arrays
 from onnxgate.data._dims import DimRange
 from onnxgate.errors import ExportError, ExtraMissing, FeedError
-from onnxgate.export._report import ExportReport
+from onnxgate.export._report import ExportReport, export_lineage
 from onnxgate.model import Signature, load_model
 from onnxgate.runners import SklearnRunner, load_estimator
-from onnxgate.settings import Part, Tolerances, config_hash
+from onnxgate.settings import Part, Tolerances
 
 
 class SklearnExportConfig(Part):
@@ -290,13 +289,7 @@ def export_sklearn(
                     "runtime": config.runtime,
                 },
                 onnxgate=__version__,
-                # where the model is written is not how it was made: the same settings in another
-                # folder (each gate run has its own) are the same lineage
-                lineage=Lineage(
-                    parent_sha256=None,
-                    step="export",
-                    config_hash=config_hash(config.model_dump(mode="json", exclude={"out"})),
-                ),
+                lineage=export_lineage(config),
             ),
             config=config.tolerances,
             force=True,

@@ -33,7 +33,6 @@ from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
-    Lineage,
     Provenance,
     drop_stale_contract,
     opinion_from,
@@ -47,10 +46,10 @@ from onnxgate.export._diagnose import (
     quiet_exporter,
     torch_module,
 )
-from onnxgate.export._report import ExportReport
+from onnxgate.export._report import ExportReport, export_lineage
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import TorchRunner, load_entry
-from onnxgate.settings import Part, Tolerances, config_hash
+from onnxgate.settings import Part, Tolerances
 
 log = logging.getLogger(__name__)
 
@@ -537,13 +536,7 @@ def _provenance(
             "runtime": config.runtime,
         },
         onnxgate=__version__,
-        # where the model is written is not how it was made: the same settings in another
-        # folder (each gate run has its own) are the same lineage
-        lineage=Lineage(
-            parent_sha256=None,
-            step="export",
-            config_hash=config_hash(config.model_dump(mode="json", exclude={"out"})),
-        ),
+        lineage=export_lineage(config),
     )
 
 
