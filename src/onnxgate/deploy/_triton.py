@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
 from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
 from onnxgate.contract_store import tensorrt_options
-from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
+from onnxgate.deploy._check import check_model_dir
+from onnxgate.deploy._findings import Finding, RepositoryCheck
 from onnxgate.deploy._gated import open_gated
 from onnxgate.deploy._model import deployable
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
