@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from onnxgate.runners import _onnxruntime, _openvino
 from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
-from onnxgate.runners._onnxruntime import ONNXRUNTIME, PLATFORM_BUILDS
-from onnxgate.runners._openvino import OPENVINO
 from onnxgate.runners._reference import ReferenceRunner
 from onnxgate.runners._runtimes import (
     RunExtras,
+    Runtime,
     RuntimeSpec,
     open_runner,
     register,
@@ -24,7 +24,7 @@ from onnxgate.runners._spec import SPEC_HELP, make_runner
 from onnxgate.runners._torch import TorchRunner, load_entry
 
 # Every runtime kind, once; the order is the one `runtime` errors list packages in.
-register(ONNXRUNTIME, OPENVINO, PLATFORM_BUILDS)
+register(_onnxruntime.ONNXRUNTIME, _openvino.OPENVINO, _onnxruntime.PLATFORM_BUILDS)
 
 if TYPE_CHECKING:
     from onnxgate.runners._ort import OrtRunner
@@ -34,9 +34,10 @@ __all__ = [
     "Inference",
     "OrtRunner",
     "ReferenceRunner",
-    "Runner",
     "RunExtras",
+    "Runner",
     "RunnerInfo",
+    "Runtime",
     "RuntimeSpec",
     "SklearnRunner",
     "TensorTap",
@@ -45,6 +46,7 @@ __all__ = [
     "load_estimator",
     "make_runner",
     "open_runner",
+    "register",
     "worker_command",
 ]
 
