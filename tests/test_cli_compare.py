@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from models import mlp, model, save, value
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError
+from onnxgate.settings import SessionSettings
 
 runner = CliRunner()
 
@@ -196,11 +197,11 @@ def test_bad_options_are_exit_2(good, option):
 
 
 def test_absurd_thread_counts_are_refused_before_any_session():
-    # through OrtOptions, so that losing the bound fails here instead of starting the threads
-    from onnxgate.runners import OrtOptions
+    # by the runner's check, so that losing the bound fails here instead of starting the threads
+    from onnxgate.runners._ort import check_session
 
     with pytest.raises(ConfigError, match="session.threads 100000") as caught:
-        OrtOptions(intra_op_threads=100000)
+        check_session(SessionSettings(threads=100000))
     assert caught.value.field == "session.threads"
 
 

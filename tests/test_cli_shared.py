@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,15 @@ from typer.testing import CliRunner
 from models import mlp, save
 from onnxgate.cli import app
 from onnxgate.cli._common import run
-from onnxgate.cli._options import feed_settings, session_settings
+from onnxgate.cli._flags import FLAGS
+from onnxgate.cli._options import (
+    FROM_FLAGS,
+    SESSION_FLAGS,
+    SessionFlags,
+    feed_settings,
+    session_options,
+    session_settings,
+)
 from onnxgate.errors import ConfigError, ExitCode
 from onnxgate.settings import FeedSettings, SessionSettings
 
@@ -85,34 +94,55 @@ def test_run_hands_other_formats_to_their_writer():
 
 def test_session_flags_become_the_shared_settings_part():
     settings = session_settings(
-        ["cuda:device_id=1,cpu"],
-        ["cuda:gpu_mem_limit=2"],
-        "basic",
-        2,
-        ["session.intra_op.allow_spinning=0"],
+        providers=["cuda:device_id=1,cpu"],
+        provider_options=["cuda:gpu_mem_limit=2"],
+        opt_level="basic",
+        threads=2,
+        cpu_mem_arena=True,  # --no-arena given
+        session_config=["session.intra_op.allow_spinning=0"],
     )
     assert settings == SessionSettings(
         providers=("cuda:device_id=1,cpu",),
         provider_options={"cuda": {"gpu_mem_limit": "2"}},
         opt_level="basic",
         threads=2,
+        cpu_mem_arena=False,
         session_config={"session.intra_op.allow_spinning": "0"},
     )
-    assert session_settings(None, None, "all", 0, None) == SessionSettings()
+    assert session_settings() == SessionSettings()
 
 
 @pytest.mark.parametrize(
-    ("args", "flag"),
+    ("flags", "flag"),
     [
-        ((None, None, "turbo", 0, None), "--opt-level 'turbo' is not one of"),
-        ((None, None, "all", -1, None), "--threads -1"),
-        ((None, ["cuda"], "all", 0, None), "--provider-option 'cuda'"),
-        ((None, None, "all", 0, ["novalue"]), "--session-config 'novalue'"),
+        ({"opt_level": "turbo"}, "--opt-level 'turbo' is not one of"),
+        ({"threads": -1}, "--threads -1"),
+        ({"inter_op_threads": -1}, "--inter-op-threads -1"),
+        ({"provider_options": ["cuda"]}, "--provider-option 'cuda'"),
+        ({"session_config": ["novalue"]}, "--session-config 'novalue'"),
     ],
 )
-def test_a_bad_session_flag_is_a_config_error_naming_the_flag(args, flag):
+def test_a_bad_session_flag_is_a_config_error_naming_the_flag(flags, flag):
     with pytest.raises(ConfigError, match=flag.replace("'", ".")):
-        session_settings(*args)
+        session_settings(**flags)
+
+
+def test_every_session_option_comes_from_one_table_keyed_by_field():
+    """A command offers session fields; their flags are the ones FLAGS names, declared once."""
+    assert set(SESSION_FLAGS) <= set(SessionSettings.model_fields)
+    assert list(SESSION_FLAGS) == [f for f in SessionSettings.model_fields if f in SESSION_FLAGS]
+    for field, flag in SESSION_FLAGS.items():
+        option = flag.option.__metadata__[0]
+        assert option.default == FLAGS[f"session.{field}"], field
+    offered = []
+
+    @session_options("opt_level", "cpu_mem_arena")
+    def command(model: str, session: SessionFlags = FROM_FLAGS, fmt: str = "text") -> None:
+        offered.append(session.settings())
+
+    assert list(inspect.signature(command).parameters) == ["model", "opt_level", "no_arena", "fmt"]
+    command("m", opt_level="basic", no_arena=True, fmt="text")
+    assert offered == [SessionSettings(opt_level="basic", cpu_mem_arena=False)]
 
 
 def test_feed_flags_become_the_shared_settings_part(tmp_path):

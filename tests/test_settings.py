@@ -74,3 +74,67 @@ def test_contradicting_settings_name_every_field_they_involve():
     error = invalid(caught.value)
     assert error.fields == ("bench.threads", "bench.tuned")
     assert error.message.startswith("bench: tuned runs the tuned thread count")
+
+
+# the hash of a default BenchConfig before SessionSettings had mem_pattern: cached steps and
+# lineage are recorded under it
+DEFAULT_BENCH_HASH = "88960e66b05d8d94c6c9f1bea44e62d41a65bb96578237c6d37cd53d8c16f4cd"
+
+
+def test_mem_pattern_at_its_default_leaves_config_hashes_as_they_were():
+    assert config_hash(BenchConfig()) == DEFAULT_BENCH_HASH
+    assert "mem_pattern" not in SessionSettings().model_dump()
+    off = SessionSettings(mem_pattern=False)
+    assert off.model_dump()["mem_pattern"] is False
+    assert config_hash(BenchConfig(session=off)) != DEFAULT_BENCH_HASH
+
+
+def test_the_wire_form_has_onnx_runtimes_words_and_merges_inline_provider_options():
+    session = SessionSettings(
+        providers=("openvino:precision=FP32,num_of_threads=2", "cpu"),
+        provider_options={"openvino": {"precision": "BF16"}, "cuda": {"device_id": "1"}},
+        opt_level="basic",
+        threads=2,
+        session_config={"k": "v"},
+    )
+    wire = session.wire()
+    assert list(wire) == [
+        "providers",
+        "provider_options",
+        "optimization",
+        "intra_op_threads",
+        "inter_op_threads",
+        "parallel",
+        "cpu_mem_arena",
+        "mem_pattern",
+        "config",
+    ]
+    assert wire["providers"] == ["openvino", "cpu"]
+    # the explicit options override the inline ones, keeping the inline order
+    assert wire["provider_options"] == {
+        "openvino": {"precision": "BF16", "num_of_threads": "2"},
+        "cuda": {"device_id": "1"},
+    }
+    assert (wire["optimization"], wire["intra_op_threads"], wire["config"]) == (
+        "basic",
+        2,
+        {"k": "v"},
+    )
+    assert SessionSettings.from_wire(wire).wire() == wire
+    assert SessionSettings.from_wire({}).wire() == SessionSettings().wire()
+    assert session.describe().startswith("providers=['openvino', 'cpu'], provider_options=")
+    assert SessionSettings().describe() == "defaults"
+
+
+@pytest.mark.parametrize(
+    ("wire", "message"),
+    [
+        ({"threads": 2}, "unknown session settings: threads."),
+        ({"intra_op_threads": True}, "session setting 'intra_op_threads' is True; expected int."),
+        ({"providers": "cpu"}, "session setting 'providers' is 'cpu'; expected list."),
+    ],
+)
+def test_the_wire_form_refuses_unknown_keys_and_wrong_types(wire, message):
+    with pytest.raises(ConfigError) as caught:
+        SessionSettings.from_wire(wire)
+    assert caught.value.message == message

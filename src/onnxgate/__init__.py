@@ -100,7 +100,6 @@ __all__ = [
     "CompareConfig",
     "CompareReport",
     "Inference",
-    "OrtOptions",
     "Runner",
     "RunnerInfo",
     "compare",
@@ -172,24 +171,23 @@ __all__ = [
     "GateError",
     "InternalError",
     "InvalidRequest",
-    "NotGated",
-    "RequestRefused",
-    "Unavailable",
     "ModelLoadError",
+    "NotGated",
     "ParityError",
     "ProviderFailed",
     "ProviderUnavailable",
     "ReferenceFailed",
+    "RequestRefused",
     "RunFailed",
-    "SessionFailed",
     "RuntimeEnvError",
+    "SessionFailed",
+    "Unavailable",
     "UnsafeModelError",
     "__version__",
 ]
 
 
 def __getattr__(name: str) -> object:
-    # OrtOptions lives beside ONNX Runtime, which is imported only when something runs a model.
     if name == "open_registry":  # SQLAlchemy loads only when a registry is opened
         from onnxgate.registry import open_registry
 
@@ -199,8 +197,4 @@ def __getattr__(name: str) -> object:
         import onnxgate.serve
 
         return getattr(onnxgate.serve, "serve" if name == "serve_models" else name)
-    if name == "OrtOptions":
-        from onnxgate.runners import OrtOptions
-
-        return OrtOptions
     raise AttributeError(f"module 'onnxgate' has no attribute {name!r}")

@@ -2,8 +2,10 @@
 
 Each is a frozen pydantic model that refuses unknown fields, so a gate config, a library call and
 a CLI command describe a session or a feed in one way. None imports ONNX Runtime: a config can be
-validated on a machine that cannot run it (``runners.OrtOptions.from_session`` turns a
-``SessionSettings`` into the runner's options). What ``Tolerances`` is made of lives here too, so
+validated on a machine that cannot run it: ``SessionSettings`` is the one type a session setting
+has from a gate file or a flag to ONNX Runtime's ``SessionOptions`` (``wire()`` is its JSON form
+for contracts, tune records and other processes; ``runners._ort.check_session`` adds the checks
+that need the installed ONNX Runtime). What ``Tolerances`` is made of lives here too, so
 a config is checked without the compare package: the element rule's ``Tolerance`` and its
 per-dtype defaults, and the metric rules (``Criterion``, ``parse_metric``); ``compare`` applies
 them.
@@ -21,10 +23,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from onnxgate._words import setting
+from onnxgate.compat.providers import parse_providers
 from onnxgate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -130,6 +142,118 @@ class SessionSettings(Part):
     """ONNX Runtime's CPU memory arena (pre-allocated, grown in chunks)."""
     session_config: dict[str, str] = {}
     """Session config entries, e.g. ``{"session.intra_op.allow_spinning": "0"}``."""
+    mem_pattern: bool = True
+    """Memory pattern planning: allocations of the first run reused by later runs (``tune``
+    turns it off with the arena)."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # mem_pattern came after config hashes were recorded: at its default it is left out of
+        # a dump, so the hash of every config that holds a session stays what it was
+        data = handler(self)
+        if self.mem_pattern and isinstance(data, dict):
+            data.pop("mem_pattern", None)
+        return data
+
+    def wire(self) -> dict[str, Any]:
+        """The settings as plain JSON values, the form records and other processes hold.
+
+        Contracts, tune records and worker requests hold it, and the one settings applier
+        (``runners._session``) takes it. Providers are names (inline ``NAME:KEY=VALUE`` options moved into ``provider_options``,
+        where ``provider_options`` adds to and overrides them); keys are ONNX Runtime's words.
+
+        Raises:
+            ConfigError: a provider item that is not NAME, NAME:KEY=VALUE or KEY=VALUE.
+        """
+        names, inline = parse_providers(list(self.providers))
+        options = {name: dict(pairs) for name, pairs in inline.items()}
+        for provider, pairs in self.provider_options.items():
+            options.setdefault(provider, {}).update(pairs)
+        return {
+            "providers": list(names),
+            "provider_options": options,
+            "optimization": self.opt_level,
+            "intra_op_threads": self.threads,
+            "inter_op_threads": self.inter_op_threads,
+            "parallel": self.parallel,
+            "cpu_mem_arena": self.cpu_mem_arena,
+            "mem_pattern": self.mem_pattern,
+            "config": dict(self.session_config),
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> SessionSettings:
+        """The settings ``wire()`` wrote; keys left out keep their defaults.
+
+        Unknown keys and wrong types are refused here. Values are taken as they are, not
+        validated: a level or thread count the installed ONNX Runtime cannot take is refused by
+        ``runners._ort.check_session``, which every user of these settings calls, with the same
+        message whether the settings came from a file, a flag or a record.
+
+        Raises:
+            ConfigError: a key is unknown or a value has the wrong type.
+        """
+        unknown = sorted(set(wire) - set(WIRE_KINDS))
+        if unknown:
+            raise ConfigError(f"unknown session settings: {', '.join(unknown)}.")
+        for key, value in wire.items():
+            kind = WIRE_KINDS[key]
+            wrong_bool = kind is int and isinstance(value, bool)
+            if not isinstance(value, kind) or wrong_bool:
+                raise ConfigError(
+                    f"session setting {key!r} is {value!r}; expected {getattr(kind, '__name__', kind)}."
+                )
+        fields = {WIRE_FIELDS[key]: value for key, value in wire.items()}
+        if "providers" in fields:
+            fields["providers"] = tuple(str(p) for p in fields["providers"])
+        if "session_config" in fields:
+            fields["session_config"] = {str(k): str(v) for k, v in fields["session_config"].items()}
+        if "provider_options" in fields:
+            fields["provider_options"] = {
+                str(p): {str(k): str(v) for k, v in dict(o).items()}
+                for p, o in fields["provider_options"].items()
+            }
+        return cls.model_construct(**fields)
+
+    def flat(self) -> SessionSettings:
+        """The same settings with inline provider options moved into ``provider_options``.
+
+        Replace ``providers`` of these, not of the settings as given, to keep the options the
+        given providers named (as the wire form does).
+        """
+        return self.from_wire(self.wire())
+
+    def describe(self) -> str:
+        """Every setting that differs from ONNX Runtime's defaults, for tables (``defaults``)."""
+        default = SessionSettings().wire()
+        wire = self.wire()
+        return ", ".join(f"{k}={v}" for k, v in wire.items() if v != default[k]) or "defaults"
+
+
+WIRE_FIELDS: dict[str, str] = {
+    "providers": "providers",
+    "provider_options": "provider_options",
+    "optimization": "opt_level",
+    "intra_op_threads": "threads",
+    "inter_op_threads": "inter_op_threads",
+    "parallel": "parallel",
+    "cpu_mem_arena": "cpu_mem_arena",
+    "mem_pattern": "mem_pattern",
+    "config": "session_config",
+}
+"""Each key of ``SessionSettings.wire()`` and the field it holds (ONNX Runtime's words there)."""
+WIRE_KINDS: dict[str, type] = {
+    "providers": list,
+    "provider_options": dict,
+    "optimization": str,
+    "intra_op_threads": int,
+    "inter_op_threads": int,
+    "parallel": bool,
+    "cpu_mem_arena": bool,
+    "mem_pattern": bool,
+    "config": dict,
+}
+"""The JSON type of each key of ``SessionSettings.wire()``."""
 
 
 class FeedSettings(Part):

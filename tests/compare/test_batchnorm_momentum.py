@@ -76,11 +76,12 @@ def test_the_plain_evaluator_is_what_was_wrong(cnn):
     from onnx.reference import ReferenceEvaluator
 
     from onnxgate.model import load_model
-    from onnxgate.runners import OrtOptions, OrtRunner
+    from onnxgate.runners import OrtRunner
+    from onnxgate.settings import SessionSettings
 
     feeds = {"image": np.random.default_rng(0).random((4, 3, 16, 16), dtype=np.float32)}
     (plain,) = ReferenceEvaluator(str(cnn)).run(None, feeds)
-    with OrtRunner(load_model(cnn), OrtOptions(optimization="disable")) as runner:
+    with OrtRunner(load_model(cnn), SessionSettings(opt_level="disable")) as runner:
         (expected,) = runner.infer(feeds).outputs.values()
     assert np.abs(plain - expected).max() > 0.05
 

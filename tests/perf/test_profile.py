@@ -20,7 +20,7 @@ from onnxgate.errors import RunFailed
 from onnxgate.model import load_model
 from onnxgate.perf import ProfileConfig, ProfileReport, profile
 from onnxgate.perf._profile import bridge, report_from_trace
-from onnxgate.runners import OrtOptions, OrtRunner
+from onnxgate.runners import OrtRunner
 from onnxgate.settings import FeedSettings, SessionSettings, invalid
 
 MNIST = CORPUS / "mnist.onnx"
@@ -32,7 +32,7 @@ CUDA = "CUDAExecutionProvider"
 def _optimised(path, tmp_path, level: str = "all") -> onnx.ModelProto:
     """The graph ONNX Runtime runs at ``level``, saved by the session itself."""
     saved = tmp_path / f"optimised-{level}.onnx"
-    with OrtRunner(load_model(path), OrtOptions(optimization=level, optimized_model_path=saved)):
+    with OrtRunner(load_model(path), SessionSettings(opt_level=level), save_optimized=saved):
         pass
     return onnx.load(saved)
 

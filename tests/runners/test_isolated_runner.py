@@ -11,8 +11,8 @@ from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, ProviderUnavailable, RunFailed, SessionFailed
 from onnxgate.model import load_model
-from onnxgate.runners import OrtOptions
 from onnxgate.runners._isolated import IsolatedOrtRunner
+from onnxgate.settings import SessionSettings
 
 pytestmark = pytest.mark.slow
 MIDDLE = RuntimeSpec.parse("onnxruntime==1.20.1")
@@ -65,18 +65,20 @@ def test_a_failing_run_is_run_failed(tmp_path):
 def test_providers_are_checked_against_that_release(tmp_path):
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
     with pytest.raises(ProviderUnavailable, match="CUDAExecutionProvider") as caught:
-        with IsolatedOrtRunner(loaded, MIDDLE, samples(2), OrtOptions(providers=("CUDA",))):
+        with IsolatedOrtRunner(loaded, MIDDLE, samples(2), SessionSettings(providers=("CUDA",))):
             pass
     assert "onnxruntime-gpu" in caught.value.hint
+    # a level no release has, as a record or request may hold it: refused before any subprocess
+    max_level = SessionSettings.from_wire({"optimization": "max"})
     with pytest.raises(ConfigError, match="session.opt_level 'max'"):
-        IsolatedOrtRunner(loaded, MIDDLE, samples(2), OrtOptions(optimization="max"))
+        IsolatedOrtRunner(loaded, MIDDLE, samples(2), max_level)
 
 
 def test_every_setting_reaches_the_other_release(tmp_path):
     """Threads and config entries used to be dropped on the way to another release."""
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
-    options = OrtOptions(
-        optimization="basic", intra_op_threads=1, config={"session.intra_op.allow_spinning": "0"}
+    options = SessionSettings(
+        opt_level="basic", threads=1, session_config={"session.intra_op.allow_spinning": "0"}
     )
     with IsolatedOrtRunner(loaded, MIDDLE, samples(2), options) as runner:
         applied = runner.info().settings
@@ -87,5 +89,5 @@ def test_every_setting_reaches_the_other_release(tmp_path):
 def test_an_optimisation_level_the_release_lacks_is_refused(tmp_path):
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
     with pytest.raises(ConfigError, match="onnxruntime 1.16.3 has no optimisation level 'layout'"):
-        with IsolatedOrtRunner(loaded, OLD, samples(2), OrtOptions(optimization="layout")):
+        with IsolatedOrtRunner(loaded, OLD, samples(2), SessionSettings(opt_level="layout")):
             pass

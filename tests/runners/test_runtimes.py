@@ -12,14 +12,7 @@ from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.contract_store import contract_extras, contract_tensorrt
 from onnxgate.errors import ConfigError, InternalError
 from onnxgate.model import load_model
-from onnxgate.runners import (
-    OrtOptions,
-    OrtRunner,
-    RunExtras,
-    _runtimes,
-    open_runner,
-    worker_command,
-)
+from onnxgate.runners import OrtRunner, RunExtras, _runtimes, open_runner, worker_command
 from onnxgate.runners._isolated import IsolatedOrtRunner
 from onnxgate.runners._onnxruntime import open_ort, ort_script, ort_worker
 from onnxgate.runners._openvino import OPENVINO
@@ -33,6 +26,7 @@ from onnxgate.runners._runtimes import (
     run_script,
     runtime_of,
 )
+from onnxgate.settings import SessionSettings
 
 ECHO = Script("script_echo", "echo", "the echo script", "onnxgate-echo-")
 
@@ -58,8 +52,8 @@ def test_a_package_no_runtime_registered_is_refused_with_the_registered_ones():
 
 def test_the_installed_runtime_opens_here_and_another_release_in_its_environment(tmp_path):
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
-    here = open_runner(loaded, OrtOptions(optimization="basic"))
-    assert isinstance(here, OrtRunner) and here.options.optimization == "basic"
+    here = open_runner(loaded, SessionSettings(opt_level="basic"))
+    assert isinstance(here, OrtRunner) and here.settings.opt_level == "basic"
     assert here.tensorrt is None
     extras = contract_extras(progress=print)
     there = open_runner(loaded, None, runtime="onnxruntime==1.20.1", extras=extras)
@@ -71,16 +65,16 @@ def test_the_installed_runtime_opens_here_and_another_release_in_its_environment
 def test_a_tensorrt_runner_opened_without_the_contract_s_options_is_refused(tmp_path):
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
     for providers in (("tensorrt",), ("TensorrtExecutionProvider", "cuda")):
-        options = OrtOptions(providers=providers)
+        options = SessionSettings(providers=providers)
         for runtime in ("installed", "onnxruntime-gpu==1.24.1"):
             with pytest.raises(InternalError, match="without the contract's TensorRT options"):
                 open_runner(loaded, options, runtime=runtime)
             with pytest.raises(InternalError):
                 open_runner(loaded, options, runtime=runtime, extras=RunExtras(samples=()))
-    runner = open_runner(loaded, OrtOptions(providers=("tensorrt",)), extras=contract_extras())
+    runner = open_runner(loaded, SessionSettings(providers=("tensorrt",)), extras=contract_extras())
     assert runner.tensorrt is contract_tensorrt
     # providers other than TensorRT need no contract
-    assert open_runner(loaded, OrtOptions(providers=("cuda",))).tensorrt is None
+    assert open_runner(loaded, SessionSettings(providers=("cuda",))).tensorrt is None
 
 
 def test_a_timing_worker_here_runs_onnxgate_s_worker_with_this_path():

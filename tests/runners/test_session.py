@@ -9,8 +9,9 @@ from models import mlp, save
 from onnxgate.compat.providers import parse_providers
 from onnxgate.errors import ConfigError, ProviderFailed, ProviderUnavailable
 from onnxgate.model import load_model
-from onnxgate.runners import OrtOptions, OrtRunner, _ortlog, _session
+from onnxgate.runners import OrtRunner, _ortlog, _session
 from onnxgate.runners._refusal import refusal
+from onnxgate.settings import SessionSettings
 
 # ONNX Runtime's own words, as onnxruntime-openvino 1.24.1 logged and raised them here
 BF16_LOG = [
@@ -33,14 +34,14 @@ OV, CPU = "OpenVINOExecutionProvider", "CPUExecutionProvider"
 
 def test_every_setting_reaches_the_session_and_is_read_back(tmp_path):
     loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
-    options = OrtOptions(
-        optimization="basic",
-        intra_op_threads=1,
+    options = SessionSettings(
+        opt_level="basic",
+        threads=1,
         inter_op_threads=2,  # with one inter-op thread ONNX Runtime runs sequential anyway
         parallel=True,
         cpu_mem_arena=False,
         mem_pattern=False,
-        config={"session.intra_op.allow_spinning": "0"},
+        session_config={"session.intra_op.allow_spinning": "0"},
     )
     with OrtRunner(loaded, options) as runner:
         runner.infer({"x": np.ones((2, 4), np.float32)})

@@ -15,7 +15,7 @@ from onnxgate.contract import SIDECAR, ContractConfig, init_contract
 from onnxgate.contract_store import contract_tensorrt, tensorrt_options
 from onnxgate.model import load_model
 from onnxgate.perf._contest import Contender
-from onnxgate.runners import OrtOptions, OrtRunner, _ort
+from onnxgate.runners import OrtRunner, _ort
 from onnxgate.runners._tensorrt import TENSORRT, triton_parameters
 from onnxgate.settings import FeedSettings, SessionSettings
 
@@ -64,9 +64,9 @@ def test_an_unproven_dim_means_no_profile_and_says_so(tmp_path):
 
 
 @pytest.fixture
-def sessions(monkeypatch) -> list[OrtOptions]:
-    """The options of every session an OrtRunner opens (none opens: no GPU here)."""
-    seen: list[OrtOptions] = []
+def sessions(monkeypatch) -> list[SessionSettings]:
+    """The settings of every session an OrtRunner opens (none opens: no GPU here)."""
+    seen: list[SessionSettings] = []
 
     def capture(proto, folder, options, **kwargs):
         seen.append(options)
@@ -77,7 +77,7 @@ def sessions(monkeypatch) -> list[OrtOptions]:
 
 
 def test_a_tensorrt_session_gets_the_contracts_options_its_caller_passes(proven, sessions):
-    given = OrtOptions(
+    given = SessionSettings(
         providers=("tensorrt",), provider_options={TENSORRT: {"trt_engine_cache_path": "/mine"}}
     )
     with pytest.raises(RuntimeError, match="no GPU"):
@@ -87,7 +87,7 @@ def test_a_tensorrt_session_gets_the_contracts_options_its_caller_passes(proven,
     assert options["trt_engine_cache_path"] == "/mine"  # the user's own option wins
     # a CPU session is left as it was
     with pytest.raises(RuntimeError):
-        OrtRunner(load_model(proven), OrtOptions(), tensorrt=contract_tensorrt).__enter__()
+        OrtRunner(load_model(proven), SessionSettings(), tensorrt=contract_tensorrt).__enter__()
     assert sessions[1].provider_options == {}
     # the runner reads no contract itself: without tensorrt, the user's options alone
     with pytest.raises(RuntimeError):
@@ -107,7 +107,7 @@ def test_a_contender_in_another_runtime_gets_them_in_its_settings(proven):
     contender = Contender(
         "trt",
         onnx=proven,
-        settings=OrtOptions(providers=(TENSORRT,)).settings(),
+        settings=SessionSettings(providers=(TENSORRT,)).wire(),
         runtime="onnxruntime-gpu==1.20.1",
     )
     settings = contender.load_request()["settings"]

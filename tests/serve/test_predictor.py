@@ -140,7 +140,7 @@ def test_explicit_session_settings_win_over_tuned_ones_and_are_said(model: Path)
 
     config = PredictorConfig(allow_ungated=True, session=SessionSettings(opt_level="basic"))
     with Predictor.open(model, config) as predictor:
-        assert predictor.runner.options.optimization == "basic"
+        assert predictor.runner.settings.opt_level == "basic"
         assert any("session settings were given" in note for note in predictor.notes)
 
 

@@ -5,7 +5,9 @@ carry the group's help panel (``--help`` shows them under "Session", "Input feed
 "Tolerances", "Output"), and one function that turns the group's values into its settings part:
 ``session_settings`` → ``SessionSettings``, ``feed_settings`` → ``FeedSettings``,
 ``tolerance_settings`` → ``Tolerances``. A command lists the group's options in its signature and
-passes their values to that function; no command parses those flags itself.
+passes their values to that function; no command parses those flags itself. The session group is
+generated: ``SESSION_FLAGS`` holds one option per ``SessionSettings`` field, and
+``session_options`` puts the ones a command offers into its signature.
 
 Library messages name config fields (``feeds.dims``, ``session.threads``); ``_flags.FLAGS`` is
 the one table that turns them into this CLI's flags (``--dim``, ``--threads``) when an error is
@@ -14,8 +16,12 @@ shown.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -79,62 +85,6 @@ RangeOpt = Annotated[
 SeedOpt = Annotated[
     int, flag_option("feeds.seed", "--seed", help="Seed of synthetic feeds.", rich_help_panel=FEEDS)
 ]
-ProvidersOpt = Annotated[
-    list[str] | None,
-    flag_option(
-        "session.providers",
-        "--providers",
-        "-p",
-        help="ONNX Runtime execution providers in preference order, comma-separated or repeated "
-        "(cuda or CUDAExecutionProvider), each with options as NAME:KEY=VALUE[,KEY=VALUE...] "
-        "(e.g. openvino:precision=FP32,num_of_threads=2,cpu). CPU is appended, as ONNX Runtime "
-        "does. A provider that does not start is an error (exit 3), never a silent CPU run.",
-        show_default=False,
-        rich_help_panel=SESSION,
-    ),
-]
-ProviderOptionOpt = Annotated[
-    list[str] | None,
-    flag_option(
-        "session.provider_options",
-        "--provider-option",
-        help="An option of one provider, PROVIDER:KEY=VALUE, repeatable "
-        "(e.g. cuda:device_id=1, tensorrt:trt_fp16_enable=1).",
-        show_default=False,
-        rich_help_panel=SESSION,
-    ),
-]
-OptLevelOpt = Annotated[
-    str,
-    flag_option(
-        "session.opt_level",
-        "--opt-level",
-        help="ONNX Runtime graph optimisation level: disable, basic, extended, layout or all.",
-        rich_help_panel=SESSION,
-    ),
-]
-ThreadsOpt = Annotated[
-    int,
-    flag_option(
-        "session.threads",
-        "--threads",
-        help="Intra-op threads; 0 lets ONNX Runtime choose.",
-        rich_help_panel=SESSION,
-    ),
-]
-SessionConfigOpt = Annotated[
-    list[str] | None,
-    flag_option(
-        "session.session_config",
-        "--session-config",
-        help="An ONNX Runtime session config entry KEY=VALUE, repeatable "
-        "(e.g. session.intra_op.allow_spinning=0).",
-        show_default=False,
-        rich_help_panel=SESSION,
-    ),
-]
-
-
 TolOpt = Annotated[
     list[str] | None,
     flag_option(
@@ -208,6 +158,8 @@ def parse_provider_options(items: list[str] | None) -> dict[str, dict[str, str]]
 
 
 S = TypeVar("S", bound=Part)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def build(part: type[S], **values: Any) -> S:
@@ -222,27 +174,196 @@ def build(part: type[S], **values: Any) -> S:
         raise translated(invalid(error, part)) from error
 
 
-def session_settings(
-    providers: list[str] | None,
-    provider_option: list[str] | None,
-    opt_level: str,
-    threads: int,
-    session_config: list[str] | None,
-) -> SessionSettings:
-    """The ``SessionSettings`` the "Session" options describe.
+@dataclass(frozen=True)
+class SessionFlag:
+    """The flag of one ``SessionSettings`` field: its option, and how its value becomes the field's."""
+
+    param: str
+    """The command's parameter name (``no_arena`` for ``cpu_mem_arena``)."""
+    option: Any
+    """The parameter's annotation: its type and ``typer.Option`` (recorded in ``FLAGS``)."""
+    default: Any
+    """The flag's default, which gives the field's default."""
+    value: Callable[[Any], Any] = lambda given: given
+    """The flag's value as the field takes it."""
+
+
+def _session_option(
+    field: str,
+    flag: str,
+    kind: Any,
+    help: str,
+    *,
+    short: str | None = None,
+    show_default: bool = True,
+) -> Any:
+    """The annotation of a field's option, recorded in ``FLAGS`` as the flag of ``session.FIELD``."""
+    names = [flag, *([short] if short else [])]
+    extra = {} if show_default else {"show_default": False}
+    option = flag_option(f"session.{field}", *names, help=help, rich_help_panel=SESSION, **extra)
+    return Annotated[kind, option]
+
+
+SESSION_FLAGS: dict[str, SessionFlag] = {
+    "providers": SessionFlag(
+        "providers",
+        _session_option(
+            "providers",
+            "--providers",
+            list[str] | None,
+            "ONNX Runtime execution providers in preference order, comma-separated or repeated "
+            "(cuda or CUDAExecutionProvider), each with options as NAME:KEY=VALUE[,KEY=VALUE...] "
+            "(e.g. openvino:precision=FP32,num_of_threads=2,cpu). CPU is appended, as ONNX Runtime "
+            "does. A provider that does not start is an error (exit 3), never a silent CPU run.",
+            short="-p",
+            show_default=False,
+        ),
+        None,
+        lambda given: tuple(given or ()),
+    ),
+    "provider_options": SessionFlag(
+        "provider_option",
+        _session_option(
+            "provider_options",
+            "--provider-option",
+            list[str] | None,
+            "An option of one provider, PROVIDER:KEY=VALUE, repeatable "
+            "(e.g. cuda:device_id=1, tensorrt:trt_fp16_enable=1).",
+            show_default=False,
+        ),
+        None,
+        parse_provider_options,
+    ),
+    "opt_level": SessionFlag(
+        "opt_level",
+        _session_option(
+            "opt_level",
+            "--opt-level",
+            str,
+            "ONNX Runtime graph optimisation level: disable, basic, extended, layout or all.",
+        ),
+        "all",
+    ),
+    "threads": SessionFlag(
+        "threads",
+        _session_option(
+            "threads", "--threads", int, "Intra-op threads; 0 lets ONNX Runtime choose."
+        ),
+        0,
+    ),
+    "inter_op_threads": SessionFlag(
+        "inter_op_threads",
+        _session_option(
+            "inter_op_threads",
+            "--inter-op-threads",
+            int,
+            "Threads across operators (with --parallel).",
+        ),
+        0,
+    ),
+    "parallel": SessionFlag(
+        "parallel",
+        _session_option("parallel", "--parallel", bool, "Run independent branches in parallel."),
+        False,
+    ),
+    "cpu_mem_arena": SessionFlag(
+        "no_arena",
+        _session_option(
+            "cpu_mem_arena", "--no-arena", bool, "Turn off ONNX Runtime's CPU memory arena."
+        ),
+        False,
+        lambda given: not given,
+    ),
+    "session_config": SessionFlag(
+        "session_config",
+        _session_option(
+            "session_config",
+            "--session-config",
+            list[str] | None,
+            "An ONNX Runtime session config entry KEY=VALUE, repeatable "
+            "(e.g. session.intra_op.allow_spinning=0).",
+            show_default=False,
+        ),
+        None,
+        lambda given: parse_pairs(given, "--session-config"),
+    ),
+}
+"""The "Session" options, one per ``SessionSettings`` field a flag sets, in the fields' order.
+
+A command offers some of them with ``session_options``; no command declares one itself.
+"""
+
+ProvidersOpt = SESSION_FLAGS["providers"].option
+"""``--providers``, for a command whose providers are not a session's (``tune``)."""
+
+
+def session_settings(**flags: Any) -> SessionSettings:
+    """The ``SessionSettings`` the "Session" options describe, given by field name.
+
+    Fields not given keep their defaults.
 
     Raises:
         ConfigError: a --provider-option or --session-config item that is not KEY=VALUE, or a
             level or thread count outside its choices.
     """
-    return build(
-        SessionSettings,
-        providers=tuple(providers or ()),
-        provider_options=parse_provider_options(provider_option),
-        opt_level=opt_level,
-        threads=threads,
-        session_config=parse_pairs(session_config, "--session-config"),
-    )
+    values = {field: SESSION_FLAGS[field].value(given) for field, given in flags.items()}
+    return build(SessionSettings, **values)
+
+
+@dataclass(frozen=True)
+class SessionFlags:
+    """The "Session" options a command was given; ``settings()`` turns them into settings.
+
+    Built by ``session_options`` before the command runs, read by the command where it wants
+    the settings, so a bad value is refused in the same order as the command's other values.
+    """
+
+    given: Mapping[str, Any]
+    """Each offered field's flag value, by field name."""
+
+    def settings(self) -> SessionSettings:
+        """The ``SessionSettings`` these options describe (see ``session_settings``).
+
+        Raises:
+            ConfigError: a malformed item, or a value the settings refuse (naming its flag).
+        """
+        return session_settings(**self.given)
+
+
+FROM_FLAGS = SessionFlags({})
+"""The default of a command's ``session`` parameter, which ``session_options`` replaces."""
+
+
+def session_options(*fields: str) -> Callable[[Callable[P, R]], Callable[..., R]]:
+    """Give a command the "Session" options of ``fields`` (``SessionSettings`` field names).
+
+    The command declares ``session: SessionFlags = FROM_FLAGS`` where the options go in its
+    signature; ``--help`` shows them there, in the order of ``fields``, and the command is called
+    with them gathered into ``session``.
+    """
+
+    def wrap(command: Callable[P, R]) -> Callable[..., R]:
+        signature = inspect.signature(command, eval_str=True)
+        parameters: list[inspect.Parameter] = []
+        for parameter in signature.parameters.values():
+            if parameter.name != "session":
+                parameters.append(parameter)
+                continue
+            for field in fields:
+                flag = SESSION_FLAGS[field]
+                parameters.append(
+                    parameter.replace(name=flag.param, annotation=flag.option, default=flag.default)
+                )
+
+        @functools.wraps(command)
+        def with_session(*args: Any, **kwargs: Any) -> R:
+            given = {field: kwargs.pop(SESSION_FLAGS[field].param) for field in fields}
+            return command(*args, session=SessionFlags(given), **kwargs)  # type: ignore[arg-type]
+
+        with_session.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return with_session
+
+    return wrap
 
 
 def feed_settings(

@@ -11,25 +11,22 @@ from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     FEEDS,
+    FROM_FLAGS,
     SESSION,
     DimOpt,
     FormatOpt,
     InputsOpt,
-    OptLevelOpt,
-    ProviderOptionOpt,
-    ProvidersOpt,
     RangeOpt,
     SeedOpt,
-    SessionConfigOpt,
+    SessionFlags,
     build,
     feed_settings,
-    session_settings,
+    session_options,
 )
 from onnxgate.errors import ConfigError
 from onnxgate.perf import bench
 from onnxgate.perf._bench import BenchConfig
 from onnxgate.perf._render import render_bench
-from onnxgate.settings import SessionSettings
 
 
 def _ints(items: list[str] | None, option: str) -> list[int]:
@@ -40,6 +37,15 @@ def _ints(items: list[str] | None, option: str) -> list[int]:
 
 
 @handles_errors
+@session_options(
+    "providers",
+    "provider_options",
+    "opt_level",
+    "inter_op_threads",
+    "parallel",
+    "cpu_mem_arena",
+    "session_config",
+)
 def bench_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     batch: Annotated[
@@ -121,37 +127,7 @@ def bench_command(
             "own providers.",
         ),
     ] = "installed",
-    providers: ProvidersOpt = None,
-    provider_option: ProviderOptionOpt = None,
-    opt_level: OptLevelOpt = "all",
-    inter_op_threads: Annotated[
-        int,
-        flag_option(
-            "session.inter_op_threads",
-            "--inter-op-threads",
-            help="Threads across operators (with --parallel).",
-            rich_help_panel=SESSION,
-        ),
-    ] = 0,
-    parallel: Annotated[
-        bool,
-        flag_option(
-            "session.parallel",
-            "--parallel",
-            help="Run independent branches in parallel.",
-            rich_help_panel=SESSION,
-        ),
-    ] = False,
-    no_arena: Annotated[
-        bool,
-        flag_option(
-            "session.cpu_mem_arena",
-            "--no-arena",
-            help="Turn off ONNX Runtime's CPU memory arena.",
-            rich_help_panel=SESSION,
-        ),
-    ] = False,
-    session_config: SessionConfigOpt = None,
+    session: SessionFlags = FROM_FLAGS,
     timeout: Annotated[
         float,
         flag_option("timeout", "--timeout", help="Seconds a --vs worker may take for one answer."),
@@ -183,16 +159,6 @@ def bench_command(
     created or a run failed, on either side; 2 bad options or inputs, or --tuned settings that do
     not apply; 3 a requested provider or extra is missing, or a provider did not start.
     """
-    settings = session_settings(providers, provider_option, opt_level, 0, session_config)
-    session = build(
-        SessionSettings,
-        **settings.model_dump()
-        | {
-            "inter_op_threads": inter_op_threads,
-            "parallel": parallel,
-            "cpu_mem_arena": not no_arena,
-        },
-    )
     config = build(
         BenchConfig,
         batches=tuple(_ints(batch, "--batch")),
@@ -201,7 +167,7 @@ def bench_command(
         warmup=warmup,
         runs=runs,
         budget=budget,
-        session=session,
+        session=session.settings(),
         vs=vs,
         tuned=tuned,
         objective=objective,

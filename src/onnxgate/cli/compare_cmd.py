@@ -10,24 +10,21 @@ import typer
 from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
+    FROM_FLAGS,
     OUTPUT,
     TOLERANCES,
     AtolOpt,
     DimOpt,
     FormatOpt,
     InputsOpt,
-    OptLevelOpt,
-    ProviderOptionOpt,
-    ProvidersOpt,
     RangeOpt,
     RtolOpt,
     SeedOpt,
-    SessionConfigOpt,
-    ThreadsOpt,
+    SessionFlags,
     TolOpt,
     build,
     feed_settings,
-    session_settings,
+    session_options,
     tolerance_settings,
 )
 from onnxgate.compare import CompareConfig, compare
@@ -36,6 +33,7 @@ from onnxgate.runners import SPEC_HELP
 
 
 @handles_errors
+@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
 def compare_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     against: Annotated[
@@ -91,11 +89,7 @@ def compare_command(
             "in an isolated environment created once in the user cache.",
         ),
     ] = "installed",
-    providers: ProvidersOpt = None,
-    provider_option: ProviderOptionOpt = None,
-    opt_level: OptLevelOpt = "all",
-    threads: ThreadsOpt = 0,
-    session_config: SessionConfigOpt = None,
+    session: SessionFlags = FROM_FLAGS,
     save_optimized: Annotated[
         Path | None,
         flag_option(
@@ -153,7 +147,7 @@ def compare_command(
         against=against,
         candidate=candidate,
         feeds=feed_settings(inputs, dim, value_range, seed),
-        session=session_settings(providers, provider_option, opt_level, threads, session_config),
+        session=session.settings(),
         tolerances=tolerance_settings(atol, rtol, tol, metric),
         localize=localize,
         runtime=runtime,

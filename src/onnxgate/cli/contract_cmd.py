@@ -10,23 +10,20 @@ import typer
 from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
+    FROM_FLAGS,
     AtolOpt,
     DimOpt,
     FormatOpt,
     InputsOpt,
     MetricOpt,
-    OptLevelOpt,
-    ProviderOptionOpt,
-    ProvidersOpt,
     RangeOpt,
     RtolOpt,
     SeedOpt,
-    SessionConfigOpt,
-    ThreadsOpt,
+    SessionFlags,
     TolOpt,
     build,
     feed_settings,
-    session_settings,
+    session_options,
     tolerance_settings,
 )
 from onnxgate.contract import (
@@ -178,6 +175,7 @@ def sign_command(
 
 
 @handles_errors
+@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
 def verify_command(
     model: Annotated[
         Path,
@@ -195,11 +193,7 @@ def verify_command(
             show_default=False,
         ),
     ] = None,
-    providers: ProvidersOpt = None,
-    provider_option: ProviderOptionOpt = None,
-    opt_level: OptLevelOpt = "all",
-    threads: ThreadsOpt = 0,
-    session_config: SessionConfigOpt = None,
+    session: SessionFlags = FROM_FLAGS,
     allow_weak_rules: AllowWeakOpt = False,
     require_signature: Annotated[
         bool,
@@ -241,7 +235,7 @@ def verify_command(
     config = build(
         VerifyConfig,
         runtimes=tuple(runtime or ["installed"]),
-        session=session_settings(providers, provider_option, opt_level, threads, session_config),
+        session=session.settings(),
         allow_weak_rules=allow_weak_rules,
         require_signature=require_signature,
     )

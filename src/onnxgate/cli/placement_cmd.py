@@ -10,29 +10,26 @@ import typer
 from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
+    FROM_FLAGS,
     DimOpt,
     FormatOpt,
     InputsOpt,
-    OptLevelOpt,
-    ProviderOptionOpt,
-    ProvidersOpt,
     RangeOpt,
     SeedOpt,
-    SessionConfigOpt,
-    ThreadsOpt,
+    SessionFlags,
     build,
     feed_settings,
-    session_settings,
+    session_options,
 )
 from onnxgate.placement import PlacementConfig, placement
 from onnxgate.placement._render import render_text
 
 
 @handles_errors
+@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
 def placement_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
-    providers: ProvidersOpt = None,
-    provider_option: ProviderOptionOpt = None,
+    session: SessionFlags = FROM_FLAGS,
     require: Annotated[
         str | None,
         flag_option(
@@ -72,9 +69,6 @@ def placement_command(
             "profiling (one profiled run on feeds; any release; sees only the nodes that ran).",
         ),
     ] = "auto",
-    opt_level: OptLevelOpt = "all",
-    threads: ThreadsOpt = 0,
-    session_config: SessionConfigOpt = None,
     inputs: InputsOpt = None,
     dim: DimOpt = None,
     value_range: RangeOpt = None,
@@ -100,7 +94,7 @@ def placement_command(
     """
     config = build(
         PlacementConfig,
-        session=session_settings(providers, provider_option, opt_level, threads, session_config),
+        session=session.settings(),
         require=require,
         allow_ops=tuple(allow_op or ()),
         runtime=runtime,

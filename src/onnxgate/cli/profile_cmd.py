@@ -11,20 +11,17 @@ from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     FEEDS,
+    FROM_FLAGS,
     OUTPUT,
     DimOpt,
     FormatOpt,
     InputsOpt,
-    OptLevelOpt,
-    ProviderOptionOpt,
-    ProvidersOpt,
     RangeOpt,
     SeedOpt,
-    SessionConfigOpt,
-    ThreadsOpt,
+    SessionFlags,
     build,
     feed_settings,
-    session_settings,
+    session_options,
 )
 from onnxgate.errors import ConfigError
 from onnxgate.perf import ProfileConfig, profile
@@ -44,6 +41,7 @@ def _one_size(dims: dict[str, list[int]]) -> dict[str, int]:
 
 
 @handles_errors
+@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
 def profile_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     top: Annotated[
@@ -81,11 +79,7 @@ def profile_command(
     dim: DimOpt = None,
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
-    providers: ProvidersOpt = None,
-    provider_option: ProviderOptionOpt = None,
-    opt_level: OptLevelOpt = "all",
-    threads: ThreadsOpt = 0,
-    session_config: SessionConfigOpt = None,
+    session: SessionFlags = FROM_FLAGS,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Where does the time go inside one run? ONNX Runtime's profiler, as tables.
@@ -121,7 +115,7 @@ def profile_command(
         ProfileConfig,
         feeds=feeds,
         batch=batch,
-        session=session_settings(providers, provider_option, opt_level, threads, session_config),
+        session=session.settings(),
         warmup=warmup,
         runs=runs,
         top=top,

@@ -10,13 +10,10 @@ import typer
 
 from onnxgate.cli._common import Format, configure_logging, err, handles_errors
 from onnxgate.cli._options import (
-    OptLevelOpt,
-    ProviderOptionOpt,
-    ProvidersOpt,
-    SessionConfigOpt,
-    ThreadsOpt,
+    FROM_FLAGS,
+    SessionFlags,
     build,
-    session_settings,
+    session_options,
 )
 from onnxgate.errors import ConfigError, ExitCode, ExtraMissing
 
@@ -54,6 +51,7 @@ Exit codes: 0 stopped cleanly · 1 a model's gate did not pass · 2 bad referenc
 
 
 @handles_errors
+@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
 def serve_command(
     refs: Annotated[
         list[str],
@@ -192,11 +190,7 @@ def serve_command(
             rich_help_panel=BATCHING,
         ),
     ] = None,
-    providers: ProvidersOpt = None,
-    provider_option: ProviderOptionOpt = None,
-    opt_level: OptLevelOpt = "all",
-    threads: ThreadsOpt = 0,
-    session_config: SessionConfigOpt = None,
+    session: SessionFlags = FROM_FLAGS,
     fmt: Annotated[
         Format,
         typer.Option(
@@ -219,7 +213,7 @@ def serve_command(
         ) from None
     from onnxgate.serve import ModelSettings, PredictorConfig, ServeConfig, serve
 
-    session = session_settings(providers, provider_option, opt_level, threads, session_config)
+    settings = session.settings()
     common = build(
         ModelSettings,
         batching=batching,
@@ -233,7 +227,7 @@ def serve_command(
         ServeConfig,
         predictor=build(
             PredictorConfig,
-            session=session,
+            session=settings,
             tuned=tuned,
             max_request_bytes=max(limit, 1),
             allow_ungated=allow_ungated,

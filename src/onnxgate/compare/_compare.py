@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -444,7 +443,7 @@ def _isolated(
             field="runtime",
             related=["candidate"],
         )
-    if runner.options.optimized_model_path is not None:
+    if runner.save_optimized is not None:
         raise ConfigError(
             "save_optimized saves what the installed ONNX Runtime optimised; "
             "it cannot go with runtime.",
@@ -452,7 +451,7 @@ def _isolated(
             related=["runtime"],
         )
     extras = contract_extras(samples=samples, progress=progress)
-    return open_runner(model, runner.options, runtime=spec, extras=extras)
+    return open_runner(model, runner.settings, runtime=spec, extras=extras)
 
 
 def compare(
@@ -508,24 +507,23 @@ def compare(
         chosen = chosen_ranges(signature, loaded.proto, ranges)
         value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}
         data = f"synthetic (seed {feeds.seed})"
-    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+    from onnxgate.runners._ort import check_session  # imports ONNX Runtime
 
-    ort_options = OrtOptions.from_session(
-        config.session, optimized_model_path=config.save_optimized
-    )
+    session = config.session
+    check_session(session, save_optimized=config.save_optimized)
     trust_pickle = config.trust_pickle
     cand = make_runner(
         candidate,
         loaded,
-        ort_options=ort_options,
+        session=session,
         trust_pickle=trust_pickle,
-        extras=contract_extras(),
+        extras=contract_extras(save_optimized=config.save_optimized),
     )
     spec = RuntimeSpec.parse(config.runtime)
     if not spec.installed:
         cand = _isolated(cand, loaded, spec, samples, progress)
-    reference_options = ort_options
-    if ort_options.optimized_model_path is not None:
+    reference_session = session
+    if config.save_optimized is not None:
         if not candidate.startswith("ort") and not candidate.endswith(".onnx"):
             raise ConfigError(
                 f"save_optimized saves what ONNX Runtime optimised; the candidate {candidate!r} "
@@ -533,18 +531,17 @@ def compare(
                 field="save_optimized",
                 related=["candidate"],
             )
-        # only the candidate's optimised model is saved; the reference must not overwrite it
-        reference_options = dataclasses.replace(ort_options, optimized_model_path=None)
     if not spec.installed:
         # the providers were asked of the other runtime; the installed one runs on its own
         # providers unless against names them (ort:cuda)
-        reference_options = dataclasses.replace(
-            reference_options, providers=(), provider_options={}
+        reference_session = reference_session.model_copy(
+            update={"providers": (), "provider_options": {}}
         )
+    # only the candidate's optimised model is saved: the reference must not overwrite it
     ref = make_runner(
         config.against,
         loaded,
-        ort_options=reference_options,
+        session=reference_session,
         trust_pickle=trust_pickle,
         extras=contract_extras(),
     )

@@ -11,10 +11,12 @@ builds, named here.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from onnxgate.errors import ConfigError
-from onnxgate.runners._runtimes import Provider
-from onnxgate.runners._runtimes import providers as registered_providers
+
+if TYPE_CHECKING:
+    from onnxgate.runners._runtimes import Provider
 
 CPU = "CPUExecutionProvider"
 
@@ -34,7 +36,6 @@ _BUILDS: dict[str, str] = {
 
 __all__ = [
     "CPU",
-    "Provider",
     "canonical",
     "install_hint",
     "names",
@@ -45,6 +46,14 @@ __all__ = [
     "resolve",
     "short_name",
 ]
+
+
+def registered_providers() -> tuple[Provider, ...]:
+    """The providers the registered runtime kinds bring (``runners/_runtimes.py``)."""
+    # imported here: the runners package, which registers them, imports this module
+    from onnxgate.runners._runtimes import providers
+
+    return providers()
 
 
 def provider_packages() -> dict[str, str]:

@@ -49,7 +49,7 @@ from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners import Inference, Runner, RunnerInfo, TensorTap
-from onnxgate.settings import Tolerances
+from onnxgate.settings import SessionSettings, Tolerances
 
 log = logging.getLogger(__name__)
 
@@ -427,12 +427,12 @@ def second_opinion_for(source: Runner, model: LoadedModel) -> Runner:
     rewrite cannot be blamed; ONNX Runtime (any release or provider) by the reference evaluator;
     a framework's module by ONNX Runtime running the exported model.
     """
-    from onnxgate.runners import OrtOptions, OrtRunner, ReferenceRunner, open_runner
+    from onnxgate.runners import OrtRunner, ReferenceRunner, open_runner
     from onnxgate.runners._isolated import IsolatedOrtRunner
 
     if isinstance(source, OrtRunner | IsolatedOrtRunner):
         return ReferenceRunner(model)
-    return open_runner(model, OrtOptions(optimization="disable"))  # imports ONNX Runtime
+    return open_runner(model, SessionSettings(opt_level="disable"))  # imports ONNX Runtime
 
 
 def opinion_from(report: CompareReport, *, what: str) -> SecondOpinion:

@@ -21,7 +21,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -52,9 +51,6 @@ from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.placement import PlacementConfig, placement
 from onnxgate.runners import Runner, RunnerInfo, make_runner, open_runner
 from onnxgate.settings import FeedSettings, Part, SessionSettings, Tolerances
-
-if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +212,6 @@ def _one_runtime(
     contract: Contract,
     config: Tolerances,
     session: SessionSettings,
-    options: OrtOptions,
     progress: Callable[[str], None] | None,
 ) -> RuntimeResult:
     label = str(spec)
@@ -225,7 +220,7 @@ def _one_runtime(
         label = f"{found[0]}=={found[1]} (installed)" if found else "installed"
     signature = Signature.from_graph(loaded.proto.graph)
     extras = contract_extras(samples=samples, progress=progress)
-    candidate = open_runner(loaded, options, runtime=spec, extras=extras)
+    candidate = open_runner(loaded, session, runtime=spec, extras=extras)
     golden = GoldenRunner(
         expected, contract.golden.produced_by if contract.golden else "", signature
     )
@@ -246,7 +241,7 @@ def _one_runtime(
         return RuntimeResult(
             runtime=label,
             loads=Cell(passed=True),
-            placement=placement_cell(loaded, spec, session, options, samples),
+            placement=placement_cell(loaded, spec, session, samples),
             parity=Cell(passed=False, reason=err.message),
             ran=candidate.info(),
         )
@@ -264,7 +259,7 @@ def _one_runtime(
     return RuntimeResult(
         runtime=label,
         loads=Cell(passed=True),
-        placement=placement_cell(loaded, spec, session, options, samples),
+        placement=placement_cell(loaded, spec, session, samples),
         parity=parity,
         ran=report.ran.get("candidate"),
     )
@@ -287,7 +282,6 @@ def placement_cell(
     loaded: LoadedModel,
     spec: RuntimeSpec,
     session: SessionSettings,
-    options: OrtOptions,
     samples: list[Sample],
     require: str | None = None,
 ) -> Cell:
@@ -296,7 +290,7 @@ def placement_cell(
     The audit's session has the same settings. Where the audit must run the model (releases before 1.24) it runs the contract's golden
     samples: never shapes the model was not proven at.
     """
-    required = require or (options.providers[0] if options.providers else CPU)
+    required = require or next(iter(session.wire()["providers"]), CPU)
     try:
         with _openable(loaded) as openable:
             audit = placement(
@@ -372,10 +366,10 @@ def verify(
     session = config.session
     loaded = load_model(model)
     contract = SIDECAR.read(loaded.path)
-    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+    from onnxgate.runners._ort import check_session, resolved_providers  # imports ONNX Runtime
 
-    options = OrtOptions.from_session(session)
-    wanted = options.resolved_providers()  # full names, CPU appended
+    check_session(session)
+    wanted = resolved_providers(session)  # full names, CPU appended
     specs = [RuntimeSpec.parse(r) for r in names(list(config.runtimes))]
     if not specs:
         raise ConfigError(
@@ -429,7 +423,6 @@ def verify(
                     contract,
                     tolerances,
                     session,
-                    options,
                     progress,
                 )
             )

@@ -247,7 +247,7 @@ class Timing(_Strict):
 
     label: str
     settings: dict[str, Any]
-    """``OrtOptions.settings()``."""
+    """``SessionSettings.wire()``."""
     graph: str
     """Which graph ran: ``as given``, or the name of an optimised graph."""
     runs: int

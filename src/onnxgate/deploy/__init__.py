@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from onnxgate.deploy._check import RULES, Finding, RepositoryCheck, check_repository
+from onnxgate.deploy._check import check_repository
+from onnxgate.deploy._findings import RULES, Finding, RepositoryCheck
 
 if TYPE_CHECKING:
     from onnxgate.deploy._kserve import KServeConfig, KServeReport, deploy_kserve

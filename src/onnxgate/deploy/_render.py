@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from onnxgate._rich import Lines, line, verdict
-from onnxgate.deploy._check import Finding, RepositoryCheck
+from onnxgate.deploy._findings import Finding, RepositoryCheck
 
 if TYPE_CHECKING:
     from onnxgate.deploy._kserve import KServeReport

@@ -28,7 +28,7 @@ import struct
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,14 +36,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
 from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
 from onnxgate.contract_store import tensorrt_options
-from onnxgate.deploy._check import Finding, RepositoryCheck, check_model_dir
+from onnxgate.deploy._check import check_model_dir
+from onnxgate.deploy._findings import Finding, RepositoryCheck
 from onnxgate.deploy._gated import open_gated
 from onnxgate.deploy._model import deployable
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
 from onnxgate.errors import ConfigError
-from onnxgate.model import TensorSpec, load_model
+from onnxgate.model import LoadedModel, TensorSpec, load_model
 from onnxgate.runners._tensorrt import triton_parameters
 from onnxgate.settings import Part
+
+if TYPE_CHECKING:
+    from onnxgate.serve._source import Source
 
 log = logging.getLogger(__name__)
 
@@ -190,28 +194,7 @@ def build_config(
     """
     notes: list[str] = []
     signature = contract.signature
-    batch_dim, _, proven = batching(contract)
-    if batch_dim is None:
-        max_batch = 0
-        if config.max_batch:
-            raise ConfigError(
-                f"{name}: the contract proves no batch axis (a symbolic dim that is axis 0 of "
-                "every input and output), so Triton cannot batch it.",
-                hint="Leave --max-batch out: max_batch_size is then 0.",
-                field="max_batch",
-            )
-        notes.append("no batch axis: max_batch_size 0, no dynamic batching")
-    else:
-        max_batch = config.max_batch if config.max_batch is not None else (proven or 1)
-        if proven is not None and max_batch > proven:
-            raise ConfigError(
-                f"{name}: --max-batch {max_batch} is beyond the largest batch the contract proves "
-                f"({batch_dim}={proven}).",
-                hint="Prove a larger batch first (`onnxgate contract init --dim ...`), or lower "
-                "--max-batch.",
-                field="max_batch",
-            )
-        notes.append(f"max_batch_size {max_batch}: {batch_dim}, proven up to {proven}")
+    batch_dim, max_batch = _max_batch(contract, config, name, notes)
     message = model_config_pb2.ModelConfig(name=name, platform="onnxruntime_onnx")
     message.max_batch_size = max_batch
     message.input.extend(_io(signature.inputs, max_batch > 0, model_config_pb2.ModelInput))
@@ -241,22 +224,80 @@ def build_config(
     for key, value in session_parameters(settings).items():
         message.parameters[key].string_value = value
     if config.gpu:
-        cache = config.engine_cache or f"/tmp/onnxgate-trt/{name}/{version}"
-        accelerators = message.optimization.execution_accelerators
-        trt = accelerators.gpu_execution_accelerator.add(name="tensorrt")
-        options = tensorrt_options(
-            contract,
-            precision=config.precision,
-            workspace_mb=config.workspace_mb,
-            engine_cache=cache,
-            batch_dim=batch_dim if max_batch > 0 else None,
-            max_batch=max_batch or None,
-            notes=notes,
-        )
-        for key, value in triton_parameters(options).items():
-            trt.parameters[key] = value
-        notes.append(f"TensorRT {config.precision}, engines cached in {cache}")
-    dtypes = {spec.name: spec.dtype for spec in signature.inputs}
+        _add_tensorrt(message, contract, config, name, version, batch_dim, max_batch, notes)
+    _add_warmups(message, contract, warmups, max_batch)
+    return message, notes
+
+
+def _max_batch(
+    contract: Contract, config: TritonConfig, name: str, notes: list[str]
+) -> tuple[str | None, int]:
+    """The batch axis the contract proves and the ``max_batch_size`` to declare (0: none).
+
+    Raises:
+        ConfigError: ``max_batch`` asked for a model with no batch axis, or beyond the proven one.
+    """
+    batch_dim, _, proven = batching(contract)
+    if batch_dim is None:
+        max_batch = 0
+        if config.max_batch:
+            raise ConfigError(
+                f"{name}: the contract proves no batch axis (a symbolic dim that is axis 0 of "
+                "every input and output), so Triton cannot batch it.",
+                hint="Leave --max-batch out: max_batch_size is then 0.",
+                field="max_batch",
+            )
+        notes.append("no batch axis: max_batch_size 0, no dynamic batching")
+    else:
+        max_batch = config.max_batch if config.max_batch is not None else (proven or 1)
+        if proven is not None and max_batch > proven:
+            raise ConfigError(
+                f"{name}: --max-batch {max_batch} is beyond the largest batch the contract proves "
+                f"({batch_dim}={proven}).",
+                hint="Prove a larger batch first (`onnxgate contract init --dim ...`), or lower "
+                "--max-batch.",
+                field="max_batch",
+            )
+        notes.append(f"max_batch_size {max_batch}: {batch_dim}, proven up to {proven}")
+    return batch_dim, max_batch
+
+
+def _add_tensorrt(
+    message: Any,
+    contract: Contract,
+    config: TritonConfig,
+    name: str,
+    version: int,
+    batch_dim: str | None,
+    max_batch: int,
+    notes: list[str],
+) -> None:
+    """The TensorRT accelerator with the contract's profiles and an engine cache per version."""
+    cache = config.engine_cache or f"/tmp/onnxgate-trt/{name}/{version}"
+    accelerators = message.optimization.execution_accelerators
+    trt = accelerators.gpu_execution_accelerator.add(name="tensorrt")
+    options = tensorrt_options(
+        contract,
+        precision=config.precision,
+        workspace_mb=config.workspace_mb,
+        engine_cache=cache,
+        batch_dim=batch_dim if max_batch > 0 else None,
+        max_batch=max_batch or None,
+        notes=notes,
+    )
+    for key, value in triton_parameters(options).items():
+        trt.parameters[key] = value
+    notes.append(f"TensorRT {config.precision}, engines cached in {cache}")
+
+
+def _add_warmups(
+    message: Any,
+    contract: Contract,
+    warmups: Sequence[tuple[str, int, Mapping[str, tuple[np.ndarray, bytes, str]]]],
+    max_batch: int,
+) -> None:
+    """``model_warmup``: one entry per golden sample, its batch held to ``max_batch``."""
+    dtypes = {spec.name: spec.dtype for spec in contract.signature.inputs}
     for label, batch, inputs in warmups:
         size = min(max(batch, 1), max_batch) if max_batch > 0 else 1
         warm = message.model_warmup.add(name=label, batch_size=size, count=1)
@@ -265,7 +306,6 @@ def build_config(
             spec.data_type = triton_datatype(dtypes.get(input_name), input_name)
             spec.dims.extend(int(d) for d in (array.shape or (1,)))
             spec.input_data_file = file
-    return message, notes
 
 
 def _warmup_arrays(
@@ -322,15 +362,82 @@ def deploy_triton(
     # produces (Triton's ONNX Runtime backend holds config dims to the declared ones), and one
     # with scikit-learn's ZipMap without it (the backend refuses sequences and maps)
     redeclared, contract, declared, labels = deployable(contract, loaded)
-    name = config.name or source.name
+    name = _model_name(config.name or source.name)
+    repo = config.out.expanduser()
+    model_dir = repo / name
+    version, existing = _choose_version(config, source, model_dir)
+    notes = list(source.notes)
+    notes += declared
+    settings = _tuned_settings(source.model, notes, gpu=config.gpu)
+    batch_dim, _, _ = batching(contract)
+    batched = batch_dim is not None and config.max_batch != 0
+    arrays = _warmup_arrays(contract, source.model, batched)
+    # every byte is made before anything is written: a model Triton cannot warm up is refused
+    # with the repository untouched
+    warmups = _warmup_files(arrays, version)
+    label_files = {
+        output: (f"v{version}.{_safe(output)}.labels.txt", _labels_text(output, found))
+        for output, found in labels.items()
+    }
+    message, more = build_config(
+        contract,
+        config,
+        name=name,
+        version=version,
+        settings=settings,
+        warmups=warmups,
+        label_files={output: file for output, (file, _) in label_files.items()},
+    )
+    notes += more
+    text = text_format.MessageToString(message)
+
+    say(f"writing {name}/{version} into {repo}")
+    final, written = _write_version(
+        source, loaded, contract, redeclared, model_dir, version, label_files, warmups, text
+    )
+    files = [str(p.relative_to(repo)) for p in sorted(final.rglob("*")) if p.is_file()]
+    files += [str(p.relative_to(repo)) for p in written]
+    files.append(str((model_dir / "config.pbtxt").relative_to(repo)))
+    say("checking the repository as `deploy check` would")
+    checked: RepositoryCheck = check_model_dir(model_dir)
+    return DeployReport(
+        passed=checked.passed,
+        source=source.ref,
+        gate=source.gate,
+        repository=str(repo),
+        name=name,
+        version=version,
+        model_dir=str(model_dir),
+        config=text,
+        files=files,
+        warmups=[label for label, _, _ in warmups],
+        kept_versions=existing,
+        findings=checked.findings,
+        notes=notes,
+    )
+
+
+def _model_name(name: str) -> str:
+    """``name``, refused if it cannot name a model folder.
+
+    Raises:
+        ConfigError: a name with other characters than Triton allows, or ``.``/``..``.
+    """
     if not NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
             f"{name!r} cannot name a model folder in a Triton repository.",
             hint="Pass --name with letters, digits, '_', '-' or '.' (not '.' or '..').",
             field="name",
         )
-    repo = config.out.expanduser()
-    model_dir = repo / name
+    return name
+
+
+def _choose_version(config: TritonConfig, source: Source, model_dir: Path) -> tuple[int, list[int]]:
+    """The version to write (asked, the registry's, or the next), and the versions already there.
+
+    Raises:
+        ConfigError: the version exists, or is below the latest one Triton would keep serving.
+    """
     existing = (
         sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and VERSION.fullmatch(p.name))
         if model_dir.is_dir()
@@ -359,15 +466,14 @@ def deploy_triton(
             "the newer versions first.",
             field="version",
         )
-    notes = list(source.notes)
-    notes += declared
-    settings = _tuned_settings(source.model, notes, gpu=config.gpu)
-    batch_dim, _, _ = batching(contract)
-    batched = batch_dim is not None and config.max_batch != 0
-    arrays = _warmup_arrays(contract, source.model, batched)
-    # every byte is made before anything is written: a model Triton cannot warm up is refused
-    # with the repository untouched
-    warmups = [
+    return version, existing
+
+
+def _warmup_files(
+    arrays: list[tuple[str, int, dict[str, np.ndarray]]], version: int
+) -> list[tuple[str, int, dict[str, tuple[np.ndarray, bytes, str]]]]:
+    """Each warm-up's inputs with their bytes and the file (named by version) they go to."""
+    return [
         (
             label,
             batch,
@@ -378,23 +484,26 @@ def deploy_triton(
         )
         for label, batch, feeds in arrays
     ]
-    label_files = {
-        output: (f"v{version}.{_safe(output)}.labels.txt", _labels_text(output, found))
-        for output, found in labels.items()
-    }
-    message, more = build_config(
-        contract,
-        config,
-        name=name,
-        version=version,
-        settings=settings,
-        warmups=warmups,
-        label_files={output: file for output, (file, _) in label_files.items()},
-    )
-    notes += more
-    text = text_format.MessageToString(message)
 
-    say(f"writing {name}/{version} into {repo}")
+
+def _write_version(
+    source: Source,
+    loaded: LoadedModel,
+    contract: Contract,
+    redeclared: bytes | None,
+    model_dir: Path,
+    version: int,
+    label_files: Mapping[str, tuple[str, str]],
+    warmups: Sequence[tuple[str, int, Mapping[str, tuple[np.ndarray, bytes, str]]]],
+    text: str,
+) -> tuple[Path, list[Path]]:
+    """Stage the version folder, rename it into place, then write ``config.pbtxt``.
+
+    Returns:
+        The version folder, and the label and warm-up files written beside it. On any failure
+        the staging folder and those files are removed (and the version folder, if the config
+        could not be written).
+    """
     model_dir.mkdir(parents=True, exist_ok=True)
     final = model_dir / str(version)
     warm_dir = model_dir / WARMUP_DIR
@@ -438,26 +547,7 @@ def deploy_triton(
         for path in written:
             path.unlink(missing_ok=True)
         raise
-    files = [str(p.relative_to(repo)) for p in sorted(final.rglob("*")) if p.is_file()]
-    files += [str(p.relative_to(repo)) for p in written]
-    files.append(str((model_dir / "config.pbtxt").relative_to(repo)))
-    say("checking the repository as `deploy check` would")
-    checked: RepositoryCheck = check_model_dir(model_dir)
-    return DeployReport(
-        passed=checked.passed,
-        source=source.ref,
-        gate=source.gate,
-        repository=str(repo),
-        name=name,
-        version=version,
-        model_dir=str(model_dir),
-        config=text,
-        files=files,
-        warmups=[label for label, _, _ in warmups],
-        kept_versions=existing,
-        findings=checked.findings,
-        notes=notes,
-    )
+    return final, written
 
 
 def _labels_text(output: str, labels: Sequence[Any]) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate.compare import CompareReport
-from onnxgate.contract import Contract
+from onnxgate.contract import Contract, Lineage
+from onnxgate.settings import config_hash
 
 
 class ExportReport(BaseModel):
@@ -40,3 +41,16 @@ class ExportReport(BaseModel):
     """Why it did not pass: the failing outputs, at which sample, by how much."""
     hint: str | None = None
     """What to do about it."""
+
+
+def export_lineage(config: BaseModel) -> Lineage:
+    """An exported model's lineage: no parent, and the hash of how it was made.
+
+    Where the model is written is not how it was made: the same settings in another folder (each
+    gate run has its own) are the same lineage, so ``out`` is left out of the hash.
+    """
+    return Lineage(
+        parent_sha256=None,
+        step="export",
+        config_hash=config_hash(config.model_dump(mode="json", exclude={"out"})),
+    )

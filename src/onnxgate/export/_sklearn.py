@@ -25,7 +25,6 @@ from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
-    Lineage,
     Provenance,
     drop_stale_contract,
     opinion_from,
@@ -34,10 +33,10 @@ from onnxgate.contract import (
 from onnxgate.data import Sample, read_arrays
 from onnxgate.data._dims import DimRange
 from onnxgate.errors import ExportError, ExtraMissing, FeedError
-from onnxgate.export._report import ExportReport
+from onnxgate.export._report import ExportReport, export_lineage
 from onnxgate.model import Signature, load_model
 from onnxgate.runners import SklearnRunner, load_estimator
-from onnxgate.settings import Part, Tolerances, config_hash
+from onnxgate.settings import Part, Tolerances
 
 
 class SklearnExportConfig(Part):
@@ -152,6 +151,118 @@ def _dedupe_opsets(proto: Any) -> None:
         entry.domain, entry.version = domain, version
 
 
+def _notices(config: SklearnExportConfig) -> list[str]:
+    """The choices this export makes, stated in its report."""
+    return [
+        f"inputs are {config.dtype}"
+        + (
+            " (skl2onnx's default; ONNX Runtime's ML operators compute in float32)"
+            if config.dtype == "float32"
+            else " (double precision; some ML operators have no double kernel)"
+        ),
+        "ZipMap is off: probabilities are a [rows, classes] tensor",
+    ]
+
+
+def _read_rows(estimator: Any, config: SklearnExportConfig) -> np.ndarray:
+    """The data as a matrix of ``config.dtype``, refused if its columns are not the features."""
+    x = read_matrix(config.data).astype(config.dtype)
+    expected = getattr(estimator, "n_features_in_", None)
+    if expected is not None and x.shape[1] != expected:
+        raise FeedError(
+            f"{shown(config.data)}: has {x.shape[1]} column(s); {type(estimator).__name__} was "
+            f"fitted on {expected} feature(s)."
+        )
+    return x
+
+
+def _opset_for(
+    skl2onnx: Any, config: SklearnExportConfig, notices: list[str]
+) -> tuple[int, dict[str, int], int | None]:
+    """The opset, the target opsets per domain, and the highest IR for ``config.runtime``."""
+    opset = config.opset or skl2onnx.__max_supported_opset__
+    ml = None
+    max_ir = None
+    if config.runtime:
+        profile = runtime_profile(RuntimeSpec.parse(config.runtime))
+        opset = min(opset, profile.max_opsets.get("ai.onnx", opset))
+        ml = profile.max_opsets.get("ai.onnx.ml")
+        max_ir = profile.max_ir
+        notices.append(f"{profile.label} loads ai.onnx {opset}, ai.onnx.ml {ml}: exported at those")
+    opset = min(opset, skl2onnx.__max_supported_opset__)
+    target = {"": opset} | ({"ai.onnx.ml": ml} if ml else {})
+    return opset, target, max_ir
+
+
+def _convert(
+    skl2onnx: Any, estimator: Any, x: np.ndarray, target: dict[str, int], max_ir: int | None
+) -> Any:
+    """The estimator as an ONNX proto: opsets deduplicated, batch named, IR stamped down."""
+    from sklearn.base import is_classifier
+
+    try:
+        options = {"zipmap": False} if is_classifier(estimator) else None
+        proto = skl2onnx.to_onnx(estimator, x[:1], options=options, target_opset=target)
+    except Exception as err:  # skl2onnx raises many unrelated types
+        raise ExportError(
+            f"skl2onnx cannot convert {type(estimator).__name__}: {type(err).__name__}: {err}",
+            hint="Check skl2onnx's list of supported estimators; a custom step needs a registered "
+            "converter (skl2onnx.update_registered_converter).",
+        ) from err
+    _dedupe_opsets(proto)
+    _name_batch(proto)
+    if max_ir is not None:
+        proto.ir_version = min(proto.ir_version, max_ir)
+    return proto
+
+
+def _why_missed(estimator: Any, config: SklearnExportConfig, report: Any) -> dict[str, str]:
+    """The reason and hint of a failed parity check, as a report update."""
+    detail = "; ".join(f"{o.name}: {o.reason}" for o in report.outputs if not o.passed)
+    reason = (
+        f"the exported model disagrees with {type(estimator).__name__} on "
+        f"{shown(config.data)}: {detail}. The model was not written to "
+        f"{shown(config.out)}."
+    )
+    looser = setting("tolerances.per_output", {"probabilities": (0.05, 0)})
+    hint = (
+        "ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
+        "value computed in float64 by scikit-learn (a scaler before a forest) can fall "
+        "on the other side of a split and flip a tree. Labels may still agree; if they "
+        f"are what matters, judge probabilities by a looser rule ({looser})."
+        if re.search(r"Tree|Forest|Boost", repr(estimator))
+        else f"Compare in float64 ({setting('dtype', 'float64')}) to see whether "
+        "precision explains it."
+    )
+    return {"reason": reason, "hint": hint}
+
+
+def _provenance(skl2onnx: Any, config: SklearnExportConfig, opset: int) -> Provenance:
+    """How the exported model was made, for its contract."""
+    import sklearn
+
+    return Provenance(
+        framework=f"scikit-learn {sklearn.__version__}",
+        exporter=f"skl2onnx {skl2onnx.__version__}",
+        options={
+            "opset": opset,
+            "dtype": config.dtype,
+            "zipmap": False,
+            "runtime": config.runtime,
+        },
+        onnxgate=__version__,
+        lineage=export_lineage(config),
+    )
+
+
+def _batch_why(x: np.ndarray, config: SklearnExportConfig) -> str:
+    """Why the golden samples have the batch sizes they have."""
+    why = "[feeds] dims" if config.batch else "1 to every row of the data given"
+    if config.golden_rows is not None and config.golden_rows < (config.batch or (1, len(x)))[1]:
+        why += f", at most golden_rows {config.golden_rows}"
+    return why
+
+
 def export_sklearn(
     estimator: Any,
     config: SklearnExportConfig,
@@ -171,52 +282,15 @@ def export_sklearn(
     """
     skl2onnx = _skl2onnx()
     import onnx
-    import sklearn
-    from sklearn.base import is_classifier
 
     say = progress or (lambda message: None)
     if isinstance(estimator, str | os.PathLike):
         estimator = load_estimator(estimator, trust_pickle=trust_pickle)
-    notices = [
-        f"inputs are {config.dtype}"
-        + (
-            " (skl2onnx's default; ONNX Runtime's ML operators compute in float32)"
-            if config.dtype == "float32"
-            else " (double precision; some ML operators have no double kernel)"
-        ),
-        "ZipMap is off: probabilities are a [rows, classes] tensor",
-    ]
-    x = read_matrix(config.data).astype(config.dtype)
-    expected = getattr(estimator, "n_features_in_", None)
-    if expected is not None and x.shape[1] != expected:
-        raise FeedError(
-            f"{shown(config.data)}: has {x.shape[1]} column(s); {type(estimator).__name__} was "
-            f"fitted on {expected} feature(s)."
-        )
-    opset = config.opset or skl2onnx.__max_supported_opset__
-    ml = None
-    if config.runtime:
-        profile = runtime_profile(RuntimeSpec.parse(config.runtime))
-        opset = min(opset, profile.max_opsets.get("ai.onnx", opset))
-        ml = profile.max_opsets.get("ai.onnx.ml")
-        notices.append(f"{profile.label} loads ai.onnx {opset}, ai.onnx.ml {ml}: exported at those")
-    opset = min(opset, skl2onnx.__max_supported_opset__)
-    target = {"": opset} | ({"ai.onnx.ml": ml} if ml else {})
+    notices = _notices(config)
+    x = _read_rows(estimator, config)
+    opset, target, max_ir = _opset_for(skl2onnx, config, notices)
     say(f"converting {type(estimator).__name__} with skl2onnx at opset {opset}")
-    try:
-        options = {"zipmap": False} if is_classifier(estimator) else None
-        proto = skl2onnx.to_onnx(estimator, x[:1], options=options, target_opset=target)
-    except Exception as err:  # skl2onnx raises many unrelated types
-        raise ExportError(
-            f"skl2onnx cannot convert {type(estimator).__name__}: {type(err).__name__}: {err}",
-            hint="Check skl2onnx's list of supported estimators; a custom step needs a registered "
-            "converter (skl2onnx.update_registered_converter).",
-        ) from err
-    _dedupe_opsets(proto)
-    _name_batch(proto)
-    if config.runtime:
-        profile = runtime_profile(RuntimeSpec.parse(config.runtime))
-        proto.ir_version = min(proto.ir_version, profile.max_ir)
+    proto = _convert(skl2onnx, estimator, x, target, max_ir)
     try:
         with staged_file(config.out) as tmp:
             onnx.save_model(proto, str(tmp))
@@ -248,23 +322,7 @@ def export_sklearn(
                 notices=notices,
             )
             if not report.passed:
-                detail = "; ".join(f"{o.name}: {o.reason}" for o in report.outputs if not o.passed)
-                reason = (
-                    f"the exported model disagrees with {type(estimator).__name__} on "
-                    f"{shown(config.data)}: {detail}. The model was not written to "
-                    f"{shown(config.out)}."
-                )
-                looser = setting("tolerances.per_output", {"probabilities": (0.05, 0)})
-                hint = (
-                    "ONNX Runtime's tree ensembles compare features with float32 thresholds: a "
-                    "value computed in float64 by scikit-learn (a scaler before a forest) can fall "
-                    "on the other side of a split and flip a tree. Labels may still agree; if they "
-                    f"are what matters, judge probabilities by a looser rule ({looser})."
-                    if re.search(r"Tree|Forest|Boost", repr(estimator))
-                    else f"Compare in float64 ({setting('dtype', 'float64')}) to see whether "
-                    "precision explains it."
-                )
-                raise _Missed(result.model_copy(update={"reason": reason, "hint": hint}))
+                raise _Missed(result.model_copy(update=_why_missed(estimator, config, report)))
     except _Missed as missed:
         return missed.report
     final = load_model(config.out)
@@ -272,35 +330,14 @@ def export_sklearn(
     if not config.contract:
         notices.extend(drop_stale_contract(config.out))
     if config.contract:
-        golden = _golden_rows(x, name, config)
-        why = "[feeds] dims" if config.batch else "1 to every row of the data given"
-        if config.golden_rows is not None and config.golden_rows < (config.batch or (1, len(x)))[1]:
-            why += f", at most golden_rows {config.golden_rows}"
         contract = write_contract(
             final,
             SklearnRunner.from_estimator(estimator, signature, name=type(estimator).__name__),
-            golden,
-            provenance=Provenance(
-                framework=f"scikit-learn {sklearn.__version__}",
-                exporter=f"skl2onnx {skl2onnx.__version__}",
-                options={
-                    "opset": opset,
-                    "dtype": config.dtype,
-                    "zipmap": False,
-                    "runtime": config.runtime,
-                },
-                onnxgate=__version__,
-                # where the model is written is not how it was made: the same settings in another
-                # folder (each gate run has its own) are the same lineage
-                lineage=Lineage(
-                    parent_sha256=None,
-                    step="export",
-                    config_hash=config_hash(config.model_dump(mode="json", exclude={"out"})),
-                ),
-            ),
+            _golden_rows(x, name, config),
+            provenance=_provenance(skl2onnx, config, opset),
             config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check on every row"),
-            dims_why={"batch": why},
+            dims_why={"batch": _batch_why(x, config)},
         )
     return result.model_copy(update={"contract": contract, "notices": notices})

@@ -33,7 +33,6 @@ from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec, runtime_profile
 from onnxgate.contract import (
-    Lineage,
     Provenance,
     drop_stale_contract,
     opinion_from,
@@ -47,10 +46,10 @@ from onnxgate.export._diagnose import (
     quiet_exporter,
     torch_module,
 )
-from onnxgate.export._report import ExportReport
-from onnxgate.model import Signature, load_model
+from onnxgate.export._report import ExportReport, export_lineage
+from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import TorchRunner, load_entry
-from onnxgate.settings import Part, Tolerances, config_hash
+from onnxgate.settings import Part, Tolerances
 
 log = logging.getLogger(__name__)
 
@@ -424,6 +423,123 @@ def _check_runnable_here(proto: Any) -> None:
         )
 
 
+def _refuse_unprovable(opset: int | None, config: TorchExportConfig) -> None:
+    """Refuse an opset the installed runtime cannot load (no parity) or dynamo cannot write."""
+    here = runtime_profile(RuntimeSpec.parse(None))
+    top_here = here.max_opsets.get("ai.onnx")
+    if opset is not None and top_here is not None and opset > top_here:
+        raise ConfigError(
+            f"opset {opset} is above what the installed {here.label} loads ({top_here}); parity "
+            "is checked on it, so the export could not be proved.",
+            hint=f"Use opset {top_here} or lower, or install a newer onnxruntime.",
+            field="opset",
+        )
+    if opset is not None and opset < DYNAMO_MIN_OPSET and config.exporter != "torchscript":
+        raise ConfigError(
+            # "exporter" is a field this error names: the prose says "dynamo" alone, so that
+            # only the setting is renamed into a flag or a gate key
+            f"opset {opset} is below what dynamo writes ({DYNAMO_MIN_OPSET} and later; it would "
+            f"silently write {DYNAMO_MIN_OPSET}).",
+            hint=f"Use {setting('exporter', 'torchscript')} for opsets before {DYNAMO_MIN_OPSET}.",
+            field="opset",
+            related=["exporter"],
+        )
+
+
+def _run_exporters(
+    torch: Any,
+    module: Any,
+    exported_examples: dict[str, np.ndarray],
+    config: TorchExportConfig,
+    order: list[str],
+    opset: int | None,
+    tmp: Path,
+    entry: str,
+    say: Callable[[str], None],
+    notices: list[str],
+) -> str | None:
+    """Export to ``tmp`` with the first exporter of ``order`` that succeeds; return its name."""
+    used = None
+    for exporter in order:
+        say(f"exporting {entry} with the {exporter} exporter")
+        try:
+            with stdout_to_stderr(), quiet_exporter():
+                _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
+        except Exception as err:  # the exporters raise many unrelated types
+            log.info("exporter trace:\n%s", traceback.format_exc())
+            diagnosis = diagnose(
+                err,
+                exporter,
+                module=module,
+                args=tuple(
+                    torch.from_numpy(np.ascontiguousarray(v)) for v in exported_examples.values()
+                ),
+            )
+            if exporter != order[-1]:
+                notices.append(f"{diagnosis.message} Falling back to the TorchScript exporter.")
+                log.warning("%s Falling back to the TorchScript exporter.", diagnosis.message)
+                continue
+            raise diagnosis from err
+        used = exporter
+        if exporter == "torchscript":
+            notices.append(
+                "the TorchScript exporter traces one path through Python control flow: parity "
+                "covers the branches the parity inputs take, not others"
+            )
+        break
+    return used
+
+
+def _check_written(
+    tmp: Path,
+    config: TorchExportConfig,
+    max_ir: int | None,
+    opset: int | None,
+    used: str | None,
+    notices: list[str],
+) -> None:
+    """Stamp the IR down for the target runtime; check axes, opset and that it runs here."""
+    loaded = load_model(tmp, load_weights=True)
+    proto = loaded.proto
+    if max_ir is not None and proto.ir_version > max_ir:
+        notices.append(f"IR stamped down from {proto.ir_version} to {max_ir} for {config.runtime}")
+        proto.ir_version = max_ir
+        import onnx
+
+        onnx.save_model(proto, str(tmp))
+    _check_dynamic(tmp, config.dynamic)
+    written = load_model(tmp).proto
+    got = next((o.version for o in written.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is not None and got != opset:
+        raise ExportError(
+            f"asked for opset {opset}, the {used} exporter wrote opset {got}.",
+            hint="The dynamo exporter writes opsets 18 and later and may fall back to 18 "
+            "without an error; pick an opset it supports, or "
+            f"{setting('exporter', 'torchscript')}.",
+        )
+    _check_runnable_here(written)
+
+
+def _provenance(
+    torch: Any, final: LoadedModel, config: TorchExportConfig, used: str | None
+) -> Provenance:
+    """How the exported model was made, for its contract."""
+    return Provenance(
+        framework=f"torch {torch.__version__}",
+        exporter=f"torch.onnx ({used})",
+        options={
+            "opset": final.proto.opset_import[0].version if final.proto.opset_import else None,
+            "dynamic": {
+                k: {str(axis): label for axis, label in v.items()}
+                for k, v in config.dynamic.items()
+            },
+            "runtime": config.runtime,
+        },
+        onnxgate=__version__,
+        lineage=export_lineage(config),
+    )
+
+
 def export_torch(
     entry: str,
     config: TorchExportConfig,
@@ -461,25 +577,7 @@ def export_torch(
         )
     exported_examples = _widen_size_one(examples, config.dynamic, notices)
     opset, max_ir = _opset_for(config, notices)
-    here = runtime_profile(RuntimeSpec.parse(None))
-    top_here = here.max_opsets.get("ai.onnx")
-    if opset is not None and top_here is not None and opset > top_here:
-        raise ConfigError(
-            f"opset {opset} is above what the installed {here.label} loads ({top_here}); parity "
-            "is checked on it, so the export could not be proved.",
-            hint=f"Use opset {top_here} or lower, or install a newer onnxruntime.",
-            field="opset",
-        )
-    if opset is not None and opset < DYNAMO_MIN_OPSET and config.exporter != "torchscript":
-        raise ConfigError(
-            # "exporter" is a field this error names: the prose says "dynamo" alone, so that
-            # only the setting is renamed into a flag or a gate key
-            f"opset {opset} is below what dynamo writes ({DYNAMO_MIN_OPSET} and later; it would "
-            f"silently write {DYNAMO_MIN_OPSET}).",
-            hint=f"Use {setting('exporter', 'torchscript')} for opsets before {DYNAMO_MIN_OPSET}.",
-            field="opset",
-            related=["exporter"],
-        )
+    _refuse_unprovable(opset, config)
     order = ["dynamo", "torchscript"] if config.exporter == "auto" else [config.exporter]
     if config.out.is_dir():
         raise ConfigError(
@@ -487,62 +585,10 @@ def export_torch(
         )
     try:
         with staged_file(config.out) as tmp:
-            used = None
-            for exporter in order:
-                say(f"exporting {entry} with the {exporter} exporter")
-                try:
-                    with stdout_to_stderr(), quiet_exporter():
-                        _export_once(torch, module, exported_examples, config, exporter, opset, tmp)
-                except Exception as err:  # the exporters raise many unrelated types
-                    log.info("exporter trace:\n%s", traceback.format_exc())
-                    diagnosis = diagnose(
-                        err,
-                        exporter,
-                        module=module,
-                        args=tuple(
-                            torch.from_numpy(np.ascontiguousarray(v))
-                            for v in exported_examples.values()
-                        ),
-                    )
-                    if exporter != order[-1]:
-                        notices.append(
-                            f"{diagnosis.message} Falling back to the TorchScript exporter."
-                        )
-                        log.warning(
-                            "%s Falling back to the TorchScript exporter.", diagnosis.message
-                        )
-                        continue
-                    raise diagnosis from err
-                used = exporter
-                if exporter == "torchscript":
-                    notices.append(
-                        "the TorchScript exporter traces one path through Python control flow: parity "
-                        "covers the branches the parity inputs take, not others"
-                    )
-                break
-            loaded = load_model(tmp, load_weights=True)
-            proto = loaded.proto
-            if max_ir is not None and proto.ir_version > max_ir:
-                notices.append(
-                    f"IR stamped down from {proto.ir_version} to {max_ir} for {config.runtime}"
-                )
-                proto.ir_version = max_ir
-                import onnx
-
-                onnx.save_model(proto, str(tmp))
-            _check_dynamic(tmp, config.dynamic)
-            written = load_model(tmp).proto
-            got = next(
-                (o.version for o in written.opset_import if o.domain in ("", "ai.onnx")), None
+            used = _run_exporters(
+                torch, module, exported_examples, config, order, opset, tmp, entry, say, notices
             )
-            if opset is not None and got != opset:
-                raise ExportError(
-                    f"asked for opset {opset}, the {used} exporter wrote opset {got}.",
-                    hint="The dynamo exporter writes opsets 18 and later and may fall back to 18 "
-                    "without an error; pick an opset it supports, or "
-                    f"{setting('exporter', 'torchscript')}.",
-                )
-            _check_runnable_here(written)
+            _check_written(tmp, config, max_ir, opset, used, notices)
             say("checking parity with the module across the dynamic axes' ranges")
             loaded = load_model(tmp)
             signature = Signature.from_graph(loaded.proto.graph)
@@ -598,28 +644,7 @@ def export_torch(
             final,
             TorchRunner.from_module(module, Signature.from_graph(final.proto.graph), name=entry),
             samples,
-            provenance=Provenance(
-                framework=f"torch {torch.__version__}",
-                exporter=f"torch.onnx ({used})",
-                options={
-                    "opset": final.proto.opset_import[0].version
-                    if final.proto.opset_import
-                    else None,
-                    "dynamic": {
-                        k: {str(axis): label for axis, label in v.items()}
-                        for k, v in config.dynamic.items()
-                    },
-                    "runtime": config.runtime,
-                },
-                onnxgate=__version__,
-                # where the model is written is not how it was made: the same settings in another
-                # folder (each gate run has its own) are the same lineage
-                lineage=Lineage(
-                    parent_sha256=None,
-                    step="export",
-                    config_hash=config_hash(config.model_dump(mode="json", exclude={"out"})),
-                ),
-            ),
+            provenance=_provenance(torch, final, config, used),
             config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check"),

@@ -425,7 +425,7 @@ def probe(
     differ: dict[str, Disagreement] = {}
     ran_on: list[Sample] = []
     if error is None and skipped is None:
-        from onnxgate.runners import OrtOptions
+        from onnxgate.settings import SessionSettings
 
         # the export's second opinion: does it confirm the evaluator's golden outputs? On every
         # sample the budget allows (a larger batch shows more of the noise: silero-vad's did)
@@ -434,7 +434,7 @@ def probe(
             key=lambda t: sum(np.size(v) for v in t[1].feeds.values()),
         )
         try:
-            with open_runner(loaded, OrtOptions(optimization="disable")) as runner:
+            with open_runner(loaded, SessionSettings(opt_level="disable")) as runner:
                 sample = smallest
                 ran_on.append(sample)
                 while True:

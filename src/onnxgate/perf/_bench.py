@@ -12,14 +12,13 @@ neither thread pool distorts the other and drift hits both alike.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,9 +32,6 @@ from onnxgate.perf._contention import Conditions, Watch
 from onnxgate.perf._contest import Contender, Contest
 from onnxgate.perf._stats import Verdict, judge
 from onnxgate.settings import FeedSettings, Part, SessionSettings
-
-if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +94,17 @@ class BenchConfig(Part):
         """The intra-op thread counts measured, one session each."""
         return list(self.threads) or [self.session.threads]
 
-    def ort_options(self, threads: int) -> OrtOptions:
-        """The session options of one thread count."""
-        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+    def session_at(self, threads: int) -> SessionSettings:
+        """The session settings of one thread count.
 
-        return OrtOptions.from_session(self.session, intra_op_threads=threads)
+        Raises:
+            ConfigError: settings the installed ONNX Runtime cannot take (``check_session``).
+        """
+        from onnxgate.runners._ort import check_session  # imports ONNX Runtime
+
+        session = self.session.model_copy(update={"threads": threads})
+        check_session(session)
+        return session
 
 
 class BenchResult(BaseModel):
@@ -175,7 +177,7 @@ class BenchReport(BaseModel):
     providers: list[str]
     optimization: str
     session: dict[str, Any] = {}
-    """Every session setting used, as ``OrtOptions.settings()`` (threads: the first count)."""
+    """Every session setting used, as ``SessionSettings.wire()`` (threads: the first count)."""
     method: str = ""
     """How the figures were taken: in process, or interleaved in worker processes."""
     results: list[BenchResult]
@@ -305,7 +307,7 @@ def bench(
         )
     for sample in samples:
         validate_feeds(signature, sample.feeds, where=sample.label)
-    options = [config.ort_options(threads) for threads in config.thread_counts()]
+    options = [config.session_at(threads) for threads in config.thread_counts()]
     if config.tuned:
         loaded, options = _tuned(loaded, config, samples, notes)
     total = len(options) * len(samples)
@@ -327,16 +329,17 @@ def bench(
 
 def _tuned(
     loaded: LoadedModel, config: BenchConfig, samples: Sequence[Sample], notes: list[str]
-) -> tuple[LoadedModel, list[OrtOptions]]:
+) -> tuple[LoadedModel, list[SessionSettings]]:
     """The graph and settings ``tune`` recorded for this machine (one shape: tuned at it)."""
     from onnxgate.perf._tuned import tuned_for
-    from onnxgate.runners import OrtOptions
+    from onnxgate.runners._ort import check_session
 
     # The shape asked for picks the record; with none asked, a single record needs no picking.
     asked = bool(config.batches or config.feeds.dims)
     dims = samples[0].dims if asked and len(samples) == 1 else None
     settings, path = tuned_for(loaded.path, objective=config.objective, dims=dims)
-    options = OrtOptions.from_settings(settings)
+    options = SessionSettings.from_wire(settings)
+    check_session(options)
     notes.append(f"tuned settings from the contract: {options.describe()}; graph {path.name}")
     graph = loaded if path == loaded.path else load_model(path)
     return graph, [options]
@@ -386,7 +389,7 @@ def _noise(result: BenchResult, label: str, who: str = "") -> str | None:
 def _bench_here(
     loaded: LoadedModel,
     config: BenchConfig,
-    options: Sequence[OrtOptions],
+    options: Sequence[SessionSettings],
     samples: Sequence[Sample],
     batch_name: str | None,
     say: Callable[..., None],
@@ -401,7 +404,7 @@ def _bench_here(
     runs: dict[str, list[float]] = {}
     watch = Watch(lambda: [os.getpid()])
     for option in options:
-        threads = option.intra_op_threads
+        threads = option.threads
         with open_runner(loaded, option, extras=contract_extras()) as runner:
             providers = runner.providers()
             for sample in samples:
@@ -428,8 +431,8 @@ def _bench_here(
         model=str(loaded.path),
         runtime=f"onnxruntime {runtime_version()}",
         providers=providers,
-        optimization=options[0].optimization,
-        session=options[0].settings(),
+        optimization=options[0].opt_level,
+        session=options[0].wire(),
         method="in this process: per configuration one session, uncounted warm-up, timed runs",
         results=results,
         warnings=warnings + _unreliable(conditions := watch.conditions(runs)),
@@ -477,7 +480,7 @@ def _installed(runtime: str) -> bool:
 def _bench_workers(
     loaded: LoadedModel,
     config: BenchConfig,
-    options: Sequence[OrtOptions],
+    options: Sequence[SessionSettings],
     samples: Sequence[Sample],
     batch_name: str | None,
     say: Callable[..., None],
@@ -496,11 +499,13 @@ def _bench_workers(
         other = load_model(Path(config.vs))
         name = str(other.path)
 
-    def sides(option: OrtOptions) -> list[Contender]:
+    from onnxgate.runners._ort import resolved_wire
+
+    def sides(option: SessionSettings) -> list[Contender]:
         ours = Contender(
             str(loaded.path),
             onnx=loaded.path,
-            settings=option.applied_settings(known),
+            settings=resolved_wire(option, known),
             runtime=None if spec.installed else str(spec),
         )
         if config.vs is None:
@@ -510,16 +515,16 @@ def _bench_workers(
                 str(name),
                 torch=config.vs.removeprefix("torch:"),
                 signature=loaded.path,
-                threads=option.intra_op_threads,
+                threads=option.threads,
             )
         else:
             # on another runtime, the providers were asked of it: the contender runs here on its own
             own = (
                 option
                 if spec.installed
-                else dataclasses.replace(option, providers=(), provider_options={})
+                else option.model_copy(update={"providers": (), "provider_options": {}})
             )
-            theirs = Contender(str(name), onnx=other.path, settings=own.settings())
+            theirs = Contender(str(name), onnx=other.path, settings=own.wire())
         return [ours, theirs]
 
     results: list[BenchResult] = []
@@ -532,7 +537,7 @@ def _bench_workers(
     with Contest(sides(options[0]), timeout_s=config.timeout) as contest:
         watch = Watch(lambda: [os.getpid(), *contest.pids])
         for index, option in enumerate(options):
-            threads = option.intra_op_threads
+            threads = option.threads
             loaded_sides = contest.loaded if index == 0 else contest.load(sides(option))
             for sample in samples:
                 feeds = [dict(sample.feeds)]
@@ -590,8 +595,8 @@ def _bench_workers(
         model=str(loaded.path),
         runtime=str(ours_loaded["runtime"]),
         providers=list(ours_loaded.get("providers", [])),
-        optimization=options[0].optimization,
-        session=dict(ours_loaded.get("settings") or options[0].settings()),
+        optimization=options[0].opt_level,
+        session=dict(ours_loaded.get("settings") or options[0].wire()),
         method=(
             alone + "an uncounted warm-up, then timed runs"
             if config.vs is None

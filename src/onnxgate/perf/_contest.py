@@ -62,7 +62,7 @@ class Contender:
     onnx: Path | None = None
     """An ONNX model run by ONNX Runtime with ``settings``."""
     settings: Mapping[str, Any] = field(default_factory=dict)
-    """``OrtOptions.settings()`` for an ONNX contender."""
+    """``SessionSettings.wire()`` for an ONNX contender."""
     torch: str | None = None
     """A PyTorch module, ``package.module:factory``."""
     signature: Path | None = None
@@ -88,15 +88,15 @@ class Contender:
             if self.runtime is not None:
                 from onnxgate.compat.runtime import RuntimeSpec
                 from onnxgate.contract_store import contract_tensorrt
-                from onnxgate.runners import OrtOptions
-                from onnxgate.runners._ort import with_tensorrt
+                from onnxgate.runners._ort import check_session, with_tensorrt
+                from onnxgate.settings import SessionSettings
 
                 request["package"] = RuntimeSpec.parse(self.runtime).package
                 # the worker in another runtime has no onnxgate: the contract's TensorRT
                 # options are added here, as onnxgate's own workers add them to their runner
-                given = OrtOptions.from_settings(self.settings)
-                options = with_tensorrt(given, self.onnx, contract_tensorrt)
-                request["settings"] = options.settings()
+                given = SessionSettings.from_wire(self.settings)
+                check_session(given)
+                request["settings"] = with_tensorrt(given, self.onnx, contract_tensorrt).wire()
             return request
         return {
             "op": "load",

@@ -38,10 +38,9 @@ def fingerprint(providers: Sequence[str] | None = None) -> Machine:
         providers: the providers the settings are for (resolved names, CPU last); the ones
             requested by default, i.e. CPU only.
     """
-    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
-    from onnxgate.runners._ort import runtime_version
+    from onnxgate.runners._ort import resolved_providers, runtime_version  # imports ONNX Runtime
 
-    resolved = OrtOptions(providers=tuple(providers or ())).resolved_providers()
+    resolved = resolved_providers(list(providers or ()))
     cpu, cores, runtime = cpu_model(), usable_cpus(), runtime_version()
     text = "\n".join([cpu, str(cores), runtime, *resolved])
     return Machine(

@@ -21,7 +21,7 @@ import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,9 +36,6 @@ from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import synthetic_sample
 from onnxgate.placement import MEMCPY, _trace
 from onnxgate.settings import FeedSettings, Part, SessionSettings
-
-if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +77,16 @@ class ProfileConfig(Part):
                     field="trace",
                 )
 
-    def ort_options(self) -> OrtOptions:
-        """The session options (validated: level, threads, provider options)."""
-        from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+    def checked_session(self) -> SessionSettings:
+        """The session settings, checked against the installed ONNX Runtime.
 
-        return OrtOptions.from_session(self.session)
+        Raises:
+            ConfigError: a level, thread count or provider option it cannot take.
+        """
+        from onnxgate.runners._ort import check_session  # imports ONNX Runtime
+
+        check_session(self.session)
+        return self.session
 
 
 class TensorShape(BaseModel):
@@ -447,7 +449,7 @@ def profile(
     from onnxgate.runners._ort import OrtRunner, runtime_version  # imports ONNX Runtime
 
     config = config or ProfileConfig()
-    options = config.ort_options()
+    options = config.checked_session()
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     signature = Signature.from_graph(loaded.proto.graph)
     notes: list[str] = []

@@ -41,7 +41,7 @@ class Candidate:
     graph: str
     """The graph candidate's label (``as given`` for the model file)."""
     settings: Mapping[str, Any] = field(default_factory=dict)
-    """``OrtOptions.settings()``."""
+    """``SessionSettings.wire()``."""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -73,7 +73,14 @@ from onnxgate.perf._machine import fingerprint, usable_cpus
 from onnxgate.perf._search import Candidate, Objective, Round, session_grid, successive_halving
 from onnxgate.perf._stats import Judgement, judge
 from onnxgate.perf._tuned import record_tuning
-from onnxgate.settings import FeedSettings, OptLevel, Part, Tolerances, config_hash
+from onnxgate.settings import (
+    FeedSettings,
+    OptLevel,
+    Part,
+    SessionSettings,
+    Tolerances,
+    config_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +383,8 @@ def tune(
         ParityError: the model as given does not even agree with itself under the defaults.
         RunFailed: ONNX Runtime cannot run the model.
     """
-    from onnxgate.runners import OrtOptions, open_runner  # imports ONNX Runtime
+    from onnxgate.runners import open_runner  # imports ONNX Runtime
+    from onnxgate.runners._ort import resolved_providers
 
     config = config or TuneConfig()
     now = clock or time.monotonic
@@ -409,9 +417,9 @@ def tune(
         rule = f"the contract's rules per output ({Path(SIDECAR.location(loaded.path)).name})"
     samples = [sample, *(s for s, _ in stored)]
     # Resolved as the grid resolves them, so the defaults and their twin in the grid are one.
-    resolved = OrtOptions(providers=config.providers).resolved_providers()
-    defaults = OrtOptions(providers=tuple(p for p in resolved if p != CPU))
-    providers = defaults.resolved_providers()
+    resolved = resolved_providers(config.providers)
+    defaults = SessionSettings(providers=tuple(p for p in resolved if p != CPU))
+    providers = resolved_providers(defaults)
     machine = fingerprint(providers)
 
     # The tuning shape has no stored outputs: the model as given under the defaults is its
@@ -457,7 +465,7 @@ def tune(
         phase("graphs")
 
         gate: list[GraphVerdict] = []
-        levels = list(dict.fromkeys([defaults.optimization, *config.levels]))
+        levels = list(dict.fromkeys([defaults.opt_level, *config.levels]))
         pairs = [(g, level) for g in graphs for level in levels]
         # the model as given under the defaults first: it is the one pair always gated
         pairs.sort(key=lambda pair: not (pair[0].label == AS_GIVEN and pair[1] == levels[0]))
@@ -473,7 +481,7 @@ def tune(
                 break
             pair_start = now()
             say(f"parity gate: {g.label} at level {level}")
-            options = OrtOptions.from_settings(defaults.settings() | {"optimization": level})
+            options = SessionSettings.from_wire(defaults.wire() | {"optimization": level})
             candidate = open_runner(
                 files[g.label], options, extras=contract_extras(name=f"{g.label} @ {level}")
             )
@@ -496,7 +504,7 @@ def tune(
             pair_s.append(now() - pair_start)
         phase("parity gate")
         passing = [(v.graph, v.level) for v in gate if v.passed]
-        if (AS_GIVEN, defaults.optimization) not in passing:
+        if (AS_GIVEN, defaults.opt_level) not in passing:
             raise ParityError(
                 f"{loaded.path}: the model as given under ONNX Runtime's defaults fails the "
                 "parity gate itself: it misses the contract's golden outputs, or does not "
@@ -505,7 +513,7 @@ def tune(
                 hint=f"Run `onnxgate verify {loaded.path}` to see which output fails.",
             )
 
-        grid = [Candidate(AS_GIVEN, defaults.settings())]
+        grid = [Candidate(AS_GIVEN, defaults.wire())]
         grid += session_grid(
             passing, usable=usable_cpus(), providers=providers, threads=config.threads
         )
@@ -515,10 +523,10 @@ def tune(
         grid = list(unique.values())
 
         def describe(c: Candidate) -> str:
-            return f"{c.graph}; {OrtOptions.from_settings(c.settings).describe()}"
+            return f"{c.graph}; {SessionSettings.from_wire(c.settings).describe()}"
 
         def in_process(c: Candidate, runs: int) -> list[float]:
-            options = OrtOptions.from_settings(c.settings)
+            options = SessionSettings.from_wire(c.settings)
             with open_runner(files[c.graph], options, extras=contract_extras()) as runner:
                 for _ in range(config.search_warmup):
                     runner.infer(sample.feeds)
@@ -585,7 +593,7 @@ def tune(
                 f"({rounds[-1].candidates} candidates × {rounds[-1].runs} runs); its best goes "
                 "to the final contest"
             )
-        if best.key != grid[0].key and best.settings != defaults.settings() | {
+        if best.key != grid[0].key and best.settings != defaults.wire() | {
             "optimization": best.settings["optimization"]
         }:
             # threads or provider options can change reduction order: judge the exact settings
@@ -599,7 +607,7 @@ def tune(
                 best = grid[0]
             else:
                 say(f"parity gate: the winner's exact settings ({describe(best)})")
-                options = OrtOptions.from_settings(best.settings)
+                options = SessionSettings.from_wire(best.settings)
                 runner = open_runner(files[best.graph], options, extras=contract_extras())
                 report = compare_runners(
                     runner, golden, samples, signature=signature, tolerances=compare_config

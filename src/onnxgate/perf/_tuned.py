@@ -101,7 +101,7 @@ def tuned_for(
         store: where the contract is kept.
 
     Returns:
-        ``OrtOptions.settings()`` as recorded (``OrtOptions.from_settings`` takes them), and the
+        ``SessionSettings.wire()`` as recorded (``SessionSettings.from_wire`` takes them), and the
         optimised graph's path, or the model's own path when the settings run the model as is.
 
     Raises:

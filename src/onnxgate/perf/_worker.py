@@ -52,10 +52,12 @@ class _Worker:
 
         self.close()
         if request.get("onnx"):
-            from onnxgate.runners import OrtOptions, open_runner
-            from onnxgate.runners._ort import runtime_version
+            from onnxgate.runners import open_runner
+            from onnxgate.runners._ort import check_session, runtime_version
+            from onnxgate.settings import SessionSettings
 
-            options = OrtOptions.from_settings(request.get("settings") or {})
+            options = SessionSettings.from_wire(request.get("settings") or {})
+            check_session(options)
             from onnxgate.contract_store import contract_extras
 
             loaded = load_model(Path(request["onnx"]))

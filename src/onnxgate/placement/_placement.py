@@ -183,9 +183,9 @@ def placement(
     session = config.session
     if not session.providers and require:
         session = session.model_copy(update={"providers": (require,)})
-    from onnxgate.runners import OrtOptions  # imports ONNX Runtime
+    from onnxgate.runners._ort import check_session, resolved_wire  # imports ONNX Runtime
 
-    options = OrtOptions.from_session(session)
+    check_session(session)
     spec = RuntimeSpec.parse(config.runtime)
     chosen = _resolve_method(config.method, spec)
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
@@ -195,7 +195,7 @@ def placement(
         known = _assign.ort.get_all_providers()
     else:
         known = runtime_profile(spec, progress=progress).all_providers
-    settings = options.applied_settings(known)
+    settings = resolved_wire(session, known)
     requested = settings["providers"]
     required = canonical(require, known) if require else None
     if required and required not in requested:

@@ -18,8 +18,10 @@ import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
@@ -27,7 +29,7 @@ from onnxgate._words import offered, setting
 from onnxgate.contract import SecondOpinion, contract_dims, drop_stale_contract
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
-from onnxgate.model import Signature, load_model
+from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.quantize import _data, _ort
 from onnxgate.quantize._config import (
     DEFAULT_OP_TYPES,
@@ -63,7 +65,7 @@ from onnxgate.quantize._report import (
     QuantizeReport,
     SpeedGate,
 )
-from onnxgate.quantize._search import naive, search
+from onnxgate.quantize._search import Make, naive, search
 from onnxgate.quantize._speed import (
     figures_text,
     growth_text,
@@ -73,7 +75,7 @@ from onnxgate.quantize._speed import (
     profile_cost,
     timing_samples,
 )
-from onnxgate.settings import config_hash
+from onnxgate.settings import Tolerances, config_hash
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +197,238 @@ def _time_and_judge(
     return rows, speed.model_copy(update={"cost": cost})
 
 
+def _output(config: QuantizeConfig, model: Path) -> Path:
+    """Where the quantised model goes: a file that is not the model itself."""
+    out = Path(config.out)
+    named = setting("out", str(out)) if offered("out") else f"the output {out}"
+    if out.is_dir():
+        raise ConfigError(f"{named} is a folder; name the .onnx file to write.")
+    if out.resolve() == model.resolve():
+        raise ConfigError(f"{named} is the model itself; write the quantised model elsewhere.")
+    return out
+
+
+@dataclass
+class _Data:
+    """The calibration and evaluation data, read and checked against each other."""
+
+    calibration: list[Sample]
+    calibration_info: DataInfo | None
+    evaluation: list[Sample]
+    eval_source: str
+    eval_rows: int
+    labels: np.ndarray | None
+    overlap_rows: int
+    warnings: list[str]
+
+
+def _read_data(
+    config: QuantizeConfig,
+    settings: Settings,
+    signature: Signature,
+    loaded: LoadedModel,
+    say: Callable[[str], None],
+) -> _Data:
+    """Read the calibration data (static mode), the evaluation data (or synthesise it), labels."""
+    _data.check_distinct(config.calibration, config.eval)
+    warnings: list[str] = []
+    calibration: list[Sample] = []
+    calibration_info = None
+    if settings.mode == "static":
+        assert config.calibration is not None  # resolve() refused static without it
+        say("reading the calibration data")
+        calibration = _data.load_samples(config.calibration, signature, option="calibration")
+        calibration_info = DataInfo(
+            source=config.calibration,
+            samples=len(calibration),
+            rows=sum(_data.rows(s) for s in calibration),
+        )
+    if config.eval is not None:
+        say("reading the evaluation data")
+        evaluation = _data.load_samples(config.eval, signature, option="eval")
+        eval_source = config.eval
+    else:
+        evaluation = synthetic_samples(
+            signature, model=loaded.proto, seed=config.seed, known=contract_dims(loaded.path)
+        )
+        eval_source = f"synthetic (seed {config.seed})"
+        warnings.append(
+            f"no evaluation data ({setting('eval')}): the gate ran on synthetic inputs, which say "
+            "little about accuracy on real data"
+        )
+    eval_rows = sum(_data.rows(s) for s in evaluation)
+    labels = _data.load_labels(config.labels, eval_rows) if config.labels is not None else None
+    overlap_rows = _data.overlap(calibration, evaluation) if calibration else 0
+    if overlap_rows:
+        warnings.append(
+            f"{overlap_rows} of {eval_rows} evaluation row(s) also appear in the calibration "
+            "data: the accuracy measured on them flatters the model"
+        )
+    return _Data(
+        calibration,
+        calibration_info,
+        evaluation,
+        eval_source,
+        eval_rows,
+        labels,
+        overlap_rows,
+        warnings,
+    )
+
+
+@dataclass
+class _Found:
+    """What the search for nodes to keep in float found, and the attempt the report shows."""
+
+    attempts: list[Attempt]
+    ranking: list[NodeScore]
+    best: tuple[Path, list[str]] | None
+    shown: Path
+    shown_attempt: Attempt
+    reason: str | None
+    ranked_on: str | None
+
+
+def _keep_in_float(
+    config: QuantizeConfig,
+    first: Attempt,
+    all_int8: Path,
+    nodes: list[onnx.NodeProto],
+    make: Make,
+    keep: Callable[[Path, int], Path],
+    judge: Judge,
+    prepared: onnx.ModelProto,
+    say: Callable[[str], None],
+    warnings: list[str],
+    *,
+    calibration: list[Sample],
+    calibration_judge: Callable[[], Judge],
+) -> _Found:
+    """When every node in int8 misses the budget, search for the worst nodes to keep in float."""
+    attempts: list[Attempt] = [first]
+    ranking: list[NodeScore] = []
+    best: tuple[Path, list[str]] | None = (all_int8, []) if first.passed else None
+    shown, shown_attempt = all_int8, first
+    reason = None
+    ranked_on = None
+    limit = len(nodes) - 1 if config.max_excluded is None else config.max_excluded
+    limit = min(limit, len(nodes) - 1)  # at least one node stays int8
+    if not first.passed and config.search and limit >= 1:
+        error = judge.error
+        ranked_on = "evaluation"
+        if calibration:
+            say(f"running the float model on {len(calibration)} calibration sample(s)")
+            error = calibration_judge().error
+            ranked_on = "calibration"
+        found = search(
+            nodes,
+            make,
+            judge.judge,
+            error=error,
+            max_excluded=limit,
+            progress=say,
+            keep=keep,
+            costs=speed_costs(prepared, nodes),
+        )
+        attempts += found.attempts
+        ranking = found.ranking
+        best = found.best
+        if best is not None:
+            shown = best[0]
+            shown_attempt = next(a for a in found.attempts if a.passed and a.excluded == best[1])
+        else:
+            if found.last is not None:
+                shown, shown_attempt = found.last
+            reason = (
+                f"the budget cannot be met: with the {found.limit} worst of {len(nodes)} "
+                "node(s) kept in float"
+                + (
+                    f" ({setting('max_excluded', config.max_excluded)})"
+                    if config.max_excluded is not None and found.limit == config.max_excluded
+                    else " (at least one must stay int8)"
+                )
+                + " it is still missed"
+            )
+        if ranked_on == "evaluation":
+            warnings.append(
+                "nodes kept in float are chosen on the evaluation data (dynamic mode has no "
+                "calibration data to rank them on): the gate's figures flatter the model "
+                "a little; check it on other data"
+            )
+    elif not first.passed:
+        why = (
+            f" and the search is off ({setting('search', False)})"
+            if not config.search
+            else f" and {setting('max_excluded', 0)} allows no node in float"
+            if config.max_excluded == 0
+            else " and the model has a single candidate node (it must stay int8)"
+        )
+        reason = "the budget was missed with every node in int8" + why
+    return _Found(attempts, ranking, best, shown, shown_attempt, reason, ranked_on)
+
+
+def _check_kept_in_float(
+    shown: onnx.ModelProto,
+    excluded_names: Sequence[str],
+    settings: Settings,
+    warnings: list[str],
+    notices: list[str],
+) -> None:
+    """Say when a node kept in float does not compute in float, or reads int8-rounded values."""
+    missing = sorted(set(excluded_names) - _float_names(shown, settings))
+    if missing:  # the quantiser did not leave them in float: say so, never hide it
+        warnings.append(
+            f"node(s) {', '.join(missing)} were excluded from quantisation but do not "
+            "compute in float in the delivered model"
+        )
+    rounded = _reads_dequantised(shown, excluded_names)
+    if rounded and settings.format == "qoperator":
+        notices.append(
+            f"node(s) kept in float read int8-rounded activations ({', '.join(rounded)}): "
+            "QOperator passes int8 tensors between quantised nodes and dequantises them for "
+            "float readers"
+            + (
+                f"; {setting('format', 'qdq')} gives float readers the float tensor"
+                if offered("format")
+                else ""
+            )
+        )
+
+
+def _write_contract(
+    out: Path,
+    loaded: LoadedModel,
+    judge: Judge,
+    evaluation: list[Sample],
+    report: QuantizeReport,
+    contract_config: Tolerances | None,
+    opinion: SecondOpinion,
+    config: QuantizeConfig,
+) -> QuantizeReport:
+    """The written model's contract, or its stale one dropped; on failure the model goes too."""
+    if contract_config is None:
+        dropped = drop_stale_contract(out)
+        return report.model_copy(update={"notices": report.notices + dropped})
+    try:
+        path = write_quantized_contract(
+            out,
+            loaded,
+            judge,
+            evaluation,
+            report,
+            contract_config,
+            opinion,
+            config_hash=config_hash(config),
+        )
+    except BaseException:
+        # a model without its contract, or beside an older model's, would mislead: neither stays
+        out.unlink(missing_ok=True)
+        drop_stale_contract(out)
+        raise
+    weak = weak_rule_notices(out)
+    return report.model_copy(update={"contract": str(path), "notices": report.notices + weak})
+
+
 def quantize(
     model: str | Path,
     config: QuantizeConfig,
@@ -233,12 +467,7 @@ def _quantize(
     features = cpu_features()
     settings, notices = resolve(config, features, quantisable=quantisable)
     loaded = load_model(model, load_weights=True)
-    out = Path(config.out)
-    named = setting("out", str(out)) if offered("out") else f"the output {out}"
-    if out.is_dir():
-        raise ConfigError(f"{named} is a folder; name the .onnx file to write.")
-    if out.resolve() == loaded.path.resolve():
-        raise ConfigError(f"{named} is the model itself; write the quantised model elsewhere.")
+    out = _output(config, loaded.path)
     signature = Signature.from_graph(loaded.proto.graph)
     requested = tuple(dict.fromkeys(config.op_types)) or DEFAULT_OP_TYPES
     refuse_unquantisable(loaded.proto, settings, str(loaded.path), requested=requested)
@@ -251,40 +480,13 @@ def _quantize(
             + "; ".join(where_quantised(op, quantisable) for op in elsewhere)
             + ")"
         )
-    _data.check_distinct(config.calibration, config.eval)
-    warnings: list[str] = []
-    calibration: list[Sample] = []
-    calibration_info = None
-    if settings.mode == "static":
-        assert config.calibration is not None  # resolve() refused static without it
-        say("reading the calibration data")
-        calibration = _data.load_samples(config.calibration, signature, option="calibration")
-        calibration_info = DataInfo(
-            source=config.calibration,
-            samples=len(calibration),
-            rows=sum(_data.rows(s) for s in calibration),
-        )
-    if config.eval is not None:
-        say("reading the evaluation data")
-        evaluation = _data.load_samples(config.eval, signature, option="eval")
-        eval_source = config.eval
-    else:
-        evaluation = synthetic_samples(
-            signature, model=loaded.proto, seed=config.seed, known=contract_dims(loaded.path)
-        )
-        eval_source = f"synthetic (seed {config.seed})"
-        warnings.append(
-            f"no evaluation data ({setting('eval')}): the gate ran on synthetic inputs, which say "
-            "little about accuracy on real data"
-        )
-    eval_rows = sum(_data.rows(s) for s in evaluation)
-    labels = _data.load_labels(config.labels, eval_rows) if config.labels is not None else None
-    overlap_rows = _data.overlap(calibration, evaluation) if calibration else 0
-    if overlap_rows:
-        warnings.append(
-            f"{overlap_rows} of {eval_rows} evaluation row(s) also appear in the calibration "
-            "data: the accuracy measured on them flatters the model"
-        )
+    data = _read_data(config, settings, signature, loaded, say)
+    calibration, evaluation, labels, warnings = (
+        data.calibration,
+        data.evaluation,
+        data.labels,
+        data.warnings,
+    )
     rules, gate_notices = gate_rules(loaded.proto, signature, config, labels is not None)
     notices += gate_notices
     with tempfile.TemporaryDirectory(prefix="onnxgate-quantize-") as folder:
@@ -324,67 +526,30 @@ def _quantize(
                 f"{'/'.join(settings.op_types)} nodes.",
                 hint=f"Check {setting('op_types')}; dynamic quantisation needs constant weights.",
             )
-        attempts: list[Attempt] = [first]
-        ranking: list[NodeScore] = []
-        best: tuple[Path, list[str]] | None = (all_int8, []) if first.passed else None
-        shown, shown_attempt = all_int8, first
-        reason = None
-        ranked_on = None
-        limit = len(nodes) - 1 if config.max_excluded is None else config.max_excluded
-        limit = min(limit, len(nodes) - 1)  # at least one node stays int8
-        if not first.passed and config.search and limit >= 1:
-            error = judge.error
-            ranked_on = "evaluation"
-            if calibration:
-                say(f"running the float model on {len(calibration)} calibration sample(s)")
-                error = Judge(source, signature, calibration, rules, max_drop=config.max_drop).error
-                ranked_on = "calibration"
-            found = search(
-                nodes,
-                make,
-                judge.judge,
-                error=error,
-                max_excluded=limit,
-                progress=say,
-                keep=keep,
-                costs=speed_costs(prepared, nodes),
-            )
-            attempts += found.attempts
-            ranking = found.ranking
-            best = found.best
-            if best is not None:
-                shown = best[0]
-                shown_attempt = next(
-                    a for a in found.attempts if a.passed and a.excluded == best[1]
-                )
-            else:
-                if found.last is not None:
-                    shown, shown_attempt = found.last
-                reason = (
-                    f"the budget cannot be met: with the {found.limit} worst of {len(nodes)} "
-                    "node(s) kept in float"
-                    + (
-                        f" ({setting('max_excluded', config.max_excluded)})"
-                        if config.max_excluded is not None and found.limit == config.max_excluded
-                        else " (at least one must stay int8)"
-                    )
-                    + " it is still missed"
-                )
-            if ranked_on == "evaluation":
-                warnings.append(
-                    "nodes kept in float are chosen on the evaluation data (dynamic mode has no "
-                    "calibration data to rank them on): the gate's figures flatter the model "
-                    "a little; check it on other data"
-                )
-        elif not first.passed:
-            why = (
-                f" and the search is off ({setting('search', False)})"
-                if not config.search
-                else f" and {setting('max_excluded', 0)} allows no node in float"
-                if config.max_excluded == 0
-                else " and the model has a single candidate node (it must stay int8)"
-            )
-            reason = "the budget was missed with every node in int8" + why
+        found = _keep_in_float(
+            config,
+            first,
+            all_int8,
+            nodes,
+            make,
+            keep,
+            judge,
+            prepared,
+            say,
+            warnings,
+            calibration=calibration,
+            calibration_judge=lambda: Judge(
+                source, signature, calibration, rules, max_drop=config.max_drop
+            ),
+        )
+        attempts, ranking, best, reason, ranked_on = (
+            found.attempts,
+            found.ranking,
+            found.best,
+            found.reason,
+            found.ranked_on,
+        )
+        shown, shown_attempt = found.shown, found.shown_attempt
         excluded_names = best[1] if best else shown_attempt.excluded
         scores = {s.node: s for s in ranking}
         excluded = [
@@ -392,24 +557,7 @@ def _quantize(
         ]
         shown_proto = onnx.load(str(shown), load_external_data=False)
         float_ops = _left_in_float(shown_proto, settings)
-        missing = sorted(set(excluded_names) - _float_names(shown_proto, settings))
-        if missing:  # the quantiser did not leave them in float: say so, never hide it
-            warnings.append(
-                f"node(s) {', '.join(missing)} were excluded from quantisation but do not "
-                "compute in float in the delivered model"
-            )
-        rounded = _reads_dequantised(shown_proto, excluded_names)
-        if rounded and settings.format == "qoperator":
-            notices.append(
-                f"node(s) kept in float read int8-rounded activations ({', '.join(rounded)}): "
-                "QOperator passes int8 tensors between quantised nodes and dequantises them for "
-                "float readers"
-                + (
-                    f"; {setting('format', 'qdq')} gives float readers the float tensor"
-                    if offered("format")
-                    else ""
-                )
-            )
+        _check_kept_in_float(shown_proto, excluded_names, settings, warnings, notices)
         latency: list[Latency] = []
         speed = _speed_gate(config, best is not None)
         if speed is None:
@@ -448,9 +596,11 @@ def _quantize(
             cpu_features=features,
             notices=notices,
             warnings=warnings,
-            calibration=calibration_info,
-            evaluation=DataInfo(source=eval_source, samples=len(evaluation), rows=eval_rows),
-            overlap_rows=overlap_rows,
+            calibration=data.calibration_info,
+            evaluation=DataInfo(
+                source=data.eval_source, samples=len(evaluation), rows=data.eval_rows
+            ),
+            overlap_rows=data.overlap_rows,
             max_drop=config.max_drop,
             gate=shown_attempt.figures,
             attempts=attempts,
@@ -482,24 +632,4 @@ def _quantize(
                 opinion = second_opinion(loaded, judge, signature, evaluation[:GOLDEN_SAMPLES], say)
         say(f"writing {out}")
         atomic_write_bytes(out, shown.read_bytes())
-    if contract_config is None:
-        dropped = drop_stale_contract(out)
-        return report.model_copy(update={"notices": report.notices + dropped})
-    try:
-        path = write_quantized_contract(
-            out,
-            loaded,
-            judge,
-            evaluation,
-            report,
-            contract_config,
-            opinion,
-            config_hash=config_hash(config),
-        )
-    except BaseException:
-        # a model without its contract, or beside an older model's, would mislead: neither stays
-        out.unlink(missing_ok=True)
-        drop_stale_contract(out)
-        raise
-    weak = weak_rule_notices(out)
-    return report.model_copy(update={"contract": str(path), "notices": report.notices + weak})
+    return _write_contract(out, loaded, judge, evaluation, report, contract_config, opinion, config)

@@ -23,6 +23,19 @@ def _figure(value: float | None) -> str:
 
 def render_text(report: QuantizeReport) -> Lines:
     """Settings, data, each attempt's figures, float nodes, size, latency, speed, verdict."""
+    lines = _header(report)
+    lines.extend(_attempts(report))
+    lines.extend(_kept_in_float(report))
+    lines.extend(_size_and_latency(report))
+    lines.extend(_speed(report))
+    for warning in report.warnings:
+        lines.append(line(f"[yellow]warning:[/] {escape(warning)}"))
+    lines.extend(_verdict(report))
+    return lines
+
+
+def _header(report: QuantizeReport) -> Lines:
+    """The settings, the notices, and the calibration and evaluation data."""
     s = report.settings
     lines: Lines = [
         line(
@@ -49,6 +62,12 @@ def render_text(report: QuantizeReport) -> Lines:
             f"overlap with calibration: {report.overlap_rows} row(s)"
         )
     )
+    return lines
+
+
+def _attempts(report: QuantizeReport) -> Lines:
+    """One table row per attempt and output: its figures against the budget."""
+    lines: Lines = []
     table = Table(box=None, header_style="bold", pad_edge=False)
     figures = [f for a in report.attempts for f in a.figures]
     with_float = any(f.reference is not None for f in figures)
@@ -78,6 +97,12 @@ def render_text(report: QuantizeReport) -> Lines:
             "(the budget), and the worst row; top1: the share of all rows whose argmax agrees"
         )
     )
+    return lines
+
+
+def _kept_in_float(report: QuantizeReport) -> Lines:
+    """The nodes ranked for float, those kept in float, and the quantisable ops left in float."""
+    lines: Lines = []
     if report.ranking:
         worst = ", ".join(
             f"{escape(r.node)} {r.score:.2g}" + (f" (cost {r.cost:.2g})" if r.cost > 1 else "")
@@ -103,6 +128,12 @@ def render_text(report: QuantizeReport) -> Lines:
                 + ", ".join(f"{op} {n}" for op, n in report.float_ops.items())
             )
         )
+    return lines
+
+
+def _size_and_latency(report: QuantizeReport) -> Lines:
+    """The size before and after, and the latency at each measured shape."""
+    lines: Lines = []
     lines.append(
         line(
             f"  size: {_mb(report.size_before)} -> {_mb(report.size_after)}; "
@@ -124,9 +155,12 @@ def render_text(report: QuantizeReport) -> Lines:
                 f"{' [yellow]noisy[/]' if row.noisy else ''}"
             )
         )
-    lines.extend(_speed(report))
-    for warning in report.warnings:
-        lines.append(line(f"[yellow]warning:[/] {escape(warning)}"))
+    return lines
+
+
+def _verdict(report: QuantizeReport) -> Lines:
+    """PASS with what was written and how speed was judged, or FAIL with the reason."""
+    lines: Lines = []
     if report.passed:
         written = f"wrote {escape(report.out or '')}"
         if report.contract:

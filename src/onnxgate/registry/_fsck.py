@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select  # noqa: TID251
@@ -29,6 +30,22 @@ from onnxgate.registry._store import DIGEST, Store, age_seconds, sha256_path
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """What the database holds, as plain rows (no ORM instances), read in one transaction."""
+
+    models: dict[int, Any]
+    versions: dict[int, Any]
+    artefacts: list[Any]
+    with_runs: set[int]
+    aliases: list[Any]
+
+    def where(self, version_id: int) -> str:
+        """``name@number`` of a version, as problems name it."""
+        version = self.versions[version_id]
+        return f"{self.models[version.model_id].name}@{version.number}"
+
+
 def fsck(
     session: Session,
     store: Store,
@@ -39,7 +56,61 @@ def fsck(
     rehash: bool = True,
 ) -> FsckReport:
     """Check the registry read through ``session`` against ``store``; see the module docstring."""
-    # plain rows (no ORM instances), so nothing reloads after the snapshot ends
+    snapshot = _read_snapshot(session)
+    session.rollback()  # end the snapshot before the (slow) store scan
+
+    problems = _check_versions(snapshot)
+    referenced: dict[str, list[Any]] = defaultdict(list)
+    for artefact in snapshot.artefacts:
+        referenced[artefact.sha256].append(artefact)
+    problems += _check_blobs(snapshot, referenced, store, rehash=rehash)
+    orphans, stray, removed = [], [], []
+    blobs = blob_bytes = 0
+    for name, path in store.iter_blobs():
+        if not DIGEST.match(name) or path.parent.name != name[:2] or not path.is_file():
+            stray.append(str(path))
+            continue
+        blobs += 1
+        blob_bytes += path.stat().st_size
+        if name not in referenced:
+            orphans.append(name)
+            if remove and age_seconds(path) >= min_age:
+                store.remove(path)
+                removed.append(str(path))
+    temp_files = []
+    for path in store.iter_temp():
+        temp_files.append(str(path))
+        if remove and age_seconds(path) >= min_age:
+            store.remove(path)
+            removed.append(str(path))
+    report = FsckReport(
+        registry=registry,
+        store=str(store.root),
+        models=len(snapshot.models),
+        versions=len(snapshot.versions),
+        artefacts=len(snapshot.artefacts),
+        blobs=blobs,
+        blob_bytes=blob_bytes,
+        hashed=rehash,
+        problems=problems,
+        orphans=orphans,
+        temp_files=temp_files,
+        stray=stray,
+        removed=removed,
+    )
+    log.info(
+        "fsck %s: %d problem(s), %d orphan(s), %d temp file(s), %d removed",
+        registry,
+        len(problems),
+        len(orphans),
+        len(temp_files),
+        len(removed),
+    )
+    return report
+
+
+def _read_snapshot(session: Session) -> _Snapshot:
+    """The database's rows, read in ``session``'s transaction (the caller ends it)."""
     models = {
         m.id: m
         for m in session.execute(
@@ -67,17 +138,16 @@ def fsck(
     ).all()
     with_runs = set(session.scalars(select(GateRunRow.version_id).distinct()))
     aliases = session.execute(select(AliasRow.model_id, AliasRow.alias, AliasRow.version_id)).all()
-    session.rollback()  # end the snapshot before the (slow) store scan
+    return _Snapshot(models, versions, list(artefacts), with_runs, list(aliases))
 
+
+def _check_versions(snapshot: _Snapshot) -> list[FsckProblem]:
+    """Versions whole, with a gate run, numbered without gaps; aliases on their own model."""
+    models, versions = snapshot.models, snapshot.versions
+    where = snapshot.where
     problems: list[FsckProblem] = []
-
-    def where(version_id: int) -> str:
-        version = versions[version_id]
-        return f"{models[version.model_id].name}@{version.number}"
-
-    # versions: whole, with a gate run, numbered 1..last_version without gaps
     counted: dict[int, int] = defaultdict(int)
-    for artefact in artefacts:
+    for artefact in snapshot.artefacts:
         counted[artefact.version_id] += 1
     numbers: dict[int, set[int]] = defaultdict(set)
     for version in versions.values():
@@ -91,7 +161,7 @@ def fsck(
                     detail=f"{have} artefact row(s), registered with {version.artefact_count}",
                 )
             )
-        if version.id not in with_runs:
+        if version.id not in snapshot.with_runs:
             problems.append(
                 FsckProblem(kind="no-gate-run", where=where(version.id), detail="no gate run")
             )
@@ -105,7 +175,7 @@ def fsck(
             if extra:
                 detail.append(f"versions {_ranges(extra)} exceed the counter {model.last_version}")
             problems.append(FsckProblem(kind="gap", where=model.name, detail="; ".join(detail)))
-    for alias in aliases:
+    for alias in snapshot.aliases:
         target = versions.get(alias.version_id)
         name = models[alias.model_id].name if alias.model_id in models else str(alias.model_id)
         if target is None or target.model_id != alias.model_id:
@@ -116,11 +186,14 @@ def fsck(
                     detail=f"points at version id {alias.version_id}, not a version of {name}",
                 )
             )
+    return problems
 
-    # blobs: present, of the recorded size, with the recorded sha256
-    referenced: dict[str, list[Any]] = defaultdict(list)
-    for artefact in artefacts:
-        referenced[artefact.sha256].append(artefact)
+
+def _check_blobs(
+    snapshot: _Snapshot, referenced: dict[str, list[Any]], store: Store, *, rehash: bool
+) -> list[FsckProblem]:
+    """Every referenced blob present, of the recorded size, with the recorded sha256."""
+    problems: list[FsckProblem] = []
     for sha256, users in sorted(referenced.items()):
         path = store.blobs / sha256[:2] / sha256
         try:
@@ -129,7 +202,7 @@ def fsck(
             size = None
         actual = sha256_path(path)[0] if rehash and size is not None else None
         for artefact in users:
-            spot = f"{where(artefact.version_id)} {artefact.role}"
+            spot = f"{snapshot.where(artefact.version_id)} {artefact.role}"
             if size is None:
                 problems.append(
                     FsckProblem(kind="missing-blob", where=spot, detail=f"blob {sha256} is missing")
@@ -150,50 +223,7 @@ def fsck(
                         detail=f"blob {sha256} hashes to {actual}",
                     )
                 )
-
-    orphans, stray, removed = [], [], []
-    blobs = blob_bytes = 0
-    for name, path in store.iter_blobs():
-        if not DIGEST.match(name) or path.parent.name != name[:2] or not path.is_file():
-            stray.append(str(path))
-            continue
-        blobs += 1
-        blob_bytes += path.stat().st_size
-        if name not in referenced:
-            orphans.append(name)
-            if remove and age_seconds(path) >= min_age:
-                store.remove(path)
-                removed.append(str(path))
-    temp_files = []
-    for path in store.iter_temp():
-        temp_files.append(str(path))
-        if remove and age_seconds(path) >= min_age:
-            store.remove(path)
-            removed.append(str(path))
-    report = FsckReport(
-        registry=registry,
-        store=str(store.root),
-        models=len(models),
-        versions=len(versions),
-        artefacts=len(artefacts),
-        blobs=blobs,
-        blob_bytes=blob_bytes,
-        hashed=rehash,
-        problems=problems,
-        orphans=orphans,
-        temp_files=temp_files,
-        stray=stray,
-        removed=removed,
-    )
-    log.info(
-        "fsck %s: %d problem(s), %d orphan(s), %d temp file(s), %d removed",
-        registry,
-        len(problems),
-        len(orphans),
-        len(temp_files),
-        len(removed),
-    )
-    return report
+    return problems
 
 
 def _ranges(numbers: set[int]) -> str:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from onnxgate.runners import _onnxruntime, _openvino
 from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
-from onnxgate.runners._onnxruntime import ONNXRUNTIME, PLATFORM_BUILDS
-from onnxgate.runners._openvino import OPENVINO
 from onnxgate.runners._reference import ReferenceRunner
 from onnxgate.runners._runtimes import (
     RunExtras,
+    Runtime,
     RuntimeSpec,
     Script,
     open_runner,
@@ -26,20 +26,20 @@ from onnxgate.runners._spec import SPEC_HELP, make_runner
 from onnxgate.runners._torch import TorchRunner, load_entry
 
 # Every runtime kind, once; the order is the one `runtime` errors list packages in.
-register(ONNXRUNTIME, OPENVINO, PLATFORM_BUILDS)
+register(_onnxruntime.ONNXRUNTIME, _openvino.OPENVINO, _onnxruntime.PLATFORM_BUILDS)
 
 if TYPE_CHECKING:
-    from onnxgate.runners._ort import OrtOptions, OrtRunner
+    from onnxgate.runners._ort import OrtRunner
 
 __all__ = [
     "SPEC_HELP",
     "Inference",
-    "OrtOptions",
     "OrtRunner",
     "ReferenceRunner",
-    "Runner",
     "RunExtras",
+    "Runner",
     "RunnerInfo",
+    "Runtime",
     "RuntimeSpec",
     "Script",
     "SklearnRunner",
@@ -49,14 +49,15 @@ __all__ = [
     "load_estimator",
     "make_runner",
     "open_runner",
+    "register",
     "run_script",
     "worker_command",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("OrtOptions", "OrtRunner"):
+    if name == "OrtRunner":
         from onnxgate.runners import _ort
 
-        return getattr(_ort, name)
+        return _ort.OrtRunner
     raise AttributeError(f"module 'onnxgate.runners' has no attribute {name!r}")

@@ -24,9 +24,9 @@ from onnxgate.errors import RunFailed
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._refusal import refusal
+from onnxgate.settings import SessionSettings
 
 if TYPE_CHECKING:
-    from onnxgate.runners._ort import OrtOptions
     from onnxgate.runners._tensorrt import TensorrtFor
 
 TIMEOUT = 900
@@ -41,11 +41,14 @@ class IsolatedOrtRunner:
         spec: ``onnxruntime==X.Y.Z`` or another ONNX Runtime package, such as
             ``onnxruntime-openvino==1.24.1``.
         samples: the samples ``infer`` will be asked for, run at once on ``__enter__``.
-        options: session settings (providers, provider options, level, threads, config entries),
-            applied inside the other runtime by the same applier as in this process.
+        settings: session settings (providers, provider options, level, threads, config
+            entries), applied inside the other runtime by the same applier as in this process.
         progress: called with a line for slow steps (building the environment).
-        tensorrt: the TensorRT options a model's contract gives it, added under ``options`` when
-            TensorRT is among the providers (see ``OrtRunner``).
+        tensorrt: the TensorRT options a model's contract gives it, added under ``settings``
+            when TensorRT is among the providers (see ``OrtRunner``).
+
+    Raises:
+        ConfigError: settings the installed ONNX Runtime cannot take (``check_session``).
     """
 
     def __init__(
@@ -53,20 +56,21 @@ class IsolatedOrtRunner:
         model: LoadedModel,
         spec: RuntimeSpec,
         samples: Sequence[Sample] = (),
-        options: OrtOptions | None = None,
+        settings: SessionSettings | None = None,
         *,
         progress: Callable[[str], None] | None = None,
         tensorrt: TensorrtFor | None = None,
     ) -> None:
-        from onnxgate.runners._ort import OrtOptions
+        from onnxgate.runners._ort import check_session, label
 
         self.model = model
         self.spec = spec
         self.samples = list(samples)
-        self.options = options or OrtOptions()
+        self.settings = settings or SessionSettings()
+        check_session(self.settings)
         self.progress = progress
         self.tensorrt = tensorrt
-        self.name = f"{spec} [{self.options.label()}]"
+        self.name = f"{spec} [{label(self.settings)}]"
         self.version: str | None = None
         self._settings: dict[str, Any] | None = None
         self._python: Path | None = None
@@ -75,10 +79,10 @@ class IsolatedOrtRunner:
 
     def __enter__(self) -> Self:
         profile = runtime_profile(self.spec, progress=self.progress)
-        from onnxgate.runners._ort import with_tensorrt
+        from onnxgate.runners._ort import resolved_wire, with_tensorrt
 
-        options = with_tensorrt(self.options, self.model.path, self.tensorrt)
-        self._settings = options.applied_settings(profile.all_providers)
+        settings = with_tensorrt(self.settings, self.model.path, self.tensorrt)
+        self._settings = resolved_wire(settings, profile.all_providers)
         self._python = ensure_env(self.spec, progress=self.progress)
         feeds = [dict(sample.feeds) for sample in self.samples]
         if feeds:  # with none (a node replayed alone), the first infer() starts the subprocess
@@ -148,7 +152,7 @@ class IsolatedOrtRunner:
             name=self.name,
             runtime=self.spec.package,
             version=self.version or self.spec.version,
-            settings=self._applied if self._applied is not None else self.options.settings(),
+            settings=self._applied if self._applied is not None else self.settings.wire(),
         )
 
     def __exit__(self, *exc: object) -> None:
@@ -172,8 +176,10 @@ class IsolatedOrtRunner:
     @property
     def method(self) -> str:
         """How ``infer_all`` sees intermediate tensors."""
+        from onnxgate.runners._ort import label
+
         return (
-            f"{self.spec} ({self.options.label()}) in its isolated environment, with every node "
+            f"{self.spec} ({label(self.settings)}) in its isolated environment, with every node "
             "output of the main graph exposed as a graph output"
         )
 
@@ -187,5 +193,5 @@ class IsolatedOrtRunner:
     def sibling(self, model: LoadedModel) -> IsolatedOrtRunner:
         """The same runtime and settings on another model (a node replayed alone)."""
         return IsolatedOrtRunner(
-            model, self.spec, (), self.options, progress=self.progress, tensorrt=self.tensorrt
+            model, self.spec, (), self.settings, progress=self.progress, tensorrt=self.tensorrt
         )

@@ -40,10 +40,12 @@ def open_ort(model: LoadedModel, settings: Any, spec: RuntimeSpec, extras: RunEx
     Raises:
         InternalError: TensorRT is requested and ``extras`` carry no contract options.
     """
-    from onnxgate.runners._ort import OrtOptions, OrtRunner  # imports ONNX Runtime
+    from onnxgate.runners._ort import OrtRunner  # imports ONNX Runtime
+    from onnxgate.settings import SessionSettings
 
-    options = settings if settings is not None else OrtOptions()
-    if extras.tensorrt is None and any(_is_tensorrt(p) for p in options.providers):
+    options = settings if settings is not None else SessionSettings()
+    written = (p.partition(":")[0] for p in options.providers)  # ``tensorrt:k=v`` too
+    if extras.tensorrt is None and any(_is_tensorrt(p) for p in written):
         raise InternalError(
             f"a runner for {model.path} on TensorRT was opened without the contract's TensorRT "
             "options.",
@@ -55,6 +57,7 @@ def open_ort(model: LoadedModel, settings: Any, spec: RuntimeSpec, extras: RunEx
             options,
             name=extras.name,
             profile_prefix=extras.profile_prefix,
+            save_optimized=extras.save_optimized,
             tensorrt=extras.tensorrt,
         )
     from onnxgate.runners._isolated import IsolatedOrtRunner

@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import Any, Literal, Self
 
 import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
 from onnxgate._native import native_step
-from onnxgate.compat.providers import canonical, parse_providers, resolve
+from onnxgate.compat.providers import canonical, resolve
 from onnxgate.errors import ConfigError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, TensorSpec, constant_values
 from onnxgate.runners import _session
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._refusal import refusal
 from onnxgate.runners._tensorrt import TENSORRT, TensorrtFor
-
-if TYPE_CHECKING:
-    from onnxgate.settings import SessionSettings
+from onnxgate.settings import SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -35,200 +31,107 @@ OPT_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
 }
 
 
-@dataclass(frozen=True)
-class OrtOptions:
-    """How to build an ONNX Runtime session. The defaults are ONNX Runtime's own."""
+def check_session(settings: SessionSettings, *, save_optimized: Path | None = None) -> None:
+    """Refuse settings the installed ONNX Runtime cannot take, before any session is made.
 
-    providers: tuple[str, ...] = ()
-    """Providers in preference order (``cuda`` or ``CUDAExecutionProvider``); CPU is appended."""
-    provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    """Options per provider, e.g. ``{"CUDAExecutionProvider": {"device_id": "1"}}``."""
-    optimization: str = "all"
-    """Graph optimisation level: disable, basic, extended, layout or all."""
-    intra_op_threads: int = 0
-    """Threads inside an operator; 0 lets ONNX Runtime choose (one per physical core)."""
-    inter_op_threads: int = 0
-    """Threads across operators (parallel execution mode only); 0 lets ONNX Runtime choose."""
-    parallel: bool = False
-    """Execute independent branches in parallel instead of sequentially."""
-    config: Mapping[str, str] = field(default_factory=dict)
-    """Session config entries (``session.intra_op.allow_spinning`` → ``0``)."""
-    cpu_mem_arena: bool = True
-    """ONNX Runtime's CPU memory arena (pre-allocated, grown in chunks)."""
-    mem_pattern: bool = True
-    """Memory pattern planning: allocations of the first run reused by later runs."""
-    optimized_model_path: Path | None = None
-    """Where to save the model as ONNX Runtime optimised it."""
+    What a ``SessionSettings`` cannot check itself, since it is validated where ONNX Runtime may
+    not be installed: the level exists in this release, thread counts are within 4 per CPU of
+    this machine, options are given only for providers that are asked for; and that the folder
+    ``save_optimized`` writes into exists.
 
-    @classmethod
-    def from_session(cls, session: SessionSettings, **overrides: Any) -> OrtOptions:
-        """The options a ``SessionSettings`` describes; ``overrides`` replace fields of them.
-
-        Raises:
-            ConfigError: a provider, level or thread count ONNX Runtime would refuse.
-        """
-        names, inline = parse_providers(list(session.providers))
-        options = {name: dict(pairs) for name, pairs in inline.items()}
-        for provider, pairs in session.provider_options.items():
-            options.setdefault(provider, {}).update(pairs)
-        fields: dict[str, Any] = {
-            "providers": tuple(names),
-            "provider_options": options,
-            "optimization": session.opt_level,
-            "intra_op_threads": session.threads,
-            "inter_op_threads": session.inter_op_threads,
-            "parallel": session.parallel,
-            "cpu_mem_arena": session.cpu_mem_arena,
-            "config": dict(session.session_config),
-        }
-        return cls(**(fields | overrides))
-
-    def __post_init__(self) -> None:
-        if self.optimization not in OPT_LEVELS:
+    Raises:
+        ConfigError: naming the ``session.*`` setting (or ``save_optimized``).
+    """
+    wire = settings.wire()
+    if wire["optimization"] not in OPT_LEVELS:
+        raise ConfigError(
+            f"session.opt_level {wire['optimization']!r} is not one of "
+            f"{', '.join(OPT_LEVELS)} in ONNX Runtime {ort.__version__}.",
+            field="session.opt_level",
+        )
+    limit = 4 * (os.cpu_count() or 1)
+    for setting, threads in (
+        ("session.threads", wire["intra_op_threads"]),
+        ("session.inter_op_threads", wire["inter_op_threads"]),
+    ):
+        if not 0 <= threads <= limit:
             raise ConfigError(
-                f"session.opt_level {self.optimization!r} is not one of "
-                f"{', '.join(OPT_LEVELS)} in ONNX Runtime {ort.__version__}.",
-                field="session.opt_level",
+                f"{setting} {threads} is outside 0..{limit} (4 per CPU on this machine); "
+                "0 lets ONNX Runtime choose.",
+                field=setting,
             )
-        limit = 4 * (os.cpu_count() or 1)
-        for setting, threads in (
-            ("session.threads", self.intra_op_threads),
-            ("session.inter_op_threads", self.inter_op_threads),
-        ):
-            if not 0 <= threads <= limit:
-                raise ConfigError(
-                    f"{setting} {threads} is outside 0..{limit} (4 per CPU on this machine); "
-                    "0 lets ONNX Runtime choose.",
-                    field=setting,
-                )
-        if self.optimized_model_path is not None and not self.optimized_model_path.parent.is_dir():
+    if save_optimized is not None and not save_optimized.parent.is_dir():
+        raise ConfigError(
+            f"save_optimized {save_optimized}: the folder {save_optimized.parent} does not exist.",
+            field="save_optimized",
+        )
+    known = ort.get_all_providers()
+    requested = resolved_providers(settings)
+    for name in wire["provider_options"]:
+        provider = canonical(name, known)
+        if provider not in requested:
             raise ConfigError(
-                f"save_optimized {self.optimized_model_path}: the folder "
-                f"{self.optimized_model_path.parent} does not exist.",
-                field="save_optimized",
+                f"options are given for {provider}, which is not among the providers "
+                f"{', '.join(requested)}.",
+                hint="Add it to session.providers, or drop its session.provider_options.",
+                field="session.provider_options",
+                related=["session.providers"],
             )
-        known = ort.get_all_providers()
-        requested = self.resolved_providers()
-        for name in self.provider_options:
-            provider = canonical(name, known)
-            if provider not in requested:
-                raise ConfigError(
-                    f"options are given for {provider}, which is not among the providers "
-                    f"{', '.join(requested)}.",
-                    hint="Add it to session.providers, or drop its session.provider_options.",
-                    field="session.provider_options",
-                    related=["session.providers"],
-                )
-
-    def label(self) -> str:
-        """``all; CPUExecutionProvider``: the options that change results, for reports."""
-        parts = [self.optimization, ",".join(self.resolved_providers())]
-        if self.intra_op_threads:
-            parts.append(f"threads={self.intra_op_threads}")
-        return "; ".join(parts)
-
-    def describe(self) -> str:
-        """Every setting that differs from ONNX Runtime's defaults, for tables (``defaults``)."""
-        default = OrtOptions()
-        parts = []
-        for key, value in self.settings().items():
-            if value != default.settings()[key]:
-                parts.append(f"{key}={value}")
-        return ", ".join(parts) or "defaults"
-
-    def settings(self) -> dict[str, Any]:
-        """The options as plain JSON values, for contracts and worker processes.
-
-        ``optimized_model_path`` is left out: it is where one run saves a file, not a setting.
-        """
-        return {
-            "providers": list(self.providers),
-            "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
-            "optimization": self.optimization,
-            "intra_op_threads": self.intra_op_threads,
-            "inter_op_threads": self.inter_op_threads,
-            "parallel": self.parallel,
-            "cpu_mem_arena": self.cpu_mem_arena,
-            "mem_pattern": self.mem_pattern,
-            "config": dict(self.config),
-        }
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> OrtOptions:
-        """Options from what ``settings()`` wrote; unknown keys and wrong types are refused.
-
-        Raises:
-            ConfigError: a key is unknown or a value has the wrong type.
-        """
-        kinds: dict[str, type | tuple[type, ...]] = {
-            "providers": list,
-            "provider_options": dict,
-            "optimization": str,
-            "intra_op_threads": int,
-            "inter_op_threads": int,
-            "parallel": bool,
-            "cpu_mem_arena": bool,
-            "mem_pattern": bool,
-            "config": dict,
-        }
-        unknown = sorted(set(settings) - set(kinds))
-        if unknown:
-            raise ConfigError(f"unknown session settings: {', '.join(unknown)}.")
-        values: dict[str, Any] = {}
-        for key, value in settings.items():
-            kind = kinds[key]
-            wrong_bool = kind is int and isinstance(value, bool)
-            if not isinstance(value, kind) or wrong_bool:
-                raise ConfigError(
-                    f"session setting {key!r} is {value!r}; expected {getattr(kind, '__name__', kind)}."
-                )
-            values[key] = value
-        if "providers" in values:
-            values["providers"] = tuple(str(p) for p in values["providers"])
-        if "config" in values:
-            values["config"] = {str(k): str(v) for k, v in values["config"].items()}
-        if "provider_options" in values:
-            values["provider_options"] = {
-                str(p): {str(k): str(v) for k, v in dict(o).items()}
-                for p, o in values["provider_options"].items()
-            }
-        return cls(**values)
-
-    def resolved_providers(self) -> list[str]:
-        """Full provider names, CPU appended."""
-        return resolve(self.providers, ort.get_all_providers())
-
-    def applied_settings(self, known: list[str] | None = None) -> dict[str, Any]:
-        """``settings()`` with full provider names (CPU appended) and options keyed by them.
-
-        What the one settings applier (``_session.py``) takes, in this process or inside an
-        isolated environment; ``known`` is that runtime's list of providers.
-        """
-        known = list(known or ort.get_all_providers())
-        providers = resolve(self.providers, known)
-        return self.settings() | {
-            "providers": providers,
-            "provider_options": {
-                canonical(k, providers): dict(v) for k, v in self.provider_options.items()
-            },
-        }
 
 
-def with_tensorrt(options: OrtOptions, model: Path, derive: TensorrtFor | None) -> OrtOptions:
-    """``options`` with the TensorRT options ``derive`` gives ``model`` under the user's ones.
+def label(settings: SessionSettings) -> str:
+    """``all; CPUExecutionProvider``: the settings that change results, for reports."""
+    parts = [settings.opt_level, ",".join(resolved_providers(settings))]
+    if settings.threads:
+        parts.append(f"threads={settings.threads}")
+    return "; ".join(parts)
+
+
+def resolved_providers(settings: SessionSettings | Sequence[str]) -> list[str]:
+    """Full provider names of the installed ONNX Runtime, CPU appended.
+
+    ``settings`` may be provider names alone (no inline options).
+    """
+    names = settings.wire()["providers"] if isinstance(settings, SessionSettings) else settings
+    return resolve(names, ort.get_all_providers())
+
+
+def resolved_wire(settings: SessionSettings, known: list[str] | None = None) -> dict[str, Any]:
+    """``settings.wire()`` with full provider names (CPU appended) and options keyed by them.
+
+    What the one settings applier (``_session.py``) takes, in this process or inside an
+    isolated environment; ``known`` is that runtime's list of providers (default: the
+    installed one's).
+    """
+    known = list(known or ort.get_all_providers())
+    wire = settings.wire()
+    providers = resolve(wire["providers"], known)
+    return wire | {
+        "providers": providers,
+        "provider_options": {
+            canonical(k, providers): dict(v) for k, v in wire["provider_options"].items()
+        },
+    }
+
+
+def with_tensorrt(
+    settings: SessionSettings, model: Path, derive: TensorrtFor | None
+) -> SessionSettings:
+    """``settings`` with the TensorRT options ``derive`` gives ``model`` under the user's ones.
 
     Only when TensorRT is among the providers and ``derive`` gives options for the model;
-    otherwise ``options`` unchanged (and ``derive`` is not called).
+    otherwise ``settings`` unchanged (and ``derive`` is not called).
     """
-    if derive is None or TENSORRT not in options.resolved_providers():
-        return options
+    if derive is None or TENSORRT not in resolved_providers(settings):
+        return settings
     derived = derive(model)
     if derived is None:
-        return options
-    given = {k: v for k, v in options.provider_options.items()}
+        return settings
+    flat = settings.flat()
+    given = {k: dict(v) for k, v in flat.provider_options.items()}
     key = next((k for k in given if k.lower().startswith("tensorrt")), TENSORRT)
     given[key] = dict(derived) | dict(given.get(key, {}))
-    return dataclasses.replace(options, provider_options=given)
+    return flat.model_copy(update={"provider_options": given})
 
 
 def runtime_version() -> str:
@@ -246,41 +149,39 @@ def _quiet_run() -> ort.RunOptions:
 def create_session(
     proto: onnx.ModelProto,
     folder: Path,
-    options: OrtOptions,
+    settings: SessionSettings,
     *,
     what: str,
     profile_prefix: Path | None = None,
+    save_optimized: Path | None = None,
 ) -> ort.InferenceSession:
     """A session for a model held in memory whose external data lives in ``folder``.
 
     With ``profile_prefix``, the session profiles every run into a Chrome trace named
-    ``<prefix>_<date>.json``, written by ``end_profiling()``.
+    ``<prefix>_<date>.json``, written by ``end_profiling()``; with ``save_optimized``, the model
+    as ONNX Runtime optimised it is saved there.
 
     Raises:
         ProviderUnavailable: a requested provider is not in this build.
         ProviderFailed: a requested provider did not start (ONNX Runtime would run without it).
         SessionFailed: ONNX Runtime refused the model.
     """
-    settings = options.applied_settings()
+    wire = resolved_wire(settings)
     try:
         with native_step("ORT session creation", what):
             return _session.create(
                 proto.SerializeToString(),
-                settings,
+                wire,
                 config={_session.EXTERNAL_FOLDER: str(folder)},
                 profile_prefix=None if profile_prefix is None else str(profile_prefix),
-                optimized_model_path=(
-                    None
-                    if options.optimized_model_path is None
-                    else str(options.optimized_model_path)
-                ),
+                optimized_model_path=None if save_optimized is None else str(save_optimized),
             )
     except _session.Refused as refused:
         raise refusal(
             refused.to_dict(),
             runtime=f"onnxruntime {ort.__version__}",
             what=what,
-            providers=settings["providers"],
+            providers=wire["providers"],
         ) from None
 
 
@@ -294,34 +195,42 @@ def _spec(arg: ort.NodeArg) -> TensorSpec:
 
 
 class OrtRunner:
-    """ONNX Runtime on a model file, with the given session options.
+    """ONNX Runtime on a model file, with the given session settings.
 
     Args:
         model: the model, loaded safely (its external data is read by ONNX Runtime from the
             model's folder).
-        options: providers, optimisation level, threads, config entries.
-        name: label for reports; the default names the options.
+        settings: providers, optimisation level, threads, config entries.
+        name: label for reports; the default names the settings.
         profile_prefix: profile every run into a Chrome trace (see ``create_session``);
             ``end_profiling()`` writes it and returns its path.
+        save_optimized: save the model as ONNX Runtime optimised it (this runner's session
+            only: not ``sibling`` nor ``infer_all``).
         tensorrt: the TensorRT options a model's contract gives it
-            (``onnxgate.contract_store.contract_tensorrt``), added under ``options`` when TensorRT
-            is among the providers; None adds none.
+            (``onnxgate.contract_store.contract_tensorrt``), added under ``settings`` when
+            TensorRT is among the providers; None adds none.
+
+    Raises:
+        ConfigError: settings the installed ONNX Runtime cannot take (``check_session``).
     """
 
     def __init__(
         self,
         model: LoadedModel,
-        options: OrtOptions | None = None,
+        settings: SessionSettings | None = None,
         *,
         name: str | None = None,
         profile_prefix: Path | None = None,
+        save_optimized: Path | None = None,
         tensorrt: TensorrtFor | None = None,
     ) -> None:
         self.model = model
-        self.options = options or OrtOptions()
+        self.settings = settings or SessionSettings()
+        check_session(self.settings, save_optimized=save_optimized)
         self.profile_prefix = profile_prefix
+        self.save_optimized = save_optimized
         self.tensorrt = tensorrt
-        self.name = name or f"onnxruntime[{self.options.label()}]"
+        self.name = name or f"onnxruntime[{label(self.settings)}]"
         self._session: ort.InferenceSession | None = None
         self._outputs: list[str] = []
 
@@ -329,9 +238,10 @@ class OrtRunner:
         self._session = create_session(
             self.model.proto,
             self.model.path.parent,
-            with_tensorrt(self.options, self.model.path, self.tensorrt),
+            with_tensorrt(self.settings, self.model.path, self.tensorrt),
             what=str(self.model.path),
             profile_prefix=self.profile_prefix,
+            save_optimized=self.save_optimized,
         )
         self._outputs = [o.name for o in self._session.get_outputs()]
         self._run_options = _quiet_run()  # built once: not inside the timed region of infer()
@@ -359,7 +269,7 @@ class OrtRunner:
         from onnxgate.compat.runtime import installed_runtime
 
         found = installed_runtime()
-        asked = self.options.applied_settings()
+        asked = resolved_wire(self.settings)
         settings = asked if self._session is None else _session.applied(self._session, asked)
         return RunnerInfo(
             name=self.name,
@@ -404,23 +314,21 @@ class OrtRunner:
     def method(self) -> str:
         """How ``infer_all`` sees intermediate tensors."""
         return (
-            f"ONNX Runtime ({self.options.label()}) with every node output of the main graph "
+            f"ONNX Runtime ({label(self.settings)}) with every node output of the main graph "
             "exposed as a graph output (no fusion across an exposed tensor; the level's other "
             "rewrites still apply)"
         )
 
     def sibling(self, model: LoadedModel) -> OrtRunner:
         """ONNX Runtime with the same settings on another model (nothing saved)."""
-        options = dataclasses.replace(self.options, optimized_model_path=None)
-        return OrtRunner(model, options, name=self.name, tensorrt=self.tensorrt)
+        return OrtRunner(model, self.settings, name=self.name, tensorrt=self.tensorrt)
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every node output of the main graph, from a session where all of them are outputs."""
         exposed = expose_all(self.model.proto)
         # the optimised model saved, if asked, is the one the candidate ran, not this copy
-        options = dataclasses.replace(self.options, optimized_model_path=None)
         session = create_session(
-            exposed, self.model.path.parent, options, what=f"{self.model.path} (all outputs)"
+            exposed, self.model.path.parent, self.settings, what=f"{self.model.path} (all outputs)"
         )
         names = [o.name for o in session.get_outputs()]
         try:

@@ -182,8 +182,8 @@ def _feeds_first(model: LoadedModel, feeds: Mapping[str, Any], failure: Referenc
 
     from onnxgate.data._dims import describe_shapes, unnamed_dims
     from onnxgate.errors import RunFailed, SessionFailed
-    from onnxgate.runners._ort import OrtOptions
     from onnxgate.runners._runtimes import open_runner
+    from onnxgate.settings import SessionSettings
 
     signature = Signature.from_graph(model.proto.graph)
     free = sorted(
@@ -192,7 +192,7 @@ def _feeds_first(model: LoadedModel, feeds: Mapping[str, Any], failure: Referenc
     if not free:
         return  # the feeds have the model's own shapes: whatever fails, it is not their size
     try:
-        with open_runner(model, OrtOptions(optimization="disable")) as ort:
+        with open_runner(model, SessionSettings(opt_level="disable")) as ort:
             ort.infer(feeds)
     except SessionFailed:
         return  # ONNX Runtime does not load the model: nothing tells about the feeds

@@ -91,6 +91,8 @@ class RunExtras:
     """A label for reports instead of the runner's own."""
     profile_prefix: Path | None = None
     """Profile every run into a Chrome trace (ONNX Runtime in this process only)."""
+    save_optimized: Path | None = None
+    """Where ONNX Runtime in this process saves the model as it optimised it."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The one way session settings become an ONNX Runtime session, wherever a session is made.
 
-Settings are the plain JSON mapping ``OrtOptions.settings()`` writes (providers, provider options,
+Settings are the plain JSON mapping ``SessionSettings.wire()`` writes (providers, provider options,
 optimisation level, threads, execution mode, arena, memory pattern, config entries). This module
 applies them, creates the session and reads back what ONNX Runtime actually applied, and it does so
 in every place onnxgate makes a session: the ONNX Runtime runner, the timing workers and the
@@ -204,7 +204,7 @@ def create(
     Args:
         model: a path, or the model's bytes (then give its folder in ``config`` under
             ``EXTERNAL_FOLDER`` when it has external data).
-        settings: as ``OrtOptions.settings()`` writes them; providers by full name.
+        settings: as ``SessionSettings.wire()`` writes them; providers by full name.
         config: session config entries added for this session only (a recording switch, say).
         profile_prefix: profile every run into a Chrome trace with this prefix.
         optimized_model_path: save the model as ONNX Runtime optimised it.

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Runner
 from onnxgate.runners._runtimes import RunExtras, open_runner
-
-if TYPE_CHECKING:
-    from onnxgate.runners._ort import OrtOptions
+from onnxgate.settings import SessionSettings
 
 SPEC_HELP = (
     "`reference` (the ONNX reference evaluator), `ort` or `ort:ITEMS` (ONNX Runtime with "
@@ -26,7 +23,7 @@ def make_runner(
     spec: str,
     model: LoadedModel,
     *,
-    ort_options: OrtOptions | None = None,
+    session: SessionSettings | None = None,
     trust_pickle: bool = False,
     extras: RunExtras | None = None,
 ) -> Runner:
@@ -35,17 +32,17 @@ def make_runner(
     Args:
         spec: see ``SPEC_HELP``.
         model: the model under test.
-        ort_options: the ``OrtOptions`` that ``ort:...`` specs start from and other .onnx files use.
+        session: the settings that ``ort:...`` specs start from and other .onnx files use.
         trust_pickle: allow ``sklearn:`` files to be unpickled.
         extras: per-run things for ONNX Runtime runners (``open_runner``), such as the
-            contract's TensorRT options.
+            contract's TensorRT options and where to save the optimised model.
 
     Raises:
         ConfigError: the spec names nothing runnable.
     """
-    from onnxgate.runners._ort import OPT_LEVELS, OrtOptions
+    from onnxgate.runners._ort import OPT_LEVELS, label
 
-    base = ort_options or OrtOptions()
+    base = session or SessionSettings()
     kind, _, rest = spec.partition(":")
     if spec == "reference":
         from onnxgate.runners._reference import ReferenceRunner
@@ -56,12 +53,14 @@ def make_runner(
         providers = tuple(i.strip() for i in rest.split(",") if i.strip() and i not in levels)
         if len(levels) > 1:
             raise ConfigError(f"runner {spec!r} names more than one optimisation level.")
-        options = dataclasses.replace(
-            base,
-            optimization=levels[0].strip() if levels else base.optimization,
-            providers=providers or base.providers,
+        # flat: replacing the providers keeps the options the given ones named inline
+        settings = base.flat().model_copy(
+            update={
+                "opt_level": levels[0].strip() if levels else base.opt_level,
+                "providers": providers or base.flat().providers,
+            }
         )
-        return open_runner(model, options, extras=extras)
+        return open_runner(model, settings, extras=extras)
     if kind == "torch" and rest:
         from onnxgate.runners._torch import TorchRunner
 
@@ -74,7 +73,7 @@ def make_runner(
         )
     if spec.endswith(".onnx") or Path(spec).is_file():
         other = load_model(spec)
-        name = f"{Path(spec).name} on onnxruntime[{base.label()}]"
+        name = f"{Path(spec).name} on onnxruntime[{label(base)}]"
         extras = dataclasses.replace(extras or RunExtras(), name=name)
         return open_runner(other, base, extras=extras)
     raise ConfigError(f"{spec!r} names no runner.", hint=f"Use {SPEC_HELP}")

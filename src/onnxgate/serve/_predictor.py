@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +30,7 @@ from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.contract import SIDECAR, Admission, admit, shown
 from onnxgate.contract._verify import Cell, placement_cell
-from onnxgate.contract_store import contract_tensorrt
+from onnxgate.contract_store import contract_extras
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
 from onnxgate.runners import Inference, RunnerInfo
@@ -42,7 +42,7 @@ from onnxgate.serve._validate import RequestValidator
 from onnxgate.settings import Part, SessionSettings
 
 if TYPE_CHECKING:
-    from onnxgate.runners import OrtOptions, OrtRunner
+    from onnxgate.runners import OrtRunner
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +227,13 @@ class Predictor:
                 hint="Serve a version that passed its gate, or pass --allow-ungated.",
             )
         options, path, notes = _settings(source, config)
-        from onnxgate.runners import OrtRunner  # imports ONNX Runtime
+        from onnxgate.runners import OrtRunner, open_runner  # imports ONNX Runtime
 
         loaded = load_model(path)
-        name = f"onnxruntime[{options.label()}]"
-        runner = OrtRunner(loaded, options, name=name, tensorrt=contract_tensorrt)
+        from onnxgate.runners._ort import label
+
+        name = f"onnxruntime[{label(options)}]"
+        runner = cast(OrtRunner, open_runner(loaded, options, extras=contract_extras(name=name)))
         runner.__enter__()
         try:
             predictor = cls(source, config, runner)
@@ -274,13 +276,11 @@ class Predictor:
         if passed:
             expected = admission.expected
             samples = [sample for sample, _ in expected]
-            options = self.runner.options
             try:
                 cell = placement_cell(
                     self.loaded,
                     RuntimeSpec.parse("installed"),
-                    _session_of(options),
-                    options,
+                    self.runner.settings,
                     samples,
                     require=self.source.require,  # the gate's requirement, whatever serves it now
                 )
@@ -447,23 +447,9 @@ def _datatype(name: str, array: np.ndarray) -> str:
         raise InvalidRequest(f"input {name!r}: dtype {array.dtype} has no datatype.") from None
 
 
-def _session_of(options: OrtOptions) -> SessionSettings:
-    """The ``SessionSettings`` that give ``options`` (for the placement audit's own session)."""
-    return SessionSettings(
-        providers=tuple(options.providers),
-        provider_options={k: dict(v) for k, v in options.provider_options.items()},
-        opt_level=options.optimization,  # type: ignore[arg-type]
-        threads=options.intra_op_threads,
-        inter_op_threads=options.inter_op_threads,
-        parallel=options.parallel,
-        cpu_mem_arena=options.cpu_mem_arena,
-        session_config=dict(options.config),
-    )
-
-
-def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path, list[str]]:
-    """The session options and the graph to run: gated providers, tuned settings if they apply."""
-    from onnxgate.runners import OrtOptions
+def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:
+    """The session settings and the graph to run: gated providers, tuned settings if they apply."""
+    from onnxgate.runners._ort import check_session  # imports ONNX Runtime
 
     session = config.session
     notes = []
@@ -471,7 +457,8 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
     if not session.providers and source.providers:
         session = session.model_copy(update={"providers": source.providers})
         notes.append(f"providers {', '.join(source.providers)}, as gated")
-    options = OrtOptions.from_session(session)
+    check_session(session)
+    options = session
     path = source.model
     used = False
     if config.tuned and explicit:
@@ -485,12 +472,13 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[OrtOptions, Path
             notes.append(f"tuned settings not used: {err.message}")
             path = source.model
         else:
-            tuned = OrtOptions.from_settings(settings)
-            if session.providers and tuple(tuned.providers) != tuple(options.providers):
+            tuned = SessionSettings.from_wire(settings)
+            check_session(tuned)
+            theirs, ours = tuned.wire()["providers"], options.wire()["providers"]
+            if session.providers and theirs != ours:
                 notes.append(
                     f"tuned settings not used: they were tuned with providers "
-                    f"{', '.join(tuned.providers) or 'CPU'}, serving asks for "
-                    f"{', '.join(options.providers)}"
+                    f"{', '.join(theirs) or 'CPU'}, serving asks for {', '.join(ours)}"
                 )
                 path = source.model
             else:
