@@ -180,7 +180,7 @@ RENDERERS = [
     "_inspection_render.py",
     "check/_render.py",
     "compare/_render.py",
-    "compat/_render.py",
+    "compat/render.py",
     "contract/_render.py",
     "doctor/_render.py",
     "perf/_render.py",

@@ -141,6 +141,55 @@ def test_the_text_report_names_each_upward_import_and_cycle(tmp_path: Path, caps
     assert text.rstrip().endswith("FAIL")
 
 
+def test_an_import_of_another_package_s_private_module_is_a_reach_in(
+    tmp_path: Path, capsys
+) -> None:
+    files = {
+        **CLEAN,
+        "_layers.py": 'LAYERS = (("_layers", "_words", "low"), ("mid", "mid2"), ("__init__", "top"))\n',
+        "_words.py": "",
+        "low/_deep/__init__.py": "",
+        "low/_deep/leaf.py": "",
+        "low/public.py": "",
+        "mid.py": (
+            "from pkg import _words\n"  # a root helper: shared, not a reach-in
+            "from pkg.low import public, value\n"  # the package's public names
+            "from pkg.low._impl import value as v\n"  # reach-in
+            "def f():\n"
+            "    from pkg.low import _impl\n"  # reach-in, deferred
+            "if __package__:\n"
+            "    from pkg.low._deep import leaf\n"  # a script's sibling, also imported by path
+            "else:\n"
+            "    import leaf\n"
+        ),
+        "mid2.py": "from pkg.low._deep.leaf import x\n",  # a private package on the path
+    }
+    src = _package(tmp_path, files)
+    code, report = _run(src, capsys)
+    assert code == 1
+    assert report["upward"] == [] and report["cycles"] == []
+    found = [(r["source"], r["target"], r["line"], r["kind"]) for r in report["reach_ins"]]
+    assert found == [
+        ("pkg.mid", "pkg.low._impl", 3, "module"),
+        ("pkg.mid", "pkg.low._impl", 5, "deferred"),
+        ("pkg.mid2", "pkg.low._deep.leaf", 1, "module"),
+    ]
+    assert report["counts"]["reach_ins"] == 3
+    assert layers_tool.main(["--src", str(src)]) == 1
+    text = capsys.readouterr().out
+    assert "reach-ins (another package's private module): 3" in text
+    assert "mid.py:3  pkg.mid -> pkg.low._impl  module" in text
+
+
+# reach-ins still in the tree, each with what removes it
+PENDING_REACH_INS = {
+    # runners._runtimes (the runner factory's registry) sits below compat in _layers.py, so
+    # compat cannot import it through onnxgate.runners (a layer above, and a circle); it needs a
+    # public module name of its own (runners/runtimes.py) once the factory work settles
+    ("onnxgate.compat.runtime", "onnxgate.runners._runtimes"),
+}
+
+
 def test_onnxgate_s_layers_hold() -> None:
     """The real tree, against its declaration: no import points up a layer, none closes a circle.
 
@@ -150,7 +199,22 @@ def test_onnxgate_s_layers_hold() -> None:
     """
     src = ROOT / "src" / "onnxgate"
     report = layers_tool.analyse(src, layers_tool.read_layers(src / "_layers.py"))
+    pending = [r for r in report["reach_ins"] if (r["source"], r["target"]) in PENDING_REACH_INS]
+    report = {**report, "reach_ins": [r for r in report["reach_ins"] if r not in pending]}
     assert layers_tool.passed(report), layers_tool.render(report)
     assert report["upward"] == [] and report["cycles"] == []
     assert report["unplaced"] == [] and report["stale"] == []
     assert report["counts"]["modules"] > 100 and report["counts"]["imports"] > 500
+
+
+def test_no_package_reaches_into_another_s_private_modules() -> None:
+    """What another package needs is in its ``__init__``'s ``__all__``: ``from onnxgate.runners
+    import check_session``, never ``from onnxgate.runners._ort import check_session``.
+
+    The root's own underscore modules (``onnxgate._words``...) are shared helpers and allowed; so
+    are imports under ``if __package__:`` in modules that also run as scripts by path.
+    """
+    src = ROOT / "src" / "onnxgate"
+    report = layers_tool.analyse(src, layers_tool.read_layers(src / "_layers.py"))
+    found = {(r["source"], r["target"]) for r in report["reach_ins"]}
+    assert found == PENDING_REACH_INS, layers_tool.render(report)

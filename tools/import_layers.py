@@ -10,14 +10,24 @@ import of the package's own modules (absolute and relative) to the module it nam
   still an arrow in the design);
 - every **import cycle**: a strongly connected component of the module graph (all three kinds
   of import are edges: a deferred import only postpones the circle), with the imports inside it;
-- modules no entry places, and entries that place nothing (a stale declaration).
+- modules no entry places, and entries that place nothing (a stale declaration);
+- every **reach-in**: an import of another package's private module, ``onnxgate.PKG._private``
+  (the module's own name, or a package on its path below ``PKG``, starts with ``_``) from a
+  module outside ``onnxgate.PKG``. What another package needs is re-exported from the package's
+  ``__init__``; what only one package uses lives in it. The root's own underscore modules
+  (``onnxgate._words``, ``onnxgate._fs``...) are the private helpers every package shares, not
+  reach-ins. Nor are imports under ``if __package__:``: such a module also runs as a script by
+  path (inside an isolated environment, where the package is not installed), importing the
+  same stdlib-only siblings by file in its ``else`` branch, so it cannot go through a package's
+  ``__init__``.
 
 An import of a package (``from onnxgate.contract import X``) is an import of its ``__init__``;
 ``from onnxgate import errors`` is an import of the module ``onnxgate.errors``, and of the
 package root only when the name is not a module. Importing a module runs its parents'
 ``__init__`` too; those implicit imports are not counted, as no line of the importer names them.
 
-Exit 0 when there is no upward import, no cycle and every module is placed; 1 otherwise; 2 when
+Exit 0 when there is no upward import, no cycle, no reach-in and every module is placed; 1
+otherwise; 2 when
 the declaration cannot be read::
 
     python tools/import_layers.py [--src src/onnxgate] [--layers FILE] [--json]
@@ -47,6 +57,8 @@ class Import:
     path: str
     line: int
     kind: str
+    script: bool = False
+    """Under ``if __package__:``: the module also runs by path, importing this by file."""
 
 
 class DeclarationError(Exception):
@@ -112,8 +124,9 @@ class _Finder(ast.NodeVisitor):
     """Import statements of one file, each with its kind."""
 
     def __init__(self) -> None:
-        self.found: list[tuple[ast.Import | ast.ImportFrom, str]] = []
+        self.found: list[tuple[ast.Import | ast.ImportFrom, str, bool]] = []
         self.kind = "module"
+        self.script = False
 
     def _inside(self, kind: str, nodes: Iterable[ast.AST]) -> None:
         outer, self.kind = self.kind, kind if self.kind != "typing" else "typing"
@@ -127,17 +140,24 @@ class _Finder(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_If(self, node: ast.If) -> None:
-        if "TYPE_CHECKING" in ast.unparse(node.test):
+        if ast.unparse(node.test) == "__package__":
+            outer, self.script = self.script, True
+            for child in node.body:
+                self.visit(child)
+            self.script = outer
+            for child in node.orelse:
+                self.visit(child)
+        elif "TYPE_CHECKING" in ast.unparse(node.test):
             self._inside("typing", node.body)
             self._inside(self.kind, node.orelse)
         else:
             self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
-        self.found.append((node, self.kind))
+        self.found.append((node, self.kind, self.script))
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        self.found.append((node, self.kind))
+        self.found.append((node, self.kind, self.script))
 
 
 def _known(name: str, known: dict[str, Path]) -> str | None:
@@ -175,10 +195,10 @@ def imports(src: Path, known: dict[str, Path]) -> list[Import]:
         finder = _Finder()
         finder.visit(ast.parse(path.read_text(), str(path)))
         shown = _shown(path)
-        for node, kind in finder.found:
+        for node, kind, script in finder.found:
             for target in sorted(_targets(node, module, known, src.name)):
                 if target != module:
-                    arrows.append(Import(module, target, shown, node.lineno, kind))
+                    arrows.append(Import(module, target, shown, node.lineno, kind, script))
     return arrows
 
 
@@ -234,6 +254,30 @@ def cycles(nodes: Iterable[str], arrows: Iterable[Import]) -> list[list[str]]:
     return sorted(found, key=lambda c: (-len(c), c))
 
 
+def owner(module: str, package: str) -> str | None:
+    """The package whose private module ``module`` is, or None when it is not private to one.
+
+    ``onnxgate.runners._ort`` → ``onnxgate.runners``; ``onnxgate.registry.migrations._x`` →
+    ``onnxgate.registry``; ``onnxgate._words`` (a shared root helper) and ``onnxgate.perf`` → None.
+    """
+    parts = relative(module, package).split(".")
+    if len(parts) < 2 or parts[0].startswith("_"):
+        return None
+    if not any(part.startswith("_") for part in parts[1:]):
+        return None
+    return f"{package}.{parts[0]}"
+
+
+def reach_ins(arrows: Iterable[Import], package: str) -> list[Import]:
+    """Imports of a package's private module from outside that package (scripts' aside)."""
+    found = []
+    for arrow in arrows:
+        home = None if arrow.script else owner(arrow.target, package)
+        if home is not None and not (arrow.source == home or arrow.source.startswith(f"{home}.")):
+            found.append(arrow)
+    return found
+
+
 def analyse(src: Path, layers: Sequence[Sequence[str]], *, typing: bool = True) -> dict[str, Any]:
     """The whole report: upward imports, cycles, unplaced modules and stale entries, counted.
 
@@ -259,12 +303,14 @@ def analyse(src: Path, layers: Sequence[Sequence[str]], *, typing: bool = True) 
         members = set(component)
         inside = [asdict(a) for a in arrows if a.source in members and a.target in members]
         circles.append({"modules": component, "imports": inside})
+    reaching = [asdict(a) for a in reach_ins(arrows, package)]
     used = {entry for p in placed.values() if p is not None for entry in [p[1]]}
     return {
         "package": package,
         "layers": [list(layer) for layer in layers],
         "upward": upward,
         "cycles": circles,
+        "reach_ins": reaching,
         "unplaced": sorted(m for m, p in placed.items() if p is None),
         "stale": [entry for layer in layers for entry in layer if entry not in used],
         "counts": {
@@ -274,13 +320,20 @@ def analyse(src: Path, layers: Sequence[Sequence[str]], *, typing: bool = True) 
             "upward_by_kind": {k: sum(u["kind"] == k for u in upward) for k in KINDS},
             "cycles": len(circles),
             "modules_in_cycles": sum(len(c["modules"]) for c in circles),
+            "reach_ins": len(reaching),
         },
     }
 
 
 def passed(report: dict[str, Any]) -> bool:
-    """No upward import, no cycle, every module placed, no stale entry."""
-    return not (report["upward"] or report["cycles"] or report["unplaced"] or report["stale"])
+    """No upward import, no cycle, no reach-in, every module placed, no stale entry."""
+    return not (
+        report["upward"]
+        or report["cycles"]
+        or report["reach_ins"]
+        or report["unplaced"]
+        or report["stale"]
+    )
 
 
 def render(report: dict[str, Any]) -> str:
@@ -305,6 +358,11 @@ def render(report: dict[str, Any]) -> str:
             f"      {a['path']}:{a['line']}  {a['source']} -> {a['target']}  {a['kind']}"
             for a in cycle["imports"]
         ]
+    lines.append(f"reach-ins (another package's private module): {counts['reach_ins']}")
+    lines += [
+        f"  {a['path']}:{a['line']}  {a['source']} -> {a['target']}  {a['kind']}"
+        for a in report["reach_ins"]
+    ]
     if report["unplaced"]:
         lines.append(f"modules no layer places: {', '.join(report['unplaced'])}")
     if report["stale"]:

@@ -40,7 +40,7 @@ from onnxgate.compat.providers import parse_providers
 from onnxgate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from onnxgate.data._synthetic import ValueRange
+    from onnxgate.data import ValueRange
 
 OptLevel = Literal["disable", "basic", "extended", "layout", "all"]
 
@@ -296,7 +296,7 @@ class FeedSettings(Part):
     @field_validator("ranges")
     @classmethod
     def _ranges_parse(cls, value: dict[str, str]) -> dict[str, str]:
-        from onnxgate.data._synthetic import parse_ranges
+        from onnxgate.data import parse_ranges
 
         for name, text in value.items():
             try:
@@ -313,7 +313,7 @@ class FeedSettings(Part):
         Raises:
             ConfigError: a range is not ``LOW:HIGH`` or ``VALUE``.
         """
-        from onnxgate.data._synthetic import parse_ranges
+        from onnxgate.data import parse_ranges
 
         return parse_ranges(f"{name}={value}" for name, value in self.ranges.items())
 

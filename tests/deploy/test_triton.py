@@ -266,7 +266,7 @@ def test_corpus_models_deploy_and_pass_their_own_check(file, tmp_path):
 def test_tuned_cpu_settings_become_parameters_on_cpu_and_are_left_out_on_gpu(
     proven, tmp_path, monkeypatch
 ):
-    import onnxgate.perf._tuned as tuned
+    import onnxgate.perf as tuned  # deploy reads perf.tuned_for when it runs
 
     settings = {"providers": ["CPUExecutionProvider"], "optimization": "basic",
                 "intra_op_threads": 2, "parallel": False, "cpu_mem_arena": False}  # fmt: skip

@@ -1,6 +1,7 @@
 """Static checks: rules -> findings -> a report with a verdict."""
 
 from onnxgate.check._check import CheckConfig, check_model, resolve_providers
+from onnxgate.check._render import render_text
 from onnxgate.check._report import RULES, CheckReport, Finding, Rule, Severity
 
 __all__ = [
@@ -11,5 +12,6 @@ __all__ = [
     "Rule",
     "Severity",
     "check_model",
+    "render_text",
     "resolve_providers",
 ]

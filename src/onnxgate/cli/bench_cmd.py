@@ -24,9 +24,7 @@ from onnxgate.cli._options import (
     session_options,
 )
 from onnxgate.errors import ConfigError
-from onnxgate.perf import bench
-from onnxgate.perf._bench import BenchConfig
-from onnxgate.perf._render import render_bench
+from onnxgate.perf import BenchConfig, bench, render_bench
 
 
 def _ints(items: list[str] | None, option: str) -> list[int]:

@@ -9,8 +9,7 @@ from typing import Annotated
 import typer
 
 from onnxgate import __version__
-from onnxgate.check import CheckConfig, CheckReport, Severity, check_model
-from onnxgate.check._render import render_text
+from onnxgate.check import CheckConfig, CheckReport, Severity, check_model, render_text
 from onnxgate.cli._common import CheckFormat, emit_json, handles_errors, out, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import OUTPUT, SESSION, build

@@ -27,8 +27,7 @@ from onnxgate.cli._options import (
     session_options,
     tolerance_settings,
 )
-from onnxgate.compare import CompareConfig, compare
-from onnxgate.compare._render import render_text
+from onnxgate.compare import CompareConfig, compare, render_text
 from onnxgate.runners import SPEC_HELP
 
 

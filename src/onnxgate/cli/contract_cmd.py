@@ -30,10 +30,12 @@ from onnxgate.contract import (
     ContractConfig,
     VerifyConfig,
     init_contract,
+    render_signed,
+    render_verify,
+    render_written,
     sign_contract,
     verify,
 )
-from onnxgate.contract._render import render_signed, render_verify, render_written
 from onnxgate.runners import SPEC_HELP
 
 AllowWeakOpt = Annotated[

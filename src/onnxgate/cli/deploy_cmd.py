@@ -166,8 +166,7 @@ def triton_command(
     errors in what was written · 2 bad input (a batch beyond the proven one, an existing
     version, a tensor Triton cannot describe) · 3 the `deploy` extra is missing.
     """
-    from onnxgate.deploy._render import render_triton
-    from onnxgate.deploy._triton import TritonConfig, deploy_triton
+    from onnxgate.deploy import TritonConfig, deploy_triton, render_triton
 
     config = build(
         TritonConfig,
@@ -202,8 +201,7 @@ def check_command(
     Exit codes: 0 every config agrees with its model · 1 a finding of severity error · 2 not a
     folder · 3 the `deploy` extra is missing.
     """
-    from onnxgate.deploy import check_repository
-    from onnxgate.deploy._render import render_check
+    from onnxgate.deploy import check_repository, render_check
 
     run(fmt, lambda progress: check_repository(repository), render_check)
 
@@ -278,8 +276,7 @@ def kserve_command(
     Exit codes: 0 built · 1 not gated (see --allow-ungated) · 2 a name or value KServe's types
     refuse · 3 the `kserve` extra is missing.
     """
-    from onnxgate.deploy._kserve import KServeConfig, deploy_kserve
-    from onnxgate.deploy._render import render_kserve
+    from onnxgate.deploy import KServeConfig, deploy_kserve, render_kserve
 
     config = build(
         KServeConfig,

@@ -8,8 +8,7 @@ import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._options import SESSION, FormatOpt
-from onnxgate.doctor import doctor
-from onnxgate.doctor._render import render_text
+from onnxgate.doctor import doctor, render_text
 from onnxgate.errors import ExitCode
 
 

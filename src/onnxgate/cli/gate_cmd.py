@@ -118,10 +118,7 @@ def run_command(
     could not run (the report names it) · 2 the config is invalid or the run folder not empty · 3 a step could not run for a missing
     extra, provider or runtime (and none failed), or the registry cannot be reached.
     """
-    from onnxgate.gate import run_gate
-    from onnxgate.gate._github import render_github
-    from onnxgate.gate._pipeline import exit_code
-    from onnxgate.gate._render import render_step, render_text
+    from onnxgate.gate import exit_code, render_github, render_step, render_text, run_gate
 
     def call(progress: Callable[[str], None]) -> GateReport:
         report = run_gate(

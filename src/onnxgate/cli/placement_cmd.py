@@ -21,8 +21,7 @@ from onnxgate.cli._options import (
     feed_settings,
     session_options,
 )
-from onnxgate.placement import PlacementConfig, placement
-from onnxgate.placement._render import render_text
+from onnxgate.placement import PlacementConfig, placement, render_text
 
 
 @handles_errors

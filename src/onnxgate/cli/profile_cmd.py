@@ -24,8 +24,7 @@ from onnxgate.cli._options import (
     session_options,
 )
 from onnxgate.errors import ConfigError
-from onnxgate.perf import ProfileConfig, profile
-from onnxgate.perf._render import render_profile
+from onnxgate.perf import ProfileConfig, profile, render_profile
 
 
 def _one_size(dims: dict[str, list[int]]) -> dict[str, int]:

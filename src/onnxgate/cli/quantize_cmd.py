@@ -11,8 +11,7 @@ from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import FEEDS, FormatOpt, build
 from onnxgate.errors import ConfigError
-from onnxgate.quantize import PRESET_HELP, QuantizeConfig, quantize
-from onnxgate.quantize._render import render_text
+from onnxgate.quantize import PRESET_HELP, QuantizeConfig, quantize, render_text
 
 _DATA = (
     "an .npz (one sample), a folder of .npz files or test_data_set_* folders, a JSON file, or "

@@ -87,7 +87,7 @@ def list_command(
 
     Exit codes: 0 listed · 2 unknown model · 3 the registry cannot be reached.
     """
-    from onnxgate.registry._render import render_models, render_versions
+    from onnxgate.registry import render_models, render_versions
 
     with _open(registry, store) as reg:
         if name is None:
@@ -135,7 +135,7 @@ def show_command(
 
     Exit codes: 0 shown · 2 bad reference or unknown model, version or alias · 3 the registry cannot be reached.
     """
-    from onnxgate.registry._render import render_detail
+    from onnxgate.registry import render_detail
 
     with _open(registry, store) as reg:
         if report:
@@ -195,7 +195,7 @@ def promote_command(
 
     Exit codes: 0 promoted · 1 refused (the version's gate did not pass; --force --reason overrides) · 2 bad reference or alias · 3 the registry cannot be reached.
     """
-    from onnxgate.registry._render import render_promoted
+    from onnxgate.registry import render_promoted
 
     with _open(registry, store) as reg:
         version = reg.promote(ref, alias, force=force, reason=reason, by=by)
@@ -235,7 +235,7 @@ def fetch_command(
 
     Exit codes: 0 fetched and checked · 1 an artefact's bytes are not the ones recorded · 2 bad reference · 3 the registry cannot be reached.
     """
-    from onnxgate.registry._render import render_fetch
+    from onnxgate.registry import render_fetch
 
     with _open(registry, store) as reg:
         result = reg.fetch(ref, out_dir)
@@ -288,7 +288,7 @@ def fsck_command(
 
     Exit codes: 0 consistent · 1 inconsistent (a version names a missing or damaged blob) · 3 the registry cannot be reached.
     """
-    from onnxgate.registry._render import render_fsck
+    from onnxgate.registry import render_fsck
 
     with _open(registry, store) as reg:
         report = reg.fsck(remove=remove, min_age=min_age, rehash=not no_hash)

@@ -9,7 +9,7 @@ import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._options import FormatOpt
-from onnxgate.compat._render import render_releases
+from onnxgate.compat.render import render_releases
 from onnxgate.compat.runtime import runtime_profile
 from onnxgate.compat.versions import known_limits, limits_to_dict
 

@@ -20,8 +20,7 @@ from onnxgate.cli._options import (
     feed_settings,
 )
 from onnxgate.errors import ConfigError
-from onnxgate.perf import TuneConfig, tune
-from onnxgate.perf._render import render_tune
+from onnxgate.perf import TuneConfig, render_tune, tune
 
 
 def _dims(items: list[str] | None) -> dict[str, int]:

@@ -1,8 +1,9 @@
 """Comparing two executions of a model: metrics, tolerances, reports and localisation."""
 
-from onnxgate.compare._compare import CompareConfig, compare, compare_runners
+from onnxgate.compare._compare import CompareConfig, compare, compare_runners, declared_dtype
 from onnxgate.compare._localize import localize
-from onnxgate.compare._metrics import RULE, Drift, Figures, drift, figures
+from onnxgate.compare._metrics import RULE, Drift, Figures, as_array, drift, figures, reorder
+from onnxgate.compare._render import render_text
 from onnxgate.compare._report import (
     CompareReport,
     Divergence,
@@ -36,12 +37,16 @@ __all__ = [
     "TensorError",
     "Tolerance",
     "Tolerances",
+    "as_array",
     "compare",
     "compare_runners",
+    "declared_dtype",
     "default_tolerance",
     "drift",
     "figures",
     "localize",
     "parse_metric",
     "parse_tolerance",
+    "render_text",
+    "reorder",
 ]

@@ -507,7 +507,7 @@ def compare(
         chosen = chosen_ranges(signature, loaded.proto, ranges)
         value_ranges = {name: f"{r} ({r.why})" for name, r in chosen.items()}
         data = f"synthetic (seed {feeds.seed})"
-    from onnxgate.runners._ort import check_session  # imports ONNX Runtime
+    from onnxgate.runners import check_session  # imports ONNX Runtime
 
     session = config.session
     check_session(session, save_optimized=config.save_optimized)

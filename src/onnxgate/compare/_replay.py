@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 def operator_label(node: NodeProto, model: onnx.ModelProto) -> tuple[str, int | None]:
     """``BatchNormalization-9`` and the schema version, from the model's opset for the domain."""
-    from onnxgate.runners._reference_fixes import schema_version
+    from onnxgate.runners import schema_version
 
     domain = node.domain or "ai.onnx"
     opset = opset_map(model.opset_import).get(domain)
@@ -46,7 +46,7 @@ def operator_label(node: NodeProto, model: onnx.ModelProto) -> tuple[str, int | 
 
 def _deviation(node: NodeProto, version: int | None) -> KnownDeviation | None:
     """The deviation still in effect for this operator version (a corrected one otherwise)."""
-    from onnxgate.runners._reference_fixes import known_deviations
+    from onnxgate.runners import known_deviations
 
     if version is None:
         return None

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from onnxgate.compare._metrics import RULE, Drift, Figures
-from onnxgate.runners._base import RunnerInfo
+from onnxgate.runners import RunnerInfo
 
 
 class OutputComparison(Figures):

@@ -15,13 +15,23 @@ from onnxgate.contract._golden import (
     load_contract,
     opinion_from,
     read_golden,
+    rules_for,
     second_opinion_for,
     write_contract,
 )
-from onnxgate.contract._hollow import CODES, RULE_FLOORS, ContractFinding, Floor, contract_findings
+from onnxgate.contract._hollow import (
+    CODES,
+    RULE_FLOORS,
+    ContractFinding,
+    Floor,
+    contract_findings,
+    output_extents,
+    rule_findings,
+)
 from onnxgate.contract._identity import sign_contract
 from onnxgate.contract._observed import observed_outputs, observed_shapes
-from onnxgate.contract._samples import golden_samples
+from onnxgate.contract._render import render_signed, render_verify, render_written
+from onnxgate.contract._samples import SAMPLE_SECONDS, golden_samples, proven_ranges
 from onnxgate.contract._verify import (
     Cell,
     ContractConfig,
@@ -29,6 +39,7 @@ from onnxgate.contract._verify import (
     VerifyConfig,
     VerifyReport,
     init_contract,
+    placement_cell,
     verify,
 )
 from onnxgate.contract_store import (
@@ -74,6 +85,7 @@ __all__ = [
     "ENV_SIGNING",
     "ENV_VERIFY",
     "RULE_FLOORS",
+    "SAMPLE_SECONDS",
     "SIDECAR",
     "Admission",
     "Cell",
@@ -120,7 +132,15 @@ __all__ = [
     "observed_outputs",
     "observed_shapes",
     "opinion_from",
+    "output_extents",
+    "placement_cell",
+    "proven_ranges",
     "read_golden",
+    "render_signed",
+    "render_verify",
+    "render_written",
+    "rule_findings",
+    "rules_for",
     "second_opinion_for",
     "sha256_file",
     "shown",

@@ -15,8 +15,7 @@ from pydantic import ValidationError
 from onnxgate._pathtext import shown
 from onnxgate._version import __version__
 from onnxgate._words import setting
-from onnxgate.compare import CompareReport, compare_runners
-from onnxgate.compare._compare import declared_dtype
+from onnxgate.compare import CompareReport, compare_runners, declared_dtype
 from onnxgate.contract._hollow import (
     contract_findings,
     output_extents,
@@ -43,8 +42,7 @@ from onnxgate.contract_store import (
     sha256_file,
     sign_new,
 )
-from onnxgate.data import Sample, chosen_ranges, feeds_digest, validate_feeds
-from onnxgate.data._dims import free_sizes
+from onnxgate.data import Sample, chosen_ranges, feeds_digest, free_sizes, validate_feeds
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
@@ -427,8 +425,7 @@ def second_opinion_for(source: Runner, model: LoadedModel) -> Runner:
     rewrite cannot be blamed; ONNX Runtime (any release or provider) by the reference evaluator;
     a framework's module by ONNX Runtime running the exported model.
     """
-    from onnxgate.runners import OrtRunner, ReferenceRunner, open_runner
-    from onnxgate.runners._isolated import IsolatedOrtRunner
+    from onnxgate.runners import IsolatedOrtRunner, OrtRunner, ReferenceRunner, open_runner
 
     if isinstance(source, OrtRunner | IsolatedOrtRunner):
         return ReferenceRunner(model)

@@ -22,22 +22,20 @@ import numpy as np
 from onnx import ModelProto
 
 from onnxgate.data import (
+    DimRange,
     Sample,
     ValueRange,
-    infer_ranges,
-    load_feeds,
-    synthetic_samples,
-    validate_feeds,
-)
-from onnxgate.data._dims import (
-    DimRange,
     free_sizes,
+    infer_ranges,
     input_elements,
+    load_feeds,
     plan_dims,
     range_points,
     serving_ranges,
+    synthetic_samples,
     unnamed_dims,
     unnamed_label,
+    validate_feeds,
 )
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.model import LoadedModel, Signature

@@ -366,7 +366,7 @@ def verify(
     session = config.session
     loaded = load_model(model)
     contract = SIDECAR.read(loaded.path)
-    from onnxgate.runners._ort import check_session, resolved_providers  # imports ONNX Runtime
+    from onnxgate.runners import check_session, resolved_providers  # imports ONNX Runtime
 
     check_session(session)
     wanted = resolved_providers(session)  # full names, CPU appended

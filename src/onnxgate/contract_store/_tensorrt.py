@@ -18,8 +18,7 @@ from onnxgate._fs import cache_dir
 from onnxgate.contract_store._schema import Contract
 from onnxgate.contract_store._store import SIDECAR
 from onnxgate.errors import GateError
-from onnxgate.runners._runtimes import RunExtras
-from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB
+from onnxgate.runners import PRECISIONS, WORKSPACE_MB, RunExtras
 
 
 def default_cache(contract: Contract) -> str:

@@ -1,10 +1,24 @@
 """Input feeds: read from files (one total reader), generated from a signature, checked once."""
 
-from onnxgate.data._dims import DimChoice, ShapePlan, describe_shapes, plan_dims
+from onnxgate.data._dims import (
+    BATCH_MAX,
+    DimChoice,
+    DimRange,
+    ShapePlan,
+    describe_shapes,
+    free_sizes,
+    input_elements,
+    plan_dims,
+    range_points,
+    serving_ranges,
+    unnamed_dims,
+    unnamed_label,
+)
 from onnxgate.data._feeds import (
     Feeds,
     Sample,
     describe_spec,
+    feed_dims,
     feeds_digest,
     load_feeds,
     numpy_dtype,
@@ -35,10 +49,12 @@ from onnxgate.data._synthetic import (
 )
 
 __all__ = [
+    "BATCH_MAX",
     "DEFAULT_DIM",
     "MAX_DATA_BYTES",
     "MAX_DATA_BYTES_ENV",
     "DimChoice",
+    "DimRange",
     "Feeds",
     "Sample",
     "ShapePlan",
@@ -47,8 +63,11 @@ __all__ = [
     "chosen_ranges",
     "describe_shapes",
     "describe_spec",
+    "feed_dims",
     "feeds_digest",
+    "free_sizes",
     "infer_ranges",
+    "input_elements",
     "json_array",
     "listen_synthetic",
     "load_feeds",
@@ -57,12 +76,16 @@ __all__ = [
     "parse_dims",
     "parse_ranges",
     "plan_dims",
+    "range_points",
     "read_arrays",
     "read_json",
     "read_npy",
     "read_npz",
     "read_pb",
     "read_text",
+    "serving_ranges",
     "synthetic_samples",
+    "unnamed_dims",
+    "unnamed_label",
     "validate_feeds",
 ]

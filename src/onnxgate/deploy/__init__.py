@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxgate.deploy._check import check_repository
 from onnxgate.deploy._findings import RULES, Finding, RepositoryCheck
+from onnxgate.deploy._render import render_check, render_kserve, render_triton
 
 if TYPE_CHECKING:
     from onnxgate.deploy._kserve import KServeConfig, KServeReport, deploy_kserve
@@ -29,6 +30,9 @@ __all__ = [
     "check_repository",
     "deploy_kserve",
     "deploy_triton",
+    "render_check",
+    "render_kserve",
+    "render_triton",
 ]
 
 

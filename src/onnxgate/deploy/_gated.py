@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from onnxgate.errors import NotGated
-from onnxgate.serve._source import Source, resolve
+from onnxgate.serve import Source, resolve
 
 
 def open_gated(

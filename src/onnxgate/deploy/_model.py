@@ -55,7 +55,7 @@ def deployable(
     Raises:
         ConfigError: an input, or an output no ZipMap writes, is not a tensor.
     """
-    from onnxgate.serve._maps import map_labels
+    from onnxgate.serve import map_labels
 
     signature = contract.signature
     for kind, specs in (("input", signature.inputs), ("output", signature.outputs)):

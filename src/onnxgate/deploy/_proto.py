@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onnxgate.errors import ConfigError, ExtraMissing, first_line
-from onnxgate.serve._tensors import OIP_OF
+from onnxgate.serve import OIP_OF
 
 try:
     from google.protobuf import text_format

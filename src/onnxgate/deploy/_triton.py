@@ -43,11 +43,11 @@ from onnxgate.deploy._model import deployable
 from onnxgate.deploy._proto import model_config_pb2, text_format, triton_datatype
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, TensorSpec, load_model
-from onnxgate.runners._tensorrt import triton_parameters
+from onnxgate.runners import triton_parameters
 from onnxgate.settings import Part
 
 if TYPE_CHECKING:
-    from onnxgate.serve._source import Source
+    from onnxgate.serve import Source
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def _io(specs: Sequence[TensorSpec], batched: bool, kind: type) -> list[Any]:
 
 def batching(contract: Contract) -> tuple[str | None, int | None, int | None]:
     """The batch dim the contract proves (axis 0 of every input and output), and its range."""
-    from onnxgate.serve._predictor import batch_axis
+    from onnxgate.serve import batch_axis
 
     signature = contract.signature
     name = batch_axis(signature.inputs, signature.outputs, signature.batch)
@@ -602,7 +602,7 @@ def _tuned_settings(model: Path, notes: list[str], *, gpu: bool) -> dict[str, An
     CPU thread settings tuned here say nothing about a GPU deployment, so with ``gpu`` only
     settings tuned with CUDA or TensorRT are used.
     """
-    from onnxgate.perf._tuned import tuned_for
+    from onnxgate.perf import tuned_for
 
     try:
         settings, path = tuned_for(model, objective="latency")

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 from onnxgate.compat.providers import CPU, canonical, parse_providers, provider_packages
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.doctor._diagnose import DoctorFinding, DoctorReport, diagnose, resolve_wanted
-from onnxgate.doctor._facts import Facts, gather_facts
+from onnxgate.doctor._facts import Facts, cpu_facts, gather_facts
 from onnxgate.doctor._needs import NEEDS, GpuNeeds, gpu_needs
+from onnxgate.doctor._render import render_text
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +69,11 @@ __all__ = [
     "DoctorReport",
     "Facts",
     "GpuNeeds",
+    "cpu_facts",
     "diagnose",
     "doctor",
     "gather_facts",
     "gpu_needs",
+    "render_text",
     "resolve_wanted",
 ]

@@ -30,8 +30,7 @@ from onnxgate.contract import (
     opinion_from,
     write_contract,
 )
-from onnxgate.data import Sample, read_arrays
-from onnxgate.data._dims import DimRange
+from onnxgate.data import DimRange, Sample, read_arrays
 from onnxgate.errors import ExportError, ExtraMissing, FeedError
 from onnxgate.export._report import ExportReport, export_lineage
 from onnxgate.model import Signature, load_model

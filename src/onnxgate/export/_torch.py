@@ -38,8 +38,7 @@ from onnxgate.contract import (
     opinion_from,
     write_contract,
 )
-from onnxgate.data import Sample, load_feeds
-from onnxgate.data._dims import BATCH_MAX, DimRange, range_points
+from onnxgate.data import BATCH_MAX, DimRange, Sample, load_feeds, range_points
 from onnxgate.errors import ConfigError, ExportError
 from onnxgate.export._diagnose import (
     diagnose,

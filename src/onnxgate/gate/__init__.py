@@ -5,9 +5,11 @@ from onnxgate.gate._config import (
     GateConfig,
     load_config,
 )
+from onnxgate.gate._github import render_github
 from onnxgate.gate._init import starter_config, write_starter
-from onnxgate.gate._pipeline import environment, run_gate, write_outputs
+from onnxgate.gate._pipeline import environment, exit_code, run_gate, write_outputs
 from onnxgate.gate._records import NEEDS, ORDER
+from onnxgate.gate._render import render_step, render_text
 from onnxgate.gate._report import (
     GATE_REPORT_FORMAT,
     Artefact,
@@ -31,7 +33,11 @@ __all__ = [
     "StepResult",
     "config_hash",
     "environment",
+    "exit_code",
     "load_config",
+    "render_github",
+    "render_step",
+    "render_text",
     "run_gate",
     "starter_config",
     "write_outputs",

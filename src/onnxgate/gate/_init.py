@@ -128,7 +128,7 @@ def _ranges_comment(probe: Probe | None) -> str:
     A starter range stops where one golden sample would take more than ``SAMPLE_SECONDS``: on
     a slower machine it is narrower. Said here so a narrow range is never taken for the model's.
     """
-    from onnxgate.contract._samples import SAMPLE_SECONDS
+    from onnxgate.contract import SAMPLE_SECONDS
 
     if probe is None or not any(not r.given for r in probe.ranges.values()):
         return ""

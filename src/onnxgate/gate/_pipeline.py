@@ -54,8 +54,8 @@ def environment() -> Environment:
     """Where this run happens, with a fingerprint figures are filed under."""
     import onnx
 
-    from onnxgate.doctor._facts import cpu_facts
-    from onnxgate.runners._ort import runtime_version
+    from onnxgate.doctor import cpu_facts
+    from onnxgate.runners import runtime_version
 
     cpu = cpu_facts()
     cores = cpu.affinity or cpu.logical or 1

@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 from onnx import GraphProto, ModelProto
 
-from onnxgate.data import Sample, listen_synthetic
-from onnxgate.data._dims import DimRange
+from onnxgate.data import DimRange, Sample, listen_synthetic
 from onnxgate.errors import ConfigError, GateError, SessionFailed, first_line
 from onnxgate.model import LoadedModel
 
@@ -102,7 +101,7 @@ def _worse(one: Disagreement, other: Disagreement) -> bool:
 
 def disagreements(reference: Mapping[str, object], second: Mapping[str, object]) -> list:
     """The outputs on which two runs differ beyond the default tolerances (``compare``'s)."""
-    from onnxgate.compare._metrics import as_array
+    from onnxgate.compare import as_array
     from onnxgate.settings import default_tolerance
 
     found: list[Disagreement] = []
@@ -335,10 +334,9 @@ def probe(
         FeedError: ``inputs`` cannot be read, or does not fit the model's inputs.
         ModelLoadError: the model cannot be read.
     """
-    from onnxgate.data._dims import unnamed_dims
+    from onnxgate.data import unnamed_dims
     from onnxgate.model import Signature, load_model
-    from onnxgate.runners import open_runner
-    from onnxgate.runners._ort import runtime_version
+    from onnxgate.runners import open_runner, runtime_version
 
     path = Path(path)
     clock = time.perf_counter()
@@ -476,7 +474,7 @@ def _ranges(
     dims: Mapping[str, Sequence[int]] | None,
 ) -> dict[str, DimRange]:
     """The ranges the export will prove if one golden sample like ``sample`` takes ``seconds``."""
-    from onnxgate.contract._samples import proven_ranges
+    from onnxgate.contract import proven_ranges
 
     sizes = {name: list(s) for name, s in (dims or {}).items()} or None
     try:

@@ -94,7 +94,7 @@ def _oldest_release(runtimes: list[str]) -> str | None:
 
 def _root(ctx: Context) -> AbstractContextManager[None]:
     """Entry points (``torch:package.module:factory``) import from the config's folder."""
-    from onnxgate.runners._torch import import_root
+    from onnxgate.runners import import_root
 
     return import_root(ctx.config.model.root)
 
@@ -177,8 +177,7 @@ def _exported(report: Any, what: str) -> Outcome:
 
 
 def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
-    from onnxgate.export import TorchExportConfig, export_torch
-    from onnxgate.export._torch import parse_dynamic
+    from onnxgate.export import TorchExportConfig, export_torch, parse_dynamic
 
     model = ctx.config.model
     data = ctx.config.feeds.inputs

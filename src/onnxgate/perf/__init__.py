@@ -1,7 +1,11 @@
 """Performance: measured honestly (bench), explained (profile) and searched for (tune)."""
 
 from onnxgate.perf._bench import NOISY_CV, BenchConfig, BenchReport, BenchResult, batch_dim, bench
+from onnxgate.perf._contention import Conditions, Watch
+from onnxgate.perf._contest import Contender, Contest, save_arrays
 from onnxgate.perf._profile import ProfileConfig, ProfileReport, profile
+from onnxgate.perf._render import render_bench, render_profile, render_tune
+from onnxgate.perf._stats import interval_reasons, judge
 from onnxgate.perf._tune import TuneConfig, TuneReport, tune
 from onnxgate.perf._tuned import tuned_for
 
@@ -10,13 +14,23 @@ __all__ = [
     "BenchConfig",
     "BenchReport",
     "BenchResult",
+    "Conditions",
+    "Contender",
+    "Contest",
     "ProfileConfig",
     "ProfileReport",
     "TuneConfig",
     "TuneReport",
+    "Watch",
     "batch_dim",
     "bench",
+    "interval_reasons",
+    "judge",
     "profile",
+    "render_bench",
+    "render_profile",
+    "render_tune",
+    "save_arrays",
     "tune",
     "tuned_for",
 ]

@@ -100,7 +100,7 @@ class BenchConfig(Part):
         Raises:
             ConfigError: settings the installed ONNX Runtime cannot take (``check_session``).
         """
-        from onnxgate.runners._ort import check_session  # imports ONNX Runtime
+        from onnxgate.runners import check_session  # imports ONNX Runtime
 
         session = self.session.model_copy(update={"threads": threads})
         check_session(session)
@@ -332,7 +332,7 @@ def _tuned(
 ) -> tuple[LoadedModel, list[SessionSettings]]:
     """The graph and settings ``tune`` recorded for this machine (one shape: tuned at it)."""
     from onnxgate.perf._tuned import tuned_for
-    from onnxgate.runners._ort import check_session
+    from onnxgate.runners import check_session
 
     # The shape asked for picks the record; with none asked, a single record needs no picking.
     asked = bool(config.batches or config.feeds.dims)
@@ -395,8 +395,10 @@ def _bench_here(
     say: Callable[..., None],
 ) -> BenchReport:
     """Every configuration in this process, one session per thread count."""
-    from onnxgate.runners import open_runner
-    from onnxgate.runners._ort import runtime_version  # imports ONNX Runtime
+    from onnxgate.runners import (
+        open_runner,
+        runtime_version,  # imports ONNX Runtime
+    )
 
     results: list[BenchResult] = []
     warnings: list[str] = []
@@ -499,7 +501,7 @@ def _bench_workers(
         other = load_model(Path(config.vs))
         name = str(other.path)
 
-    from onnxgate.runners._ort import resolved_wire
+    from onnxgate.runners import resolved_wire
 
     def sides(option: SessionSettings) -> list[Contender]:
         ours = Contender(

@@ -88,7 +88,7 @@ class Contender:
             if self.runtime is not None:
                 from onnxgate.compat.runtime import RuntimeSpec
                 from onnxgate.contract_store import contract_tensorrt
-                from onnxgate.runners._ort import check_session, with_tensorrt
+                from onnxgate.runners import check_session, with_tensorrt
                 from onnxgate.settings import SessionSettings
 
                 request["package"] = RuntimeSpec.parse(self.runtime).package
@@ -123,7 +123,7 @@ def _error(answer: Mapping[str, Any], label: str) -> GateError:
     name = str(answer.get("error"))
     refused = answer.get("refused")
     if isinstance(refused, Mapping):  # the settings applier's refusal, inside another runtime
-        from onnxgate.runners._refusal import refusal
+        from onnxgate.runners import refusal
 
         return refusal(refused, runtime=str(answer.get("runtime") or label), what=label)
     kind = getattr(errors, name, None)

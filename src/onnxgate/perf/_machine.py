@@ -38,7 +38,7 @@ def fingerprint(providers: Sequence[str] | None = None) -> Machine:
         providers: the providers the settings are for (resolved names, CPU last); the ones
             requested by default, i.e. CPU only.
     """
-    from onnxgate.runners._ort import resolved_providers, runtime_version  # imports ONNX Runtime
+    from onnxgate.runners import resolved_providers, runtime_version  # imports ONNX Runtime
 
     resolved = resolved_providers(list(providers or ()))
     cpu, cores, runtime = cpu_model(), usable_cpus(), runtime_version()

@@ -34,7 +34,16 @@ from onnxgate.data import Sample, load_feeds, validate_feeds
 from onnxgate.errors import ConfigError, FeedError, RunFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._bench import synthetic_sample
-from onnxgate.placement import MEMCPY, _trace
+from onnxgate.placement import (
+    MEMCPY,
+    NodeEvent,
+    TensorType,
+    load_trace,
+    node_events,
+    run_windows,
+    window_of,
+    within,
+)
 from onnxgate.settings import FeedSettings, Part, SessionSettings
 
 log = logging.getLogger(__name__)
@@ -83,7 +92,7 @@ class ProfileConfig(Part):
         Raises:
             ConfigError: a level, thread count or provider option it cannot take.
         """
-        from onnxgate.runners._ort import check_session  # imports ONNX Runtime
+        from onnxgate.runners import check_session  # imports ONNX Runtime
 
         check_session(self.session)
         return self.session
@@ -194,14 +203,14 @@ def bridge(op_type: str, provider: str) -> tuple[str, str]:
     return CPU, provider
 
 
-def _shapes(types: Iterable[_trace.TensorType]) -> list[TensorShape]:
+def _shapes(types: Iterable[TensorType]) -> list[TensorShape]:
     return [TensorShape(dtype=t.dtype, shape=list(t.shape)) for t in types]
 
 
 def _shares(
-    calls: list[_trace.NodeEvent], key: Callable[[_trace.NodeEvent], str], runs: int, total: int
+    calls: list[NodeEvent], key: Callable[[NodeEvent], str], runs: int, total: int
 ) -> list[TimeShare]:
-    groups: dict[str, list[_trace.NodeEvent]] = {}
+    groups: dict[str, list[NodeEvent]] = {}
     for call in calls:
         groups.setdefault(key(call), []).append(call)
     rows = []
@@ -223,7 +232,7 @@ def _windows(
     events: list[dict[str, Any]], warmup: int, runs: int, notes: list[str]
 ) -> list[tuple[int, int]]:
     """The ``model_run`` windows of the profiled runs: the last ``runs`` of them."""
-    windows = _trace.run_windows(events)
+    windows = run_windows(events)
     made = warmup + runs
     if len(windows) >= made:
         return windows[-runs:]
@@ -242,11 +251,11 @@ def _windows(
     return kept
 
 
-def _spread(calls: list[_trace.NodeEvent], windows: list[tuple[int, int]]) -> list[str]:
+def _spread(calls: list[NodeEvent], windows: list[tuple[int, int]]) -> list[str]:
     """A note when one counted run took far longer than the median run (whole, or in kernels)."""
     kernels = [0] * len(windows)
     for call in calls:
-        index = _trace.window_of(call.ts, windows)
+        index = window_of(call.ts, windows)
         if index is not None:
             kernels[index] += call.dur
     whole = [end - start for start, end in windows]
@@ -266,7 +275,7 @@ def _spread(calls: list[_trace.NodeEvent], windows: list[tuple[int, int]]) -> li
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 
 
-def _self_time(calls: list[_trace.NodeEvent], notes: list[str]) -> list[_trace.NodeEvent]:
+def _self_time(calls: list[NodeEvent], notes: list[str]) -> list[NodeEvent]:
     """Calls with a control-flow node's time reduced to its own, so nothing counts twice.
 
     ONNX Runtime records the nodes of an If/Loop/Scan body as calls of their own *and* the
@@ -322,9 +331,9 @@ def report_from_trace(
     notes = list(notes)
     kept = _windows(events, warmup, runs, notes)
     counted = len(kept)
-    calls = _self_time(_trace.within(_trace.node_events(events), kept), notes)
+    calls = _self_time(within(node_events(events), kept), notes)
     total = sum(c.dur for c in calls)
-    per_node: dict[tuple[str, str, str], list[_trace.NodeEvent]] = {}
+    per_node: dict[tuple[str, str, str], list[NodeEvent]] = {}
     for call in calls:
         per_node.setdefault((call.node, call.op_type, call.provider), []).append(call)
     rows: list[NodeTime] = []
@@ -405,7 +414,7 @@ def _sample(
 
 def _read_trace(path: Path, what: Path) -> list[dict[str, Any]]:
     try:
-        return _trace.load(str(path))
+        return load_trace(str(path))
     except (OSError, ValueError) as err:
         raise RunFailed(
             f"ONNX Runtime's profile of {what} at {path} cannot be read: {err}."
@@ -445,8 +454,7 @@ def profile(
         ProviderUnavailable: a requested provider is not in this ONNX Runtime build (exit 3).
         RunFailed: ONNX Runtime cannot create a session for the model or run it.
     """
-    from onnxgate.runners import open_runner
-    from onnxgate.runners._ort import OrtRunner, runtime_version  # imports ONNX Runtime
+    from onnxgate.runners import OrtRunner, open_runner, runtime_version  # imports ONNX Runtime
 
     config = config or ProfileConfig()
     options = config.checked_session()

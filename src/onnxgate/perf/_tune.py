@@ -383,8 +383,10 @@ def tune(
         ParityError: the model as given does not even agree with itself under the defaults.
         RunFailed: ONNX Runtime cannot run the model.
     """
-    from onnxgate.runners import open_runner  # imports ONNX Runtime
-    from onnxgate.runners._ort import resolved_providers
+    from onnxgate.runners import (
+        open_runner,  # imports ONNX Runtime
+        resolved_providers,
+    )
 
     config = config or TuneConfig()
     now = clock or time.monotonic

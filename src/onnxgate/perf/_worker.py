@@ -34,7 +34,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from onnxgate.errors import GateError, InternalError, first_line
-from onnxgate.runners import _protocol
+from onnxgate.runners import UnknownRequest, private_stdout, serve_requests
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
 """The onnxgate package folder: frames inside it are where an internal error happened."""
@@ -52,8 +52,7 @@ class _Worker:
 
         self.close()
         if request.get("onnx"):
-            from onnxgate.runners import open_runner
-            from onnxgate.runners._ort import check_session, runtime_version
+            from onnxgate.runners import check_session, open_runner, runtime_version
             from onnxgate.settings import SessionSettings
 
             options = SessionSettings.from_wire(request.get("settings") or {})
@@ -148,7 +147,7 @@ def _error_answer(error: GateError) -> dict[str, Any]:
 def _failure(error: Exception, op: object) -> dict[str, Any]:
     if isinstance(error, GateError):
         return _error_answer(error)
-    if isinstance(error, _protocol.UnknownRequest):
+    if isinstance(error, UnknownRequest):
         return _error_answer(InternalError(f"a timing worker was sent an {error}."))
     # the runners wrap foreign errors: anything else is ours
     return _error_answer(internal_error(error, op))
@@ -159,14 +158,14 @@ def serve(requests: TextIO, answers: TextIO) -> None:
     worker = _Worker()
     handlers = {"load": worker.load, "feeds": worker.set_feeds, "run": worker.run}
     try:
-        _protocol.serve(requests, answers, handlers, _failure)
+        serve_requests(requests, answers, handlers, _failure)
     finally:
         worker.close()
 
 
 def main() -> None:
     """Answer on a private copy of stdout, with fd 1 sent to stderr."""
-    serve(sys.stdin, _protocol.private_stdout())
+    serve(sys.stdin, private_stdout())
 
 
 if __name__ == "__main__":

@@ -7,5 +7,29 @@ from onnxgate.placement._placement import (
     PlacementReport,
     placement,
 )
+from onnxgate.placement._render import render_text
+from onnxgate.placement._trace import (
+    NodeEvent,
+    TensorType,
+    node_events,
+    run_windows,
+    window_of,
+    within,
+)
+from onnxgate.placement._trace import load as load_trace
 
-__all__ = ["MEMCPY", "NodePlacement", "PlacementConfig", "PlacementReport", "placement"]
+__all__ = [
+    "MEMCPY",
+    "NodeEvent",
+    "NodePlacement",
+    "PlacementConfig",
+    "PlacementReport",
+    "TensorType",
+    "load_trace",
+    "node_events",
+    "placement",
+    "render_text",
+    "run_windows",
+    "window_of",
+    "within",
+]

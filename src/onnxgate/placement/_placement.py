@@ -18,8 +18,7 @@ from onnxgate.contract_store import contract_dims
 from onnxgate.data import Sample, load_feeds, synthetic_samples, validate_feeds
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.runners import Script, run_script
-from onnxgate.runners._refusal import refusal
+from onnxgate.runners import Script, refusal, run_script
 from onnxgate.settings import FeedSettings, Part, SessionSettings
 
 log = logging.getLogger(__name__)
@@ -183,7 +182,7 @@ def placement(
     session = config.session
     if not session.providers and require:
         session = session.model_copy(update={"providers": (require,)})
-    from onnxgate.runners._ort import check_session, resolved_wire  # imports ONNX Runtime
+    from onnxgate.runners import check_session, resolved_wire  # imports ONNX Runtime
 
     check_session(session)
     spec = RuntimeSpec.parse(config.runtime)

@@ -18,6 +18,7 @@ from onnxgate.quantize._config import (
     resolve,
 )
 from onnxgate.quantize._quantize import quantize
+from onnxgate.quantize._render import render_text
 from onnxgate.quantize._report import (
     Attempt,
     DataInfo,
@@ -51,5 +52,6 @@ __all__ = [
     "cpu_features",
     "detect_preset",
     "quantize",
+    "render_text",
     "resolve",
 ]

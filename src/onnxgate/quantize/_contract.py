@@ -24,10 +24,11 @@ from onnxgate.contract import (
     Provenance,
     SecondOpinion,
     cross_check,
+    output_extents,
+    rule_findings,
+    rules_for,
     write_contract,
 )
-from onnxgate.contract._golden import rules_for
-from onnxgate.contract._hollow import output_extents, rule_findings
 from onnxgate.contract_store import sha256_file
 from onnxgate.data import Sample
 from onnxgate.errors import ConfigError

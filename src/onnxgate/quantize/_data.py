@@ -19,6 +19,7 @@ from onnxgate._pathtext import shown
 from onnxgate._words import setting
 from onnxgate.data import (
     Sample,
+    feed_dims,
     feeds_digest,
     json_array,
     load_feeds,
@@ -28,7 +29,6 @@ from onnxgate.data import (
     read_text,
     validate_feeds,
 )
-from onnxgate.data._feeds import feed_dims
 from onnxgate.errors import ConfigError, FeedError, first_line
 from onnxgate.model import Signature
 

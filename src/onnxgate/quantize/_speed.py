@@ -33,7 +33,7 @@ from onnxgate.contract import SIDECAR, contract_dims
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.model import LoadedModel, Signature
-from onnxgate.perf._stats import interval_reasons, judge
+from onnxgate.perf import interval_reasons, judge
 from onnxgate.quantize import _data
 from onnxgate.quantize._config import QuantizeConfig, Settings
 from onnxgate.quantize._report import (
@@ -46,8 +46,7 @@ from onnxgate.quantize._report import (
 )
 
 if TYPE_CHECKING:
-    from onnxgate.perf import ProfileReport
-    from onnxgate.perf._contention import Conditions
+    from onnxgate.perf import Conditions, ProfileReport
 
 log = logging.getLogger(__name__)
 
@@ -290,8 +289,7 @@ def measure(
     Raises:
         GateError: a worker failed (its class kept: ``RunFailed``, ``InternalError`` ...).
     """
-    from onnxgate.perf._contention import Watch
-    from onnxgate.perf._contest import Contender, Contest
+    from onnxgate.perf import Contender, Contest, Watch
 
     labels = [label for label in ("float", "quantised", "all-int8") if label in paths]
     contenders = [Contender(LABELS[label], onnx=Path(paths[label])) for label in labels]
@@ -478,8 +476,7 @@ def profile_cost(
     Raises:
         GateError: ONNX Runtime could not profile a model.
     """
-    from onnxgate.perf import ProfileConfig, profile
-    from onnxgate.perf._contest import save_arrays
+    from onnxgate.perf import ProfileConfig, profile, save_arrays
     from onnxgate.settings import FeedSettings
 
     with tempfile.TemporaryDirectory(prefix="onnxgate-quantize-profile-") as folder:

@@ -26,6 +26,14 @@ from onnxgate.registry._records import (
     parse_ref,
 )
 from onnxgate.registry._registry import Registry, open_registry
+from onnxgate.registry._render import (
+    render_detail,
+    render_fetch,
+    render_fsck,
+    render_models,
+    render_promoted,
+    render_versions,
+)
 
 __all__ = [
     "ArtefactRecord",
@@ -43,4 +51,10 @@ __all__ = [
     "VersionDetail",
     "open_registry",
     "parse_ref",
+    "render_detail",
+    "render_fetch",
+    "render_fsck",
+    "render_models",
+    "render_promoted",
+    "render_versions",
 ]

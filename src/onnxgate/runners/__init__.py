@@ -6,11 +6,16 @@ Runtime, and the PyTorch and scikit-learn adapters import their frameworks only 
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from onnxgate.runners import _onnxruntime, _openvino
 from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
+from onnxgate.runners._protocol import UnknownRequest, private_stdout
+from onnxgate.runners._protocol import serve as serve_requests
 from onnxgate.runners._reference import ReferenceRunner
+from onnxgate.runners._reference_fixes import known_deviations, schema_version
+from onnxgate.runners._refusal import refusal
 from onnxgate.runners._runtimes import (
     RunExtras,
     Runtime,
@@ -23,17 +28,30 @@ from onnxgate.runners._runtimes import (
 )
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
 from onnxgate.runners._spec import SPEC_HELP, make_runner
-from onnxgate.runners._torch import TorchRunner, load_entry
+from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB, triton_parameters
+from onnxgate.runners._torch import TorchRunner, import_root, load_entry
 
 # Every runtime kind, once; the order is the one `runtime` errors list packages in.
 register(_onnxruntime.ONNXRUNTIME, _openvino.OPENVINO, _onnxruntime.PLATFORM_BUILDS)
 
 if TYPE_CHECKING:
-    from onnxgate.runners._ort import OrtRunner
+    from onnxgate.runners._isolated import IsolatedOrtRunner
+    from onnxgate.runners._ort import (
+        OrtRunner,
+        check_session,
+        label,
+        resolved_providers,
+        resolved_wire,
+        runtime_version,
+        with_tensorrt,
+    )
 
 __all__ = [
+    "PRECISIONS",
     "SPEC_HELP",
+    "WORKSPACE_MB",
     "Inference",
+    "IsolatedOrtRunner",
     "OrtRunner",
     "ReferenceRunner",
     "RunExtras",
@@ -45,19 +63,50 @@ __all__ = [
     "SklearnRunner",
     "TensorTap",
     "TorchRunner",
+    "UnknownRequest",
+    "check_session",
+    "import_root",
+    "known_deviations",
+    "label",
     "load_entry",
     "load_estimator",
     "make_runner",
     "open_runner",
+    "private_stdout",
+    "refusal",
     "register",
+    "resolved_providers",
+    "resolved_wire",
     "run_script",
+    "runtime_version",
+    "schema_version",
+    "serve_requests",
+    "triton_parameters",
+    "with_tensorrt",
     "worker_command",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "OrtRunner":
-        from onnxgate.runners import _ort
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "OrtRunner",
+            "check_session",
+            "label",
+            "resolved_providers",
+            "resolved_wire",
+            "runtime_version",
+            "with_tensorrt",
+        ),
+        "_ort",
+    ),
+    "IsolatedOrtRunner": "_isolated",
+}
+"""Names imported on first use, by module: the ONNX Runtime adapter (importing it starts ONNX
+Runtime) and the isolated runner (it imports ``compat.runtime``, which imports this package)."""
 
-        return _ort.OrtRunner
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"onnxgate.runners.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'onnxgate.runners' has no attribute {name!r}")

@@ -180,7 +180,7 @@ def _feeds_first(model: LoadedModel, feeds: Mapping[str, Any], failure: Referenc
     """
     import numpy as np
 
-    from onnxgate.data._dims import describe_shapes, unnamed_dims
+    from onnxgate.data import describe_shapes, unnamed_dims
     from onnxgate.errors import RunFailed, SessionFailed
     from onnxgate.runners._runtimes import open_runner
     from onnxgate.settings import SessionSettings

@@ -11,13 +11,17 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from onnxgate.serve._predictor import Counts, Predictor, PredictorConfig, Proof
+from onnxgate.serve._maps import map_labels
+from onnxgate.serve._predictor import Counts, Predictor, PredictorConfig, Proof, batch_axis
+from onnxgate.serve._source import Source, resolve
+from onnxgate.serve._tensors import OIP_OF
 from onnxgate.serve._types import InferRequest, InferResponse, RequestTensor
 
 if TYPE_CHECKING:
     from onnxgate.serve._hub import Hub, ModelSettings, ServeConfig
 
 __all__ = [
+    "OIP_OF",
     "Counts",
     "Hub",
     "InferRequest",
@@ -28,6 +32,10 @@ __all__ = [
     "Proof",
     "RequestTensor",
     "ServeConfig",
+    "Source",
+    "batch_axis",
+    "map_labels",
+    "resolve",
     "serve",
 ]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from onnx import GraphProto, helper
 
-from onnxgate.compare._metrics import as_array, reorder
+from onnxgate.compare import as_array, reorder
 from onnxgate.model import TensorSpec
 
 

@@ -28,8 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec
-from onnxgate.contract import SIDECAR, Admission, admit, shown
-from onnxgate.contract._verify import Cell, placement_cell
+from onnxgate.contract import SIDECAR, Admission, Cell, admit, placement_cell, shown
 from onnxgate.contract_store import contract_extras
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
@@ -230,7 +229,7 @@ class Predictor:
         from onnxgate.runners import OrtRunner, open_runner  # imports ONNX Runtime
 
         loaded = load_model(path)
-        from onnxgate.runners._ort import label
+        from onnxgate.runners import label
 
         name = f"onnxruntime[{label(options)}]"
         runner = cast(OrtRunner, open_runner(loaded, options, extras=contract_extras(name=name)))
@@ -449,7 +448,7 @@ def _datatype(name: str, array: np.ndarray) -> str:
 
 def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:
     """The session settings and the graph to run: gated providers, tuned settings if they apply."""
-    from onnxgate.runners._ort import check_session  # imports ONNX Runtime
+    from onnxgate.runners import check_session  # imports ONNX Runtime
 
     session = config.session
     notes = []
@@ -464,7 +463,7 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings,
     if config.tuned and explicit:
         notes.append(f"tuned settings not used: session settings were given ({options.describe()})")
     elif config.tuned:
-        from onnxgate.perf._tuned import tuned_for
+        from onnxgate.perf import tuned_for
 
         try:
             settings, path = tuned_for(source.model, objective=config.objective)

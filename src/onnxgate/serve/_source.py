@@ -132,8 +132,7 @@ def from_registry(
         RegistryUnreachable: the registry cannot be opened.
         ArtefactCorrupt: a fetched file does not match its sha256.
     """
-    from onnxgate.registry import open_registry
-    from onnxgate.registry._records import parse_ref
+    from onnxgate.registry import open_registry, parse_ref
 
     ref = registry_ref(ref)
     _, which = parse_ref(ref)
