@@ -181,15 +181,6 @@ def test_an_import_of_another_package_s_private_module_is_a_reach_in(
     assert "mid.py:3  pkg.mid -> pkg.low._impl  module" in text
 
 
-# reach-ins still in the tree, each with what removes it
-PENDING_REACH_INS = {
-    # runners._runtimes (the runner factory's registry) sits below compat in _layers.py, so
-    # compat cannot import it through onnxgate.runners (a layer above, and a circle); it needs a
-    # public module name of its own (runners/runtimes.py) once the factory work settles
-    ("onnxgate.compat.runtime", "onnxgate.runners._runtimes"),
-}
-
-
 def test_onnxgate_s_layers_hold() -> None:
     """The real tree, against its declaration: no import points up a layer, none closes a circle.
 
@@ -199,8 +190,6 @@ def test_onnxgate_s_layers_hold() -> None:
     """
     src = ROOT / "src" / "onnxgate"
     report = layers_tool.analyse(src, layers_tool.read_layers(src / "_layers.py"))
-    pending = [r for r in report["reach_ins"] if (r["source"], r["target"]) in PENDING_REACH_INS]
-    report = {**report, "reach_ins": [r for r in report["reach_ins"] if r not in pending]}
     assert layers_tool.passed(report), layers_tool.render(report)
     assert report["upward"] == [] and report["cycles"] == []
     assert report["unplaced"] == [] and report["stale"] == []
@@ -216,5 +205,4 @@ def test_no_package_reaches_into_another_s_private_modules() -> None:
     """
     src = ROOT / "src" / "onnxgate"
     report = layers_tool.analyse(src, layers_tool.read_layers(src / "_layers.py"))
-    found = {(r["source"], r["target"]) for r in report["reach_ins"]}
-    assert found == PENDING_REACH_INS, layers_tool.render(report)
+    assert report["reach_ins"] == [], layers_tool.render(report)

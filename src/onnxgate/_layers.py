@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("data",),
     # the runner protocol and the runner factory's registry of runtime kinds: compat reads the
     # registered packages; each registration (in ``runners``) brings its own opener
-    ("runners._base", "runners._runtimes", "runners._tensorrt"),
+    ("runners._base", "runners.runtimes", "runners._tensorrt"),
     ("compat",),
     # the shared parts every step's config is built from (session settings, feeds, tolerances)
     ("settings",),

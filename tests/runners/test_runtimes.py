@@ -12,11 +12,11 @@ from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.contract_store import contract_extras, contract_tensorrt
 from onnxgate.errors import ConfigError, InternalError
 from onnxgate.model import load_model
-from onnxgate.runners import OrtRunner, RunExtras, _runtimes, open_runner, worker_command
+from onnxgate.runners import OrtRunner, RunExtras, open_runner, runtimes, worker_command
 from onnxgate.runners._isolated import IsolatedOrtRunner
 from onnxgate.runners._onnxruntime import open_ort, ort_script, ort_worker
 from onnxgate.runners._openvino import OPENVINO
-from onnxgate.runners._runtimes import (
+from onnxgate.runners.runtimes import (
     Provider,
     Runtime,
     Script,
@@ -113,7 +113,7 @@ def test_a_script_runs_by_path_in_another_release_s_environment():
 
     answer = run_script(ECHO, {"n": 1}, {"x": np.arange(2)}, runtime="onnxruntime==1.24.4")
     assert answer["request"] == {"n": 1} and answer["arrays"] == {"x": [0, 1]}
-    assert answer["python"] == str(ensure_env(_runtimes.RuntimeSpec.parse("onnxruntime==1.24.4")))
+    assert answer["python"] == str(ensure_env(runtimes.RuntimeSpec.parse("onnxruntime==1.24.4")))
 
 
 def test_provider_lists_are_openvino_s_registration_in_the_order_they_always_had(monkeypatch):
@@ -129,7 +129,7 @@ def test_provider_lists_are_openvino_s_registration_in_the_order_they_always_had
     assert "--runtime onnxruntime-openvino==X.Y.Z" in _provider_hint(ov)
     assert ov in gpu_providers()
     # without its registration, nothing outside runners/_openvino.py knows OpenVINO
-    monkeypatch.setattr(_runtimes, "_REGISTERED", [r for r in registered() if r is not OPENVINO])
+    monkeypatch.setattr(runtimes, "_REGISTERED", [r for r in registered() if r is not OPENVINO])
     assert ov not in provider_packages() and ov not in gpu_providers()
     assert provided_by(ov) == "a build of ONNX Runtime that includes it"
     assert _provider_hint(ov).startswith("Remove it from --providers")
@@ -145,8 +145,8 @@ def test_a_new_runtime_is_one_registration_every_list_reads(monkeypatch):
         "NpuExecutionProvider", "onnxruntime-npu", accelerator=True, kernel_registry=False
     )
     kind = Runtime("npu", ("onnxruntime-npu",), open_ort, ort_worker, ort_script, (npu,))
-    monkeypatch.setattr(_runtimes, "_REGISTERED", list(registered()))
-    _runtimes.register(kind)
+    monkeypatch.setattr(runtimes, "_REGISTERED", list(registered()))
+    runtimes.register(kind)
     assert packages()[-1] == "onnxruntime-npu"
     assert runtime_of(RuntimeSpec.parse("onnxruntime-npu==1.0.0")) is kind
     assert list(provider_packages())[-1] == npu.name and provided_by(npu.name) == "onnxruntime-npu"
@@ -154,4 +154,4 @@ def test_a_new_runtime_is_one_registration_every_list_reads(monkeypatch):
     assert npu.name in gpu_providers()
     assert no_kernel_registry() == ("OpenVINOExecutionProvider", npu.name)
     with pytest.raises(ValueError, match="registered twice"):
-        _runtimes.register(kind)
+        runtimes.register(kind)

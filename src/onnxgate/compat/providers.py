@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from onnxgate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from onnxgate.runners._runtimes import Provider
+    from onnxgate.runners.runtimes import Provider
 
 CPU = "CPUExecutionProvider"
 
@@ -49,9 +49,9 @@ __all__ = [
 
 
 def registered_providers() -> tuple[Provider, ...]:
-    """The providers the registered runtime kinds bring (``runners/_runtimes.py``)."""
+    """The providers the registered runtime kinds bring (``runners/runtimes.py``)."""
     # imported here: the runners package, which registers them, imports this module
-    from onnxgate.runners._runtimes import providers
+    from onnxgate.runners.runtimes import providers
 
     return providers()
 

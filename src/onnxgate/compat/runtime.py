@@ -39,7 +39,7 @@ from onnxgate.compat.versions import (
     release_key,
 )
 from onnxgate.errors import GateError, RuntimeEnvError
-from onnxgate.runners._runtimes import RuntimeSpec, no_kernel_registry, packages
+from onnxgate.runners.runtimes import RuntimeSpec, no_kernel_registry, packages
 
 log = logging.getLogger(__name__)
 

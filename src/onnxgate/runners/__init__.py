@@ -16,7 +16,11 @@ from onnxgate.runners._protocol import serve as serve_requests
 from onnxgate.runners._reference import ReferenceRunner
 from onnxgate.runners._reference_fixes import known_deviations, schema_version
 from onnxgate.runners._refusal import refusal
-from onnxgate.runners._runtimes import (
+from onnxgate.runners._sklearn import SklearnRunner, load_estimator
+from onnxgate.runners._spec import SPEC_HELP, make_runner
+from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB, triton_parameters
+from onnxgate.runners._torch import TorchRunner, import_root, load_entry
+from onnxgate.runners.runtimes import (
     RunExtras,
     Runtime,
     RuntimeSpec,
@@ -26,10 +30,6 @@ from onnxgate.runners._runtimes import (
     run_script,
     worker_command,
 )
-from onnxgate.runners._sklearn import SklearnRunner, load_estimator
-from onnxgate.runners._spec import SPEC_HELP, make_runner
-from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB, triton_parameters
-from onnxgate.runners._torch import TorchRunner, import_root, load_entry
 
 # Every runtime kind, once; the order is the one `runtime` errors list packages in.
 register(_onnxruntime.ONNXRUNTIME, _openvino.OPENVINO, _onnxruntime.PLATFORM_BUILDS)

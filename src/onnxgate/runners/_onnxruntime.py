@@ -1,4 +1,4 @@
-"""ONNX Runtime's own packages, registered with the runner factory (``_runtimes.py``).
+"""ONNX Runtime's own packages, registered with the runner factory (``runtimes.py``).
 
 The installed runtime runs in this process (``OrtRunner``); another release or package runs in
 its isolated environment (``IsolatedOrtRunner``), and its timing worker there is a script that
@@ -23,8 +23,8 @@ import numpy as np
 from onnxgate.errors import InternalError, RunFailed
 from onnxgate.model import LoadedModel
 from onnxgate.runners._base import Runner
-from onnxgate.runners._runtimes import RunExtras, Runtime, RuntimeSpec, Script
 from onnxgate.runners._tensorrt import TENSORRT
+from onnxgate.runners.runtimes import RunExtras, Runtime, RuntimeSpec, Script
 
 
 def _is_tensorrt(provider: str) -> bool:

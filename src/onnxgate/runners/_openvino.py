@@ -11,7 +11,7 @@ kernel registry crashes (signal 11 in ``get_all_opkernel_def``, seen in onnxrunt
 from __future__ import annotations
 
 from onnxgate.runners._onnxruntime import open_ort, ort_script, ort_worker
-from onnxgate.runners._runtimes import Provider, Runtime
+from onnxgate.runners.runtimes import Provider, Runtime
 
 PROVIDER = "OpenVINOExecutionProvider"
 

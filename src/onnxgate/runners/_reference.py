@@ -182,7 +182,7 @@ def _feeds_first(model: LoadedModel, feeds: Mapping[str, Any], failure: Referenc
 
     from onnxgate.data import describe_shapes, unnamed_dims
     from onnxgate.errors import RunFailed, SessionFailed
-    from onnxgate.runners._runtimes import open_runner
+    from onnxgate.runners.runtimes import open_runner
     from onnxgate.settings import SessionSettings
 
     signature = Signature.from_graph(model.proto.graph)

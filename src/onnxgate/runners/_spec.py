@@ -8,7 +8,7 @@ from pathlib import Path
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Runner
-from onnxgate.runners._runtimes import RunExtras, open_runner
+from onnxgate.runners.runtimes import RunExtras, open_runner
 from onnxgate.settings import SessionSettings
 
 SPEC_HELP = (
