@@ -148,7 +148,8 @@ def test_a_write_the_record_does_not_declare_is_logged(
     caplog.clear()  # the warning is the point here: conftest._declared_writes must not see it
 
 
-def test_export_declares_the_external_data_it_copies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("out", ["run", "project/../run"])
+def test_export_declares_the_external_data_it_copies(tmp_path: Path, out: str) -> None:
     import onnx
 
     from models import mlp
@@ -165,7 +166,8 @@ def test_export_declares_the_external_data_it_copies(tmp_path: Path) -> None:
     config.write_text(
         f'version = 1\n[model]\nname = "net"\nsource = "net.onnx"\n{steps}', encoding="utf-8"
     )
-    report = run_gate(config, out=tmp_path / "run", cache=False)
+    (tmp_path / "project").mkdir()
+    report = run_gate(config, out=tmp_path / out, cache=False)  # a run folder spelt with ..
     export = report.step("export")
     assert export is not None and export.passed, export
     # conftest._declared_writes fails this test if export wrote a file it does not declare

@@ -155,3 +155,23 @@ def test_a_new_runtime_is_one_registration_every_list_reads(monkeypatch):
     assert no_kernel_registry() == ("OpenVINOExecutionProvider", npu.name)
     with pytest.raises(ValueError, match="registered twice"):
         runtimes.register(kind)
+
+
+def test_a_spec_of_no_registered_package_is_a_config_error():
+    with pytest.raises(ConfigError, match="not an ONNX Runtime package"):
+        runtimes.runtime_of(RuntimeSpec("onnxruntime-npu", "1.0.0"))
+
+
+def test_files_only_this_process_writes_are_refused_for_another_runtime(tmp_path):
+    loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
+    extras = RunExtras(save_optimized=tmp_path / "opt.onnx")
+    with pytest.raises(InternalError, match="installed ONNX Runtime"):
+        open_runner(loaded, None, runtime="onnxruntime==1.20.1", extras=extras)
+
+
+def test_an_ort_spec_names_providers_without_options(tmp_path):
+    from onnxgate.runners import make_runner
+
+    loaded = load_model(save(mlp(), tmp_path / "mlp.onnx"))
+    with pytest.raises(ConfigError, match="'cpu:foo=1' is not an ONNX Runtime execution provider"):
+        make_runner("ort:cpu:foo=1", loaded)

@@ -157,6 +157,7 @@ def bench_command(
     created or a run failed, on either side; 2 bad options or inputs, or --tuned settings that do
     not apply; 3 a requested provider or extra is missing, or a provider did not start.
     """
+    settings = session.settings()  # first, as the session flags have always been refused
     config = build(
         BenchConfig,
         batches=tuple(_ints(batch, "--batch")),
@@ -165,7 +166,7 @@ def bench_command(
         warmup=warmup,
         runs=runs,
         budget=budget,
-        session=session.settings(),
+        session=settings,
         vs=vs,
         tuned=tuned,
         objective=objective,

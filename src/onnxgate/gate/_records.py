@@ -45,7 +45,8 @@ def _model_files(model: Path) -> list[Path]:
         refs = load_model(model).external_data
     except (GateError, OSError):  # a model the step failed on: its own error says why
         refs = []
-    data = [Path(os.path.normpath(model.parent / ref.location)) for ref in refs]
+    # only the location is normalised: the run folder keeps its own spelling (``../runs``)
+    data = [model.parent / os.path.normpath(ref.location) for ref in refs]
     return [model, *data, *contract_paths(model)]
 
 

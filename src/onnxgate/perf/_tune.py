@@ -384,6 +384,7 @@ def tune(
         RunFailed: ONNX Runtime cannot run the model.
     """
     from onnxgate.runners import (
+        check_session,
         open_runner,  # imports ONNX Runtime
         resolved_providers,
     )
@@ -525,7 +526,9 @@ def tune(
         grid = list(unique.values())
 
         def describe(c: Candidate) -> str:
-            return f"{c.graph}; {SessionSettings.from_wire(c.settings).describe()}"
+            settings = SessionSettings.from_wire(c.settings)
+            check_session(settings)  # before the line that names them, as ever
+            return f"{c.graph}; {settings.describe()}"
 
         def in_process(c: Candidate, runs: int) -> list[float]:
             options = SessionSettings.from_wire(c.settings)

@@ -62,6 +62,12 @@ def open_ort(model: LoadedModel, settings: Any, spec: RuntimeSpec, extras: RunEx
         )
     from onnxgate.runners._isolated import IsolatedOrtRunner
 
+    if extras.save_optimized is not None or extras.profile_prefix is not None:
+        raise InternalError(
+            f"save_optimized and profile_prefix are for the installed ONNX Runtime; {spec} "
+            "runs in its own environment.",
+            hint="Refuse the combination where the user gave it, as compare does.",
+        )
     return IsolatedOrtRunner(
         model,
         spec,

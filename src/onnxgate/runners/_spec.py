@@ -40,7 +40,7 @@ def make_runner(
     Raises:
         ConfigError: the spec names nothing runnable.
     """
-    from onnxgate.runners._ort import OPT_LEVELS, label
+    from onnxgate.runners._ort import OPT_LEVELS, label, resolved_providers
 
     base = session or SessionSettings()
     kind, _, rest = spec.partition(":")
@@ -53,6 +53,7 @@ def make_runner(
         providers = tuple(i.strip() for i in rest.split(",") if i.strip() and i not in levels)
         if len(levels) > 1:
             raise ConfigError(f"runner {spec!r} names more than one optimisation level.")
+        resolved_providers(providers)  # names only, as ever: ``ort:cpu:k=v`` is no provider
         # flat: replacing the providers keeps the options the given ones named inline
         settings = base.flat().model_copy(
             update={

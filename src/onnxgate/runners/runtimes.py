@@ -194,8 +194,18 @@ def no_kernel_registry() -> tuple[str, ...]:
 
 
 def runtime_of(spec: RuntimeSpec) -> Runtime:
-    """The kind a spec names (the installed runtime is ONNX Runtime's package)."""
-    return next(r for r in _REGISTERED if spec.package in r.packages)
+    """The kind a spec names (the installed runtime is ONNX Runtime's package).
+
+    Raises:
+        ConfigError: no registered kind has the spec's package (a spec built by hand).
+    """
+    for runtime in _REGISTERED:
+        if spec.package in runtime.packages:
+            return runtime
+    raise ConfigError(
+        f"runtime package {spec.package!r} is not an ONNX Runtime package.",
+        hint=f"Use one of: {', '.join(packages())}.",
+    )
 
 
 def open_runner(
