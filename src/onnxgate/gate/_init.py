@@ -353,42 +353,28 @@ def _compare_against(probe: Probe | None) -> str:
     )
 
 
-def starter_config(
-    source: str,
-    runtimes: Sequence[str] = (),
-    *,
-    base: Path | None = None,
-    inputs: str | Path | None = None,
-    dims: Mapping[str, Sequence[int]] | None = None,
-    ranges: Mapping[str, str] | None = None,
-    seed: int = 0,
-    probe: bool | Probe = True,
-    on_note: Callable[[str], None] | None = None,
-) -> str:
-    """The text of a starter ``gate.toml`` for ``source``.
+_MODEL_EXTRA = {
+    "onnx": "",
+    "torch": (
+        "# dynamic axes, as `export torch --dynamic`:\n"
+        '# dynamic = ["input_ids:0=batch", "input_ids:1=seq"]\n'
+        '# output_names = ["logits"]\n'
+        "# opset = 18                 # default: the exporter's, capped by the oldest target\n"
+    ),
+    "sklearn": (
+        'data = "rows.npz"            # the rows the conversion is proved on (required)\n'
+        "# trust_pickle = false       # a pickled estimator runs code: only files you made\n"
+    ),
+}
+"""The ``[model]`` keys a starter shows for each kind of source, beyond name and source."""
 
-    Paths inside ``base`` (the config's folder) are written relative to it.
 
-    Args:
-        source: an .onnx file, ``torch:package.module:factory`` or ``sklearn:estimator.joblib``.
-        runtimes: other runtimes the model must run on (``onnxruntime==1.20.1``).
-        base: the config's folder.
-        inputs: real inputs for every step, written as ``[feeds] inputs``.
-        dims: the serving range of free dimensions, ``{name: [MIN, MAX]}`` or ``[SIZE]``
-            (``INPUT[AXIS]`` for a dimension without a name), written as ``[feeds] dims``.
-        ranges: value ranges per input for synthetic feeds (``"LOW:HIGH"``), ``[feeds] ranges``.
-        seed: the synthetic feeds' seed, ``[feeds] seed``.
-        probe: run an .onnx model once first (``_probe.probe``) and set what it finds; False
-            writes the defaults; a ``Probe`` already made is used as is.
-        on_note: called with each thing the user should know (ONNX Runtime cannot run the feeds,
-            the reference evaluator cannot run the model), as the starter's comments say it.
+def _source_kind(source: str) -> str:
+    """``onnx``, ``torch`` or ``sklearn``, from the source's form.
 
     Raises:
-        ConfigError: the source is not an .onnx file, ``torch:`` entry or ``sklearn:`` file; a
-            dimension is not ``[MIN, MAX]`` or names nothing in the model.
-        ModelLoadError: the .onnx file cannot be read.
+        ConfigError: the source is none of them.
     """
-    note = on_note or (lambda message: None)
     kind = (
         "torch"
         if source.startswith("torch:")
@@ -401,54 +387,42 @@ def starter_config(
             f"{source!r} is not an .onnx file, torch:package.module:factory or "
             "sklearn:estimator.joblib."
         )
-    dims = {name: list(sizes) for name, sizes in (dims or {}).items()}
-    for name, sizes in dims.items():
+    return kind
+
+
+def _serving_dims(dims: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+    """Each free dimension's serving range as a list, refused unless ``[MIN, MAX]`` or ``[SIZE]``.
+
+    Raises:
+        ConfigError: naming ``feeds.dims`` and the dimension.
+    """
+    dims_ = {name: list(sizes) for name, sizes in (dims or {}).items()}
+    for name, sizes in dims_.items():
         if not 1 <= len(sizes) <= 2 or sizes != sorted(sizes) or min(sizes) < 1:
             raise ConfigError(
                 f"feeds.dims {name}={','.join(map(str, sizes))} is not MIN,MAX or SIZE with "
                 "sizes of 1 or more, MIN first.",
                 field="feeds.dims",
             )
-    found: Probe | None = probe if isinstance(probe, Probe) else None
-    free: list[str] | None = None
-    if kind == "onnx":
-        _, others = _batch_and_dims(source)
-        if probe is True:
-            found = run_probe(
-                source,
-                inputs=Path(inputs) if inputs is not None else None,
-                dims=dims,
-                ranges=ranges,
-                seed=seed,
-            )
-        free = found.free if found is not None else others
-        source = _relative(source, base)
-    else:
-        others = []
-    if found is not None:
-        _tell(found, note, given=inputs is not None or bool(dims))
-    feeds = _feeds_table(
-        found,
-        free,
-        inputs=_relative(inputs, base) if inputs is not None else None,
-        dims=dims,
-        ranges=dict(ranges or {}),
-        seed=seed,
-    )
+    return dims_
+
+
+def _starter_text(
+    kind: str,
+    source: str,
+    found: Probe | None,
+    feeds: str,
+    *,
+    runtimes: Sequence[str],
+    others: Sequence[str],
+) -> str:
+    """The starter file: every step's table, with what the probe ``found`` set and said.
+
+    ``source`` as written in the file, ``feeds`` the ``[feeds]`` table, ``others`` the model's
+    free dimensions read from its file (the first one shows in ``[steps.bench]``).
+    """
     targets = ["installed", *runtimes]
-    model_extra = {
-        "onnx": "",
-        "torch": (
-            "# dynamic axes, as `export torch --dynamic`:\n"
-            '# dynamic = ["input_ids:0=batch", "input_ids:1=seq"]\n'
-            '# output_names = ["logits"]\n'
-            "# opset = 18                 # default: the exporter's, capped by the oldest target\n"
-        ),
-        "sklearn": (
-            'data = "rows.npz"            # the rows the conversion is proved on (required)\n'
-            "# trust_pickle = false       # a pickled estimator runs code: only files you made\n"
-        ),
-    }[kind]
+    model_extra = _MODEL_EXTRA[kind]
     bench_dims = "".join(f"# dims = {{ {toml_key(d)} = [128] }}\n" for d in others[:1])
     return f"""\
 # onnxgate gate config: `onnxgate gate gate.toml` runs every step below, writes a run folder
@@ -522,6 +496,73 @@ alias = "champion"
 [output]
 dir = "gate-runs"
 """
+
+
+def starter_config(
+    source: str,
+    runtimes: Sequence[str] = (),
+    *,
+    base: Path | None = None,
+    inputs: str | Path | None = None,
+    dims: Mapping[str, Sequence[int]] | None = None,
+    ranges: Mapping[str, str] | None = None,
+    seed: int = 0,
+    probe: bool | Probe = True,
+    on_note: Callable[[str], None] | None = None,
+) -> str:
+    """The text of a starter ``gate.toml`` for ``source``.
+
+    Paths inside ``base`` (the config's folder) are written relative to it.
+
+    Args:
+        source: an .onnx file, ``torch:package.module:factory`` or ``sklearn:estimator.joblib``.
+        runtimes: other runtimes the model must run on (``onnxruntime==1.20.1``).
+        base: the config's folder.
+        inputs: real inputs for every step, written as ``[feeds] inputs``.
+        dims: the serving range of free dimensions, ``{name: [MIN, MAX]}`` or ``[SIZE]``
+            (``INPUT[AXIS]`` for a dimension without a name), written as ``[feeds] dims``.
+        ranges: value ranges per input for synthetic feeds (``"LOW:HIGH"``), ``[feeds] ranges``.
+        seed: the synthetic feeds' seed, ``[feeds] seed``.
+        probe: run an .onnx model once first (``_probe.probe``) and set what it finds; False
+            writes the defaults; a ``Probe`` already made is used as is.
+        on_note: called with each thing the user should know (ONNX Runtime cannot run the feeds,
+            the reference evaluator cannot run the model), as the starter's comments say it.
+
+    Raises:
+        ConfigError: the source is not an .onnx file, ``torch:`` entry or ``sklearn:`` file; a
+            dimension is not ``[MIN, MAX]`` or names nothing in the model.
+        ModelLoadError: the .onnx file cannot be read.
+    """
+    note = on_note or (lambda message: None)
+    kind = _source_kind(source)
+    dims = _serving_dims(dims)
+    found: Probe | None = probe if isinstance(probe, Probe) else None
+    free: list[str] | None = None
+    if kind == "onnx":
+        _, others = _batch_and_dims(source)
+        if probe is True:
+            found = run_probe(
+                source,
+                inputs=Path(inputs) if inputs is not None else None,
+                dims=dims,
+                ranges=ranges,
+                seed=seed,
+            )
+        free = found.free if found is not None else others
+        source = _relative(source, base)
+    else:
+        others = []
+    if found is not None:
+        _tell(found, note, given=inputs is not None or bool(dims))
+    feeds = _feeds_table(
+        found,
+        free,
+        inputs=_relative(inputs, base) if inputs is not None else None,
+        dims=dims,
+        ranges=dict(ranges or {}),
+        seed=seed,
+    )
+    return _starter_text(kind, source, found, feeds, runtimes=runtimes, others=others)
 
 
 def _tell(probe: Probe, note: Callable[[str], None], *, given: bool) -> None:

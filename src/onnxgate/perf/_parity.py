@@ -86,7 +86,7 @@ def expected(contract: Contract | None, loaded: LoadedModel, signature: Signatur
 
 @dataclass(frozen=True)
 class Parity:
-    """What every candidate is compared with: the reference outputs, on which samples, by which rules."""
+    """What every candidate is compared with: the reference outputs, their samples, the rules."""
 
     golden: GoldenRunner
     samples: list[Sample]
