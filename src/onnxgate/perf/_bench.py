@@ -17,6 +17,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -500,15 +501,65 @@ def _bench_workers(
     if config.vs is not None and not config.vs.startswith("torch:"):
         other = load_model(Path(config.vs))
         name = str(other.path)
+    sides = _Sides(loaded, config, spec.installed, str(spec), known, other, name)
+    races = _race(sides, options, samples, batch_name, say)
+    ours_loaded = races.loaded[0]
+    vs = None
+    if config.vs is not None:
+        vs = Contestant(
+            name=str(name), runtime=str(races.loaded[1]["runtime"]), results=races.theirs
+        )
+    alone = "in a worker process inside the runtime's isolated environment; per configuration "
+    conditions = races.conditions
+    return BenchReport(
+        model=str(loaded.path),
+        runtime=str(ours_loaded["runtime"]),
+        providers=list(ours_loaded.get("providers", [])),
+        optimization=options[0].opt_level,
+        session=dict(ours_loaded.get("settings") or options[0].wire()),
+        method=(
+            alone + "an uncounted warm-up, then timed runs"
+            if config.vs is None
+            else "each side in a worker process of its own; per configuration an uncounted "
+            "warm-up, then slices of about 0.2 s in turn, the order flipping every round (A B, "
+            "B A, ...), with a 50 ms pause between slices"
+        ),
+        results=races.results,
+        vs=vs,
+        ratio=races.ratios,
+        warnings=races.notes
+        + races.warnings
+        + _unreliable(conditions)
+        + _wide(races.ratios, conditions),
+        conditions=conditions,
+        reliable=conditions.reliable,
+    )
 
-    from onnxgate.runners import resolved_wire
 
-    def sides(option: SessionSettings) -> list[Contender]:
+@dataclass(frozen=True)
+class _Sides:
+    """Who races at one session configuration: the model, then the contender (``vs``), if any."""
+
+    loaded: LoadedModel
+    config: BenchConfig
+    installed: bool
+    """The model runs on the installed runtime (else in ``runtime``'s isolated environment)."""
+    runtime: str
+    known: list[str] | None
+    """The providers the other runtime has (None: the installed one's)."""
+    other: LoadedModel | None
+    """The contender's .onnx file (None: no contender, or a torch one)."""
+    name: str | None
+
+    def __call__(self, option: SessionSettings) -> list[Contender]:
+        from onnxgate.runners import resolved_wire
+
+        config, other, name = self.config, self.other, self.name
         ours = Contender(
-            str(loaded.path),
-            onnx=loaded.path,
-            settings=resolved_wire(option, known),
-            runtime=None if spec.installed else str(spec),
+            str(self.loaded.path),
+            onnx=self.loaded.path,
+            settings=resolved_wire(option, self.known),
+            runtime=None if self.installed else self.runtime,
         )
         if config.vs is None:
             return [ours]
@@ -516,19 +567,44 @@ def _bench_workers(
             theirs = Contender(
                 str(name),
                 torch=config.vs.removeprefix("torch:"),
-                signature=loaded.path,
+                signature=self.loaded.path,
                 threads=option.threads,
             )
         else:
             # on another runtime, the providers were asked of it: the contender runs here on its own
             own = (
                 option
-                if spec.installed
+                if self.installed
                 else option.model_copy(update={"providers": (), "provider_options": {}})
             )
             theirs = Contender(str(name), onnx=other.path, settings=own.wire())
         return [ours, theirs]
 
+
+@dataclass(frozen=True)
+class _Races:
+    """Every configuration and sample raced: each side's results, the ratios, what was noted."""
+
+    results: list[BenchResult]
+    theirs: list[BenchResult]
+    ratios: list[Ratio]
+    """Judged: with their intervals and verdicts."""
+    warnings: list[str]
+    notes: list[str]
+    conditions: Conditions
+    loaded: list[dict[str, Any]]
+    """What each side's worker loaded, at the last configuration."""
+
+
+def _race(
+    sides: _Sides,
+    options: Sequence[SessionSettings],
+    samples: Sequence[Sample],
+    batch_name: str | None,
+    say: Callable[..., None],
+) -> _Races:
+    """Race the sides at every configuration on every sample, in one contest, watched."""
+    config, other, name = sides.config, sides.other, sides.name
     results: list[BenchResult] = []
     theirs_results: list[BenchResult] = []
     ratios: list[Ratio] = []
@@ -586,33 +662,7 @@ def _bench_workers(
         _judged(ratio, theirs, ours, conditions)
         for ratio, (theirs, ours) in zip(ratios, raced, strict=True)
     ]
-    ours_loaded = loaded_sides[0]
-    vs = None
-    if config.vs is not None:
-        vs = Contestant(
-            name=str(name), runtime=str(loaded_sides[1]["runtime"]), results=theirs_results
-        )
-    alone = "in a worker process inside the runtime's isolated environment; per configuration "
-    return BenchReport(
-        model=str(loaded.path),
-        runtime=str(ours_loaded["runtime"]),
-        providers=list(ours_loaded.get("providers", [])),
-        optimization=options[0].opt_level,
-        session=dict(ours_loaded.get("settings") or options[0].wire()),
-        method=(
-            alone + "an uncounted warm-up, then timed runs"
-            if config.vs is None
-            else "each side in a worker process of its own; per configuration an uncounted "
-            "warm-up, then slices of about 0.2 s in turn, the order flipping every round (A B, "
-            "B A, ...), with a 50 ms pause between slices"
-        ),
-        results=results,
-        vs=vs,
-        ratio=ratios,
-        warnings=notes + warnings + _unreliable(conditions) + _wide(ratios, conditions),
-        conditions=conditions,
-        reliable=conditions.reliable,
-    )
+    return _Races(results, theirs_results, ratios, warnings, notes, conditions, loaded_sides)
 
 
 def _judged(
