@@ -176,7 +176,6 @@ def test_a_bad_session_flag_exits_2_on_every_command_that_has_it(tmp_path):
         assert "--opt-level 'turbo'" in json.loads(result.stdout)["message"]
 
 
-
 def test_session_flags_are_refused_before_the_command_s_other_flags(tmp_path):
     # bench builds its session first, as every command always has: a bad --batch waits
     model = save(mlp(), tmp_path / "mlp.onnx")

@@ -7,7 +7,7 @@ import pytest
 
 from models import mlp, save
 from onnxgate.perf import BenchConfig, bench
-from onnxgate.perf._bench import KEPT_LATENCIES, kept_latencies
+from onnxgate.perf._bench_records import KEPT_LATENCIES, kept_latencies
 
 
 def test_every_timed_run_is_kept_and_the_figures_are_theirs(tmp_path):

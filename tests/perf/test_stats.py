@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from onnxgate.perf._bench import BenchReport, BenchResult, Contestant, Ratio
+from onnxgate.perf._bench_records import BenchReport, BenchResult, Contestant, Ratio
 from onnxgate.perf._contention import judge as conditions
 from onnxgate.perf._render import render_bench
 from onnxgate.perf._stats import judge

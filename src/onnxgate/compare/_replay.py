@@ -16,7 +16,7 @@ replay says which side the specification supports.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -216,26 +216,6 @@ def replay(
     outputs = [tensor_error(n, a_out[n], b_out[n], config) for n in judged]
     worst = max((t.max_abs or 0.0 for t in outputs), default=0.0)
     if not all(t.agrees for t in outputs):
-        failing = [t for t in outputs if not t.agrees]
-        counts = ", ".join(f"{t.name}: {t.mismatches} of {t.elements}" for t in failing)
-        measured = f"max_abs {worst:.3g} ({counts} element(s) outside the tolerance)"
-        attributes = _differing_attributes(node, counterpart)
-        changed = _differing_weights(mine, theirs)
-        if attributes:
-            statement = (
-                f"{label} differs between the two files (attribute(s) {', '.join(attributes)}); "
-                f"replayed alone on identical inputs its outputs differ by {measured}"
-            )
-        elif changed:
-            statement = (
-                f"{label} reads different weights in the two files ({', '.join(changed)}); "
-                f"replayed alone on identical inputs its outputs differ by {measured}"
-            )
-        else:
-            statement = (
-                f"the two implementations of {label} disagree on identical inputs: {measured}"
-                + _deviation_words(deviation)
-            )
         return Replay(
             operator=label,
             verdict="differs on identical inputs",
@@ -243,7 +223,9 @@ def replay(
             input_difference=drift,
             output_difference=worst,
             deviation=deviation,
-            statement=statement,
+            statement=_difference(
+                label, node, counterpart, mine, theirs, outputs, worst, deviation
+            ),
         )
     agree = f"on identical inputs both implementations of {label} agree (max_abs {worst:.3g})"
     if drift == 0:
@@ -268,24 +250,7 @@ def replay(
     carried = [tensor_error(n, moved[n], b_out[n], config) for n in judged if n in moved]
     grown = max((t.max_abs or 0.0 for t in carried), default=0.0)
     ratio = grown / drift
-    if all(t.agrees for t in carried):
-        verdict, words = (
-            "not reproduced alone",
-            f"on the candidate's inputs (which differed by {drift:.3g}) its outputs stay within "
-            f"the tolerance (max_abs {grown:.3g}): the difference is not this node's doing",
-        )
-    elif ratio > 1:
-        verdict, words = (
-            "amplified",
-            f"its inputs differed by {drift:.3g} and the node amplified that to {grown:.3g} "
-            f"(x{ratio:.3g})",
-        )
-    else:
-        verdict, words = (
-            "carried through",
-            f"its inputs differed by {drift:.3g} and the node carried that through ({grown:.3g}, "
-            f"x{ratio:.3g}) past the tolerance of its outputs",
-        )
+    verdict, words = _drift_verdict(carried, drift, grown, ratio)
     return Replay(
         operator=label,
         verdict=verdict,
@@ -295,6 +260,61 @@ def replay(
         ratio=ratio,
         deviation=deviation,
         statement=f"{agree}; {words}",
+    )
+
+
+def _difference(
+    label: str,
+    node: NodeProto,
+    counterpart: NodeProto,
+    mine: LoadedModel,
+    theirs: LoadedModel,
+    outputs: Sequence[Any],
+    worst: float,
+    deviation: KnownDeviation | None,
+) -> str:
+    """Why the node differs on identical inputs (by ``worst``): attributes, weights or kernels."""
+    failing = [t for t in outputs if not t.agrees]
+    counts = ", ".join(f"{t.name}: {t.mismatches} of {t.elements}" for t in failing)
+    measured = f"max_abs {worst:.3g} ({counts} element(s) outside the tolerance)"
+    attributes = _differing_attributes(node, counterpart)
+    changed = _differing_weights(mine, theirs)
+    if attributes:
+        return (
+            f"{label} differs between the two files (attribute(s) {', '.join(attributes)}); "
+            f"replayed alone on identical inputs its outputs differ by {measured}"
+        )
+    if changed:
+        return (
+            f"{label} reads different weights in the two files ({', '.join(changed)}); "
+            f"replayed alone on identical inputs its outputs differ by {measured}"
+        )
+    return (
+        f"the two implementations of {label} disagree on identical inputs: {measured}"
+        + _deviation_words(deviation)
+    )
+
+
+def _drift_verdict(
+    carried: Sequence[Any], drift: float, grown: float, ratio: float
+) -> tuple[str, str]:
+    """What the node made of its inputs' drift (``drift``, grown to ``grown``): verdict, words."""
+    if all(t.agrees for t in carried):
+        return (
+            "not reproduced alone",
+            f"on the candidate's inputs (which differed by {drift:.3g}) its outputs stay within "
+            f"the tolerance (max_abs {grown:.3g}): the difference is not this node's doing",
+        )
+    if ratio > 1:
+        return (
+            "amplified",
+            f"its inputs differed by {drift:.3g} and the node amplified that to {grown:.3g} "
+            f"(x{ratio:.3g})",
+        )
+    return (
+        "carried through",
+        f"its inputs differed by {drift:.3g} and the node carried that through ({grown:.3g}, "
+        f"x{ratio:.3g}) past the tolerance of its outputs",
     )
 
 

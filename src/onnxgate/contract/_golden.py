@@ -6,6 +6,7 @@ import hashlib
 import io
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -280,6 +281,84 @@ def write_contract(
     signature = Signature.from_graph(loaded.proto.graph)
     config = config or Tolerances()
     say = progress or (lambda message: log.info("%s", message))
+    made = _run_reference(reference, samples, signature, outputs=outputs, say=say)
+    if not made.last_outputs:
+        raise ConfigError(
+            f"{shown(loaded.path)}: no output is a tensor ({', '.join(sorted(made.skipped))}), so there is no "
+            "golden value to keep."
+        )
+    if batch is not None:
+        _check_batch(batch, signature, made.produced, where=shown(loaded.path))
+    rules = rules_for(signature, made.last_outputs, config)
+    where = shown(store.location(loaded.path))
+    # the floors need the golden values, so the reference has run; the second opinion has not
+    if not allow_weak_rules:
+        refuse_hollow(
+            rule_findings(rules, output_extents(made.samples, made.arrays)),
+            where,
+            allow_weak_rules=False,
+        )
+    if isinstance(second_opinion, SecondOpinion):
+        opinion = second_opinion
+    elif second_opinion is not None:
+        opinion = cross_check(reference, second_opinion, made.produced, signature, rules, say)
+    else:
+        opinion = SecondOpinion(detail="none taken")
+    data = _npz_bytes(made.arrays)
+    # everything the contract needs is computed before either file is written
+    contract = _contract_record(
+        loaded,
+        signature,
+        made,
+        golden_path=golden_path,
+        data=data,
+        produced_by=reference.name,
+        rules=rules,
+        opinion=opinion,
+        provenance=provenance,
+        lineage=lineage,
+        batch=batch,
+        dims_why=dims_why,
+    )
+    refuse_hollow(
+        contract_findings(contract, signature, made.arrays),
+        where,
+        allow_weak_rules=allow_weak_rules,
+    )
+    contract = sign_new(contract)
+    store.write(loaded.path, contract, data)
+    return contract
+
+
+@dataclass(frozen=True)
+class _Made:
+    """What the reference made of the samples: the golden file's arrays and their records."""
+
+    arrays: dict[str, np.ndarray]
+    """``s<index>/in/<input>`` and ``s<index>/out/<output>``: the golden file's contents."""
+    samples: list[GoldenSample]
+    skipped: set[str]
+    """Outputs not kept: not asked for, or not a tensor."""
+    last_outputs: dict[str, np.ndarray]
+    """The outputs kept from the last sample (the rules are made for them)."""
+    produced: list[tuple[Sample, dict[str, np.ndarray]]]
+    """Each sample, at the sizes its arrays have, with the outputs kept."""
+
+
+def _run_reference(
+    reference: Runner,
+    samples: Sequence[Sample],
+    signature: Signature,
+    *,
+    outputs: Collection[str] | None,
+    say: Callable[[str], None],
+) -> _Made:
+    """Run the reference on every sample; keep its tensor outputs (only ``outputs``, if given).
+
+    Raises:
+        FeedError: a sample does not fit the model.
+        RunFailed: the reference cannot run the model.
+    """
     arrays: dict[str, np.ndarray] = {}
     golden: list[GoldenSample] = []
     skipped: set[str] = set()
@@ -317,40 +396,40 @@ def write_contract(
                     outputs=list(kept),
                 )
             )
-    if not last_outputs:
-        raise ConfigError(
-            f"{shown(loaded.path)}: no output is a tensor ({', '.join(sorted(skipped))}), so there is no "
-            "golden value to keep."
-        )
-    if batch is not None:
-        _check_batch(batch, signature, produced, where=shown(loaded.path))
-    rules = rules_for(signature, last_outputs, config)
-    where = shown(store.location(loaded.path))
-    # the floors need the golden values, so the reference has run; the second opinion has not
-    if not allow_weak_rules:
-        refuse_hollow(
-            rule_findings(rules, output_extents(golden, arrays)), where, allow_weak_rules=False
-        )
-    if isinstance(second_opinion, SecondOpinion):
-        opinion = second_opinion
-    elif second_opinion is not None:
-        opinion = cross_check(reference, second_opinion, produced, signature, rules, say)
-    else:
-        opinion = SecondOpinion(detail="none taken")
-    data = _npz_bytes(arrays)
-    # everything the contract needs is computed before either file is written
+    return _Made(arrays, golden, skipped, last_outputs, produced)
+
+
+def _contract_record(
+    loaded: LoadedModel,
+    signature: Signature,
+    made: _Made,
+    *,
+    golden_path: Path,
+    data: bytes,
+    produced_by: str,
+    rules: list[OutputRule],
+    opinion: SecondOpinion,
+    provenance: Provenance | None,
+    lineage: dict[str, Any] | None,
+    batch: str | None,
+    dims_why: Mapping[str, str] | None,
+) -> Contract:
+    """The contract of ``loaded``: its identity, signature, requirements and golden record.
+
+    ``data`` is the golden file's bytes (its sha256 is recorded), ``golden_path`` where they go.
+    """
     info = describe(loaded)
     model_identity = identity(loaded)
     min_runtime = info.min_runtime.get("onnxruntime")
-    contract = Contract(
+    return Contract(
         model=recordable(loaded.path.name, loaded.path),
         identity=model_identity,
         signature=SignatureContract(
             inputs=list(signature.inputs),
             outputs=list(signature.outputs),
-            dims=dim_bounds(list(signature.inputs), [g.dims for g in golden], dims_why),
+            dims=dim_bounds(list(signature.inputs), [g.dims for g in made.samples], dims_why),
             batch=batch,
-            observed=observed_shapes(signature, produced),
+            observed=observed_shapes(signature, made.produced),
             values={
                 n: ValueBound(low=r.low, high=r.high, why=r.why)
                 for n, r in chosen_ranges(signature, loaded.proto, None).items()
@@ -368,19 +447,13 @@ def write_contract(
         golden=Golden(
             file=recordable(golden_path.name, golden_path),
             sha256=hashlib.sha256(data).hexdigest(),
-            produced_by=reference.name,
-            samples=golden,
+            produced_by=produced_by,
+            samples=made.samples,
             rules=rules,
-            skipped_outputs=sorted(skipped),
+            skipped_outputs=sorted(made.skipped),
             second_opinion=opinion,
         ),
     )
-    refuse_hollow(
-        contract_findings(contract, signature, arrays), where, allow_weak_rules=allow_weak_rules
-    )
-    contract = sign_new(contract)
-    store.write(loaded.path, contract, data)
-    return contract
 
 
 def _check_batch(

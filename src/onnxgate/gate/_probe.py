@@ -364,36 +364,19 @@ def probe(
             seconds=time.perf_counter() - clock,
         )
     feeds = "; ".join(_shapes(s) for s in samples)
-    timed: list[tuple[float, Sample]] = []
-    try:
-        with open_runner(loaded) as runner:
-            for sample in samples:
-                try:
-                    result = runner.infer(sample.feeds)
-                except GateError as error:
-                    cause = error.__cause__
-                    why = first_line(cause, 600) if cause is not None else error.message
-                    return Probe(
-                        feeds=feeds,
-                        runtime=runtime,
-                        free=free,
-                        ort_error=f"{_shapes(sample)}: {why}",
-                        reference_error=unknown,
-                        reference_skipped=None if unknown else "ONNX Runtime failed on the feeds",
-                        seconds=time.perf_counter() - clock,
-                    )
-                timed.append((result.latency_ns / 1e9, sample))
-    except SessionFailed as error:
+    ran = _run_onnxruntime(loaded, samples)
+    if ran.error is not None:
         return Probe(
             feeds=feeds,
             runtime=runtime,
             free=free,
-            loads=False,
-            ort_error=first_line(error.message, 400),
+            loads=ran.loads,
+            ort_error=ran.error,
             reference_error=unknown,
-            reference_skipped=None if unknown else "ONNX Runtime does not load the model",
-            seconds=time.perf_counter() - clock,
+            reference_skipped=None if unknown else ran.skipped,
+            seconds=ran.at - clock,
         )
+    timed = ran.timed
     if unknown is not None:
         return Probe(
             feeds, runtime, free, reference_error=unknown, seconds=time.perf_counter() - clock
@@ -423,34 +406,9 @@ def probe(
     differ: dict[str, Disagreement] = {}
     ran_on: list[Sample] = []
     if error is None and skipped is None:
-        from onnxgate.settings import SessionSettings
-
-        # the export's second opinion: does it confirm the evaluator's golden outputs? On every
-        # sample the budget allows (a larger batch shows more of the noise: silero-vad's did)
-        others = sorted(
-            (t for t in timed if t[1] is not smallest),
-            key=lambda t: sum(np.size(v) for v in t[1].feeds.values()),
+        differ, ran_on = _second_opinion(
+            loaded, path, smallest, outputs, timed, budget=reference_budget, began=began
         )
-        try:
-            with open_runner(loaded, SessionSettings(opt_level="disable")) as runner:
-                sample = smallest
-                ran_on.append(sample)
-                while True:
-                    second = runner.infer(sample.feeds).outputs
-                    for found in disagreements(outputs, second):
-                        held = differ.get(found.output)
-                        if held is None or _worse(found, held):
-                            differ[found.output] = found
-                    left = reference_budget - (time.perf_counter() - began)
-                    if not others or others[0][0] * REFERENCE_SLOWDOWN > left:
-                        break
-                    sample = others.pop(0)[1]
-                    failed, late, outputs, _ = _reference(path, sample, left)
-                    if failed is not None or late is not None:
-                        break  # the smallest sample ran: the evaluator's verdict stands
-                    ran_on.append(sample)
-        except GateError:  # the export step reports it, with its own message
-            pass
     return Probe(
         feeds,
         runtime,
@@ -464,6 +422,102 @@ def probe(
         sample_seconds=None if error is not None else took,
         sample_estimated=skipped is not None,
     )
+
+
+@dataclass(frozen=True)
+class _OrtRun:
+    """ONNX Runtime on every sample: the seconds each took, or why it failed and when."""
+
+    timed: list[tuple[float, Sample]]
+    error: str | None = None
+    """Why ONNX Runtime did not run the feeds, or None."""
+    loads: bool = True
+    skipped: str = ""
+    """Why the evaluator is then not run."""
+    at: float = 0.0
+    """``time.perf_counter()`` when it failed."""
+
+
+def _run_onnxruntime(loaded: LoadedModel, samples: Sequence[Sample]) -> _OrtRun:
+    """Run ONNX Runtime on every sample, in one session, until one fails."""
+    from onnxgate.runners import open_runner
+
+    timed: list[tuple[float, Sample]] = []
+    try:
+        with open_runner(loaded) as runner:
+            for sample in samples:
+                try:
+                    result = runner.infer(sample.feeds)
+                except GateError as error:
+                    cause = error.__cause__
+                    why = first_line(cause, 600) if cause is not None else error.message
+                    return _OrtRun(
+                        timed,
+                        error=f"{_shapes(sample)}: {why}",
+                        skipped="ONNX Runtime failed on the feeds",
+                        at=time.perf_counter(),
+                    )
+                timed.append((result.latency_ns / 1e9, sample))
+    except SessionFailed as error:
+        return _OrtRun(
+            timed,
+            error=first_line(error.message, 400),
+            loads=False,
+            skipped="ONNX Runtime does not load the model",
+            at=time.perf_counter(),
+        )
+    return _OrtRun(timed)
+
+
+def _second_opinion(
+    loaded: LoadedModel,
+    path: Path,
+    smallest: Sample,
+    outputs: Mapping[str, object],
+    timed: Sequence[tuple[float, Sample]],
+    *,
+    budget: float,
+    began: float,
+) -> tuple[dict[str, Disagreement], list[Sample]]:
+    """Does the export's second opinion confirm the evaluator's golden outputs?
+
+    ONNX Runtime with graph optimisations off against the evaluator's ``outputs`` on
+    ``smallest``, then on every larger sample the budget (from ``began``) allows, the
+    evaluator run on each (a larger batch shows more of the noise: silero-vad's did).
+
+    Returns:
+        The worst disagreement per output, and the samples compared.
+    """
+    from onnxgate.runners import open_runner
+    from onnxgate.settings import SessionSettings
+
+    differ: dict[str, Disagreement] = {}
+    ran_on: list[Sample] = []
+    others = sorted(
+        (t for t in timed if t[1] is not smallest),
+        key=lambda t: sum(np.size(v) for v in t[1].feeds.values()),
+    )
+    try:
+        with open_runner(loaded, SessionSettings(opt_level="disable")) as runner:
+            sample = smallest
+            ran_on.append(sample)
+            while True:
+                second = runner.infer(sample.feeds).outputs
+                for found in disagreements(outputs, second):
+                    held = differ.get(found.output)
+                    if held is None or _worse(found, held):
+                        differ[found.output] = found
+                left = budget - (time.perf_counter() - began)
+                if not others or others[0][0] * REFERENCE_SLOWDOWN > left:
+                    break
+                sample = others.pop(0)[1]
+                failed, late, outputs, _ = _reference(path, sample, left)
+                if failed is not None or late is not None:
+                    break  # the smallest sample ran: the evaluator's verdict stands
+                ran_on.append(sample)
+    except GateError:  # the export step reports it, with its own message
+        pass
+    return differ, ran_on
 
 
 def _ranges(

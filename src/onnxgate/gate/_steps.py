@@ -371,7 +371,7 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
     """Search session settings; record the winner in the contract for this machine."""
     from onnxgate.perf import tune as run_tune
 
-    # no batch or dims: tune on a golden sample of the contract (``_tuning_sample``), the shape
+    # no batch or dims: tune on a golden sample of the contract (``tuning_sample``), the shape
     # and data the model was proven at; [feeds] ranges and seed shape synthetic ones otherwise
     config = library_config(
         step,

@@ -1,6 +1,7 @@
 """Performance: measured honestly (bench), explained (profile) and searched for (tune)."""
 
-from onnxgate.perf._bench import NOISY_CV, BenchConfig, BenchReport, BenchResult, batch_dim, bench
+from onnxgate.perf._bench import batch_dim, bench
+from onnxgate.perf._bench_records import NOISY_CV, BenchConfig, BenchReport, BenchResult
 from onnxgate.perf._contention import Conditions, Watch
 from onnxgate.perf._contest import Contender, Contest, save_arrays
 from onnxgate.perf._profile import ProfileConfig, ProfileReport, profile

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -22,8 +23,9 @@ import numpy as np
 from onnxgate.contract import Timing
 from onnxgate.perf._contention import Conditions, Watch
 from onnxgate.perf._contest import PAUSE_S, SLICE_S
-from onnxgate.perf._search import Objective
-from onnxgate.perf._stats import Judgement
+from onnxgate.perf._fusion import AS_GIVEN
+from onnxgate.perf._search import Candidate, Objective, describe
+from onnxgate.perf._stats import Judgement, judge
 
 WORKER_START_S = 3.0
 """Seconds a contest worker takes to start (Python, onnxgate and ONNX Runtime imported) on two
@@ -246,4 +248,90 @@ def decision(
     return (
         f"defaults kept ({ours}): the winner ({theirs}) did not beat them by min_gain "
         f"{min_gain:.0%} in the final contest ({figures})"
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The final contest judged: each side's figures, and what is kept and why."""
+
+    defaults: Timing
+    best: Timing
+    ratio: float
+    interval: tuple[float, float]
+    replaced: bool
+    reliable: bool
+    """False when other load spoiled the contest: the defaults are then kept."""
+    kept: Candidate
+    decision: str
+    """Why the settings kept were kept, in one sentence."""
+
+
+def judged(
+    raced: Raced,
+    best: Candidate,
+    defaults: Candidate,
+    batch: int,
+    *,
+    objective: Objective,
+    min_gain: float,
+    seed: int,
+    dropped: str | None,
+    notes: list[str],
+) -> Outcome:
+    """The contest's judgement: the winner replaces the defaults only when judged faster.
+
+    ``best`` is ``defaults`` when the defaults were timed alone; ``dropped`` says why the
+    search's winner was not contested. What a reader of the report needs to know (a spoiled
+    contest, a gain inside the noise) goes into ``notes``.
+    """
+    latencies, best_latencies = raced.latencies[0], raced.latencies[-1]
+    spoiled = tuple(raced.conditions.reasons) if raced.conditions is not None else ()
+    reliable = not spoiled
+    default_timing = timing("defaults", defaults.settings, AS_GIVEN, latencies, batch)
+    best_timing = timing(describe(best), best.settings, best.graph, best_latencies, batch)
+    contested = best.key != defaults.key
+    verdict: Judgement | None = None
+    if contested:
+        verdict = judge(
+            latencies,
+            best_latencies,
+            objective,
+            unreliable=spoiled,
+            min_gain=min_gain,
+            seed=seed,
+        )
+        ratio, interval = verdict.ratio, verdict.interval
+    else:
+        ratio, interval = 1.0, (1.0, 1.0)
+    replaced = verdict is not None and verdict.verdict == "faster"
+    if not reliable:
+        notes.append(
+            "UNRELIABLE: the final contest was spoiled by a busy machine ("
+            + "; ".join(spoiled)
+            + "): its figures are reported, the defaults are kept; tune again on a quiet machine"
+        )
+    elif verdict is not None and not replaced:
+        notes.append(
+            f"the best candidate measured {ratio:.3f}× the defaults (90% interval "
+            f"{interval[0]:.3f}–{interval[1]:.3f}); it needs an interval above 1 and a gain of "
+            f"at least {min_gain:.0%} to replace them, so the defaults are kept"
+        )
+    sentence = decision(
+        verdict,
+        objective=objective,
+        min_gain=min_gain,
+        defaults=default_timing,
+        best=best_timing,
+        dropped=dropped,
+    )
+    return Outcome(
+        defaults=default_timing,
+        best=best_timing,
+        ratio=ratio,
+        interval=interval,
+        replaced=replaced,
+        reliable=reliable,
+        kept=best if replaced else defaults,
+        decision=sentence,
     )

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from onnxgate._rich import Lines, Unclipped, line
 from onnxgate.contract import Timing
-from onnxgate.perf._bench import BenchReport
+from onnxgate.perf._bench_records import BenchReport
 from onnxgate.perf._profile import ProfileReport, TimeShare
 from onnxgate.perf._tune import TuneReport
 

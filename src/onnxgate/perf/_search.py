@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from onnxgate.settings import SessionSettings
+
 Objective = Literal["latency", "throughput"]
 
 SPINNING = "session.intra_op.allow_spinning"
@@ -47,6 +49,20 @@ class Candidate:
     def key(self) -> tuple[str, str]:
         """Identity for deduplication."""
         return self.graph, repr(sorted(self.settings.items()))
+
+
+def describe(c: Candidate) -> str:
+    """``graph; settings`` of a candidate, as progress lines and the report name it.
+
+    Raises:
+        ConfigError: settings this ONNX Runtime refuses (``check_session``), before any line
+            names them.
+    """
+    from onnxgate.runners import check_session  # imports ONNX Runtime
+
+    settings = SessionSettings.from_wire(c.settings)
+    check_session(settings)
+    return f"{c.graph}; {settings.describe()}"
 
 
 def thread_counts(usable: int) -> list[int]:

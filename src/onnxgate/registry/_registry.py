@@ -19,6 +19,8 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -159,18 +161,46 @@ class Registry:
         document = _writes.gate_document(gate)
         passed = document["passed"]
         if alias is not None and not passed:
-            failed = [s.get("name") for s in document.get("steps", []) if not _writes.ok(s)]
-            raise PromotionRefused(
-                f"not registering {name}@{alias}: the gate did not pass"
-                + (f" (failed: {', '.join(map(str, failed))})." if failed else "."),
-                hint="Register without an alias, or fix what failed and run the gate again.",
-            )
-        if not artefacts:
-            raise ConfigError(f"registering {name}: no artefacts were given.")
-        files = {role: Path(path) for role, path in artefacts.items()}
-        for role, path in files.items():
-            if not path.is_file():
-                raise ConfigError(f"registering {name}: artefact {role!r} ({path}) is not a file.")
+            _refuse_promotion(name, alias, document)
+        files = _artefact_files(name, artefacts)
+        blobs = self._put_artefacts(name, files, document)
+        environment = document.get("environment") or {}
+        new = _NewVersion(
+            name=name,
+            passed=passed,
+            blobs=blobs,
+            document=document,
+            by=created_by or _writes.user(),
+            fingerprint=str(environment.get("fingerprint") or "unknown"),
+            provenance=dict(source) if source is not None else {"source": document.get("source")},
+            now=_writes.now(),
+            alias=alias,
+            description=description,
+            tags=tags,
+        )
+        number, _ = self._writing(new.insert)
+        log.info("registered %s@%d (%s)", name, number, "passed" if passed else "failed gate")
+        return ModelVersion(
+            name=name,
+            number=number,
+            status="ready" if passed else "failed",
+            passed=passed,
+            aliases=(alias,) if alias else (),
+            created_at=new.now,
+            created_by=new.by,
+            artefacts={role: blob.sha256 for role, (blob, _) in blobs.items()},
+        )
+
+    def _put_artefacts(
+        self, name: str, files: Mapping[str, Path], document: Mapping[str, Any]
+    ) -> dict[str, tuple[Blob, str]]:
+        """Every artefact into the store, before the transaction (see the module docstring).
+
+        Returns the blob and the file name by role.
+
+        Raises:
+            ArtefactCorrupt: an artefact is not the file the gate judged (its sha256 changed).
+        """
         judged = {
             a.get("role"): a.get("sha256")
             for a in document.get("artefacts", [])
@@ -186,76 +216,7 @@ class Registry:
                     hint="Something changed the run folder after the gate; run the gate again.",
                 )
             blobs[role] = (blob, path.name)
-        by = created_by or _writes.user()
-        environment = document.get("environment") or {}
-        fingerprint = str(environment.get("fingerprint") or "unknown")
-        provenance = dict(source) if source is not None else {"source": document.get("source")}
-        now = _writes.now()
-
-        def work(session: Session) -> tuple[int, int]:
-            model_id, number = _writes.next_number(session, name, now)
-            if description is not None:
-                session.execute(
-                    update(RegisteredModel)
-                    .where(RegisteredModel.id == model_id)
-                    .values(description=description)
-                )
-            for key, value in (tags or {}).items():
-                _writes.upsert(
-                    session,
-                    ModelTag.__table__,
-                    {"model_id": model_id, "key": str(key), "value": str(value)},
-                    ["model_id", "key"],
-                    ["value"],
-                )
-            version = ModelVersionRow(
-                model_id=model_id,
-                number=number,
-                status="ready" if passed else "failed",
-                passed=passed,
-                artefact_count=len(blobs),
-                source=provenance,
-                created_at=now,
-                created_by=by,
-            )
-            session.add(version)
-            session.flush()
-            session.add_all(
-                VersionArtefact(
-                    version_id=version.id,
-                    role=role,
-                    sha256=blob.sha256,
-                    size=blob.size,
-                    filename=filename,
-                )
-                for role, (blob, filename) in blobs.items()
-            )
-            _writes.add_run(session, version.id, document, fingerprint, now)
-            if alias is not None:
-                _writes.move_alias(
-                    session,
-                    model_id,
-                    alias,
-                    version.id,
-                    by,
-                    now,
-                    forced=False,
-                    reason="set when the version was registered",
-                )
-            return number, version.id
-
-        number, _ = self._writing(work)
-        log.info("registered %s@%d (%s)", name, number, "passed" if passed else "failed gate")
-        return ModelVersion(
-            name=name,
-            number=number,
-            status="ready" if passed else "failed",
-            passed=passed,
-            aliases=(alias,) if alias else (),
-            created_at=now,
-            created_by=by,
-            artefacts={role: blob.sha256 for role, (blob, _) in blobs.items()},
-        )
+        return blobs
 
     def record_gate_run(self, ref: str, gate: Any) -> GateRunRecord:
         """Add a later gate run over a version's artefacts (another machine's figures, say).
@@ -471,3 +432,99 @@ def open_registry(url: str | None = None, store: str | os.PathLike[str] | None =
     location.ensure()
     log.debug("opened registry %s (store %s)", _db.mask(parsed), location.root)
     return Registry(engine, parsed, location)
+
+
+def _refuse_promotion(name: str, alias: str, document: Mapping[str, Any]) -> None:
+    """Refuse ``name@alias`` for a gate that did not pass, naming the steps that failed."""
+    failed = [s.get("name") for s in document.get("steps", []) if not _writes.ok(s)]
+    raise PromotionRefused(
+        f"not registering {name}@{alias}: the gate did not pass"
+        + (f" (failed: {', '.join(map(str, failed))})." if failed else "."),
+        hint="Register without an alias, or fix what failed and run the gate again.",
+    )
+
+
+def _artefact_files(name: str, artefacts: Mapping[str, str | os.PathLike[str]]) -> dict[str, Path]:
+    """The artefacts' files by role, refused when there are none or one is not a file."""
+    if not artefacts:
+        raise ConfigError(f"registering {name}: no artefacts were given.")
+    files = {role: Path(path) for role, path in artefacts.items()}
+    for role, path in files.items():
+        if not path.is_file():
+            raise ConfigError(f"registering {name}: artefact {role!r} ({path}) is not a file.")
+    return files
+
+
+@dataclass(frozen=True)
+class _NewVersion:
+    """Everything a registration writes, computed before its one transaction starts."""
+
+    name: str
+    passed: bool
+    blobs: Mapping[str, tuple[Blob, str]]
+    """The artefacts, already in the store: blob and file name by role."""
+    document: Mapping[str, Any]
+    """The gate report, stored whole."""
+    by: str
+    fingerprint: str
+    provenance: dict[str, Any]
+    now: datetime
+    alias: str | None
+    description: str | None
+    tags: Mapping[str, str] | None
+
+    def insert(self, session: Session) -> tuple[int, int]:
+        """The transaction's work: the model's row lock and counter, then every row.
+
+        Returns the version's number and id.
+        """
+        model_id, number = _writes.next_number(session, self.name, self.now)
+        if self.description is not None:
+            session.execute(
+                update(RegisteredModel)
+                .where(RegisteredModel.id == model_id)
+                .values(description=self.description)
+            )
+        for key, value in (self.tags or {}).items():
+            _writes.upsert(
+                session,
+                ModelTag.__table__,
+                {"model_id": model_id, "key": str(key), "value": str(value)},
+                ["model_id", "key"],
+                ["value"],
+            )
+        version = ModelVersionRow(
+            model_id=model_id,
+            number=number,
+            status="ready" if self.passed else "failed",
+            passed=self.passed,
+            artefact_count=len(self.blobs),
+            source=self.provenance,
+            created_at=self.now,
+            created_by=self.by,
+        )
+        session.add(version)
+        session.flush()
+        session.add_all(
+            VersionArtefact(
+                version_id=version.id,
+                role=role,
+                sha256=blob.sha256,
+                size=blob.size,
+                filename=filename,
+            )
+            for role, (blob, filename) in self.blobs.items()
+        )
+        _writes.add_run(session, version.id, self.document, self.fingerprint, self.now)
+        if self.alias is not None:
+            _writes.move_alias(
+                session,
+                model_id,
+                self.alias,
+                version.id,
+                self.by,
+                self.now,
+                forced=False,
+                reason="set when the version was registered",
+            )
+        return number, version.id
