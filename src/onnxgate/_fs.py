@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -13,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import platformdirs
+
+from onnxgate.errors import ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,71 @@ _PARTIAL = re.compile(
 STALE_AFTER_S = 24 * 3600.0
 """A partial file older than this is stale even if a process with its writer's pid is alive
 (the pid may have been reused, or the folder is shared with another machine)."""
+
+
+_EXHAUSTED: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: (
+        "no space left on the device holding {path}",
+        "Free space on the filesystem holding {folder} (or point onnxgate at another disk) and "
+        "run again; nothing was half-written.",
+    ),
+    errno.EDQUOT: (
+        "disk quota exceeded while writing {path}",
+        "Free space within your quota on the filesystem holding {folder} (or ask for a larger "
+        "quota) and run again; nothing was half-written.",
+    ),
+    errno.EROFS: (
+        "cannot write {path}: the folder is read-only",
+        "Remount {folder} read-write or point onnxgate at a writable folder; nothing was written.",
+    ),
+    errno.EMFILE: (
+        "too many open files while opening {path}",
+        "Raise this process's open-file limit (ulimit -n) and run again; nothing was half-written.",
+    ),
+    errno.ENFILE: (
+        "the system's table of open files is full while opening {path}",
+        "Close other programs or raise the system's limit (fs.file-max) and run again; nothing "
+        "was half-written.",
+    ),
+}
+"""The errnos that mean the machine ran out of something, not that onnxgate failed."""
+
+
+def resource_error(
+    error: BaseException, path: str | os.PathLike[str] | None = None
+) -> ResourceExhausted | None:
+    """The :class:`ResourceExhausted` an ``OSError`` means, or None for any other error.
+
+    ``path`` names what was being written (a temporary file's target, not the temporary file);
+    without it, the error's own ``filename``.
+    """
+    if not isinstance(error, OSError) or error.errno not in _EXHAUSTED:
+        return None
+    where = path if path is not None else error.filename
+    shown = os.fsdecode(where) if where is not None else "a file"
+    folder = (os.path.dirname(shown) or shown) if where is not None else "the folder written to"
+    message, hint = _EXHAUSTED[error.errno]
+    return ResourceExhausted(
+        f"{message.format(path=shown)} ({error.strerror or os.strerror(error.errno)}).",
+        hint=hint.format(folder=folder),
+        path=shown if where is not None else None,
+    )
+
+
+@contextmanager
+def exhaustion_as_error(path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Turn an ``OSError`` of exhaustion in the block into :class:`ResourceExhausted`.
+
+    Whatever the block must undo (a temporary file, a transaction) it undoes itself, in its
+    own ``finally`` or ``except``; this only renames the error once that is done.
+    """
+    try:
+        yield
+    except OSError as error:
+        exhausted = resource_error(error, path)
+        if exhausted is None:
+            raise
+        raise exhausted from error
 
 
 def cache_dir() -> Path:
@@ -67,16 +135,17 @@ def staged_file(target: Path) -> Iterator[Path]:
     without an exception the file gets the usual mode, is fsynced and renamed over ``target``;
     otherwise it is removed, and ``target`` is untouched.
     """
-    fd, name = open_partial(target, target.suffix)  # held open: its lock says "being written"
-    tmp = Path(name)
-    try:
-        yield tmp
-        public_mode(tmp)
-        fsync_file(tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-        os.close(fd)
+    with exhaustion_as_error(target):
+        fd, name = open_partial(target, target.suffix)  # held open: its lock says "being written"
+        tmp = Path(name)
+        try:
+            yield tmp
+            public_mode(tmp)
+            fsync_file(tmp)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+            os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -84,16 +153,20 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
     Writes a temporary file in the same folder, flushes and fsyncs it, then renames it over the
     target, which POSIX makes atomic.
+
+    A full disk, quota or open-file table, or a read-only folder, is
+    :class:`~onnxgate.errors.ResourceExhausted`, raised after the temporary file is removed.
     """
     target = Path(path)
-    fd, tmp = open_partial(target, "")
-    with os.fdopen(fd, "wb") as handle:  # closed, and so unlocked, after the rename
+    with exhaustion_as_error(target):
+        fd, tmp = open_partial(target, "")
         try:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            public_mode(tmp)
-            os.replace(tmp, target)
+            with os.fdopen(fd, "wb") as handle:  # closed, and so unlocked, after the rename
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+                public_mode(tmp)
+                os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

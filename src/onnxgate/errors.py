@@ -124,6 +124,26 @@ class EnvironmentProblem(GateError):
     code = "environment"
 
 
+class ResourceExhausted(EnvironmentProblem):
+    """A write met a full disk, a full quota, a read-only folder or the open-file limit.
+
+    ENOSPC, EDQUOT, EROFS, EMFILE, ENFILE, or SQLite's "database or disk is full": the user's
+    condition to fix, not a bug (exit 3). Raised where onnxgate writes (``onnxgate._fs.resource_error`` builds it from an ``OSError``),
+    after the write is undone: temporary files removed, the database transaction rolled back.
+    ``path`` is the file or folder being written.
+    """
+
+    code = "resource-exhausted"
+
+    def __init__(self, message: str, *, hint: str | None = None, path: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+    def to_dict(self) -> dict[str, object]:
+        """The error as a JSON-ready mapping, with the path being written."""
+        return super().to_dict() | {"path": self.path}
+
+
 class RuntimeEnvError(EnvironmentProblem):
     """An isolated ONNX Runtime environment could not be created or probed."""
 

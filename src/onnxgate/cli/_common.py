@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from onnxgate._fs import exhaustion_as_error
 from onnxgate._pathtext import shown
 from onnxgate._rich import Scrub
 from onnxgate._words import speaking
@@ -215,6 +216,7 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
             with (
                 speaking(cli_words, cli_offers),
                 listen_synthetic(functools.partial(_say_synthetic, heard, fmt)),
+                exhaustion_as_error(),  # a full disk anywhere is the user's to fix, not a bug
             ):
                 return func(*args, **kwargs)
         except GateError as error:

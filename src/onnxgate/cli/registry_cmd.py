@@ -53,10 +53,10 @@ StoreOpt = Annotated[
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)]
 
 
-def _open(registry: str | None, store: Path | None) -> Registry:
+def _open(registry: str | None, store: Path | None, *, read_only: bool = False) -> Registry:
     from onnxgate.registry import open_registry
 
-    return open_registry(registry, store)
+    return open_registry(registry, store, read_only=read_only)
 
 
 def _print(lines: Lines) -> None:
@@ -89,7 +89,7 @@ def list_command(
     """
     from onnxgate.registry import render_models, render_versions
 
-    with _open(registry, store) as reg:
+    with _open(registry, store, read_only=True) as reg:
         if name is None:
             models = reg.models()
             if fmt == Format.json:
@@ -137,7 +137,7 @@ def show_command(
     """
     from onnxgate.registry import render_detail
 
-    with _open(registry, store) as reg:
+    with _open(registry, store, read_only=True) as reg:
         if report:
             emit_json(reg.gate_report(ref))
             return
@@ -237,7 +237,7 @@ def fetch_command(
     """
     from onnxgate.registry import render_fetch
 
-    with _open(registry, store) as reg:
+    with _open(registry, store, read_only=True) as reg:
         result = reg.fetch(ref, out_dir)
     if fmt == Format.json:
         emit_json(result.model_dump(mode="json"))
@@ -290,7 +290,7 @@ def fsck_command(
     """
     from onnxgate.registry import render_fsck
 
-    with _open(registry, store) as reg:
+    with _open(registry, store, read_only=True) as reg:
         report = reg.fsck(remove=remove, min_age=min_age, rehash=not no_hash)
     if fmt == Format.json:
         emit_json(report.model_dump(mode="json"))

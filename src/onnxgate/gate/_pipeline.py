@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import platform
 import shutil
 import time
@@ -25,12 +24,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from onnxgate._fs import atomic_write_text, cache_dir
+from onnxgate._fs import atomic_write_text, cache_dir, resource_error, staged_file
 from onnxgate._version import __version__
 from onnxgate._words import gate_key, gate_offers, gate_words, renamed, setting, speaking
 from onnxgate.contract_store import sha256_file, signature_required, signer, verifiers
 from onnxgate.data import Synthesized, listen_synthetic
-from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
+from onnxgate.errors import (
+    ConfigError,
+    ExitCode,
+    GateError,
+    ReferenceFailed,
+    ResourceExhausted,
+    RunFailed,
+)
 from onnxgate.gate import _steps
 from onnxgate.gate._config import GateConfig, Step, load_config
 from onnxgate.gate._records import BY_NAME, NEEDS, ORDER, RUNNERS
@@ -229,9 +235,9 @@ class _Cache:
                     return None
             for artefact in result.artefacts:
                 target = run_dir / artefact.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(entry / "files" / artefact.sha256, target)
-        except (OSError, ValueError, KeyError):
+                with staged_file(target) as tmp:  # whole, or the file as it was
+                    shutil.copyfile(entry / "files" / artefact.sha256, tmp)
+        except (OSError, ValueError, KeyError, ResourceExhausted):
             return None
         return result.model_copy(update={"cached": True})
 
@@ -250,13 +256,12 @@ class _Cache:
             for artefact in result.artefacts:
                 blob = entry / "files" / artefact.sha256
                 if not blob.exists():
-                    tmp = blob.with_name(f"{blob.name}.tmp-{os.getpid()}")
-                    shutil.copyfile(run_dir / artefact.path, tmp)
-                    os.replace(tmp, blob)
+                    with staged_file(blob) as tmp:  # removed if the disk fills up meanwhile
+                        shutil.copyfile(run_dir / artefact.path, tmp)
             result_json = result.model_dump(mode="json")
             document = {"format": CACHE_FORMAT, "result": result_json, "replaced": replaced}
             atomic_write_text(entry / "result.json", json.dumps(document))
-        except OSError as error:  # a cache that cannot be written costs time, not results
+        except (OSError, ResourceExhausted) as error:  # a cache costs time, not results
             log.warning("cannot cache step %s in %s: %s", result.name, entry, error)
 
 
@@ -514,13 +519,16 @@ def _run_step(
         with speaking(words, offers):
             outcome = RUNNERS[name](ctx, section)
     except OSError as error:  # a file the step reads or writes: the user's to fix
+        exhausted = resource_error(error)  # a full disk, a read-only folder: exit 3
         return StepResult(
             name=name,
             status="error",
             seconds=round(time.perf_counter() - clock, 3),
-            summary=f"{error.strerror or error}: {error.filename or ''}".strip(),
-            reason=str(error),
-            exit_code=int(ExitCode.USAGE),
+            summary=exhausted.message
+            if exhausted
+            else f"{error.strerror or error}: {error.filename or ''}".strip(),
+            reason=str(exhausted or error),
+            exit_code=int(exhausted.exit_code if exhausted else ExitCode.USAGE),
             config_hash=settings,
         )
     except GateError as error:

@@ -16,6 +16,7 @@ registry at once.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -30,7 +31,14 @@ from sqlalchemy import Connection, Engine, create_engine, event, text  # noqa: T
 from sqlalchemy.engine import URL, make_url  # noqa: TID251
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError  # noqa: TID251
 
-from onnxgate.errors import ConfigError, EnvironmentProblem, ExtraMissing, RegistryUnreachable
+from onnxgate._fs import resource_error
+from onnxgate.errors import (
+    ConfigError,
+    EnvironmentProblem,
+    ExtraMissing,
+    RegistryUnreachable,
+    ResourceExhausted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +117,22 @@ def _scrub(message: str, url: URL) -> str:
     return " ".join(message.split())
 
 
-def create(url: URL) -> Engine:
+def read_only_url(url: URL, *, immutable: bool = False) -> URL:
+    """The URL of a SQLite file opened read-only (``mode=ro``), for commands that only read.
+
+    A read-only connection neither converts the file to WAL nor migrates it. ``immutable``
+    also tells SQLite nothing changes the file, so it needs no ``-shm`` file either: the one
+    way to read a WAL database on a disk with no byte free (see ``open_registry``).
+    """
+    query = {"mode": "ro", "uri": "true"} | ({"immutable": "1"} if immutable else {})
+    return URL.create("sqlite", database=Path(url.database or ".").as_uri(), query=query)
+
+
+def create(url: URL, *, read_only: bool = False) -> Engine:
     """An engine for ``url`` with the pragmas and timeouts the registry relies on.
+
+    ``read_only``: ``url`` is a :func:`read_only_url`; the file is neither created nor put in
+    WAL mode.
 
     Raises:
         ExtraMissing: the URL names a driver that is not installed (psycopg: the postgres extra).
@@ -119,7 +141,8 @@ def create(url: URL) -> Engine:
     backend = url.get_backend_name()
     kwargs: dict[str, Any] = {}
     if backend == "sqlite":
-        Path(url.database or ".").parent.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            Path(url.database or ".").parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000}
     elif backend == "postgresql":
         kwargs["pool_pre_ping"] = True
@@ -144,12 +167,13 @@ def create(url: URL) -> Engine:
             else f"pip install {module} (or use postgresql+psycopg://, the supported driver)",
         ) from err
     if backend == "sqlite":
-        _sqlite_setup(engine)
+        _sqlite_setup(engine, read_only=read_only)
     return engine
 
 
-def _sqlite_setup(engine: Engine) -> None:
+def _sqlite_setup(engine: Engine, *, read_only: bool = False) -> None:
     """WAL, a busy timeout, foreign keys, and BEGIN (IMMEDIATE) issued by us, not by pysqlite."""
+    writes = ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL")
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -157,8 +181,8 @@ def _sqlite_setup(engine: Engine) -> None:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = FULL")
+            for pragma in () if read_only else writes:
+                cursor.execute(pragma)
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
@@ -169,8 +193,14 @@ def _sqlite_setup(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def unreachable(url: URL, err: BaseException, *, opening: bool = True) -> RegistryUnreachable:
-    """The error to raise when the database behind ``url`` cannot be opened (or stopped working)."""
+def unreachable(url: URL, err: BaseException, *, opening: bool = True) -> EnvironmentProblem:
+    """The error to raise when the database behind ``url`` cannot be opened (or stopped working).
+
+    :class:`ResourceExhausted` when its disk is full (see :func:`exhausted`), else
+    :class:`RegistryUnreachable`.
+    """
+    if (full := exhausted(url, err)) is not None:
+        return full
     cause = getattr(err, "orig", None) or err
     detail = _scrub(str(cause).strip() or type(cause).__name__, url)
     if len(detail) > 400:
@@ -184,6 +214,43 @@ def unreachable(url: URL, err: BaseException, *, opening: bool = True) -> Regist
     what = "cannot open the registry at" if opening else "the registry at"
     tail = "" if opening else " failed"
     return RegistryUnreachable(f"{what} {mask(url)}{tail}: {detail}", hint=hint)
+
+
+def exhausted(url: URL, err: BaseException) -> ResourceExhausted | None:
+    """The :class:`ResourceExhausted` a database error means, if its disk is full.
+
+    SQLite says "database or disk is full" (``SQLITE_FULL``), or, when not even its ``-shm``
+    file can grow, "disk I/O error": that one counts as full only when the database's folder
+    has no byte free. PostgreSQL says ``disk_full`` (SQLSTATE 53100) of its own data disk. The
+    transaction that met it has rolled back: nothing of it was written.
+    """
+    cause = getattr(err, "orig", None) or err
+    if getattr(cause, "sqlstate", None) == "53100":
+        return ResourceExhausted(
+            f"the database server of the registry at {mask(url)} has no disk space left: "
+            f"{_scrub(str(cause), url)[:300]}",
+            hint="Free space on the server's data disk and run again; the transaction was rolled "
+            "back, nothing was written.",
+        )
+    if url.get_backend_name() != "sqlite" or not url.database:
+        return None
+    name = str(getattr(cause, "sqlite_errorname", "") or "")
+    message = str(cause).lower()
+    full = name.startswith("SQLITE_FULL") or "database or disk is full" in message
+    if not full and (name.startswith("SQLITE_IOERR") or "disk i/o error" in message):
+        full = free_bytes(Path(url.database).parent) == 0
+    if not full:
+        return None
+    return resource_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), url.database)
+
+
+def free_bytes(folder: Path) -> int | None:
+    """The bytes an unprivileged writer may still use on ``folder``'s filesystem (None: unknown)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def transient(err: DBAPIError) -> bool:

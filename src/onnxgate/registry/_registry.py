@@ -392,7 +392,12 @@ class Registry:
             )
 
 
-def open_registry(url: str | None = None, store: str | os.PathLike[str] | None = None) -> Registry:
+def open_registry(
+    url: str | None = None,
+    store: str | os.PathLike[str] | None = None,
+    *,
+    read_only: bool = False,
+) -> Registry:
     """Open (creating and migrating to the newest schema if needed) a model registry.
 
     Args:
@@ -401,15 +406,22 @@ def open_registry(url: str | None = None, store: str | os.PathLike[str] | None =
             ``$ONNXGATE_REGISTRY``, else ``registry.db`` in onnxgate's user data folder.
         store: The artefact store folder. Default: ``$ONNXGATE_STORE``, else ``<db>-store``
             beside a SQLite file, else ``store`` in the user data folder.
+        read_only: Only read (list, show, fetch, fsck): an existing SQLite file at the newest
+            schema is opened read-only, so reading works on a disk with no byte free; anything
+            else is opened as usual. Writing through such a registry fails.
 
     Raises:
         RegistryUnreachable: the database cannot be reached or opened (exit 3; the message shows
             the URL with its password masked).
+        ResourceExhausted: the database's disk is full, or the store's folder cannot be made.
         ExtraMissing: the URL's driver is not installed.
         ConfigError: the URL is malformed.
     """
     parsed = _db.resolve_url(url)
     location = Store(_db.resolve_store(parsed, store))
+    if read_only and (engine := _open_read_only(parsed)) is not None:
+        log.debug("opened registry %s read-only (store %s)", _db.mask(parsed), location.root)
+        return Registry(engine, parsed, location)
     try:
         engine = _db.create(parsed)
     except OSError as err:  # the SQLite file's folder cannot be made
@@ -432,6 +444,37 @@ def open_registry(url: str | None = None, store: str | os.PathLike[str] | None =
     location.ensure()
     log.debug("opened registry %s (store %s)", _db.mask(parsed), location.root)
     return Registry(engine, parsed, location)
+
+
+def _open_read_only(url: URL) -> Engine | None:
+    """A read-only engine on an existing SQLite file at the newest schema, else None.
+
+    ``mode=ro`` first. On a disk with no byte free SQLite cannot size the WAL index (``-shm``)
+    a WAL reader needs; when the WAL holds nothing (every commit is in the file) the file is
+    then read as ``immutable``, without any index. A WAL with frames in it is not read that
+    way, since they would be missed: the usual open reports the full disk instead.
+    """
+    if url.get_backend_name() != "sqlite" or not url.database or not Path(url.database).is_file():
+        return None
+    wal = Path(f"{url.database}-wal")
+    empty_wal = not wal.exists() or wal.stat().st_size == 0
+    for immutable in (False, True) if empty_wal else (False,):
+        engine = _db.create(_db.read_only_url(url, immutable=immutable), read_only=True)
+        try:
+            with engine.connect() as conn:
+                current = _db.current_revision(conn)
+                conn.rollback()
+        except DBAPIError as err:
+            engine.dispose()
+            log.debug(
+                "cannot open %s read-only (immutable=%s): %s", _db.mask(url), immutable, err.orig
+            )
+            continue
+        if current == _db.head_revision():
+            return engine
+        engine.dispose()  # an older schema: the usual open migrates it
+        return None
+    return None
 
 
 def _refuse_promotion(name: str, alias: str, document: Mapping[str, Any]) -> None:

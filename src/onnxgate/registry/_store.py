@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from onnxgate._fs import open_partial
+from onnxgate._fs import exhaustion_as_error, open_partial, resource_error
 from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
 
 log = logging.getLogger(__name__)
@@ -93,12 +93,15 @@ class Store:
         """Create the store's folders.
 
         Raises:
-            RegistryUnreachable: the folder cannot be created (permissions, read-only disk).
+            ResourceExhausted: the disk is full or read-only, or no file can be opened.
+            RegistryUnreachable: the folder cannot be created (permissions).
         """
         try:
             self.blobs.mkdir(parents=True, exist_ok=True)
             self.tmp.mkdir(parents=True, exist_ok=True)
         except OSError as err:
+            if (exhausted := resource_error(err, self.root)) is not None:
+                raise exhausted from err
             raise RegistryUnreachable(
                 f"cannot create the registry's artefact store at {self.root}: {err.strerror}.",
                 hint="Pass --store DIR (or set ONNXGATE_STORE) to a writable folder.",
@@ -128,6 +131,8 @@ class Store:
         Raises:
             ArtefactCorrupt: the file changed while it was being stored.
             ConfigError: the file cannot be read.
+            ResourceExhausted: the store's disk is full or read-only (the temporary file is
+                removed; the store is as it was).
         """
         try:
             sha256, size = sha256_path(source)
@@ -139,6 +144,13 @@ class Store:
                 os.utime(target)
             return Blob(sha256, size, written=False)
         self.ensure()
+        with exhaustion_as_error(self.root):
+            self._write(source, sha256, size, target)
+        log.debug("stored %s (%d bytes) from %s", sha256, size, source)
+        return Blob(sha256, size, written=True)
+
+    def _write(self, source: Path, sha256: str, size: int, target: Path) -> None:
+        """Copy ``source`` to ``tmp/``, check it re-hashes to ``sha256`` and rename it to ``target``."""
         folder = target.parent
         created = not folder.exists()
         folder.mkdir(exist_ok=True)
@@ -161,15 +173,18 @@ class Store:
         _fsync_dir(folder)
         if created:
             _fsync_dir(folder.parent)
-        log.debug("stored %s (%d bytes) from %s", sha256, size, source)
-        return Blob(sha256, size, written=True)
 
     def copy_out(self, sha256: str, size: int, target: Path) -> None:
         """Write the blob to ``target`` atomically, checking its sha256 and size on the way.
 
         Raises:
             ArtefactCorrupt: the blob is missing, truncated or its bytes are not ``sha256``'s.
+            ResourceExhausted: ``target``'s disk is full or read-only (nothing is left there).
         """
+        with exhaustion_as_error(target):
+            self._copy_out(sha256, size, target)
+
+    def _copy_out(self, sha256: str, size: int, target: Path) -> None:
         source = self.path(sha256)
         fd, name = open_partial(target)
         tmp = Path(name)

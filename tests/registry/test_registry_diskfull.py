@@ -1,0 +1,165 @@
+"""A full disk is the user's to fix (exit 3, naming the path), and loses nothing.
+
+The registry lives on a 2 MB tmpfs filled to exactly 0 bytes free (or to a few free pages).
+Mounting needs root: where it is refused the tests skip, except under ``CI=true``, where they
+fail, since CI must prove this path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from onnxgate.cli import app
+from onnxgate.errors import ExitCode, ResourceExhausted
+from onnxgate.registry import open_registry
+
+from ._registry_helpers import gate_report, make_files, sha
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def disk(tmp_path: Path):
+    """A 2 MB tmpfs of its own, unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        reason = f"cannot mount a tmpfs: {done.stderr.strip()}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} (CI=true: the full-disk tests must run)")
+        pytest.skip(reason)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(disk: Path, *, leave: int = 0) -> Path:
+    """Fill ``disk`` to exactly ``leave`` bytes free (0: not one byte); the filler file."""
+    reserve = disk / "reserve"
+    if leave:
+        reserve.write_bytes(b"\0" * leave)
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for chunk in (1 << 16, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+    assert free(disk) == 0
+    if leave:
+        reserve.unlink()
+    return filler
+
+
+def cli(db: Path, store: Path, *args: str):
+    return runner.invoke(
+        app, ["registry", *args, "--registry", f"sqlite:///{db}", "--store", str(store)]
+    )
+
+
+def versions(db: Path, store: Path) -> list[int]:
+    with open_registry(f"sqlite:///{db}", store) as reg:
+        return [v.number for v in reg.versions("bert")]
+
+
+def test_a_full_disk_is_exit_3_and_read_only_commands_still_work(disk, tmp_path):
+    db, store = disk / "registry.db", disk / "store"
+    files = make_files(tmp_path / "v1", size=4096)
+    with open_registry(f"sqlite:///{db}", store) as reg:
+        reg.register("bert", files, gate_report(files), alias="champion")
+    listed = cli(db, store, "list").output
+    checked = cli(db, store, "fsck").output
+    shown = cli(db, store, "show", "bert@champion", "-f", "json").output
+
+    filler = fill(disk)
+    big = make_files(tmp_path / "v2", size=8192)
+    with pytest.raises(ResourceExhausted) as caught:
+        with open_registry(f"sqlite:///{db}", store) as reg:
+            reg.register("bert", big, gate_report(big))
+    assert caught.value.exit_code == ExitCode.ENVIRONMENT
+    # the database's WAL index or the store, whichever the registration met full first
+    assert f"no space left on the device holding {disk}/" in caught.value.message
+    assert f"Free space on the filesystem holding {disk}" in str(caught.value.hint)
+
+    # reading needs no byte: the same output as before the disk filled
+    for args, before in (
+        (("list",), listed),
+        (("fsck",), checked),
+        (("show", "bert@champion", "-f", "json"), shown),
+    ):
+        result = cli(db, store, *args)
+        assert result.exit_code == 0, (args, result.output)
+        assert result.output == before
+    out = tmp_path / "fetched"  # another disk
+    result = cli(db, store, "fetch", "bert@champion", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert (out / "bert.onnx").read_bytes() == files["model"].read_bytes()
+
+    filler.unlink()
+    with open_registry(f"sqlite:///{db}", store) as reg:
+        assert reg.register("bert", big, gate_report(big)).number == 2
+    assert versions(db, store) == [1, 2]
+    assert cli(db, store, "fsck").exit_code == 0
+
+
+def test_a_store_that_fills_up_mid_registration_leaves_nothing_half_written(disk, tmp_path):
+    db, store = disk / "registry.db", disk / "store"
+    first = make_files(tmp_path / "v1", size=4096)
+    with open_registry(f"sqlite:///{db}", store) as reg:
+        reg.register("bert", first, gate_report(first))
+    blobs = sorted(p.name for p in (store / "sha256").rglob("*") if p.is_file())
+
+    filler = fill(disk, leave=128 * 1024)  # the database opens; the 512 KB model cannot fit
+    big = make_files(tmp_path / "v2", size=512 * 1024)
+    with pytest.raises(ResourceExhausted) as caught:
+        with open_registry(f"sqlite:///{db}", store) as reg:
+            reg.register("bert", big, gate_report(big))
+    assert caught.value.exit_code == ExitCode.ENVIRONMENT
+    assert str(store) in caught.value.message
+    assert "nothing was half-written" in str(caught.value.hint)
+    assert list((store / "tmp").iterdir()) == []  # the temporary blob is gone
+    # blobs stored before the model met the full disk are whole, unreferenced ("orphans")
+    stored = [p for p in (store / "sha256").rglob("*") if p.is_file()]
+    assert set(blobs) < {p.name for p in stored}
+    assert all(sha(p) == p.name for p in stored)
+    assert versions(db, store) == [1]
+
+    filler.unlink()
+    with open_registry(f"sqlite:///{db}", store) as reg:
+        assert reg.register("bert", big, gate_report(big)).number == 2
+    assert versions(db, store) == [1, 2]
+    result = cli(db, store, "fsck", "-f", "json")
+    assert result.exit_code == 0, result.output
+
+
+def test_the_cli_says_which_path_to_free_with_exit_3(disk, tmp_path):
+    db, store = disk / "registry.db", disk / "store"
+    files = make_files(tmp_path / "v1")
+    with open_registry(f"sqlite:///{db}", store) as reg:
+        reg.register("bert", files, gate_report(files))
+    fill(disk)
+    # promote writes: the database cannot even size its WAL index
+    result = cli(db, store, "promote", "bert@1", "champion", "-f", "json")
+    assert result.exit_code == 3, result.output
+    assert '"error": "resource-exhausted"' in result.output
+    assert str(disk) in result.output
