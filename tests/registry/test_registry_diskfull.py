@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 from typer.testing import CliRunner
 
 from onnxgate.cli import app
@@ -163,3 +164,25 @@ def test_the_cli_says_which_path_to_free_with_exit_3(disk, tmp_path):
     assert result.exit_code == 3, result.output
     assert '"error": "resource-exhausted"' in result.output
     assert str(disk) in result.output
+
+
+def test_a_registration_whose_database_fills_up_rolls_back(tmp_path):
+    """SQLite's own "database or disk is full" (a page limit): no row of the version stays."""
+    with open_registry(str(tmp_path / "registry.db"), tmp_path / "store") as reg:
+        files = make_files(tmp_path / "v1")
+        reg.register("bert", files, gate_report(files))
+        pages = reg.engine.connect().exec_driver_sql("PRAGMA page_count").scalar()
+        reg.engine.dispose()
+
+        @event.listens_for(reg.engine, "connect")
+        def _cap(dbapi_connection, _record):
+            dbapi_connection.execute(f"PRAGMA max_page_count = {pages}")
+
+        big = make_files(tmp_path / "v2")
+        # more pages than the file may grow by
+        report = gate_report(big).model_copy(update={"config": {"padding": "x" * 200_000}})
+        with pytest.raises(ResourceExhausted, match=str(Path(tmp_path / "registry.db"))):
+            reg.register("bert", big, report)
+    with open_registry(str(tmp_path / "registry.db"), tmp_path / "store") as reg:
+        assert [v.number for v in reg.versions("bert")] == [1]
+        assert reg.register("bert", big, gate_report(big)).number == 2
