@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxgate.contract import ContractConfig, init_contract
@@ -109,8 +110,9 @@ class Outcome:
             "answered": self.counts["answered"],
             "refused_503": self.counts["refused"],
             "reset": self.counts["reset"],
-            "other": {k: v for k, v in self.counts.items()
-                      if k not in ("answered", "refused", "reset")},  # fmt: skip
+            "other": {
+                k: v for k, v in self.counts.items() if k not in ("answered", "refused", "reset")
+            },  # fmt: skip
             "retry_after_on_503": self.retry_after,
             "first_errors": self.errors,
         }
@@ -138,15 +140,15 @@ def run_drain(
     """Put ``rest`` + ``grpc`` requests in flight, SIGTERM the server, count the answers.
 
     ``held_back`` of the REST requests send the last ``TAIL`` bytes of their body only after the
-    signal; ``late`` REST requests are sent on new connections after it. ``server`` is a
-    ``ServerProcess`` (``http``, ``grpc``, ``http_port`` and ``process``).
+    signal, and after the ``late`` REST requests, sent on new connections while the server
+    drains. ``server`` is a ``ServerProcess`` (``grpc``, ``http_port`` and ``process``).
     """
     host, port = "127.0.0.1", server.http_port  # type: ignore[attr-defined]
     payload = rest_request(f"{host}:{port}")
     outcome, grpc_outcome, late_outcome = Outcome(), Outcome(), Outcome()
     lock = threading.Lock()
     written = threading.Semaphore(0)
-    signalled = threading.Event()
+    released = threading.Event()
 
     def one_rest(index: int) -> None:
         hold = TAIL if index < held_back else 0
@@ -155,8 +157,7 @@ def run_drain(
                 sock.sendall(payload[: len(payload) - hold])
                 written.release()
                 if hold:
-                    signalled.wait(timeout)
-                    time.sleep(0.2)  # the server has started stopping
+                    released.wait(timeout)
                     sock.sendall(payload[-hold:])
                 status, headers = read_reply(sock)
         except OSError as err:
@@ -167,38 +168,36 @@ def run_drain(
         with lock:
             _count(outcome, status, headers)
 
-    def one_grpc(index: int) -> None:
-        import tritonclient.grpc as grpcclient
+    clients = [grpcclient.InferenceServerClient(server.grpc) for _ in range(grpc)]  # type: ignore[attr-defined]
+    for client in clients:
+        client.is_server_live()  # connected before the clock starts
+    feed = grpcclient.InferInput("x", [1, WIDTH], "FP32")
+    feed.set_data_from_numpy(np.random.default_rng(1).standard_normal((1, WIDTH), np.float32))
+    grpc_done = threading.Semaphore(0)
 
-        client = grpcclient.InferenceServerClient(server.grpc)  # type: ignore[attr-defined]
-        data = np.random.default_rng(index).standard_normal((1, WIDTH)).astype(np.float32)
-        feed = grpcclient.InferInput("x", [1, WIDTH], "FP32")
-        feed.set_data_from_numpy(data)
-        try:
-            client.infer("wide", [feed], client_timeout=timeout)
-        except Exception as err:  # noqa: BLE001  (tritonclient raises its own and grpc's)
-            text = str(err)
-            kind = "refused" if "UNAVAILABLE" in text or "503" in text else "reset"
-            with lock:
-                grpc_outcome.add(kind, text[:200])
-            return
-        finally:
-            client.close()
+    def on_grpc(result: object, error: Exception | None) -> None:
+        if error is None:
+            kind, text = "answered", ""
+        else:  # tritonclient raises its own exception with grpc's status in the text
+            text = str(error)
+            kind = "refused" if "UNAVAILABLE" in text else "reset"
         with lock:
-            grpc_outcome.add("answered")
+            grpc_outcome.add(kind, text[:200])
+        grpc_done.release()
 
     threads = [threading.Thread(target=one_rest, args=(i,)) for i in range(rest)]
-    threads += [threading.Thread(target=one_grpc, args=(i,)) for i in range(grpc)]
     for thread in threads:
         thread.start()
+    for client in clients:  # sent by grpc's own threads once started
+        client.async_infer("wide", [feed], on_grpc, client_timeout=timeout)
     count = 0
     deadline = time.monotonic() + timeout / 4
     while count < rest and written.acquire(timeout=max(deadline - time.monotonic(), 0.01)):
         count += 1
-    time.sleep(0.3)  # the gRPC calls are sent too
+    time.sleep(0.5)  # the gRPC calls are sent too
     server.process.send_signal(signal.SIGTERM)  # type: ignore[attr-defined]
-    signalled.set()
-    time.sleep(0.5)
+    time.sleep(0.3)
+    # the held-back requests keep the server draining: new requests meet a stopping server
     for _ in range(late):
         try:
             with socket.create_connection((host, port), timeout=timeout) as sock:
@@ -208,8 +207,13 @@ def run_drain(
             late_outcome.add("reset", f"{type(err).__name__}: {err}")
             continue
         _count(late_outcome, status, headers)
+    released.set()  # the rest of the held-back bodies arrive
     for thread in threads:
         thread.join(timeout)
+    for _ in clients:
+        grpc_done.acquire(timeout=timeout)
+    for client in clients:
+        client.close()
     try:
         code = server.process.wait(timeout)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001
