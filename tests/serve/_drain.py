@@ -49,16 +49,27 @@ def make_wide_contract(path: Path) -> Path:
     return path
 
 
-def rest_request(host: str, model: str = "wide", seed: int = 0) -> bytes:
-    """A binary-extension infer request (headers and body) for one sample of the wide model."""
-    data = np.random.default_rng(seed).standard_normal((1, WIDTH)).astype(np.float32).tobytes()
+@dataclass(frozen=True)
+class Target:
+    """The served model a scenario sends to: its name and its one FP32 input."""
+
+    model: str = "wide"
+    input: str = "x"
+    shape: tuple[int, ...] = (1, WIDTH)
+
+    def sample(self, seed: int = 0) -> np.ndarray:
+        return np.random.default_rng(seed).standard_normal(self.shape, np.float32)
+
+
+def rest_request(host: str, target: Target = Target()) -> bytes:
+    """A binary-extension infer request (headers and body) for one sample of ``target``."""
+    data = target.sample().tobytes()
     header = json.dumps({
-        "inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32",
+        "inputs": [{"name": target.input, "shape": list(target.shape), "datatype": "FP32",
                     "parameters": {"binary_data_size": len(data)}}],
-        "outputs": [{"name": "y", "parameters": {"binary_data": False}}],
     }).encode()  # fmt: skip
     head = (
-        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {host}\r\n"
+        f"POST /v2/models/{target.model}/infer HTTP/1.1\r\nHost: {host}\r\n"
         "Content-Type: application/octet-stream\r\n"
         f"Inference-Header-Content-Length: {len(header)}\r\n"
         f"Content-Length: {len(header) + len(data)}\r\n\r\n"
@@ -130,6 +141,7 @@ class DrainResult:
 
 def run_drain(
     server: object,
+    target: Target = Target(),
     *,
     rest: int = 64,
     grpc: int = 64,
@@ -144,7 +156,7 @@ def run_drain(
     drains. ``server`` is a ``ServerProcess`` (``grpc``, ``http_port`` and ``process``).
     """
     host, port = "127.0.0.1", server.http_port  # type: ignore[attr-defined]
-    payload = rest_request(f"{host}:{port}")
+    payload = rest_request(f"{host}:{port}", target)
     outcome, grpc_outcome, late_outcome = Outcome(), Outcome(), Outcome()
     lock = threading.Lock()
     written = threading.Semaphore(0)
@@ -171,8 +183,8 @@ def run_drain(
     clients = [grpcclient.InferenceServerClient(server.grpc) for _ in range(grpc)]  # type: ignore[attr-defined]
     for client in clients:
         client.is_server_live()  # connected before the clock starts
-    feed = grpcclient.InferInput("x", [1, WIDTH], "FP32")
-    feed.set_data_from_numpy(np.random.default_rng(1).standard_normal((1, WIDTH), np.float32))
+    feed = grpcclient.InferInput(target.input, list(target.shape), "FP32")
+    feed.set_data_from_numpy(target.sample(1))
     grpc_done = threading.Semaphore(0)
 
     def on_grpc(result: object, error: Exception | None) -> None:
@@ -189,7 +201,7 @@ def run_drain(
     for thread in threads:
         thread.start()
     for client in clients:  # sent by grpc's own threads once started
-        client.async_infer("wide", [feed], on_grpc, client_timeout=timeout)
+        client.async_infer(target.model, [feed], on_grpc, client_timeout=timeout)
     count = 0
     deadline = time.monotonic() + timeout / 4
     while count < rest and written.acquire(timeout=max(deadline - time.monotonic(), 0.01)):
