@@ -137,7 +137,7 @@ async def run_server(
         GateError: a model cannot be opened (not gated, not found, no session).
         EnvironmentProblem: a port cannot be bound.
     """
-    from onnxgate.serve._grpc import make_server
+    from onnxgate.serve._grpc import make_server, stop_server
     from onnxgate.serve._rest import make_app
 
     hub = Hub(config)  # live at once, ready once every model is loaded and proven
@@ -207,8 +207,9 @@ async def run_server(
         begin_drain()
         deadline = loop.time() + config.grace_seconds  # one grace period for everything
         fronts = []
-        if grpc_server is not None:  # refuses new calls, lets the accepted ones finish
-            fronts.append(grpc_server.stop(config.grace_seconds))
+        if grpc_server is not None:  # refuses new calls, lets the received ones finish
+            grpc_address = f"{listen.host}:{listen.grpc_port}"
+            fronts.append(stop_server(grpc_server, grpc_address, config.grace_seconds))
         if http_server is not None and http_task is not None:
             fronts.append(_stop_http(http_server, http_task, drain, deadline))
         await asyncio.gather(*fronts)
