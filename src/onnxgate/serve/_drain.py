@@ -21,11 +21,14 @@ from __future__ import annotations
 import array
 import contextlib
 import fcntl
+import logging
 import socket
 import struct
 import termios
 from collections.abc import Iterable
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 RETRY_AFTER = b"1"
 """Seconds a refused client should wait before retrying (on another replica)."""
@@ -63,6 +66,12 @@ class Drain:
                 cycle.keep_alive = False  # answered, then closed
             if busy or connection in self._unanswered or _unread(connection.transport):
                 self._admitted.add(connection.client)
+        log.info(
+            "REST: %d request(s) under way or arriving, %d connection(s) waiting to be accepted; "
+            "new requests get 503",
+            len(self._admitted),
+            self._queued,
+        )
 
     def connected(self, connection: Any) -> None:
         if self.draining and self._queued > 0:  # accepted by the kernel before the signal
