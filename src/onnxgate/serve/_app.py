@@ -101,6 +101,12 @@ async def _stop_http(server: Any, task: asyncio.Task[None], drain: Drain, deadli
         await task
 
 
+def _reach(listen: Listen) -> str:
+    """Where this process reaches its own gRPC server."""
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(listen.host, listen.host)
+    return f"[{host}]:{listen.grpc_port}" if ":" in host else f"{host}:{listen.grpc_port}"
+
+
 def _bind(listen: Listen) -> socket.socket:
     """A listening socket for the REST server.
 
@@ -208,8 +214,7 @@ async def run_server(
         deadline = loop.time() + config.grace_seconds  # one grace period for everything
         fronts = []
         if grpc_server is not None:  # refuses new calls, lets the received ones finish
-            grpc_address = f"{listen.host}:{listen.grpc_port}"
-            fronts.append(stop_server(grpc_server, grpc_address, config.grace_seconds))
+            fronts.append(stop_server(grpc_server, _reach(listen), config.grace_seconds))
         if http_server is not None and http_task is not None:
             fronts.append(_stop_http(http_server, http_task, drain, deadline))
         await asyncio.gather(*fronts)
