@@ -109,6 +109,12 @@ def register(registry_url: str, path: Path, *, passed: bool = True, alias: str |
         )
 
 
+def _absolute(path: str | None) -> str:
+    """``PYTHONPATH`` with its folders absolute: the server runs in another folder, and a
+    relative ``src`` would make it import some other installed onnxgate."""
+    return os.pathsep.join(str(Path(p).resolve()) for p in (path or "").split(os.pathsep) if p)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -138,7 +144,11 @@ class ServerProcess:
             cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={
+                **os.environ,
+                "PYTHONPATH": _absolute(os.environ.get("PYTHONPATH")),
+                **(env or {}),
+            },
         )
 
     @property

@@ -1,8 +1,10 @@
 """One process, one event loop: the REST server (uvicorn) and the gRPC server over one ``Hub``.
 
 SIGTERM or SIGINT starts a graceful stop: readiness turns false at once (a load balancer stops
-sending), both servers stop accepting, requests already in flight finish within the grace
-period, then the models are unloaded. A second signal stops at once.
+sending), new requests are refused (REST: 503 with ``Retry-After``, see ``serve._drain``; gRPC:
+UNAVAILABLE), every request already accepted finishes within the grace period, REST requests
+whose body is still arriving included, then both servers close and the models are unloaded. A
+second signal stops at once.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from onnxgate.errors import EnvironmentProblem, ExtraMissing
+from onnxgate.serve._drain import Drain
 from onnxgate.serve._hub import Hub, ServeConfig
 
 log = logging.getLogger(__name__)
@@ -33,9 +37,10 @@ class Listen:
     grpc_port: int = 8001
 
 
-def _uvicorn_server(app: object, listen: Listen, grace: float) -> object:
+def _uvicorn_server(app: object, listen: Listen, grace: float, drain: Drain) -> object:
     try:
         import uvicorn
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
     except ImportError as err:
         raise ExtraMissing(
             f"serving REST needs the 'serve' extra ({err.name or 'uvicorn'} is not installed).",
@@ -47,6 +52,25 @@ def _uvicorn_server(app: object, listen: Listen, grace: float) -> object:
         def capture_signals(self) -> Iterator[None]:  # the app owns SIGTERM, not uvicorn
             yield
 
+    class _Protocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+        """uvicorn's HTTP protocol, telling the drain what it sees."""
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            drain.connected(self)
+
+        def data_received(self, data: bytes) -> None:
+            drain.received(self)
+            super().data_received(data)
+
+        def on_response_complete(self) -> None:
+            drain.answered(self)
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            drain.disconnected(self)
+            super().connection_lost(exc)
+
     config = uvicorn.Config(
         app,
         host=listen.host,
@@ -54,11 +78,33 @@ def _uvicorn_server(app: object, listen: Listen, grace: float) -> object:
         lifespan="off",
         log_level="warning",
         access_log=False,
+        http=_Protocol,
         timeout_graceful_shutdown=max(1, int(grace)),
         timeout_keep_alive=30,
         limit_concurrency=MAX_CONNECTIONS,  # beyond, uvicorn answers 503 at once
     )
     return _Server(config)
+
+
+async def _stop_http(server: Any, task: asyncio.Task[None], drain: Drain, deadline: float) -> None:
+    """Answer every admitted request (until ``deadline``), then close the REST server."""
+    loop = asyncio.get_running_loop()
+    while not drain.settled(len(server.server_state.tasks)) and not task.done():
+        if loop.time() >= deadline:
+            log.warning("REST requests still in flight at the end of the grace period")
+            break
+        await asyncio.sleep(0.05)
+    # uvicorn closes the listener and idle connections, waits for what is left, then cancels it
+    server.config.timeout_graceful_shutdown = max(deadline - loop.time(), 0.1)
+    server.should_exit = True
+    with contextlib.suppress(BaseException):
+        await task
+
+
+def _reach(listen: Listen) -> str:
+    """Where this process reaches its own gRPC server."""
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(listen.host, listen.host)
+    return f"[{host}]:{listen.grpc_port}" if ":" in host else f"{host}:{listen.grpc_port}"
 
 
 def _bind(listen: Listen) -> socket.socket:
@@ -97,13 +143,23 @@ async def run_server(
         GateError: a model cannot be opened (not gated, not found, no session).
         EnvironmentProblem: a port cannot be bound.
     """
-    from onnxgate.serve._grpc import make_server
+    from onnxgate.serve._grpc import make_server, stop_server
     from onnxgate.serve._rest import make_app
 
     hub = Hub(config)  # live at once, ready once every model is loaded and proven
+    drain = Drain()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = 0
+    sock = None
+    grpc_server = None
+    http_server = None
+    http_task = None
+
+    def begin_drain() -> None:
+        hub.draining = True
+        connections = http_server.server_state.connections if http_server else ()  # type: ignore[attr-defined]
+        drain.start(sock, list(connections))
 
     def on_signal() -> None:
         nonlocal signals
@@ -112,7 +168,7 @@ async def run_server(
             log.warning(
                 "stopping: finishing requests in flight (up to %.0f s)", config.grace_seconds
             )
-            hub.stopping = True
+            begin_drain()  # at once, on the loop: the census must not miss a request
             stop.set()
         else:
             log.warning("stopping now")
@@ -123,16 +179,13 @@ async def run_server(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, on_signal)
             installed.append(sig)
-    grpc_server = None
-    http_server = None
-    http_task = None
     try:
         if listen.grpc_port:
             grpc_server = make_server(hub, f"{listen.host}:{listen.grpc_port}")
             await grpc_server.start()
         if listen.http_port:
             sock = _bind(listen)  # ours, so a taken port is an error here, not uvicorn's exit
-            http_server = _uvicorn_server(make_app(hub), listen, config.grace_seconds)
+            http_server = _uvicorn_server(make_app(hub, drain), listen, config.grace_seconds, drain)
             http_task = loop.create_task(http_server.serve(sockets=[sock]))  # type: ignore[attr-defined]
             while not http_server.started and not http_task.done():  # type: ignore[attr-defined]
                 await asyncio.sleep(0.01)
@@ -157,15 +210,14 @@ async def run_server(
             waiters.append(http_task)
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        hub.stopping = True
+        begin_drain()
         deadline = loop.time() + config.grace_seconds  # one grace period for everything
-        if http_server is not None:
-            http_server.should_exit = True  # type: ignore[attr-defined]
-        if grpc_server is not None:
-            await grpc_server.stop(config.grace_seconds)
-        if http_task is not None:
-            with contextlib.suppress(BaseException):
-                await http_task
+        fronts = []
+        if grpc_server is not None:  # refuses new calls, lets the received ones finish
+            fronts.append(stop_server(grpc_server, _reach(listen), config.grace_seconds))
+        if http_server is not None and http_task is not None:
+            fronts.append(_stop_http(http_server, http_task, drain, deadline))
+        await asyncio.gather(*fronts)
         await hub.stop(deadline - loop.time())
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -21,6 +21,7 @@ What the wire requires, and why the code looks the way it does:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -91,7 +92,7 @@ def make_server(hub: Hub, address: str) -> grpc.aio.Server:
     """A gRPC server for ``hub`` bound to ``address`` (``host:port``), not started yet.
 
     Call it inside the event loop that serves the hub, then ``await server.start()``; stop it
-    with ``await server.stop(grace)``.
+    with ``await stop_server(server, address, grace)``.
 
     Raises:
         EnvironmentProblem: the address cannot be bound (in use, or not a ``host:port``).
@@ -120,6 +121,31 @@ def make_server(hub: Hub, address: str) -> grpc.aio.Server:
         ) from cause
     log.info("gRPC (Open Inference Protocol v2) on %s", address)
     return server
+
+
+async def stop_server(server: grpc.aio.Server, address: str, grace: float) -> None:
+    """Stop ``server``, answering every call it received before (within ``grace`` seconds).
+
+    ``address`` is where this process reaches the server (``127.0.0.1:PORT``, not ``0.0.0.0``).
+
+    grpc's ``stop`` lets the calls the servicer is running finish, but cancels at once those the
+    core has received and not yet handed over (many, when the event loop is busy). So a call of
+    our own goes first: the core hands calls over in the order they came, so once it is answered
+    every call that came before it is running, and ``stop`` only refuses what came after.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            live = channel.unary_unary(
+                f"/{_proto.SERVICE}/ServerLive",
+                request_serializer=_proto.ServerLiveRequest.SerializeToString,
+                response_deserializer=_proto.ServerLiveResponse.FromString,
+            )
+            await live(_proto.ServerLiveRequest(), timeout=max(grace, 0.1))
+    except Exception as err:  # noqa: BLE001  (whatever failed, the server must still stop)
+        log.warning("gRPC: could not wait for the calls already received: %s", err)
+    await server.stop(max(deadline - loop.time(), 0.0))
 
 
 def _generic_handler(hub: Hub) -> grpc.GenericRpcHandler:

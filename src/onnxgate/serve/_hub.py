@@ -144,10 +144,18 @@ class Hub:
         self.config = config or ServeConfig()
         self.metrics = Metrics()
         self.entries: dict[str, Entry] = {}
+        self.draining = False
+        """Stopping: not ready, but answering what the front ends accepted (see ``serve._drain``)."""
         self.stopping = False
+        """Stopped: every request is refused (503 / UNAVAILABLE)."""
         self.started = time.time()
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="onnxgate-run")
         self._watchers: list[asyncio.Task[None]] = []
+
+    @property
+    def leaving(self) -> bool:
+        """Draining or stopped: not ready."""
+        return self.draining or self.stopping
 
     @property
     def max_body_bytes(self) -> int:
@@ -319,7 +327,7 @@ class Hub:
     def ready(self) -> bool:
         """Every served name's default version is proven here, and the server is not stopping."""
         return (
-            not self.stopping
+            not self.leaving
             and bool(self.entries)
             and all(e.versions[e.current].predictor.ready for e in self.entries.values())
         )
@@ -350,7 +358,7 @@ class Hub:
         Raises:
             ModelNotServed: no such name or version here.
         """
-        return not self.stopping and self.served(name, version).predictor.ready
+        return not self.leaving and self.served(name, version).predictor.ready
 
     def server_metadata(self) -> dict[str, object]:
         """``{"name", "version", "extensions"}``."""
@@ -379,7 +387,7 @@ class Hub:
                 for s in specs
             ]
 
-        ready = predictor.ready and not self.stopping
+        ready = predictor.ready and not self.leaving
         reason = predictor.proof.reason if predictor.proof else predictor.why_not()
         return ModelMetadata(
             name=name,
@@ -389,7 +397,7 @@ class Hub:
             # the shape the model returns where its golden outputs contradict the declared one
             outputs=tensors(predictor.contract.signature.served_outputs()),
             ready=ready,
-            reason="shutting down" if self.stopping else reason,
+            reason="shutting down" if self.leaving else reason,
             source=f"{predictor.source.ref} ({predictor.source.gate})",
             labels={name: found for name, found in labels.items() if found is not None},
         )

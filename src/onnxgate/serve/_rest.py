@@ -29,7 +29,9 @@ from onnxgate.errors import (
     PayloadTooLarge,
     RequestRefused,
     RunFailed,
+    Unavailable,
 )
+from onnxgate.serve._drain import RETRY_AFTER, Drain
 from onnxgate.serve._hub import Hub
 from onnxgate.serve._metrics import CONTENT_TYPE as METRICS_TYPE
 from onnxgate.serve._tensors import (
@@ -83,12 +85,15 @@ def _rule(rule: str, message: str) -> InvalidRequest:
 class RestApp:
     """The ASGI application over one ``Hub`` (see :func:`make_app`)."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, drain: Drain | None = None) -> None:
         self.hub = hub
+        self.drain = drain or Drain()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            if self.drain.draining:  # every reply of a stopping server ends its connection
+                send = _closing(send)
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await _lifespan(receive, send)
@@ -117,7 +122,9 @@ class RestApp:
         except _Refused as err:
             await _json(send, err.status, {"error": err.message}, err.headers)
         except RequestRefused as err:
-            await _json(send, STATUS.get(err.status, 400), {"error": err.message})
+            status = STATUS.get(err.status, 400)
+            retry = [(b"retry-after", RETRY_AFTER)] if status == 503 else []
+            await _json(send, status, {"error": err.message}, retry)
         except Exception:
             log.exception("%s %s failed", method, path)
             await _json(send, 500, {"error": "internal server error; see the server's log."})
@@ -148,6 +155,9 @@ class RestApp:
         hub = self.hub
         served = version or ""
         try:
+            if not self.drain.admits(scope.get("client")):  # arrived after the signal
+                await _discard(receive)  # closing on an unread body would reset the connection
+                raise Unavailable("the server is shutting down; retry on another replica.")
             served = hub.served(name, version).version  # 404 before the body is read
             body, header_length = await _body(scope, receive, hub.max_body_bytes)
             raw_input = None
@@ -187,9 +197,14 @@ class RestApp:
         )
 
 
-def make_app(hub: Hub) -> RestApp:
-    """The Open Inference Protocol REST server over ``hub``, as an ASGI 3 application."""
-    return RestApp(hub)
+def make_app(hub: Hub, drain: Drain | None = None) -> RestApp:
+    """The Open Inference Protocol REST server over ``hub``, as an ASGI 3 application.
+
+    Args:
+        hub: the served models.
+        drain: which requests a stopping server still answers (given by ``run_server``).
+    """
+    return RestApp(hub, drain)
 
 
 # -- sending -------------------------------------------------------------------------------------
@@ -208,6 +223,17 @@ async def _reply(
     head.extend(headers)
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
+
+
+def _closing(send: Send) -> Send:
+    """``send``, with ``Connection: close`` on the reply."""
+
+    async def closing(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message["headers"], (b"connection", b"close")]}
+        await send(message)
+
+    return closing
 
 
 async def _json(
@@ -323,6 +349,14 @@ async def _body(scope: Scope, receive: Receive, limit: int) -> tuple[bytes, int 
                 f"{len(body)} bytes{' after inflating' if inflate else ''}",
             )
     return body, length
+
+
+async def _discard(receive: Receive) -> None:
+    """Read a body to its end, keeping none of it."""
+    more = True
+    while more:
+        message = await receive()
+        more = message["type"] == "http.request" and message.get("more_body", False)
 
 
 def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
