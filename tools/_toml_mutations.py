@@ -207,9 +207,11 @@ def _duplicate(data: dict[str, Any], src: Source) -> None:
         target[pick(src, ("model", "steps", "bench", "session", "feeds", "tags", "x"))] = source
     elif how == 1:  # an array of tables where a table belongs
         _get(data, target_path[:-1])[target_path[-1]] = [source, copy.deepcopy(source)]
-    else:  # the table repeated many times under fresh keys
-        for index in range(src.integer(1, 500)):
-            target[f"copy{index}"] = source
+    else:  # the table repeated many times under fresh keys, the document kept under ~4 MB
+        room = (4 << 20) - len(document(data))  # copies of copies would grow without end
+        most = max(0, room // max(1, len(toml(source))))
+        for index in range(min(src.integer(1, 500), most)):
+            target[f"copy{index}"] = copy.deepcopy(source)  # not shared: a later edit hits one
 
 
 def _key(key: Any) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -220,7 +221,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="case N uses RandomSource(seed + N)")
     parser.add_argument("--cli-every", type=int, default=10, help="one in N through the CLI")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds before a load hangs")
-    parser.add_argument("--memory-mb", type=int, default=4096, help="address-space cap (CLI)")
+    parser.add_argument(
+        "--memory-mb", type=int, default=4096, help="address-space cap (tool and CLI)"
+    )
     parser.add_argument("--workdir", help="configs, runs and findings (default: a temp folder)")
     parser.add_argument(
         "--out",
@@ -229,6 +232,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
+    if args.memory_mb:  # a config that asks for too much meets a MemoryError, not the OOM killer
+        limit = args.memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     result = run(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
