@@ -28,6 +28,15 @@ from onnxgate.settings import (
 CONFIG_VERSION = 1
 """The version of the file format this onnxgate reads (``version = 1`` at the top)."""
 
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest ``gate.toml`` read (1 MiB): the demo's is 3 KB, and a larger file is a mistake."""
+MAX_DEPTH = 32
+"""The deepest nesting of tables and arrays accepted; no key nests more than six levels."""
+MAX_INT = (1 << 63) - 1
+"""The largest integer magnitude accepted: what TOML itself promises (64-bit)."""
+SHOWN = 200
+"""Characters of a refused value or key path shown in a message."""
+
 SourceKind = Literal["onnx", "torch", "sklearn"]
 
 
@@ -330,7 +339,7 @@ class QuantizeStep(Step):
     """The most nodes the search may keep in float (not set: all but one); 0: no search."""
     bench: bool = True
     """Time the int8 model against the float one and fail when it is slower beyond noise."""
-    bench_budget: float = Field(1.0, gt=0)
+    bench_budget: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Seconds of timed runs per model and shape."""
     allow_slower: bool = False
     """Keep an int8 model that is slower than the float one beyond noise (with a warning)."""
@@ -442,17 +451,21 @@ class GateConfig(Part):
         return config_hash(self)
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+
+
 def _explain(error: ValidationError, path: Path) -> ConfigError:
     lines = []
     for item in error.errors():
-        where = field_path(item["loc"]) or "(top level)"
+        where = _cut(repr(field_path(item["loc"]))[1:-1]) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key")
         elif item["type"] == "missing":
             lines.append(f"{where}: missing")
         else:
             message = re.sub(r"^(Value error|Assertion failed), ", "", item["msg"])
-            lines.append(f"{where}: {message} (got {item.get('input')!r})")
+            lines.append(f"{where}: {_cut(message)} (got {_cut(repr(item.get('input')))})")
     shown = "\n  ".join(lines[:12]) + (f"\n  ... {len(lines) - 12} more" if len(lines) > 12 else "")
     return ConfigError(
         f"{path} is not a valid gate config:\n  {shown}",
@@ -464,33 +477,97 @@ def load_config(path: str | Path) -> GateConfig:
     """Read and validate a ``gate.toml``; relative paths in it are relative to its folder.
 
     Raises:
-        ConfigError: the file is missing, is not TOML, or has an unknown, missing or bad key
-            (named by its path, e.g. ``steps.bench.max_p50_ms``).
+        ConfigError: the file is missing, too large, is not TOML, nests too deeply, or has an
+            unknown, missing or bad key (named by its path, e.g. ``steps.bench.max_p50_ms``).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{path}: no such gate config.", hint="`onnxgate gate init MODEL` writes one."
-        ) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read the gate config: {error}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    data = _parse(path, _read(path))
     if "version" not in data:
         raise ConfigError(
             f"{path} has no `version = {CONFIG_VERSION}` line at the top.",
             hint="The version says which format the file is written in, so a newer onnxgate "
             "can read it or refuse it clearly.",
         )
+    _check_values(data, path)
     try:
         config = GateConfig.model_validate(data)
     except ValidationError as error:
         raise _explain(error, path) from None
     return _resolve_paths(config, path.parent)
+
+
+def _read(path: Path) -> str:
+    """The file's text, as ``Path.read_text`` gives it (universal newlines), at most 1 MiB."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such gate config.", hint="`onnxgate gate init MODEL` writes one."
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the gate config: {error}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a gate config.",
+            hint="A gate config is a few KB; give the gate.toml, not a data or model file.",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: cannot read the gate config: {error}") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _parse(path: Path, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    except (RecursionError, MemoryError):
+        # tomllib recurses once per level of inline tables and arrays
+        raise ConfigError(
+            f"{path}: arrays or inline tables are nested too deeply to read.",
+            hint=f"No gate key nests more than a few levels (at most {MAX_DEPTH}).",
+        ) from None
+
+
+def _check_values(data: dict[str, Any], path: Path) -> None:
+    """Refuse what no key takes, before validation: deep nesting, NUL, integers past 64 bits.
+
+    A loop, not recursion, so that nesting as deep as the parser allows cannot overflow the
+    stack here or in pydantic; each refusal names the key path.
+    """
+    stack: list[tuple[tuple[str, ...], Any]] = [((), data)]
+    while stack:
+        where, value = stack.pop()
+        if len(where) > MAX_DEPTH:
+            raise ConfigError(
+                f"{path}: {_key_path(where)} nests deeper than {MAX_DEPTH} levels; "
+                "no gate key takes values nested more than a few.",
+            )
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if "\x00" in key:
+                    raise ConfigError(
+                        f"{path}: {_key_path((*where, key))}: a NUL character in a key."
+                    )
+                stack.append(((*where, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*where, f"[{i}]"), item) for i, item in enumerate(value))
+        elif isinstance(value, str) and "\x00" in value:
+            raise ConfigError(f"{path}: {_key_path(where)}: a NUL character in a string value.")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise ConfigError(
+                f"{path}: {_key_path(where)}: {_cut(str(value))} is out of range "
+                "(integers are 64-bit)."
+            )
+
+
+def _key_path(parts: tuple[str, ...]) -> str:
+    """``("steps", "bench", "[0]")`` → ``steps.bench[0]``, control characters escaped, cut."""
+    text = "".join(p if p.startswith("[") else f".{p}" for p in parts).lstrip(".")
+    return _cut(repr(text)[1:-1]) or "(top level)"
 
 
 def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
@@ -503,8 +580,11 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
 
     def local(text: str | None) -> str | None:
         # data specs may be package.module:function; only existing-looking files are rebased
-        if text and not Path(text).is_absolute() and (base / text).exists():
-            return str(base / text)
+        try:
+            if text and not Path(text).is_absolute() and (base / text).exists():
+                return str(base / text)
+        except OSError:  # a name too long for the file system names no file
+            pass
         return text
 
     model = config.model
