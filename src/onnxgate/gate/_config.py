@@ -35,7 +35,10 @@ MAX_DEPTH = 32
 MAX_INT = (1 << 63) - 1
 """The largest integer magnitude accepted: what TOML itself promises (64-bit)."""
 SHOWN = 200
-"""Characters of a refused value or key path shown in a message."""
+"""Characters of a refused value or key path shown in a message (also where a library's own
+message quotes the value)."""
+MESSAGE = 1000
+"""Characters of one refusal's explanation: the library's words are kept whole up to here."""
 
 SourceKind = Literal["onnx", "torch", "sklearn"]
 
@@ -451,8 +454,14 @@ class GateConfig(Part):
         return config_hash(self)
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+def _cut(text: str, limit: int = SHOWN) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cut_quoted(message: str) -> str:
+    """A library's explanation whole, with any value it quotes (``'…'``) cut to ``SHOWN``."""
+    quoted = re.sub(rf"'[^'\n]{{{SHOWN},}}'", lambda m: _cut(m.group(0)) + "'", message)
+    return _cut(quoted, MESSAGE)
 
 
 def _explain(error: ValidationError, path: Path) -> ConfigError:
@@ -465,7 +474,7 @@ def _explain(error: ValidationError, path: Path) -> ConfigError:
             lines.append(f"{where}: missing")
         else:
             message = re.sub(r"^(Value error|Assertion failed), ", "", item["msg"])
-            lines.append(f"{where}: {_cut(message)} (got {_cut(repr(item.get('input')))})")
+            lines.append(f"{where}: {_cut_quoted(message)} (got {_cut(repr(item.get('input')))})")
     shown = "\n  ".join(lines[:12]) + (f"\n  ... {len(lines) - 12} more" if len(lines) > 12 else "")
     return ConfigError(
         f"{path} is not a valid gate config:\n  {shown}",
