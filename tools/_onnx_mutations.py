@@ -17,8 +17,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
+from _fuzz_source import RandomSource as RandomSource  # re-exported: the callers import it here
+from _fuzz_source import Source, pick
 from _onnx_edits import Edit, apply_byte_edit, apply_edit, encode
 from _onnx_values import (
     DATA_TYPES,
@@ -39,38 +41,6 @@ from google.protobuf.message import Message
 from onnx import ModelProto, TensorProto
 
 T = TypeVar("T")
-
-
-class Source(Protocol):
-    """Where a mutator's choices come from: hypothesis, a FuzzedDataProvider, or a seeded RNG."""
-
-    def integer(self, low: int, high: int) -> int:
-        """An integer in ``[low, high]``; sources shrink towards ``low``."""
-        ...
-
-    def data(self, size: int) -> bytes:
-        """At most ``size`` bytes."""
-        ...
-
-
-class RandomSource:
-    """Choices from ``random.Random(seed)``: replays and smoke runs."""
-
-    def __init__(self, seed: int) -> None:
-        import random
-
-        self._rng = random.Random(seed)
-
-    def integer(self, low: int, high: int) -> int:
-        return self._rng.randint(low, high)
-
-    def data(self, size: int) -> bytes:
-        return self._rng.randbytes(self._rng.randint(0, size))
-
-
-def pick(src: Source, items: Sequence[T]) -> T:
-    """One of ``items`` (the first is where shrinking ends)."""
-    return items[src.integer(0, len(items) - 1)]
 
 
 def chance(src: Source, one_in: int) -> bool:

@@ -16,45 +16,17 @@ import copy
 import datetime
 import json
 import math
-import random
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
+
+from _fuzz_source import RandomSource as RandomSource  # re-exported: the callers import it here
+from _fuzz_source import Source, pick
 
 HERE = Path(__file__).resolve().parent
 T = TypeVar("T")
-
-
-class Source(Protocol):
-    """Where a mutator's choices come from: hypothesis or a seeded RNG."""
-
-    def integer(self, low: int, high: int) -> int:
-        """An integer in ``[low, high]``; sources shrink towards ``low``."""
-        ...
-
-    def data(self, size: int) -> bytes:
-        """At most ``size`` bytes."""
-        ...
-
-
-class RandomSource:
-    """Choices from ``random.Random(seed)``: the long run and replays."""
-
-    def __init__(self, seed: int) -> None:
-        self._rng = random.Random(seed)
-
-    def integer(self, low: int, high: int) -> int:
-        return self._rng.randint(low, high)
-
-    def data(self, size: int) -> bytes:
-        return self._rng.randbytes(self._rng.randint(0, size))
-
-
-def pick(src: Source, items: Sequence[T]) -> T:
-    """One of ``items`` (the first is where shrinking ends)."""
-    return items[src.integer(0, len(items) - 1)]
 
 
 def seeds() -> dict[str, str]:
