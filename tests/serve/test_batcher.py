@@ -57,6 +57,21 @@ def test_concurrent_requests_share_executions_and_get_their_own_rows() -> None:
     assert len(batches) < 16
 
 
+def test_a_client_that_waits_for_each_answer_never_waits_for_a_batch() -> None:
+    """Concurrency 1: requests come fast, but each after the last was answered; nobody can join."""
+
+    async def main() -> list[int]:
+        run = Doubler()
+        batcher = _batcher(run, max_delay=30.0)  # waiting for a batch would hit the timeout
+        for i in range(5):
+            result = await asyncio.wait_for(batcher.submit({"x": np.full((1, 2), i)}), 10)
+            np.testing.assert_array_equal(result["y"], np.full((1, 2), 2 * i))
+        await batcher.close()
+        return run.batches
+
+    assert asyncio.run(main()) == [1] * 5
+
+
 def test_requests_of_other_shapes_are_not_stacked_together() -> None:
     async def main() -> list[int]:
         run = Doubler()

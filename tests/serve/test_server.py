@@ -225,19 +225,24 @@ def test_sigterm_finishes_requests_in_flight_then_exits_zero(start_server, token
         except Exception as error:  # noqa: BLE001
             answers.append((time.monotonic(), error))
 
-    # two requests close together: the first runs at once, the second waits in the batcher for
-    # others to join (requests are arriving faster than --max-delay-ms), up to 1.5 s
-    threads = [threading.Thread(target=one) for _ in range(2)]
+    # eight requests at once: the first runs at once, the others arrive while it is pending
+    # (several clients are sending) and wait in the batcher for more to join, up to 1.5 s
+    start = threading.Barrier(8)
+
+    def together() -> None:
+        start.wait(10)
+        one()
+
+    threads = [threading.Thread(target=together) for _ in range(8)]
     for thread in threads:
         thread.start()
-        time.sleep(0.05)
-    time.sleep(0.3)
+    time.sleep(0.4)
     signalled = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join(30)
     assert server.process.wait(30) == 0
-    assert len(answers) == 2, answers
+    assert len(answers) == 8, answers
     assert all(isinstance(answer, np.ndarray) for _, answer in answers), answers
     assert max(when for when, _ in answers) > signalled  # one was still in flight at SIGTERM
     assert "stopping" in server.text()

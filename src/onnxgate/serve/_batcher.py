@@ -4,11 +4,13 @@ Requests wait in one queue per model version. A batch starts when an execution s
 (``instances`` run at once): it takes the oldest request, then every queued request whose inputs
 agree with it on all but the batch axis, up to ``max_batch`` samples. It waits for more, at most
 ``max_delay`` after the oldest request arrived, only while someone may join: another execution is
-running, or requests are arriving closer together than ``max_delay``. A lone request at low load
-starts at once (Triton waits out the delay regardless, which adds it to every request). The batch is concatenated, run once in a worker thread
-(ONNX Runtime releases the GIL), and each request gets its own rows back. While every slot is
-busy, requests pile up and the next batch forms at once from them: under load batches grow, at
-low load a request does not wait.
+running, or requests are arriving closer together than ``max_delay`` while others are still
+pending. A lone request at low load starts at once, and so does every request of a client that
+waits for each answer before it sends again (concurrency 1), however fast the model: Triton waits
+out the delay regardless, which adds it to every request. The batch is concatenated, run once in
+a worker thread (ONNX Runtime releases the GIL), and each request gets its own rows back. While
+every slot is busy, requests pile up and the next batch forms at once from them: under load
+batches grow, at low load a request does not wait.
 
 A request beyond ``max_queue`` pending ones is refused at once (``Unavailable``), so overload
 shows as fast 503s rather than as a queue that grows until memory runs out. A request whose
@@ -104,7 +106,10 @@ class Batcher:
         """Executions running now."""
         self._last_arrival = float("-inf")
         self._flowing = False
-        """The latest request came within ``max_delay`` of the one before: more may follow."""
+        """The latest request came within ``max_delay`` of the one before, which was still
+        pending: several clients are sending, more may follow. A client that sends its next
+        request once the last one is answered (concurrency 1) is never flowing: nobody could
+        join its request, and waiting would add ``max_delay`` to every other one."""
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -145,7 +150,7 @@ class Batcher:
         key = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(feeds.items()))
         future: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
         job = _Job(feeds, rows, key, tuple(outputs) if outputs else None, future)
-        self._flowing = job.enqueued - self._last_arrival < self.max_delay
+        self._flowing = self._pending > 0 and job.enqueued - self._last_arrival < self.max_delay
         self._last_arrival = job.enqueued
         self._pending += 1
         self._idle.clear()
