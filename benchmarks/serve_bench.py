@@ -1,7 +1,7 @@
 """onnxgate serve under load, beside KServe's model server and ONNX Runtime in-process.
 
-All-MiniLM-L6-v2 at batch 1 x seq 128 per request, binary tensors, REST and gRPC, concurrency 1,
-8 and 32. Contenders, each a server in its own process (the load generator is a third process,
+All-MiniLM-L6-v2 at batch 1 x seq 128 per request (or any model: ``--name``, ``--input``,
+``--outputs``), binary tensors, REST and gRPC, concurrency 1, 8 and 32. Contenders, each a server in its own process (the load generator is a third process,
 ``serve_load.py``, with tritonclient's asyncio clients):
 
 - ``onnxgate``: ``onnxgate serve`` with dynamic batching (the default);
@@ -21,6 +21,12 @@ Usage:
         --out benchmarks/results/serve.json [--soak 600] [--switch]
 
 The model needs its contract (``onnxgate contract init``) proving batch up to 32 and seq 128.
+Another model, mnist for one (its batch is fixed at 1: concurrency 32 is 32 requests of batch 1
+that cannot be batched)::
+
+    python benchmarks/serve_bench.py --model mnist.onnx --name mnist \
+        --input Input3:FP32:1,1,28,28 --outputs Plus214_Output_0 --concurrency 1,32 \
+        --servers onnxgate,kserve --peer-python /path/peer/bin/python --out mnist.json
 """
 
 from __future__ import annotations
@@ -110,8 +116,10 @@ def load(server: Server, protocol: str, concurrency: int, args, name: str, **mor
         PY, str(HERE / "serve_load.py"), "--url", server.url(protocol), "--protocol", protocol,
         "--model", name, "--concurrency", str(concurrency), "--duration", str(args.duration),
         "--warmup", str(args.warmup), "--batch", "1", "--seq", "128",
-        "--outputs", "sentence_embedding", "--out", str(out),
+        "--outputs", *args.outputs.split(","), "--out", str(out),
     ]  # fmt: skip
+    for spec in args.input or ():
+        command += ["--input", spec]
     for key, value in more.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=args.duration * 4 + 600)
@@ -172,18 +180,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--name", default="minilm", help="the model's name on the servers")
+    parser.add_argument(
+        "--input", action="append", help="NAME:DATATYPE:SHAPE (repeatable; see serve_load.py)"
+    )
+    parser.add_argument("--outputs", default="sentence_embedding", help="comma-separated")
+    parser.add_argument("--servers", default="onnxgate,onnxgate-nobatch,kserve")
     parser.add_argument("--soak", type=float, default=0.0, help="soak seconds (0: none)")
     parser.add_argument("--soak-fraction", type=float, default=0.8)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    name = "minilm"
+    name = args.name
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = args.protocols.split(",")
-    servers = [
-        onnxgate("onnxgate", args.model, [], args.work, name),
-        onnxgate("onnxgate-nobatch", args.model, ["--no-batching"], args.work, name),
-        kserve(args.peer_python, args.model, args.work, name),
-    ]
+    starters = {
+        "onnxgate": lambda: onnxgate("onnxgate", args.model, [], args.work, name),
+        "onnxgate-nobatch": lambda: onnxgate(
+            "onnxgate-nobatch", args.model, ["--no-batching"], args.work, name
+        ),
+        "kserve": lambda: kserve(args.peer_python, args.model, args.work, name),
+    }
+    servers = [starters[label]() for label in args.servers.split(",")]
     runs: list[dict] = []
     try:
         for server in servers:
@@ -211,10 +228,13 @@ def main() -> None:
                         print(json.dumps(row), flush=True)
                     order = order[1:] + order[:1]
         formed = sorted({max(1, round(r["mean_batch"])) for r in runs if r["mean_batch"]} | {1, 32})
+        if args.input:  # a fixed batch (mnist's 1) cannot be measured at other sizes
+            formed = sorted({int(spec.rsplit(":", 1)[1].split(",")[0]) for spec in args.input})
         ceiling_out = args.work / "ceiling.json"
         subprocess.run(
             [PY, str(HERE / "serve_ceiling.py"), str(args.model), "--batches",
-             ",".join(map(str, formed)), "--seq", "128", "--duration", "8", "--out", str(ceiling_out)],
+             ",".join(map(str, formed)), "--seq", "128", "--duration", "8", "--out", str(ceiling_out),
+             *[f"--input={spec}" for spec in args.input or ()]],
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         ceiling = json.loads(ceiling_out.read_text())

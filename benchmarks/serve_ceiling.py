@@ -13,8 +13,8 @@ The batch sizes are **interleaved**: after ``--warmup`` runs at every size, roun
 for a slice of ``--slice`` s in turn, the order reversed every round, until each size has had
 ``--duration`` s. Drift of the machine (another tenant, thermal state) thus falls on all sizes
 alike. Inputs are the load generator's: random token ids in [0, ``--vocab``) (seeded), attention
-mask ones, token type ids zeros, a few distinct feeds per size sent in turn; all outputs are
-fetched, as a server must.
+mask ones, token type ids zeros (or ``--input`` tensors, as ``serve_load.py`` takes them), a few
+distinct feeds per size sent in turn; all outputs are fetched, as a server must.
 
 Output (stdout and ``--out``): per batch size the median, p10, p90 and p99 latency in ms, runs,
 samples/s at the median (batch / median) and as measured (samples over time in the loop), plus
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 # The load generator's machine facts and feeds: this script sits beside it.
-from serve_load import VOCAB_SIZE, feeds_pool, machine, machine_cpu, versions
+from serve_load import VOCAB_SIZE, feeds_pool, machine, machine_cpu, spec_pool, versions
 
 LEVELS = ("disable", "basic", "extended", "all")
 
@@ -58,7 +58,9 @@ def session(model: Path, args: argparse.Namespace):
 def measure(sess, args: argparse.Namespace, batches: list[int]) -> dict[int, dict]:
     names = [i.name for i in sess.get_inputs()]
     pools = {
-        b: feeds_pool(b, args.seq, size=args.pool, seed=args.seed + b, vocab=args.vocab)
+        b: spec_pool(args.input, size=args.pool, seed=args.seed + b, batch=b)
+        if args.input
+        else feeds_pool(b, args.seq, size=args.pool, seed=args.seed + b, vocab=args.vocab)
         for b in batches
     }
     for feeds in pools.values():
@@ -113,6 +115,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("model", type=Path, help="the .onnx file")
     parser.add_argument("--batches", default="1,2,4,8,16,32", help="comma-separated batch sizes")
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument(
+        "--input",
+        action="append",
+        help="NAME:DATATYPE:SHAPE (repeatable; the first dim becomes each batch size) instead of "
+        "token inputs, e.g. Input3:FP32:1,1,28,28",
+    )
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: ORT's)")
     parser.add_argument("--inter-threads", type=int, default=0, help="inter-op threads")
     parser.add_argument("--level", choices=LEVELS, default="all", help="graph optimisation")

@@ -27,7 +27,8 @@ an output the model's metadata lists is missing or does not have the batch as it
 closed-loop worker pauses ``--error-pause`` s after an error, so a dead server is not spun on.
 
 Inputs: ``--pool`` distinct feeds of random token ids in [0, ``--vocab``) with attention mask ones
-and token type ids zeros (seeded), sent in turn. Their tensors are built once, before the clock
+and token type ids zeros (seeded), sent in turn; or, with ``--input NAME:DATATYPE:SHAPE``
+(repeatable), random tensors of those shapes (``--input Input3:FP32:1,1,28,28`` for mnist). Their tensors are built once, before the clock
 starts, so the client's per-request work is what tritonclient does to send and read a request.
 
 With ``--rss-pid`` the server's resident memory (``VmRSS`` of the process and, summed, of its
@@ -219,6 +220,40 @@ def feeds_pool(batch: int, seq: int, *, size: int, seed: int, vocab: int) -> lis
     ]
 
 
+DATATYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32}
+
+
+def parse_input(text: str) -> tuple[str, str, tuple[int, ...]]:
+    """``NAME:DATATYPE:D0,D1,...`` (``Input3:FP32:1,1,28,28``) as (name, datatype, shape)."""
+    name, datatype, dims = text.rsplit(":", 2)
+    if datatype not in DATATYPES:
+        raise ValueError(f"--input {text!r}: datatype must be one of {', '.join(DATATYPES)}")
+    return name, datatype, tuple(int(d) for d in dims.split(","))
+
+
+def spec_pool(specs: list[str], *, size: int, seed: int, batch: int | None = None) -> list[dict]:
+    """Random feeds for ``--input`` specs (``batch`` replaces the first dim): floats in [0, 1),
+    integers in [0, 100)."""
+    rng = np.random.default_rng(seed)
+    pool = []
+    for _ in range(size):
+        feeds = {}
+        for name, datatype, shape in map(parse_input, specs):
+            shape = shape if batch is None else (batch, *shape[1:])
+            dtype = np.dtype(DATATYPES[datatype])
+            feeds[name] = (
+                rng.random(shape).astype(dtype)
+                if dtype.kind == "f"
+                else rng.integers(0, 100, shape).astype(dtype)
+            )
+        pool.append(feeds)
+    return pool
+
+
+def datatype_of(array: np.ndarray) -> str:
+    return {np.dtype(v): k for k, v in DATATYPES.items()}[array.dtype]
+
+
 class Client:
     """tritonclient's asyncio client for one protocol, with inputs built ahead of time."""
 
@@ -240,7 +275,7 @@ class Client:
     def inputs(self, feeds: dict[str, np.ndarray]) -> list:
         built = []
         for name, array in feeds.items():
-            tensor = self.module.InferInput(name, list(array.shape), "INT64")
+            tensor = self.module.InferInput(name, list(array.shape), datatype_of(array))
             if self.protocol == "http":
                 tensor.set_data_from_numpy(array, binary_data=True)
             else:
@@ -454,7 +489,11 @@ async def run(args: argparse.Namespace) -> dict:
     try:
         await client.wait_ready(args.model, args.ready_timeout)
         names, meta_error = await client.output_names(args.model)
-        pool = feeds_pool(args.batch, args.seq, size=args.pool, seed=args.seed, vocab=args.vocab)
+        pool = (
+            spec_pool(args.input, size=args.pool, seed=args.seed)
+            if args.input
+            else feeds_pool(args.batch, args.seq, size=args.pool, seed=args.seed, vocab=args.vocab)
+        )
         prepared = [client.inputs(feeds) for feeds in pool]
         outputs = client.outputs(args.outputs)
         checked = args.outputs or names
@@ -545,6 +584,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=30.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load not counted")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument(
+        "--input",
+        action="append",
+        help="NAME:DATATYPE:SHAPE (repeatable), e.g. Input3:FP32:1,1,28,28; random values. "
+        "Without it: token inputs of --batch x --seq (input_ids, attention_mask, token_type_ids)",
+    )
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--rate", type=float, help="open loop: requests per second")
     parser.add_argument(
@@ -576,6 +621,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--concurrency and --batch must be >= 1, --duration > 0, --warmup >= 0")
     if args.rate is not None and args.rate <= 0:
         parser.error("--rate must be > 0")
+    if args.input:
+        try:
+            args.batch = parse_input(args.input[0])[2][0]  # what check() expects first
+        except (ValueError, IndexError) as err:
+            parser.error(f"--input: {err}")
     return args
 
 
