@@ -72,6 +72,37 @@ def test_a_client_that_waits_for_each_answer_never_waits_for_a_batch() -> None:
     assert asyncio.run(main()) == [1] * 5
 
 
+class Where(Doubler):
+    """A Doubler that records which thread ran each batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+
+    def __call__(self, feeds, outputs=None):
+        self.threads.append(threading.current_thread().name)
+        return super().__call__(feeds, outputs)
+
+
+@pytest.mark.parametrize(("inline_below", "instances", "on_loop"), [
+    (60.0, 1, [False, True, True, True]),  # runs this short: the first measures, the rest inline
+    (0.0, 1, [False] * 4),  # never inline
+    (60.0, 2, [False] * 4),  # several instances run at once: only threads can do that
+])  # fmt: skip
+def test_short_runs_run_on_the_event_loop_once_measured(inline_below, instances, on_loop) -> None:
+    async def main() -> list[bool]:
+        run = Where()
+        batcher = _batcher(run, inline_below=inline_below, instances=instances)
+        for i in range(4):
+            result = await batcher.submit({"x": np.full((1, 2), i)})
+            np.testing.assert_array_equal(result["y"], np.full((1, 2), 2 * i))
+        await batcher.close()
+        loop_thread = threading.current_thread().name
+        return [name == loop_thread for name in run.threads]
+
+    assert asyncio.run(main()) == on_loop
+
+
 def test_requests_of_other_shapes_are_not_stacked_together() -> None:
     async def main() -> list[int]:
         run = Doubler()
