@@ -54,11 +54,13 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, label: str, command: list[str], http: int, grpc: int, log: Path) -> None:
+    def __init__(
+        self, label: str, command: list[str], http: int, grpc: int, log: Path, env=None
+    ) -> None:
         self.label, self.http, self.grpc = label, http, grpc
         self.log = log
         self.process = subprocess.Popen(
-            command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=dict(os.environ)
+            command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env or dict(os.environ)
         )
 
     def wait_ready(self, model: str, timeout: float = 180) -> None:
@@ -92,13 +94,17 @@ class Server:
                 self.process.kill()
 
 
-def onnxgate(label: str, model: Path, extra: list[str], logs: Path, name: str) -> Server:
+def onnxgate(
+    label: str, model: Path, extra: list[str], logs: Path, name: str, src: str | None = None
+) -> Server:
+    """``onnxgate serve`` of ``model``; with ``src``, the onnxgate found there (PYTHONPATH)."""
     http, grpc = free_port(), free_port()
     command = [
         PY, "-m", "onnxgate", "serve", f"{name}={model}", "--allow-ungated",
         "--http-port", str(http), "--grpc-port", str(grpc), *extra,
     ]  # fmt: skip
-    return Server(label, command, http, grpc, logs / f"{label}.log")
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    return Server(label, command, http, grpc, logs / f"{label}.log", env)
 
 
 def kserve(python: str, model: Path, logs: Path, name: str) -> Server:

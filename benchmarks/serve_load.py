@@ -233,7 +233,7 @@ def parse_input(text: str) -> tuple[str, str, tuple[int, ...]]:
 
 def spec_pool(specs: list[str], *, size: int, seed: int, batch: int | None = None) -> list[dict]:
     """Random feeds for ``--input`` specs (``batch`` replaces the first dim): floats in [0, 1),
-    integers in [0, 100)."""
+    integers 0 or 1 (valid as ids, masks and indices alike)."""
     rng = np.random.default_rng(seed)
     pool = []
     for _ in range(size):
@@ -244,7 +244,7 @@ def spec_pool(specs: list[str], *, size: int, seed: int, batch: int | None = Non
             feeds[name] = (
                 rng.random(shape).astype(dtype)
                 if dtype.kind == "f"
-                else rng.integers(0, 100, shape).astype(dtype)
+                else rng.integers(0, 2, shape).astype(dtype)
             )
         pool.append(feeds)
     return pool

@@ -32,15 +32,20 @@ queue and compute time) are read before and after every onnxgate block.
 
 Every contender stays up for the whole run, and blocks of ``--seconds`` run in rounds whose order
 is shuffled (seeded), so a noisy minute falls on all of them; the figures are the medians of the
-rounds' p50s, with the load average before every block. Usage::
+rounds' p50s, with the load average before every block. Usage (``--prepare`` builds the
+three models once: mnist from the corpus with its contract, all-MiniLM-L6-v2 exported with
+``onnxgate export torch onnxgate.examples.minilm:build`` and ``contract init --dim batch=1,32
+--dim seq=1,128``, and the tests' token model, which has a batch axis and tiny compute)::
 
-    python benchmarks/serve_overhead.py \\
-        --model mnist=mnist.onnx --input mnist=Input3:FP32:1,1,28,28 \\
-        --model minilm=minilm.onnx --peer-python /path/peer/bin/python \\
-        --rounds 4 --seconds 2 --c32 mnist --out benchmarks/results/serve_overhead.json
+    python benchmarks/serve_overhead.py --prepare /tmp/serve-models \
+        --peer-python /path/peer/bin/python --peer-models mnist,minilm --c32 mnist,minilm \
+        --baseline-src /path/main/src --rounds 3 --seconds 1 \
+        --out benchmarks/results/serve_overhead.json
 
-Each model needs its contract (``onnxgate contract init``) beside it. A model given no
-``--input`` gets token inputs (input_ids, attention_mask, token_type_ids) of batch 1 x seq 128.
+or with models of your own: ``--model NAME=PATH`` (repeatable), ``--input
+NAME=INPUT:DATATYPE:SHAPE`` for a model that does not take token inputs (batch 1 x seq 128),
+``--outputs NAME=OUTPUT``. Each model needs its contract (``onnxgate contract init``) beside it.
+``python benchmarks/serve_overhead.py report RESULT.json`` prints the tables again.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ CLIENTS = (
     "aio_grpc",
 )  # fmt: skip
 BURSTS = ("aio32_http", "aio32_grpc")
+BASELINE = ("raw_http", "raw_grpc", "aio_http", "aio_grpc", "aio32_http", "aio32_grpc")
+"""What runs against ``--baseline-src``'s server."""
 
 
 # --- the feeds, as every worker builds them --------------------------------------------------
@@ -420,6 +427,50 @@ def _loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
+def prepare(folder: Path) -> tuple[list[str], list[str], list[str]]:
+    """mnist, all-MiniLM-L6-v2 and the token model, built into ``folder`` once.
+
+    Returns:
+        ``--model``, ``--input`` and ``--outputs`` entries for them.
+    """
+    import shutil
+
+    onnxgate = [sys.executable, "-m", "onnxgate"]
+    quiet = {"check": True, "stdout": subprocess.DEVNULL}
+    mnist = folder / "mnist" / "mnist.onnx"
+    if not mnist.with_suffix(".contract.json").exists():
+        mnist.parent.mkdir(parents=True, exist_ok=True)
+        corpus = Path(os.environ.get("ONNXGATE_CORPUS", "/work/shared/corpus"))
+        shutil.copy2(corpus / "mnist.onnx", mnist)
+        subprocess.run([*onnxgate, "contract", "init", str(mnist)], **quiet)
+    minilm = folder / "minilm" / "minilm.onnx"
+    if not minilm.with_suffix(".contract.json").exists():
+        minilm.parent.mkdir(parents=True, exist_ok=True)
+        entry = "onnxgate.examples.minilm:build"
+        dynamic = [
+            f"--dynamic={name}:{axis}={label}"
+            for name in ("input_ids", "attention_mask", "token_type_ids")
+            for axis, label in ((0, "batch"), (1, "seq"))
+        ]
+        subprocess.run([*onnxgate, "export", "torch", entry, "-o", str(minilm), *dynamic,
+                        "--output-name", "last_hidden_state", "--output-name",
+                        "sentence_embedding"], **quiet)  # fmt: skip
+        subprocess.run([*onnxgate, "contract", "init", str(minilm), "--reference",
+                        f"torch:{entry}", "--dim", "batch=1,32", "--dim", "seq=1,128",
+                        "--force"], **quiet)  # fmt: skip
+    token = folder / "tok" / "tok.onnx"
+    if not token.with_suffix(".contract.json").exists():
+        sys.path.insert(0, str(HERE.parent / "tests" / "serve"))
+        from _serve_helpers import make_token_contract
+
+        make_token_contract(token)
+    return (
+        [f"mnist={mnist}", f"minilm={minilm}", f"tok={token}"],
+        ["mnist=Input3:FP32:1,1,28,28", "tok=ids:INT64:1,16", "tok=mask:INT64:1,16"],
+        ["minilm=sentence_embedding"],
+    )
+
+
 def orchestrate(args: argparse.Namespace) -> None:
     import serve_bench
     from serve_load import machine, versions
@@ -442,14 +493,17 @@ def orchestrate(args: argparse.Namespace) -> None:
             logs = args.work / name
             logs.mkdir(parents=True, exist_ok=True)
             ours = []
-            for label, extra in [("onnxgate", ""), *(a.split("=", 1) for a in args.also)]:
+            contenders = [("onnxgate", "", None), *((*a.split("=", 1), None) for a in args.also)]
+            if args.baseline_src:
+                contenders.append(("baseline", "", args.baseline_src))
+            for label, extra, src in contenders:
                 label = label if label == "onnxgate" else f"onnxgate-{label}"
-                server = serve_bench.onnxgate(label, item["path"], extra.split(), logs, name)
+                server = serve_bench.onnxgate(label, item["path"], extra.split(), logs, name, src)
                 server.label = f"{label}-{name}"
                 ours.append(server)
             servers += ours
             peer = None
-            if args.peer_python:
+            if args.peer_python and (not args.peer_models or name in args.peer_models):
                 peer = serve_bench.kserve(args.peer_python, item["path"], logs, name)
                 peer.label = f"kserve-{name}"
                 servers.append(peer)
@@ -474,6 +528,8 @@ def orchestrate(args: argparse.Namespace) -> None:
                 blocks += [(name, contender, mode, worker, server) for mode in modes]
         if args.only:
             blocks = [b for b in blocks if b[2] in args.only]
+        if args.baseline_src:  # the same clients against another onnxgate, mostly: main's
+            blocks = [b for b in blocks if b[1] != "onnxgate-baseline" or b[2] in BASELINE]
         for worker in workers:
             worker.wait_ready()
         runs = []
@@ -686,6 +742,26 @@ def render(document: dict) -> str:
                     f"{fmt(peer['p50_ms'] if peer else None)} | {times(ratio)} | "
                     f"{fmt(rate[0], 0)} | {fmt(rate[1], 0)} | {times(rate_ratio)} |"
                 )
+    if any(m["contender"] == "onnxgate-baseline" for m in document["medians"]):
+        lines += [
+            "",
+            f"### This onnxgate against the baseline (`--baseline-src "
+            f"{document['args'].get('baseline_src')}`)",
+            "",
+            "| model | client | baseline p50 | this p50 | change | baseline req/s | this req/s |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for model in models:
+            for mode in BASELINE:
+                then = cell.get((model, "onnxgate-baseline", mode))
+                now = cell.get((model, "onnxgate", mode))
+                if not then or not now:
+                    continue
+                lines.append(
+                    f"| {model} | {mode.replace('_', ' ')} | {fmt(then['p50_ms'])} | "
+                    f"{fmt(now['p50_ms'])} | {fmt(now['p50_ms'] - then['p50_ms'], sign=True)} | "
+                    f"{fmt(then['requests_per_s'], 0)} | {fmt(now['requests_per_s'], 0)} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -707,6 +783,7 @@ def main() -> None:
     parser.add_argument("--input", action="append", help="NAME=INPUT:DATATYPE:SHAPE (repeatable)")
     parser.add_argument("--outputs", action="append", help="NAME=OUTPUT (default: every output)")
     parser.add_argument("--peer-python", help="the python of KServe's venv (none: no peer)")
+    parser.add_argument("--peer-models", default="", help="comma-separated (default: all)")
     parser.add_argument("--c32", default="", help="comma-separated models also run at c32")
     parser.add_argument(
         "--also",
@@ -714,6 +791,18 @@ def main() -> None:
         default=[],
         help="LABEL=ARGS: another onnxgate contender with these serve flags (repeatable), e.g. "
         "spin0='--session-config session.intra_op.allow_spinning=0'",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        help="another onnxgate's src folder (main's, say): one more contender, onnxgate-baseline, "
+        "served from there, with the raw and aio clients",
+    )
+    parser.add_argument(
+        "--prepare",
+        type=Path,
+        help="build the models into this folder (once) and measure them: mnist (the corpus's, "
+        "with a contract), all-MiniLM-L6-v2 (exported) and the tests' token model, batched; "
+        "--model may be left out",
     )
     parser.add_argument("--only", default="", help="comma-separated stages and modes to run")
     parser.add_argument("--rounds", type=int, default=4)
@@ -730,10 +819,16 @@ def main() -> None:
     elif args.command == "clients":
         clients_worker(args)
     else:
+        if args.prepare:
+            models, inputs, outputs = prepare(args.prepare.resolve())
+            args.model = args.model or models
+            args.input = args.input or inputs
+            args.outputs = args.outputs or outputs
         if not args.model:
-            parser.error("give at least one --model NAME=PATH")
+            parser.error("give at least one --model NAME=PATH (or --prepare DIR)")
         args.c32 = [m for m in args.c32.split(",") if m]
         args.only = [m for m in args.only.split(",") if m]
+        args.peer_models = [m for m in args.peer_models.split(",") if m]
         orchestrate(args)
 
 
