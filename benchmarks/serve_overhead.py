@@ -234,7 +234,7 @@ def clients_worker(args: argparse.Namespace) -> None:
     import tritonclient.grpc as tgrpc
     import tritonclient.http as thttp
     import uvloop
-    from serve_load import Client, Recorder, closed_loop
+    from serve_load import Client, Recorder, closed_loop, datatype_of
 
     feeds = feeds_for(args.input)
     outputs = args.outputs
@@ -289,7 +289,7 @@ def clients_worker(args: argparse.Namespace) -> None:
         client = module.InferenceServerClient(url)
         inputs = []
         for name, array in feeds.items():
-            tensor = module.InferInput(name, list(array.shape), _datatype(array))
+            tensor = module.InferInput(name, list(array.shape), datatype_of(array))
             if module is thttp:
                 tensor.set_data_from_numpy(array, binary_data=True)
             else:
@@ -366,12 +366,6 @@ def clients_worker(args: argparse.Namespace) -> None:
     _serve_commands(handle)
     for client in aio.values():
         loop.run_until_complete(client.close())
-
-
-def _datatype(array: np.ndarray) -> str:
-    from serve_load import datatype_of
-
-    return datatype_of(array)
 
 
 # --- the orchestrator ------------------------------------------------------------------------
