@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,95 @@ def test_a_registration_whose_database_fills_up_rolls_back(tmp_path):
     with open_registry(str(tmp_path / "registry.db"), tmp_path / "store") as reg:
         assert [v.number for v in reg.versions("bert")] == [1]
         assert reg.register("bert", big, gate_report(big)).number == 2
+
+
+@pytest.fixture
+def pg_disk():
+    """A 4 MB tmpfs the PostgreSQL server can write to (tmp_path is private to this user)."""
+    mount = Path(tempfile.mkdtemp(prefix="onnxgate-pgfull-", dir="/var/tmp"))
+    mount.chmod(0o755)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        mount.rmdir()
+        reason = f"cannot mount a tmpfs: {done.stderr.strip()}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} (CI=true: the full-disk tests must run)")
+        pytest.skip(reason)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        with contextlib.suppress(OSError):
+            mount.rmdir()
+
+
+@pytest.mark.postgres
+def test_a_postgres_server_whose_disk_fills_up_is_exit_3_and_rolls_back(
+    pg_disk, pg_admin, tmp_path
+):
+    """The server's own ENOSPC (SQLSTATE 53100, "could not extend file"), met on a tablespace on
+    a full tmpfs: exit 3 naming the server, the transaction rolled back, the next number gapless."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from .conftest import pg_schema_url
+
+    space = pg_disk / "pg"
+    space.mkdir()
+    shutil.chown(space, "postgres", "postgres")
+    tablespace = f"onnxgate_full_{os.getpid()}"
+    admin = pg_admin.engine.execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE TABLESPACE {tablespace} LOCATION '{space}'"))
+    schema_url = make_url(pg_schema_url(pg_admin))
+    schema = schema_url.query["options"].removeprefix("-csearch_path=")
+    url = schema_url.update_query_dict(
+        {"options": f"-csearch_path={schema} -cdefault_tablespace={tablespace}"}
+    ).render_as_string(hide_password=False)
+    store = tmp_path / "store"
+    try:
+        first = make_files(tmp_path / "v1")
+        with open_registry(url, store) as reg:
+            reg.register("bert", first, gate_report(first))
+        filler = fill(pg_disk)
+        big = make_files(tmp_path / "v2")
+        # rows bigger than what is left in the pages the first version filled
+        report = gate_report(big).model_copy(update={"config": {"padding": "x" * 200_000}})
+        with pytest.raises(ResourceExhausted) as caught:
+            with open_registry(url, store) as reg:
+                reg.register("bert", big, report)
+        assert caught.value.exit_code == ExitCode.ENVIRONMENT
+        assert "has no disk space left" in caught.value.message
+        assert "127.0.0.1" in caught.value.message
+        assert "nothing was written" in str(caught.value.hint)
+        with open_registry(url, store) as reg:  # reading needs no byte on the server's disk
+            assert [v.number for v in reg.versions("bert")] == [1]
+        result = runner.invoke(
+            app,
+            [
+                "registry",
+                "promote",
+                "bert@1",
+                "champion",
+                "--registry",
+                url,
+                "--store",
+                str(store),
+                "-f",
+                "json",
+            ],
+        )
+        assert result.exit_code in (0, 3), result.output  # an alias row may fit in a page
+        filler.unlink()
+        with open_registry(url, store) as reg:
+            assert reg.register("bert", big, report).number == 2
+            assert [v.number for v in reg.versions("bert")] == [1, 2]
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            conn.execute(text(f"DROP TABLESPACE IF EXISTS {tablespace}"))
