@@ -1,17 +1,15 @@
 """A full disk is the user's to fix (exit 3, naming the path), and loses nothing.
 
-The registry lives on a 2 MB tmpfs filled to exactly 0 bytes free (or to a few free pages).
+The registry lives on a 2 MB tmpfs (tests/tmpfs.py) filled to exactly 0 bytes free (or to a few
+free pages); PostgreSQL meets its own full disk through a tablespace on a 4 MB one.
 Mounting needs root: where it is refused the tests skip, except under ``CI=true``, where they
 fail, since CI must prove this path.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,57 +19,11 @@ from typer.testing import CliRunner
 from onnxgate.cli import app
 from onnxgate.errors import ExitCode, ResourceExhausted
 from onnxgate.registry import open_registry
+from tmpfs import fill
 
 from ._registry_helpers import gate_report, make_files, sha
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def disk(tmp_path: Path):
-    """A 2 MB tmpfs of its own, unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        reason = f"cannot mount a tmpfs: {done.stderr.strip()}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason} (CI=true: the full-disk tests must run)")
-        pytest.skip(reason)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def fill(disk: Path, *, leave: int = 0) -> Path:
-    """Fill ``disk`` to exactly ``leave`` bytes free (0: not one byte); the filler file."""
-    reserve = disk / "reserve"
-    if leave:
-        reserve.write_bytes(b"\0" * leave)
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        for chunk in (1 << 16, 4096, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * chunk)
-    finally:
-        os.close(fd)
-    assert free(disk) == 0
-    if leave:
-        reserve.unlink()
-    return filler
 
 
 def cli(db: Path, store: Path, *args: str):
@@ -188,31 +140,6 @@ def test_a_registration_whose_database_fills_up_rolls_back(tmp_path):
     with open_registry(str(tmp_path / "registry.db"), tmp_path / "store") as reg:
         assert [v.number for v in reg.versions("bert")] == [1]
         assert reg.register("bert", big, gate_report(big)).number == 2
-
-
-@pytest.fixture
-def pg_disk():
-    """A 4 MB tmpfs the PostgreSQL server can write to (tmp_path is private to this user)."""
-    mount = Path(tempfile.mkdtemp(prefix="onnxgate-pgfull-", dir="/var/tmp"))
-    mount.chmod(0o755)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        mount.rmdir()
-        reason = f"cannot mount a tmpfs: {done.stderr.strip()}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason} (CI=true: the full-disk tests must run)")
-        pytest.skip(reason)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        with contextlib.suppress(OSError):
-            mount.rmdir()
 
 
 @pytest.mark.postgres
