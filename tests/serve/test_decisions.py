@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from ._serve_helpers import ServerProcess, make_token_contract
+from ._serve_helpers import ServerProcess, token_server
 
 MODEL = "tok"
 LONG = "x" * 100_000
@@ -174,16 +174,10 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    folder = tmp_path_factory.mktemp("decisions")
-    model = make_token_contract(folder / "tok.onnx")
-    server = ServerProcess([str(model), "--allow-ungated", "--max-request-mb", "1"], folder)
-    try:
-        server.wait_live()
+    with token_server(tmp_path_factory.mktemp("decisions"), "--max-request-mb", "1") as server:
         # the client's metadata limit is grpc's default (8 KiB): a long grpc-message overflows it
         with grpc.insecure_channel(server.grpc) as channel:
             yield Live(server, service_pb2_grpc.GRPCInferenceServiceStub(channel))
-    finally:
-        assert server.stop() == 0, server.text()[-4000:]
 
 
 def over_rest(live: Live, row: Row) -> tuple[int, bytes]:

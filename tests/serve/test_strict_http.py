@@ -24,7 +24,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from onnxgate.errors import InvalidRequest
 from onnxgate.serve._tensors import from_json
 
-from ._serve_helpers import ServerProcess, make_token_contract
+from ._serve_helpers import ServerProcess, token_server
 
 INFER = "/v2/models/tok/infer"
 MAX_HEADER_BYTES = 32 << 10
@@ -41,18 +41,9 @@ GOOD_JSON = json.dumps(GOOD).encode()
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    folder = tmp_path_factory.mktemp("strict")
-    model = make_token_contract(folder / "tok.onnx")
-    args = [str(model), "--allow-ungated", "--max-header-bytes", str(MAX_HEADER_BYTES),
-            "--max-headers", str(MAX_HEADERS)]  # fmt: skip
-    running = ServerProcess(args, folder)
-    try:
-        running.wait_live()
+    limits = ("--max-header-bytes", str(MAX_HEADER_BYTES), "--max-headers", str(MAX_HEADERS))
+    with token_server(tmp_path_factory.mktemp("strict"), *limits) as running:
         yield running
-    finally:
-        code = running.stop()
-    assert code == 0, running.text()[-4000:]
-    assert "Traceback" not in running.text(), running.text()[-4000:]
 
 
 def exchange(

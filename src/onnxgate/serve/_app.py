@@ -81,7 +81,8 @@ def _uvicorn_server(app: object, listen: Listen, config: ServeConfig, drain: Dra
         beyond the limit the request is refused (431) and the rest of what the client sends is
         read and dropped until it stops, so it reads the refusal instead of a reset. The app
         checks the whole head exactly (``serve._rest``); this only bounds the memory.
-        (h11, where httptools is not installed, is given the limit itself and answers 400.)
+        (h11, used where httptools is not installed, bounds its own buffer at twice the limit
+        and answers 400 beyond; below that the app answers 431.)
         """
 
         _head: int | None = None
@@ -139,7 +140,7 @@ def _uvicorn_server(app: object, listen: Listen, config: ServeConfig, drain: Dra
         timeout_graceful_shutdown=max(1, int(grace)),
         timeout_keep_alive=30,
         limit_concurrency=MAX_CONNECTIONS,  # beyond, uvicorn answers 503 at once
-        h11_max_incomplete_event_size=most,
+        h11_max_incomplete_event_size=2 * most,  # the app judges exactly; this bounds memory
     )
     return _Server(settings)
 
