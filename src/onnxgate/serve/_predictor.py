@@ -444,7 +444,7 @@ def _datatype(name: str, array: np.ndarray) -> str:
     try:
         return output_datatype(array)
     except GateError:
-        raise InvalidRequest(f"input {name!r}: dtype {array.dtype} has no datatype.") from None
+        raise InvalidRequest(f"input {echo(name)}: dtype {array.dtype} has no datatype.") from None
 
 
 def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:
