@@ -33,6 +33,7 @@ from onnxgate.errors import (
 from onnxgate.serve._batcher import Batcher, Observer
 from onnxgate.serve._metrics import Metrics
 from onnxgate.serve._predictor import Predictor, PredictorConfig
+from onnxgate.serve._refuse import echo, unique
 from onnxgate.serve._source import current_number, split_name
 from onnxgate.serve._tensors import datatype_of
 from onnxgate.serve._types import (
@@ -79,6 +80,11 @@ class ServeConfig(Part):
     """How long shutdown and an alias switch wait for pending requests."""
     max_body_bytes: int = Field(256 << 20, ge=1024)
     """The largest request body (JSON or binary) the protocols accept; beyond, 413."""
+    max_header_bytes: int = Field(64 << 10, ge=1024)
+    """The largest request head: REST's request line and header fields (beyond, 431) and gRPC's
+    metadata (beyond, RESOURCE_EXHAUSTED)."""
+    max_headers: int = Field(100, ge=1)
+    """The most header fields a REST request may have; beyond, 431."""
 
     def settings_for(self, name: str) -> ModelSettings:
         """The settings of one served model."""
@@ -341,13 +347,13 @@ class Hub:
         entry = self.entries.get(name)
         if entry is None:
             raise ModelNotServed(
-                f"model {name!r} is not served here; this server serves "
+                f"model {echo(name)} is not served here; this server serves "
                 f"{', '.join(sorted(self.entries)) or 'nothing'}."
             )
         found = entry.versions.get(version or entry.current)
         if found is None:
             raise ModelNotServed(
-                f"model {name!r} has no version {version!r} here; it serves "
+                f"model {echo(name)} has no version {echo(version)} here; it serves "
                 f"{', '.join(sorted(entry.versions))}."
             )
         return found
@@ -426,14 +432,15 @@ class Hub:
             if not predictor.ready:
                 raise Unavailable(f"{name}@{version} is not ready: {predictor.why_not()}")
             feeds = predictor.validate(request.inputs)
-            names = request.outputs or predictor.output_names
+            asked = unique(request.outputs) if request.outputs else None
+            names = asked or predictor.output_names
             unknown = [n for n in names if n not in predictor.output_names]
             if unknown:
                 raise InvalidRequest(
-                    f"output {unknown[0]!r} is not an output of {name}; it has "
+                    f"output {echo(unknown[0])} is not an output of {name}; it has "
                     f"{', '.join(predictor.output_names)} (rule output.unknown)"
                 )
-            result = await served.batcher.submit(feeds, request.outputs)
+            result = await served.batcher.submit(feeds, asked)
         except GateError as err:
             self.count_failure(name, version, err)
             raise
