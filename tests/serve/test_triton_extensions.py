@@ -271,6 +271,10 @@ def test_statistics_count_what_was_served_as_metrics_does(tok):
     assert infer["compute_infer"]["count"] == requests
     for key in ("success", "fail", "queue", "compute_infer"):
         assert infer[key]["ns"] > 0, key
+    (by_size,) = stats["batch_stats"]  # every batch was one request of `batch` samples
+    assert by_size["batch_size"] == batch
+    assert by_size["compute_infer"]["count"] == requests
+    assert by_size["compute_infer"]["ns"] == infer["compute_infer"]["ns"]
     # the same numbers as /metrics
     assert stats["inference_count"] == _metric(metrics, "onnxgate_inference_count_total")
     assert stats["execution_count"] == _metric(metrics, "onnxgate_inference_exec_count_total")
@@ -283,6 +287,8 @@ def test_statistics_count_what_was_served_as_metrics_does(tok):
     for key in ("success", "fail", "queue", "compute_infer"):
         assert int(theirs["inference_stats"][key]["count"]) == infer[key]["count"], key
         assert int(theirs["inference_stats"][key]["ns"]) == infer[key]["ns"], key
+    assert int(theirs["batch_stats"][0]["batch_size"]) == batch
+    assert int(theirs["batch_stats"][0]["compute_infer"]["count"]) == requests
 
 
 def test_statistics_of_an_unknown_model_are_not_found(tok):

@@ -98,6 +98,9 @@ class _Observer(Observer):
         self._queue = metrics.queue_seconds.labels(name, version)
         self._compute = metrics.compute_seconds.labels(name, version)
         self._request_compute = metrics.request_compute_seconds.labels(name, version)
+        self._by_batch = metrics.batch_compute_seconds
+        self._labels = (name, version)
+        self._batches: dict[int, Any] = {}
         self._batch = metrics.batch_size.labels(name, version)
         self._exec = metrics.executions.labels(name, version)
         self._count = metrics.inferences.labels(name, version)
@@ -110,6 +113,10 @@ class _Observer(Observer):
         self._compute.observe(seconds)
         for _ in range(requests):  # Triton's compute_infer counts requests, each with its batch's
             self._request_compute.observe(seconds)
+        by_size = self._batches.get(rows)
+        if by_size is None:
+            by_size = self._batches[rows] = self._by_batch.labels(*self._labels, str(rows))
+        by_size.observe(seconds)
         self._batch.observe(rows)
         self._exec.inc()
         self._count.inc(rows)

@@ -10,6 +10,7 @@ these same metrics by :meth:`Metrics.statistics`: one source of truth for both.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from onnxgate.errors import ExtraMissing
@@ -112,6 +113,13 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.batch_compute_seconds = Summary(
+            "onnxgate_batch_compute_duration_seconds",
+            "ONNX Runtime's time on each batch, by the batch's size in samples (Triton's "
+            "batch_stats).",
+            (*labels, "batch_size"),
+            registry=self.registry,
+        )
         self.batch_size = Histogram(
             "onnxgate_batch_size",
             "Samples per execution, as the batcher formed them.",
@@ -146,9 +154,20 @@ class Metrics:
         ONNX Runtime reads inputs and writes outputs inside its run on the CPU, so
         ``compute_input`` and ``compute_output`` take no time of their own: their time is in
         ``compute_infer``. There is no response cache: ``cache_hit`` and ``cache_miss`` are 0.
+        ``batch_stats`` has one entry per batch size executed, counting executions.
         """
         read = _Reader(name, version)
         compute = read.pair(self.request_compute_seconds)
+        batches = []
+        for size, pair in sorted(read.by_batch(self.batch_compute_seconds).items()):
+            batches.append(
+                {
+                    "batch_size": size,
+                    "compute_input": {"count": pair["count"], "ns": 0},
+                    "compute_infer": pair,
+                    "compute_output": {"count": pair["count"], "ns": 0},
+                }
+            )
         return {
             "name": name,
             "version": version,
@@ -168,7 +187,7 @@ class Metrics:
                 "cache_hit": {"count": 0, "ns": 0},
                 "cache_miss": {"count": 0, "ns": 0},
             },
-            "batch_stats": [],
+            "batch_stats": batches,
         }
 
 
@@ -182,15 +201,26 @@ class _Reader:
     def __init__(self, name: str, version: str) -> None:
         self._labels = {"model": name, "version": version}
 
-    def _samples(self, metric: Any, suffix: str) -> float:
-        total = 0.0
+    def _each(self, metric: Any, suffix: str) -> Iterator[Any]:
         for family in metric.collect():
             for sample in family.samples:
-                if not sample.name.endswith(suffix):
-                    continue
-                if all(sample.labels.get(k) == v for k, v in self._labels.items()):
-                    total += sample.value  # a failure's series are split by reason: summed
-        return total
+                if sample.name.endswith(suffix) and all(
+                    sample.labels.get(k) == v for k, v in self._labels.items()
+                ):
+                    yield sample
+
+    def _samples(self, metric: Any, suffix: str) -> float:
+        # a failure's series are split by reason: summed
+        return sum(sample.value for sample in self._each(metric, suffix))
+
+    def by_batch(self, metric: Any) -> dict[int, dict[str, int]]:
+        """A summary labelled by ``batch_size``: ``{size: {count, ns}}``."""
+        found: dict[int, dict[str, int]] = {}
+        for suffix, key in (("_count", "count"), ("_sum", "ns")):
+            for sample in self._each(metric, suffix):
+                pair = found.setdefault(int(sample.labels["batch_size"]), {"count": 0, "ns": 0})
+                pair[key] = int(sample.value) if key == "count" else _ns(sample.value)
+        return found
 
     def value(self, metric: Any) -> float:
         """A counter's total, or a gauge's value."""
