@@ -586,7 +586,7 @@ def _rest_http(add) -> None:
         "models": ("POST", "/v2/models"),
         "health-alive": ("GET", "/v2/health/alive"),
         "double-slash": ("POST", f"/{INFER}"),
-        "stats": ("GET", f"/v2/models/{MODEL}/stats"),
+        "trace": ("GET", f"/v2/models/{MODEL}/trace/setting"),
     }
     for label, (method, path) in routes.items():
         add(
@@ -601,6 +601,9 @@ def _rest_http(add) -> None:
         "post-model-ready": ("POST", f"/v2/models/{MODEL}/ready"),
         "post-version": ("POST", f"/v2/models/{MODEL}/versions/{VERSION}"),
         "post-metrics": ("POST", "/metrics"),
+        "post-config": ("POST", f"/v2/models/{MODEL}/config"),
+        "post-stats": ("POST", f"/v2/models/{MODEL}/stats"),
+        "post-all-stats": ("POST", "/v2/models/stats"),
         "get-infer": ("GET", INFER),
         "get-infer-versioned": ("GET", INFER_V),
         "put-infer": ("PUT", INFER),

@@ -235,7 +235,7 @@ def test_model_ready_and_unknown_models(client, server):
 
 
 def test_unknown_paths_and_methods(server):
-    for path in ("/", "/v1/models", "/v2/models/tok/config", "/v2/health/other", "/v2/models"):
+    for path in ("/", "/v1/models", "/v2/models/tok/shape", "/v2/health/other", "/v2/models"):
         status, headers, body = server.request("GET", path)
         assert status == 404, path
         assert "error" in json.loads(body)

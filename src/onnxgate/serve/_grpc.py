@@ -1,9 +1,16 @@
 """The Open Inference Protocol v2 over gRPC, as ``tritonclient.grpc`` expects it.
 
-Six RPCs of ``inference.GRPCInferenceService`` are served (ServerLive, ServerReady, ModelReady,
-ServerMetadata, ModelMetadata, ModelInfer); any other (Triton's ModelConfig, ModelStatistics,
-streaming, shared memory) is answered ``UNIMPLEMENTED`` by gRPC itself, and the client's
-``infer()`` needs none of them.
+Eight RPCs of ``inference.GRPCInferenceService`` are served (ServerLive, ServerReady, ModelReady,
+ServerMetadata, ModelMetadata, ModelInfer, and Triton's ModelConfig and ModelStatistics); any
+other (streaming, repository, shared memory) is answered ``UNIMPLEMENTED`` by gRPC itself, and
+the client's ``infer()`` needs none of them.
+
+``ModelReadyResponse`` has only ``ready``: when it is false, the reason goes with it in the
+trailing metadata entry ``onnxgate-reason``, which grpcurl prints and any gRPC client reads
+(``with_call(...)[1].trailing_metadata()``; tritonclient's ``is_model_ready`` returns only the
+bool). The status message cannot carry it: the call is OK (Triton answers not-ready with OK, and
+clients expect False, not an error), and an OK status reaches clients without its message. A
+model still loading is ``UNAVAILABLE``, as over REST it is 503.
 
 What the wire requires, and why the code looks the way it does:
 
@@ -27,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import numpy as np
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from onnxgate.errors import (
@@ -84,6 +92,9 @@ _CONTENTS: dict[str, str] = {
     "BYTES": "bytes_contents",
 }
 """Which ``InferTensorContents`` field carries each datatype (FP16 has none: raw bytes only)."""
+
+REASON_KEY = "onnxgate-reason"
+"""The trailing metadata entry of a ``ModelReady`` that is false: why."""
 
 MAX_CALLS = 1024
 """Calls at once; the queues behind them are bounded too."""
@@ -164,6 +175,8 @@ def _generic_handler(hub: Hub) -> grpc.GenericRpcHandler:
         "ServerMetadata": service.server_metadata,
         "ModelMetadata": service.model_metadata,
         "ModelInfer": service.model_infer,
+        "ModelConfig": service.model_config,
+        "ModelStatistics": service.model_statistics,
     }
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
@@ -232,10 +245,31 @@ class _Service:
 
     async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            ready = self.hub.model_ready(request.name, request.version or None)
+            ready, reason = self.hub.readiness(request.name, request.version or None)
         except Exception as err:
             await self._fail(context, "ModelReady", err)
+        if not ready:
+            # metadata values are printable ASCII; the status message may hold any UTF-8
+            printable = clip(reason).encode("ascii", "backslashreplace").decode("ascii")
+            context.set_trailing_metadata(((REASON_KEY, printable),))
         return _proto.ModelReadyResponse(ready=ready)
+
+    async def model_config(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            config = self.hub.model_config(request.name, request.version or None)
+        except Exception as err:
+            await self._fail(context, "ModelConfig", err)
+        return _proto.ModelConfigResponse(config=config)
+
+    async def model_statistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            found = self.hub.statistics(request.name, request.version)
+        except Exception as err:
+            await self._fail(context, "ModelStatistics", err)
+        reply = _proto.ModelStatisticsResponse()
+        for stats in found:
+            json_format.ParseDict(stats, reply.model_stats.add())
+        return reply
 
     async def server_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         meta = self.hub.server_metadata()

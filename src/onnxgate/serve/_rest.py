@@ -43,6 +43,7 @@ from onnxgate.serve._refuse import (
     tensor_name,
     with_rule,
 )
+from onnxgate.serve._model_config import config_json
 from onnxgate.serve._tensors import (
     DATATYPES,
     from_bytes,
@@ -130,6 +131,9 @@ class RestApp:
                 _allow(method, "GET")
                 up = self.hub.live() if rest[1] == "live" else self.hub.ready()
                 return await _reply(send, 200 if up else 400, b"", None)
+            if rest == ["models", "stats"]:
+                _allow(method, "GET")
+                return await _json(send, 200, {"model_stats": self.hub.statistics()})
             if rest[0] == "models" and len(rest) >= 2:
                 return await self._model(scope, receive, send, method, rest[1], rest[2:])
             raise _Refused(404, f"no such path {echo(path)}.")
@@ -139,6 +143,9 @@ class RestApp:
             status = STATUS.get(err.status, 400)
             retry = [(b"retry-after", RETRY_AFTER)] if status == 503 else []
             await _json(send, status, {"error": clip(err.message)}, retry)
+        except GateError as err:  # deliberate (a config Triton cannot express), not the client's
+            log.error("%s %s failed: %s", method, path, err)
+            await _json(send, 500, {"error": str(err)})
         except Exception:
             log.exception("%s %s failed", method, echo(path))
             await _json(send, 500, {"error": "internal server error; see the server's log."})
@@ -156,8 +163,17 @@ class RestApp:
             return await _json(send, 200, _metadata(self.hub.model_metadata(name, version)))
         if rest == ["ready"]:
             _allow(method, "GET")
-            ready = self.hub.model_ready(name, version)
-            return await _reply(send, 200 if ready else 400, b"", None)
+            ready, reason = self.hub.readiness(name, version)
+            if ready:
+                return await _reply(send, 200, b"", None)
+            return await _json(send, 400, {"error": reason})
+        if rest == ["config"]:
+            _allow(method, "GET")
+            return await _json(send, 200, config_json(self.hub.model_config(name, version)))
+        if rest == ["stats"]:
+            _allow(method, "GET")
+            found = self.hub.statistics(name, version or "")
+            return await _json(send, 200, {"model_stats": found})
         if rest == ["infer"]:
             _allow(method, "POST")
             return await self._infer(scope, receive, send, name, version)
