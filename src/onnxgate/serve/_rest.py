@@ -35,6 +35,7 @@ from onnxgate.errors import (
 from onnxgate.serve._drain import RETRY_AFTER, Drain
 from onnxgate.serve._hub import Hub
 from onnxgate.serve._metrics import CONTENT_TYPE as METRICS_TYPE
+from onnxgate.serve._model_config import config_json
 from onnxgate.serve._refuse import (
     clip,
     echo,
@@ -43,7 +44,6 @@ from onnxgate.serve._refuse import (
     tensor_name,
     with_rule,
 )
-from onnxgate.serve._model_config import config_json
 from onnxgate.serve._tensors import (
     DATATYPES,
     from_bytes,
