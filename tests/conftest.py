@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real models live, and an isolated cache for runtime profiles."""
+"""Shared fixtures: where the real models live, an isolated cache for runtime profiles, and small
+real tmpfs mounts (``disk``, ``pg_disk`` from tmpfs.py) for the full-disk tests."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import onnx
 import pytest
+
+from tmpfs import disk, pg_disk  # noqa: F401 (fixtures for every test)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("ONNXGATE_CORPUS", ROOT.parent / "shared" / "corpus"))

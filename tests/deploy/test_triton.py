@@ -19,6 +19,7 @@ from onnxgate.contract import ContractConfig, init_contract
 from onnxgate.deploy import TritonConfig, check_repository, deploy_triton
 from onnxgate.errors import ConfigError, NotGated
 from onnxgate.settings import FeedSettings
+from tmpfs import fill
 
 runner = CliRunner()
 
@@ -410,3 +411,23 @@ def test_string_warm_ups_are_length_prefixed():
     assert warmup_bytes(np.arange(3, dtype=np.int32), "n") == np.arange(3, dtype=np.int32).tobytes()
     with pytest.raises(ConfigError, match="complex64"):
         warmup_bytes(np.zeros(2, np.complex64), "c")
+
+
+def test_a_repository_on_a_full_disk_is_exit_3_and_nothing_is_half_written(proven, disk):
+    repo = disk / "repo"
+    filler = fill(disk, leave=16 * 1024)  # the folders fit; the model, its contract and npz do not
+    result = runner.invoke(
+        app,
+        ["deploy", "triton", str(proven), "--out", str(repo), "--allow-ungated", "-f", "json"],
+    )
+    assert result.exit_code == 3, result.output
+    error = json.loads(result.output)
+    assert error["error"] == "resource-exhausted"
+    assert str(repo / "mlp") in error["message"]
+    # no staging folder, no version folder, no config, no warm-up or label file left behind
+    assert sorted(p.name for p in (repo / "mlp").rglob("*")) in ([], ["warmup"])
+
+    filler.unlink()
+    report = deploy_triton(proven, TritonConfig(out=repo, allow_ungated=True))
+    assert report.passed, report.findings
+    assert check_repository(repo).passed

@@ -1,15 +1,15 @@
 """A full disk is the user's to fix (exit 3, naming the path), and loses nothing.
 
-The registry lives on a 2 MB tmpfs filled to exactly 0 bytes free (or to a few free pages).
+The registry lives on a 2 MB tmpfs (tests/tmpfs.py) filled to exactly 0 bytes free (or to a few
+free pages); PostgreSQL meets its own full disk through a tablespace on a 4 MB one.
 Mounting needs root: where it is refused the tests skip, except under ``CI=true``, where they
 fail, since CI must prove this path.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,57 +19,11 @@ from typer.testing import CliRunner
 from onnxgate.cli import app
 from onnxgate.errors import ExitCode, ResourceExhausted
 from onnxgate.registry import open_registry
+from tmpfs import fill
 
 from ._registry_helpers import gate_report, make_files, sha
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def disk(tmp_path: Path):
-    """A 2 MB tmpfs of its own, unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        reason = f"cannot mount a tmpfs: {done.stderr.strip()}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason} (CI=true: the full-disk tests must run)")
-        pytest.skip(reason)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def fill(disk: Path, *, leave: int = 0) -> Path:
-    """Fill ``disk`` to exactly ``leave`` bytes free (0: not one byte); the filler file."""
-    reserve = disk / "reserve"
-    if leave:
-        reserve.write_bytes(b"\0" * leave)
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        for chunk in (1 << 16, 4096, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * chunk)
-    finally:
-        os.close(fd)
-    assert free(disk) == 0
-    if leave:
-        reserve.unlink()
-    return filler
 
 
 def cli(db: Path, store: Path, *args: str):
@@ -186,3 +140,70 @@ def test_a_registration_whose_database_fills_up_rolls_back(tmp_path):
     with open_registry(str(tmp_path / "registry.db"), tmp_path / "store") as reg:
         assert [v.number for v in reg.versions("bert")] == [1]
         assert reg.register("bert", big, gate_report(big)).number == 2
+
+
+@pytest.mark.postgres
+def test_a_postgres_server_whose_disk_fills_up_is_exit_3_and_rolls_back(
+    pg_disk, pg_admin, tmp_path
+):
+    """The server's own ENOSPC (SQLSTATE 53100, "could not extend file"), met on a tablespace on
+    a full tmpfs: exit 3 naming the server, the transaction rolled back, the next number gapless."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from .conftest import pg_schema_url
+
+    space = pg_disk / "pg"
+    space.mkdir()
+    shutil.chown(space, "postgres", "postgres")
+    tablespace = f"onnxgate_full_{os.getpid()}"
+    admin = pg_admin.engine.execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE TABLESPACE {tablespace} LOCATION '{space}'"))
+    schema_url = make_url(pg_schema_url(pg_admin))
+    schema = schema_url.query["options"].removeprefix("-csearch_path=")
+    url = schema_url.update_query_dict(
+        {"options": f"-csearch_path={schema} -cdefault_tablespace={tablespace}"}
+    ).render_as_string(hide_password=False)
+    store = tmp_path / "store"
+    try:
+        first = make_files(tmp_path / "v1")
+        with open_registry(url, store) as reg:
+            reg.register("bert", first, gate_report(first))
+        filler = fill(pg_disk)
+        big = make_files(tmp_path / "v2")
+        # rows bigger than what is left in the pages the first version filled
+        report = gate_report(big).model_copy(update={"config": {"padding": "x" * 200_000}})
+        with pytest.raises(ResourceExhausted) as caught:
+            with open_registry(url, store) as reg:
+                reg.register("bert", big, report)
+        assert caught.value.exit_code == ExitCode.ENVIRONMENT
+        assert "has no disk space left" in caught.value.message
+        assert "127.0.0.1" in caught.value.message
+        assert "nothing was written" in str(caught.value.hint)
+        with open_registry(url, store) as reg:  # reading needs no byte on the server's disk
+            assert [v.number for v in reg.versions("bert")] == [1]
+        result = runner.invoke(
+            app,
+            [
+                "registry",
+                "promote",
+                "bert@1",
+                "champion",
+                "--registry",
+                url,
+                "--store",
+                str(store),
+                "-f",
+                "json",
+            ],
+        )
+        assert result.exit_code in (0, 3), result.output  # an alias row may fit in a page
+        filler.unlink()
+        with open_registry(url, store) as reg:
+            assert reg.register("bert", big, report).number == 2
+            assert [v.number for v in reg.versions("bert")] == [1, 2]
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            conn.execute(text(f"DROP TABLESPACE IF EXISTS {tablespace}"))

@@ -3,6 +3,7 @@ it, and ``onnxgate serve`` run as a real process on free ports."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +194,17 @@ class ServerProcess:
                 self.process.wait()
         self._log.close()
         return self.process.returncode
+
+
+@contextlib.contextmanager
+def token_server(folder: Path, *args: str) -> Iterator[ServerProcess]:
+    """``onnxgate serve`` of a token model made in ``folder`` (ungated, with ``args``), live;
+    stopped by SIGTERM after, which must be exit 0 with no traceback in its log."""
+    model = make_token_contract(folder / "tok.onnx")
+    server = ServerProcess([str(model), "--allow-ungated", *args], folder)
+    try:
+        server.wait_live()
+        yield server
+    finally:
+        code = server.stop()
+    assert code == 0 and "Traceback" not in server.text(), server.text()[-4000:]

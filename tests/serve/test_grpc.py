@@ -206,10 +206,10 @@ def test_unknown_model_or_version_is_not_found(client, call):
 
 def test_rpcs_we_do_not_serve_are_unimplemented(client):
     with pytest.raises(InferenceServerException) as err:
-        client.get_model_config("tok")
+        client.get_model_repository_index()
     assert status(err) == "StatusCode.UNIMPLEMENTED"
     with pytest.raises(InferenceServerException) as err:
-        client.get_inference_statistics("tok")
+        client.get_system_shared_memory_status()
     assert status(err) == "StatusCode.UNIMPLEMENTED"
 
 

@@ -296,7 +296,7 @@ def _rest_contract(add) -> None:
         "extra-case": ([jt("IDS"), jt("mask")], ("rule input.unknown", "'IDS'")),
         "duplicate-ids": ([jt("ids"), jt("ids"), jt("mask")], ("rule input.duplicate", "'ids'")),
         "duplicate-mask": ([*good_json(), jt("mask")], ("rule input.duplicate", "'mask'")),
-        "empty": ([], ("rule inputs",)),
+        "empty": ([], ("rule input.missing", "'ids'")),
         "name-empty": ([jt(""), jt("mask")], ("rule input.name",)),
         "name-number": ([jt(5), jt("mask")], ("rule input.name",)),
         "name-null": ([jt(None), jt("mask")], ("rule input.name",)),
@@ -499,8 +499,14 @@ def _rest_documents(add) -> None:
         "output-number": ({"outputs": [5], "inputs": good_json()}, "rule outputs"),
         "output-no-name": ({"outputs": [{}], "inputs": good_json()}, "rule outputs"),
         "output-name-number": ({"outputs": [{"name": 5}], "inputs": good_json()}, "rule outputs"),
-        "output-twice": (
-            {"outputs": [{"name": "logits"}, {"name": "logits"}], "inputs": good_json()},
+        "output-twice-binary-and-json": (
+            {
+                "outputs": [
+                    {"name": "logits", "parameters": {"binary_data": True}},
+                    {"name": "logits", "parameters": {"binary_data": False}},
+                ],
+                "inputs": good_json(),
+            },
             "rule outputs",
         ),
         "output-unknown": (
@@ -523,19 +529,19 @@ def _rest_documents(add) -> None:
                 "outputs": [{"name": "logits", "parameters": {"classification": 2}}],
                 "inputs": good_json(),
             },
-            "rule outputs",
+            "rule parameters",
         ),
         "output-shared-memory": (
             {
                 "outputs": [{"name": "logits", "parameters": {"shared_memory_region": "r"}}],
                 "inputs": good_json(),
             },
-            "rule outputs",
+            "rule parameters",
         ),
         "input-parameters-list": ({"inputs": good_json(parameters=[])}, "rule parameters"),
         "input-shared-memory": (
             {"inputs": good_json(parameters={"shared_memory_region": "r"})},
-            "rule input.data",
+            "rule parameters",
         ),
         "input-no-data": ({"inputs": good_json(parameters={})}, "rule input.data"),
         "input-data-string": ({"inputs": good_json(data="abc")}, "rule input.data"),
@@ -580,7 +586,7 @@ def _rest_http(add) -> None:
         "models": ("POST", "/v2/models"),
         "health-alive": ("GET", "/v2/health/alive"),
         "double-slash": ("POST", f"/{INFER}"),
-        "stats": ("GET", f"/v2/models/{MODEL}/stats"),
+        "trace": ("GET", f"/v2/models/{MODEL}/trace/setting"),
     }
     for label, (method, path) in routes.items():
         add(
@@ -595,6 +601,9 @@ def _rest_http(add) -> None:
         "post-model-ready": ("POST", f"/v2/models/{MODEL}/ready"),
         "post-version": ("POST", f"/v2/models/{MODEL}/versions/{VERSION}"),
         "post-metrics": ("POST", "/metrics"),
+        "post-config": ("POST", f"/v2/models/{MODEL}/config"),
+        "post-stats": ("POST", f"/v2/models/{MODEL}/stats"),
+        "post-all-stats": ("POST", "/v2/models/stats"),
         "get-infer": ("GET", INFER),
         "get-infer-versioned": ("GET", INFER_V),
         "put-infer": ("PUT", INFER),
@@ -892,7 +901,7 @@ def _grpc_contract(add) -> None:
         "none": ([], ("rule input.missing", "'ids'")),
         "extra": ([gin(), gin("mask"), gin("extra")], ("rule input.unknown", "'extra'")),
         "extra-case": ([gin("IDS"), gin("mask")], ("rule input.unknown", "'IDS'")),
-        "name-empty": ([gin(""), gin("mask")], ("rule input.unknown",)),
+        "name-empty": ([gin(""), gin("mask")], ("rule input.name",)),
         "duplicate-ids": ([gin(), gin(), gin("mask")], ("rule input.duplicate", "'ids'")),
         "duplicate-mask": ([gin(), gin("mask"), gin("mask")], ("rule input.duplicate", "'mask'")),
     }
@@ -1075,7 +1084,7 @@ def _grpc_routing(add) -> None:
     )
     add(
         "output-empty-name",
-        infer(INVALID, ("rule output.unknown",), gin(), gin("mask"), outputs=[("", {})]),
+        infer(INVALID, ("rule outputs",), gin(), gin("mask"), outputs=[("", {})]),
     )
     # bytes that are no ModelInferRequest: the client's mistake, so INVALID_ARGUMENT like JSON
     # garbage over REST; UNKNOWN or INTERNAL would blame the server

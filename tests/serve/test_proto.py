@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import model_config_pb2, service_pb2
 
 from onnxgate.serve import _proto
 
@@ -23,7 +23,29 @@ MESSAGES = [
     "InferTensorContents",
     "ModelInferRequest",
     "ModelInferResponse",
+    "ModelConfigRequest",
+    "ModelStatisticsRequest",
+    "ModelStatisticsResponse",
+    "StatisticDuration",
+    "InferStatistics",
+    "InferBatchStatistics",
 ]
+SUBSETS = [
+    "ModelConfigResponse",
+    "ModelStatistics",
+    "ModelConfig",
+    "ModelVersionPolicy",
+    "ModelInput",
+    "ModelOutput",
+    "ModelTensorReshape",
+    "ModelInstanceGroup",
+    "ModelQueuePolicy",
+    "ModelDynamicBatching",
+    "ModelOptimizationPolicy",
+    "ModelParameter",
+    "ModelWarmup",
+]
+"""Messages of which only the fields onnxgate writes are declared."""
 
 
 def is_repeated(field: FieldDescriptor) -> bool:
@@ -53,6 +75,36 @@ def assert_same_fields(ours: Descriptor, theirs: Descriptor) -> None:
         assert_same_fields(ours.nested_types_by_name[name], their_nested)
 
 
+def assert_fields_within(ours: Descriptor, theirs: Descriptor) -> None:
+    """Every field of ours is Triton's: same number, type, label, oneof, message or enum."""
+    assert ours.full_name == theirs.full_name
+    assert ours.GetOptions().map_entry == theirs.GetOptions().map_entry
+    for name, our_field in ours.fields_by_name.items():
+        where = f"{theirs.full_name}.{name}"
+        their_field = theirs.fields_by_name[name]
+        assert our_field.number == their_field.number, where
+        assert our_field.type == their_field.type, where
+        assert is_repeated(our_field) == is_repeated(their_field), where
+        if their_field.message_type is not None:
+            assert our_field.message_type.full_name == their_field.message_type.full_name, where
+            assert_fields_within(our_field.message_type, their_field.message_type)
+        if their_field.enum_type is not None:
+            values = {v.name: v.number for v in their_field.enum_type.values}
+            assert {v.name: v.number for v in our_field.enum_type.values} == values, where
+        their_oneof = their_field.containing_oneof
+        our_oneof = our_field.containing_oneof
+        assert (our_oneof and our_oneof.name) == (their_oneof and their_oneof.name), where
+
+
+@pytest.mark.parametrize("name", SUBSETS)
+def test_extension_message_fields_are_tritons(name):
+    module = service_pb2 if name.startswith(("ModelConfigR", "ModelStat")) else model_config_pb2
+    theirs = module.DESCRIPTOR.message_types_by_name[name]
+    ours = _proto._POOL.FindMessageTypeByName(f"inference.{name}")
+    assert ours is not theirs
+    assert_fields_within(ours, theirs)
+
+
 @pytest.mark.parametrize("name", MESSAGES)
 def test_message_matches_tritonclient(name):
     ours = getattr(_proto, name)
@@ -70,6 +122,8 @@ def test_methods_match_the_tritonclient_service():
         "ServerMetadata",
         "ModelMetadata",
         "ModelInfer",
+        "ModelConfig",
+        "ModelStatistics",
     }
     for name, (request, response) in _proto.METHODS.items():
         method = service.methods_by_name[name]

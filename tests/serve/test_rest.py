@@ -235,7 +235,7 @@ def test_model_ready_and_unknown_models(client, server):
 
 
 def test_unknown_paths_and_methods(server):
-    for path in ("/", "/v1/models", "/v2/models/tok/config", "/v2/health/other", "/v2/models"):
+    for path in ("/", "/v1/models", "/v2/models/tok/shape", "/v2/health/other", "/v2/models"):
         status, headers, body = server.request("GET", path)
         assert status == 404, path
         assert "error" in json.loads(body)
@@ -434,7 +434,7 @@ BAD_BODIES = {
     "deep-nesting": (b"[" * 100_000 + b"]" * 100_000, {}, "rule json"),
     "no-inputs": (b'{"outputs": []}', {}, "inputs is missing"),
     "inputs-not-list": (b'{"inputs": {"name": "ids"}}', {}, "inputs is not a list"),
-    "empty-inputs": (b'{"inputs": []}', {}, "inputs is empty", "rule inputs"),
+    "empty-inputs": (b'{"inputs": []}', {}, "'ids' is missing", "rule input.missing"),
     "input-not-object": (b'{"inputs": [3]}', {}, "inputs[0] is a number"),
     "no-name": (json.dumps({"inputs": [{"datatype": "INT64"}]}).encode(), {}, "input.name"),
     "no-datatype": (
@@ -445,7 +445,7 @@ BAD_BODIES = {
     "bad-datatype": (
         json.dumps({"inputs": [_tensor(datatype="INT65", data=[1, 2, 3])]}).encode(),
         {},
-        "'INT65' is not one of",
+        "'INT65' is not an Open Inference Protocol datatype",
     ),
     "datatype-list": (
         json.dumps({"inputs": [_tensor(datatype=["INT64"], data=[1, 2, 3])]}).encode(),
@@ -554,15 +554,18 @@ BAD_BODIES = {
         {},
         "rule outputs",
     ),
-    "output-twice": (
+    "output-twice-binary-and-json": (
         json.dumps(
             {
                 "inputs": [_tensor(data=[1, 2, 3]), MASK],
-                "outputs": [{"name": "logits"}, {"name": "logits"}],
+                "outputs": [
+                    {"name": "logits", "parameters": {"binary_data": True}},
+                    {"name": "logits"},
+                ],
             }  # fmt: skip
         ).encode(),
         {},
-        "asked for twice",
+        "asked for twice, once binary",
     ),
     "unknown-output": (
         json.dumps(

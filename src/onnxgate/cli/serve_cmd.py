@@ -179,6 +179,23 @@ def serve_command(
             rich_help_panel=BATCHING,
         ),
     ] = 64.0,
+    max_header_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-header-bytes",
+            help="Largest request head: REST's request line and header fields (beyond, 431) "
+            "and gRPC's metadata (beyond, RESOURCE_EXHAUSTED).",
+            rich_help_panel=BATCHING,
+        ),
+    ] = 64 << 10,
+    max_headers: Annotated[
+        int,
+        typer.Option(
+            "--max-headers",
+            help="Most header fields in a REST request; beyond, 431.",
+            rich_help_panel=BATCHING,
+        ),
+    ] = 100,
     model_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -243,6 +260,8 @@ def serve_command(
         poll_seconds=poll,
         grace_seconds=grace,
         max_body_bytes=max(4 * limit, 1024),
+        max_header_bytes=max_header_bytes,
+        max_headers=max_headers,
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
         configure_logging(1)  # a server says what it serves and why a model is not ready

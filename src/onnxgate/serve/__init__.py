@@ -12,6 +12,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from onnxgate.serve._maps import map_labels
+from onnxgate.serve._model_config import DATATYPES as TRITON_DATATYPES
+from onnxgate.serve._model_config import (
+    GRAPH_LEVEL,
+    TritonOptions,
+    batching,
+    build_config,
+    config_json,
+    session_parameters,
+    triton_datatype,
+)
 from onnxgate.serve._predictor import Counts, Predictor, PredictorConfig, Proof, batch_axis
 from onnxgate.serve._source import Source, resolve
 from onnxgate.serve._tensors import OIP_OF
@@ -21,7 +31,9 @@ if TYPE_CHECKING:
     from onnxgate.serve._hub import Hub, ModelSettings, ServeConfig
 
 __all__ = [
+    "GRAPH_LEVEL",
     "OIP_OF",
+    "TRITON_DATATYPES",
     "Counts",
     "Hub",
     "InferRequest",
@@ -33,10 +45,16 @@ __all__ = [
     "RequestTensor",
     "ServeConfig",
     "Source",
+    "TritonOptions",
     "batch_axis",
+    "batching",
+    "build_config",
+    "config_json",
     "map_labels",
     "resolve",
     "serve",
+    "session_parameters",
+    "triton_datatype",
 ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import socket
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 1024
 """Connections (REST) and calls (gRPC) at once: bounded, like the queues behind them."""
+LINGER_SECONDS = 5.0
+"""How long a connection whose head was refused still reads (and drops) what the client sends."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,19 @@ class Listen:
     grpc_port: int = 8001
 
 
-def _uvicorn_server(app: object, listen: Listen, grace: float, drain: Drain) -> object:
+def _refusal(status: bytes, message: str) -> bytes:
+    """A whole HTTP response refusing a request, closing its connection."""
+    body = json.dumps({"error": message}).encode()
+    return b"".join(
+        [
+            b"HTTP/1.1 ", status, b"\r\ncontent-type: application/json\r\n",
+            b"content-length: ", str(len(body)).encode(), b"\r\nconnection: close\r\n\r\n",
+            body,
+        ]
+    )  # fmt: skip
+
+
+def _uvicorn_server(app: object, listen: Listen, config: ServeConfig, drain: Drain) -> object:
     try:
         import uvicorn
         from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -52,16 +67,58 @@ def _uvicorn_server(app: object, listen: Listen, grace: float, drain: Drain) -> 
         def capture_signals(self) -> Iterator[None]:  # the app owns SIGTERM, not uvicorn
             yield
 
+    most = config.max_header_bytes
+    too_large = _refusal(
+        b"431 Request Header Fields Too Large",
+        f"the request's head is above the server's limit of {most} bytes (--max-header-bytes)",
+    )
+
     class _Protocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
-        """uvicorn's HTTP protocol, telling the drain what it sees."""
+        """uvicorn's HTTP protocol, telling the drain what it sees, bounding the head it buffers.
+
+        httptools keeps a head until it is whole and has no limit of its own. The bytes of every
+        read after the one a request began in, while its head is not whole yet, are counted;
+        beyond the limit the request is refused (431) and the rest of what the client sends is
+        read and dropped until it stops, so it reads the refusal instead of a reset. The app
+        checks the whole head exactly (``serve._rest``); this only bounds the memory.
+        (h11, used where httptools is not installed, bounds its own buffer at twice the limit
+        and answers 400 beyond; below that the app answers 431.)
+        """
+
+        _head: int | None = None
+        _began = False
+        _refused = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             drain.connected(self)
 
+        def on_message_begin(self) -> None:
+            self._head, self._began = 0, True
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._head = None
+            super().on_headers_complete()
+
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
             drain.received(self)
             super().data_received(data)
+            if self._head is None:
+                return
+            if self._began:  # the read the head began in may hold the request before it
+                self._began = False
+                return
+            self._head += len(data)
+            if self._head > most:
+                self._refused = True
+                drain.answered(self)
+                self.transport.write(too_large)
+                self.transport.write_eof()
+                loop = asyncio.get_running_loop()
+                loop.call_later(LINGER_SECONDS, self.transport.close)
 
         def on_response_complete(self) -> None:
             drain.answered(self)
@@ -71,7 +128,8 @@ def _uvicorn_server(app: object, listen: Listen, grace: float, drain: Drain) -> 
             drain.disconnected(self)
             super().connection_lost(exc)
 
-    config = uvicorn.Config(
+    grace = config.grace_seconds
+    settings = uvicorn.Config(
         app,
         host=listen.host,
         port=listen.http_port,
@@ -82,8 +140,9 @@ def _uvicorn_server(app: object, listen: Listen, grace: float, drain: Drain) -> 
         timeout_graceful_shutdown=max(1, int(grace)),
         timeout_keep_alive=30,
         limit_concurrency=MAX_CONNECTIONS,  # beyond, uvicorn answers 503 at once
+        h11_max_incomplete_event_size=2 * most,  # the app judges exactly; this bounds memory
     )
-    return _Server(config)
+    return _Server(settings)
 
 
 async def _stop_http(server: Any, task: asyncio.Task[None], drain: Drain, deadline: float) -> None:
@@ -185,7 +244,7 @@ async def run_server(
             await grpc_server.start()
         if listen.http_port:
             sock = _bind(listen)  # ours, so a taken port is an error here, not uvicorn's exit
-            http_server = _uvicorn_server(make_app(hub, drain), listen, config.grace_seconds, drain)
+            http_server = _uvicorn_server(make_app(hub, drain), listen, config, drain)
             http_task = loop.create_task(http_server.serve(sockets=[sock]))  # type: ignore[attr-defined]
             while not http_server.started and not http_task.done():  # type: ignore[attr-defined]
                 await asyncio.sleep(0.01)

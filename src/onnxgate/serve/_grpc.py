@@ -1,9 +1,16 @@
 """The Open Inference Protocol v2 over gRPC, as ``tritonclient.grpc`` expects it.
 
-Six RPCs of ``inference.GRPCInferenceService`` are served (ServerLive, ServerReady, ModelReady,
-ServerMetadata, ModelMetadata, ModelInfer); any other (Triton's ModelConfig, ModelStatistics,
-streaming, shared memory) is answered ``UNIMPLEMENTED`` by gRPC itself, and the client's
-``infer()`` needs none of them.
+Eight RPCs of ``inference.GRPCInferenceService`` are served (ServerLive, ServerReady, ModelReady,
+ServerMetadata, ModelMetadata, ModelInfer, and Triton's ModelConfig and ModelStatistics); any
+other (streaming, repository, shared memory) is answered ``UNIMPLEMENTED`` by gRPC itself, and
+the client's ``infer()`` needs none of them.
+
+``ModelReadyResponse`` has only ``ready``: when it is false, the reason goes with it in the
+trailing metadata entry ``onnxgate-reason``, which grpcurl prints and any gRPC client reads
+(``with_call(...)[1].trailing_metadata()``; tritonclient's ``is_model_ready`` returns only the
+bool). The status message cannot carry it: the call is OK (Triton answers not-ready with OK, and
+clients expect False, not an error), and an OK status reaches clients without its message. A
+model still loading is ``UNAVAILABLE``, as over REST it is 503.
 
 What the wire requires, and why the code looks the way it does:
 
@@ -27,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import numpy as np
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from onnxgate.errors import (
@@ -40,6 +48,14 @@ from onnxgate.errors import (
 )
 from onnxgate.serve import _proto
 from onnxgate.serve._hub import Hub
+from onnxgate.serve._refuse import (
+    clip,
+    echo,
+    refuse,
+    refuse_parameters,
+    tensor_name,
+    with_rule,
+)
 from onnxgate.serve._tensors import check_shape, from_bytes, numpy_dtype, output_datatype, to_bytes
 from onnxgate.serve._types import InferRequest, InferResponse, RequestTensor
 
@@ -77,10 +93,8 @@ _CONTENTS: dict[str, str] = {
 }
 """Which ``InferTensorContents`` field carries each datatype (FP16 has none: raw bytes only)."""
 
-_UNSUPPORTED_PARAMETERS = {
-    "shared_memory_region": "shared memory is not supported; send the data in the request",
-    "classification": "classification outputs are not supported; ask for the raw output",
-}
+REASON_KEY = "onnxgate-reason"
+"""The trailing metadata entry of a ``ModelReady`` that is false: why."""
 
 MAX_CALLS = 1024
 """Calls at once; the queues behind them are bounded too."""
@@ -101,6 +115,10 @@ def make_server(hub: Hub, address: str) -> grpc.aio.Server:
         options=[
             ("grpc.max_receive_message_length", hub.max_body_bytes),
             ("grpc.max_send_message_length", -1),
+            # a client's metadata, like a REST head, is bounded; both limits alike, or grpc
+            # refuses what lies between them at random
+            ("grpc.max_metadata_size", hub.config.max_header_bytes),
+            ("grpc.absolute_max_metadata_size", hub.config.max_header_bytes),
             # without this, a second server on a port in use binds it too and shares its traffic
             ("grpc.so_reuseport", 0),
         ],
@@ -157,6 +175,8 @@ def _generic_handler(hub: Hub) -> grpc.GenericRpcHandler:
         "ServerMetadata": service.server_metadata,
         "ModelMetadata": service.model_metadata,
         "ModelInfer": service.model_infer,
+        "ModelConfig": service.model_config,
+        "ModelStatistics": service.model_statistics,
     }
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
@@ -193,9 +213,9 @@ def _parsing(rpc: str, request_cls: Any, handler: Handler, hub: Hub) -> Handler:
 def _status(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and message a failure is answered with."""
     if isinstance(error, RequestRefused):
-        return _CODES.get(error.status, grpc.StatusCode.INVALID_ARGUMENT), str(error)
+        return _CODES.get(error.status, grpc.StatusCode.INVALID_ARGUMENT), clip(str(error))
     if isinstance(error, GateError):  # RunFailed and the like: the server's fault, said on purpose
-        return grpc.StatusCode.INTERNAL, str(error)
+        return grpc.StatusCode.INTERNAL, clip(str(error))
     return grpc.StatusCode.INTERNAL, "internal server error; the server's log has the details."
 
 
@@ -225,10 +245,31 @@ class _Service:
 
     async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            ready = self.hub.model_ready(request.name, request.version or None)
+            ready, reason = self.hub.readiness(request.name, request.version or None)
         except Exception as err:
             await self._fail(context, "ModelReady", err)
+        if not ready:
+            # metadata values are printable ASCII; the status message may hold any UTF-8
+            printable = clip(reason).encode("ascii", "backslashreplace").decode("ascii")
+            context.set_trailing_metadata(((REASON_KEY, printable),))
         return _proto.ModelReadyResponse(ready=ready)
+
+    async def model_config(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            config = self.hub.model_config(request.name, request.version or None)
+        except Exception as err:
+            await self._fail(context, "ModelConfig", err)
+        return _proto.ModelConfigResponse(config=config)
+
+    async def model_statistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            found = self.hub.statistics(request.name, request.version)
+        except Exception as err:
+            await self._fail(context, "ModelStatistics", err)
+        reply = _proto.ModelStatisticsResponse()
+        for stats in found:
+            json_format.ParseDict(stats, reply.model_stats.add())
+        return reply
 
     async def server_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         meta = self.hub.server_metadata()
@@ -289,6 +330,9 @@ def encode_response(response: InferResponse, version: str) -> Any:
 def decode_request(request: Any, limit: int) -> InferRequest:
     """A ``ModelInferRequest`` as the hub's ``InferRequest``.
 
+    What REST can say too is refused by the same functions (``serve._refuse``), so both
+    protocols give one verdict; only ``contents`` and ``raw_input_contents`` are gRPC's own.
+
     Args:
         request: the message (ours or tritonclient's ``service_pb2`` one).
         limit: the largest tensor a declared shape may describe, in bytes.
@@ -299,28 +343,35 @@ def decode_request(request: Any, limit: int) -> InferRequest:
     """
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
-        raise InvalidRequest(
+        raise refuse(
+            "raw_input_contents",
             f"the request has {len(request.inputs)} input(s) and {len(raw)} raw_input_contents; "
-            "send one raw_input_contents per input, in the order of the inputs."
+            "send one raw_input_contents per input, in the order of the inputs",
         )
     tensors = []
     for index, tensor in enumerate(request.inputs):
-        _refuse_parameters(f"input {tensor.name!r}", tensor.parameters)
+        name = tensor_name("inputs", index, tensor.name)
+        refuse_parameters(f"input {echo(name)}", tensor.parameters)
         shape = list(tensor.shape)
-        if raw:
-            if _has_contents(tensor):
-                raise InvalidRequest(
-                    f"input {tensor.name!r} has both contents and raw_input_contents; "
-                    "send one of them."
-                )
-            array = from_bytes(tensor.name, tensor.datatype, shape, raw[index], limit)
-        else:
-            array = _from_contents(tensor, shape, limit)
-        tensors.append(RequestTensor(tensor.name, tensor.datatype, array))
+        try:
+            if raw:
+                if _has_contents(tensor):
+                    raise refuse(
+                        "input.data",
+                        f"input {echo(name)} has both contents and raw_input_contents; "
+                        "send one of them",
+                    )
+                array = from_bytes(name, tensor.datatype, shape, raw[index], limit)
+            else:
+                array = _from_contents(tensor, shape, limit)
+        except InvalidRequest as err:
+            raise with_rule(err, "input.data") from None
+        tensors.append(RequestTensor(name, tensor.datatype, array))
     outputs = []
-    for output in request.outputs:
-        _refuse_parameters(f"output {output.name!r}", output.parameters)
-        outputs.append(output.name)
+    for index, output in enumerate(request.outputs):
+        name = tensor_name("outputs", index, output.name)
+        refuse_parameters(f"output {echo(name)}", output.parameters)
+        outputs.append(name)
     return InferRequest(
         model=request.model_name,
         version=request.model_version or None,
@@ -329,12 +380,6 @@ def decode_request(request: Any, limit: int) -> InferRequest:
         id=request.id or None,
         parameters={key: _parameter(value) for key, value in request.parameters.items()},
     )
-
-
-def _refuse_parameters(what: str, parameters: Any) -> None:
-    for key, why in _UNSUPPORTED_PARAMETERS.items():
-        if key in parameters:
-            raise InvalidRequest(f"{what}: parameter {key!r}: {why}.")
 
 
 def _parameter(value: Any) -> Any:
@@ -352,6 +397,7 @@ def _from_contents(tensor: Any, shape: list[int], limit: int) -> np.ndarray:
     """An input's typed ``contents`` as an array of ``shape``, checked like raw bytes."""
     name, datatype = tensor.name, tensor.datatype
     count = check_shape(name, shape, datatype, limit)
+    shown = echo(name)
     dtype = numpy_dtype(datatype)
     field = _CONTENTS.get(datatype)
     given = [f for f in sorted(set(_CONTENTS.values())) if len(getattr(tensor.contents, f))]
@@ -359,20 +405,19 @@ def _from_contents(tensor: Any, shape: list[int], limit: int) -> np.ndarray:
         if count == 0 and not given:
             return np.zeros(shape, dtype=dtype)
         raise InvalidRequest(
-            f"input {name!r}: {datatype} has no typed contents field; send it in "
-            "raw_input_contents."
+            f"input {shown}: {datatype} has no typed contents field; send it in raw_input_contents."
         )
     wrong = [f for f in given if f != field]
     if wrong:
         raise InvalidRequest(
-            f"input {name!r} is declared {datatype}, whose values go in contents.{field}; the "
+            f"input {shown} is declared {datatype}, whose values go in contents.{field}; the "
             f"request fills contents.{wrong[0]}."
         )
     values = getattr(tensor.contents, field)
     if len(values) != count:
         what = "no data" if not given else f"{len(values)} values in contents.{field}"
         raise InvalidRequest(
-            f"input {name!r}: shape {shape} holds {count} values, the request has {what}."
+            f"input {shown}: shape {shape} holds {count} values, the request has {what}."
         )
     if datatype == "BYTES":
         return np.array(list(values), dtype=object).reshape(shape)
@@ -380,6 +425,6 @@ def _from_contents(tensor: Any, shape: list[int], limit: int) -> np.ndarray:
         wide = np.fromiter(values, dtype=np.int64, count=count)
         info = np.iinfo(dtype)
         if int(wide.min()) < info.min or int(wide.max()) > info.max:
-            raise InvalidRequest(f"input {name!r}: a value does not fit {datatype}.")
+            raise InvalidRequest(f"input {shown}: a value does not fit {datatype}.")
         return wide.astype(dtype).reshape(shape)
     return np.fromiter(values, dtype=dtype, count=count).reshape(shape)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import Field
 
@@ -32,8 +33,10 @@ from onnxgate.errors import (
 )
 from onnxgate.serve._batcher import Batcher, Observer
 from onnxgate.serve._metrics import Metrics
+from onnxgate.serve._model_config import PLATFORM, TritonOptions, build_config
 from onnxgate.serve._predictor import Predictor, PredictorConfig
-from onnxgate.serve._source import current_number, split_name
+from onnxgate.serve._refuse import echo, unique
+from onnxgate.serve._source import current_number, served_name, split_name
 from onnxgate.serve._tensors import datatype_of
 from onnxgate.serve._types import (
     InferRequest,
@@ -45,9 +48,12 @@ from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "onnxruntime_onnx"
-"""What Triton reports for an ONNX model served by ONNX Runtime."""
-EXTENSIONS = ("binary_tensor_data", "onnxgate_contract_validation")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "onnxgate_contract_validation",
+)
 
 
 class ModelSettings(Part):
@@ -79,6 +85,11 @@ class ServeConfig(Part):
     """How long shutdown and an alias switch wait for pending requests."""
     max_body_bytes: int = Field(256 << 20, ge=1024)
     """The largest request body (JSON or binary) the protocols accept; beyond, 413."""
+    max_header_bytes: int = Field(64 << 10, ge=1024)
+    """The largest request head: REST's request line and header fields (beyond, 431) and gRPC's
+    metadata (beyond, RESOURCE_EXHAUSTED)."""
+    max_headers: int = Field(100, ge=1)
+    """The most header fields a REST request may have; beyond, 431."""
 
     def settings_for(self, name: str) -> ModelSettings:
         """The settings of one served model."""
@@ -92,6 +103,10 @@ class _Observer(Observer):
     def __init__(self, metrics: Metrics, name: str, version: str) -> None:
         self._queue = metrics.queue_seconds.labels(name, version)
         self._compute = metrics.compute_seconds.labels(name, version)
+        self._request_compute = metrics.request_compute_seconds.labels(name, version)
+        self._by_batch = metrics.batch_compute_seconds
+        self._labels = (name, version)
+        self._batches: dict[int, Any] = {}
         self._batch = metrics.batch_size.labels(name, version)
         self._exec = metrics.executions.labels(name, version)
         self._count = metrics.inferences.labels(name, version)
@@ -102,6 +117,12 @@ class _Observer(Observer):
 
     def executed(self, seconds: float, rows: int, requests: int) -> None:
         self._compute.observe(seconds)
+        for _ in range(requests):  # Triton's compute_infer counts requests, each with its batch's
+            self._request_compute.observe(seconds)
+        by_size = self._batches.get(rows)
+        if by_size is None:
+            by_size = self._batches[rows] = self._by_batch.labels(*self._labels, str(rows))
+        by_size.observe(seconds)
         self._batch.observe(rows)
         self._exec.inc()
         self._count.inc(rows)
@@ -144,6 +165,8 @@ class Hub:
         self.config = config or ServeConfig()
         self.metrics = Metrics()
         self.entries: dict[str, Entry] = {}
+        self.loading: dict[str, str] = {}
+        """Names being opened and proven by ``load`` (their requests get 503, not 404), by item."""
         self.draining = False
         """Stopping: not ready, but answering what the front ends accepted (see ``serve._drain``)."""
         self.stopping = False
@@ -221,15 +244,21 @@ class Hub:
         """
         loop = asyncio.get_running_loop()
         for item in items:
-            predictor = await loop.run_in_executor(self._executor, self._open, item)
-            if predictor.name in self.entries:
-                predictor.close()
-                raise ConfigError(
-                    f"two models would be served as {predictor.name!r}; name one NAME=REF."
-                )
-            entry = Entry(predictor.name, item, follow=predictor.source.alias and item)
-            self._add(entry, predictor)
-            self.entries[predictor.name] = entry
+            self.loading.setdefault(served_name(item), item)
+        try:
+            for item in items:
+                predictor = await loop.run_in_executor(self._executor, self._open, item)
+                if predictor.name in self.entries:
+                    predictor.close()
+                    raise ConfigError(
+                        f"two models would be served as {predictor.name!r}; name one NAME=REF."
+                    )
+                entry = Entry(predictor.name, item, follow=predictor.source.alias and item)
+                self._add(entry, predictor)
+                self.entries[predictor.name] = entry
+                self.loading.pop(served_name(item), None)
+        finally:
+            self.loading.clear()
         unknown = sorted(set(self.config.models) - set(self.entries))
         if unknown:
             raise ConfigError(
@@ -339,15 +368,20 @@ class Hub:
             ModelNotServed: no such name or version here.
         """
         entry = self.entries.get(name)
+        if entry is None and name in self.loading:
+            raise Unavailable(
+                f"model {name!r} is still loading (being opened and proven); retry in a few "
+                "seconds."
+            )
         if entry is None:
             raise ModelNotServed(
-                f"model {name!r} is not served here; this server serves "
+                f"model {echo(name)} is not served here; this server serves "
                 f"{', '.join(sorted(self.entries)) or 'nothing'}."
             )
         found = entry.versions.get(version or entry.current)
         if found is None:
             raise ModelNotServed(
-                f"model {name!r} has no version {version!r} here; it serves "
+                f"model {echo(name)} has no version {echo(version)} here; it serves "
                 f"{', '.join(sorted(entry.versions))}."
             )
         return found
@@ -358,7 +392,72 @@ class Hub:
         Raises:
             ModelNotServed: no such name or version here.
         """
-        return not self.leaving and self.served(name, version).predictor.ready
+        return self.readiness(name, version)[0]
+
+    def readiness(self, name: str, version: str | None = None) -> tuple[bool, str]:
+        """Whether that version is proven here, and why not (empty when it is).
+
+        Raises:
+            ModelNotServed: no such name or version here.
+            Unavailable: the name is still loading.
+        """
+        served = self.served(name, version)
+        if self.leaving:
+            return False, "the server is shutting down"
+        predictor = served.predictor
+        if predictor.ready:
+            return True, ""
+        return False, f"{name}@{served.version} is not ready: {predictor.why_not()}"
+
+    def model_config(self, name: str, version: str | None = None) -> Any:
+        """Triton's ``ModelConfig`` of the model as served.
+
+        What ``deploy triton`` writes for its contract (``_model_config.build_config``), with
+        this server's batching, queue, instances and session settings, and no warm-ups (the
+        server proves the model on its golden samples instead).
+
+        Raises:
+            ModelNotServed: no such name or version here.
+            Unavailable: the name is still loading.
+        """
+        served = self.served(name, version)
+        predictor = served.predictor
+        settings = self.config.settings_for(name)
+        batcher = served.batcher
+        options = TritonOptions(
+            max_batch=batcher.max_batch if batcher.batched else 0,
+            max_queue_delay_us=round(settings.max_delay_ms * 1000),
+            max_queue=settings.max_queue,
+            instances=settings.instances,
+        )
+        message, _ = build_config(
+            _served_contract(predictor),
+            options,
+            name=name,
+            version=int(served.version) if served.version.isdigit() else 1,
+            settings=predictor.runner.settings.wire(),
+            warmups=(),
+        )
+        return message
+
+    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Triton's statistics of every served version (of ``name``, or only ``version``).
+
+        Raises:
+            ModelNotServed: no such name or version here.
+            Unavailable: the name is still loading.
+        """
+        if not name:
+            names = sorted(self.entries)
+        else:
+            self.served(name, version or None)
+            names = [name]
+        found = []
+        for each in names:
+            versions = sorted(self.entries[each].versions, key=_number)
+            for number in [version] if version else versions:
+                found.append(self.metrics.statistics(each, number))
+        return found
 
     def server_metadata(self) -> dict[str, object]:
         """``{"name", "version", "extensions"}``."""
@@ -420,31 +519,32 @@ class Hub:
         try:
             served = self.served(name, request.version)
             version = served.version
+            self.metrics.last_inference.labels(name, version).set(time.time())
             predictor = served.predictor
             if self.stopping:
                 raise Unavailable("the server is shutting down; retry on another replica.")
             if not predictor.ready:
                 raise Unavailable(f"{name}@{version} is not ready: {predictor.why_not()}")
             feeds = predictor.validate(request.inputs)
-            names = request.outputs or predictor.output_names
+            asked = unique(request.outputs) if request.outputs else None
+            names = asked or predictor.output_names
             unknown = [n for n in names if n not in predictor.output_names]
             if unknown:
                 raise InvalidRequest(
-                    f"output {unknown[0]!r} is not an output of {name}; it has "
+                    f"output {echo(unknown[0])} is not an output of {name}; it has "
                     f"{', '.join(predictor.output_names)} (rule output.unknown)"
                 )
-            result = await served.batcher.submit(feeds, request.outputs)
-        except GateError as err:
-            self.count_failure(name, version, err)
-            raise
+            result = await served.batcher.submit(feeds, asked)
         except Exception as err:
-            self.count_failure(name, version, err)
+            self.count_failure(name, version, err, time.perf_counter() - start)
             raise
         self.metrics.success.labels(name, version).inc()
         self.metrics.request_seconds.labels(name, version).observe(time.perf_counter() - start)
         return InferResponse(name, version, [(n, result[n]) for n in names], request.id)
 
-    def count_failure(self, name: str, version: str, error: BaseException) -> None:
+    def count_failure(
+        self, name: str, version: str, error: BaseException, seconds: float = 0.0
+    ) -> None:
         """Count a refused or failed request (front ends call it for what they refuse)."""
         if name not in self.entries:
             name, version = "", ""  # unknown names must not grow the label set
@@ -452,6 +552,7 @@ class Hub:
             version = ""
         reason = error.status if isinstance(error, RequestRefused) else "internal"
         self.metrics.failure.labels(name, version, reason).inc()
+        self.metrics.failure_seconds.labels(name, version).inc(seconds)
 
     # -- stopping --------------------------------------------------------------------------------
 
@@ -477,6 +578,32 @@ class Hub:
             served.predictor.close()
             self.metrics.ready.labels(served.predictor.name, served.version).set(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _served_contract(predictor: Predictor) -> Any:
+    """The predictor's contract with its outputs as served.
+
+    The shapes its golden outputs showed, and each map output (scikit-learn's ZipMap) as FP32
+    ``[N, K]`` (see ``_maps``): what ``deploy triton`` deploys (``deploy._model``).
+    """
+    from onnxgate.model import TensorSpec
+
+    signature = predictor.contract.signature
+    rows = predictor.batch_dim or next((s.shape[0] for s in predictor.inputs if s.shape), "N")
+    outputs = [
+        TensorSpec(
+            name=spec.name,
+            dtype="float32",
+            shape=(rows, len(predictor.labels[spec.name] or ())),
+            type="tensor(float)",
+        )
+        if predictor.labels.get(spec.name)
+        else spec
+        for spec in signature.served_outputs()
+    ]
+    return predictor.contract.model_copy(
+        update={"signature": signature.model_copy(update={"outputs": outputs, "observed": {}})}
+    )
 
 
 def _number(version: str) -> tuple[int, str]:

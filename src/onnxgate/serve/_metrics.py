@@ -3,14 +3,27 @@
 Named after Triton's where they mean the same (success and failure per model and version, with a
 reason; inference count against execution count; pending requests), but queue and compute time
 are histograms rather than cumulative microseconds, so percentiles can be read off them.
+
+The statistics extension (``GET /v2/models/{name}/stats``, gRPC ``ModelStatistics``) is read off
+these same metrics by :meth:`Metrics.statistics`: one source of truth for both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from onnxgate.errors import ExtraMissing
 
 try:
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+    from prometheus_client import (
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        Summary,
+        generate_latest,
+    )
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ExtraMissing(
@@ -47,6 +60,19 @@ class Metrics:
             (*labels, "reason"),
             registry=self.registry,
         )
+        self.failure_seconds = Counter(
+            "onnxgate_inference_request_failure_duration_seconds",
+            "Time from a failed request's arrival at the model to its refusal (0 for requests "
+            "refused before they reached it).",
+            labels,
+            registry=self.registry,
+        )
+        self.last_inference = Gauge(
+            "onnxgate_last_inference_timestamp_seconds",
+            "When the latest inference request for the model arrived (Unix time).",
+            labels,
+            registry=self.registry,
+        )
         self.inferences = Counter(
             "onnxgate_inference_count",
             "Samples inferred (a request of batch n counts n).",
@@ -80,6 +106,20 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.request_compute_seconds = Summary(
+            "onnxgate_request_compute_duration_seconds",
+            "ONNX Runtime's time on each request's batch, observed once per request (Triton's "
+            "compute_infer).",
+            labels,
+            registry=self.registry,
+        )
+        self.batch_compute_seconds = Summary(
+            "onnxgate_batch_compute_duration_seconds",
+            "ONNX Runtime's time on each batch, by the batch's size in samples (Triton's "
+            "batch_stats).",
+            (*labels, "batch_size"),
+            registry=self.registry,
+        )
         self.batch_size = Histogram(
             "onnxgate_batch_size",
             "Samples per execution, as the batcher formed them.",
@@ -103,3 +143,92 @@ class Metrics:
     def text(self) -> bytes:
         """The exposition text of every metric."""
         return generate_latest(self.registry)
+
+    def statistics(self, name: str, version: str) -> dict[str, Any]:
+        """One model version's statistics as Triton's statistics extension reports them.
+
+        ``success`` and ``fail`` count requests (a request refused for breaking the contract, a
+        full queue or a stopping server is a failure, as ``onnxgate_inference_request_failure``
+        counts it); ``queue`` and ``compute_infer`` count requests too, each with the time its
+        batch waited and ran; ``inference_count`` counts samples, ``execution_count`` batches.
+        ONNX Runtime reads inputs and writes outputs inside its run on the CPU, so
+        ``compute_input`` and ``compute_output`` take no time of their own: their time is in
+        ``compute_infer``. There is no response cache: ``cache_hit`` and ``cache_miss`` are 0.
+        ``batch_stats`` has one entry per batch size executed, counting executions.
+        """
+        read = _Reader(name, version)
+        compute = read.pair(self.request_compute_seconds)
+        batches = []
+        for size, pair in sorted(read.by_batch(self.batch_compute_seconds).items()):
+            batches.append(
+                {
+                    "batch_size": size,
+                    "compute_input": {"count": pair["count"], "ns": 0},
+                    "compute_infer": pair,
+                    "compute_output": {"count": pair["count"], "ns": 0},
+                }
+            )
+        return {
+            "name": name,
+            "version": version,
+            "last_inference": int(read.value(self.last_inference) * 1000),
+            "inference_count": int(read.value(self.inferences)),
+            "execution_count": int(read.value(self.executions)),
+            "inference_stats": {
+                "success": read.pair(self.request_seconds),
+                "fail": {
+                    "count": int(read.value(self.failure)),
+                    "ns": _ns(read.value(self.failure_seconds)),
+                },
+                "queue": read.pair(self.queue_seconds),
+                "compute_input": {"count": compute["count"], "ns": 0},
+                "compute_infer": compute,
+                "compute_output": {"count": compute["count"], "ns": 0},
+                "cache_hit": {"count": 0, "ns": 0},
+                "cache_miss": {"count": 0, "ns": 0},
+            },
+            "batch_stats": batches,
+        }
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
+
+
+class _Reader:
+    """Values of one model version's series, read off the registry without creating any."""
+
+    def __init__(self, name: str, version: str) -> None:
+        self._labels = {"model": name, "version": version}
+
+    def _each(self, metric: Any, suffix: str) -> Iterator[Any]:
+        for family in metric.collect():
+            for sample in family.samples:
+                if sample.name.endswith(suffix) and all(
+                    sample.labels.get(k) == v for k, v in self._labels.items()
+                ):
+                    yield sample
+
+    def _samples(self, metric: Any, suffix: str) -> float:
+        # a failure's series are split by reason: summed
+        return sum(sample.value for sample in self._each(metric, suffix))
+
+    def by_batch(self, metric: Any) -> dict[int, dict[str, int]]:
+        """A summary labelled by ``batch_size``: ``{size: {count, ns}}``."""
+        found: dict[int, dict[str, int]] = {}
+        for suffix, key in (("_count", "count"), ("_sum", "ns")):
+            for sample in self._each(metric, suffix):
+                pair = found.setdefault(int(sample.labels["batch_size"]), {"count": 0, "ns": 0})
+                pair[key] = int(sample.value) if key == "count" else _ns(sample.value)
+        return found
+
+    def value(self, metric: Any) -> float:
+        """A counter's total, or a gauge's value."""
+        return self._samples(metric, "_total" if isinstance(metric, Counter) else "")
+
+    def pair(self, metric: Any) -> dict[str, int]:
+        """A histogram's or summary's ``{count, ns}``."""
+        return {
+            "count": int(self._samples(metric, "_count")),
+            "ns": _ns(self._samples(metric, "_sum")),
+        }

@@ -34,6 +34,7 @@ from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, Ru
 from onnxgate.model import Signature, TensorSpec, load_model
 from onnxgate.runners import Inference, RunnerInfo
 from onnxgate.serve._maps import map_labels, tensors_of
+from onnxgate.serve._refuse import echo
 from onnxgate.serve._source import Source, resolve
 from onnxgate.serve._tensors import output_datatype
 from onnxgate.serve._types import RequestTensor
@@ -359,7 +360,7 @@ class Predictor:
         unknown = [n for n in names if n not in self.output_names]
         if unknown:
             raise InvalidRequest(
-                f"output {unknown[0]!r} is not an output of {self.name}; it has "
+                f"output {echo(unknown[0])} is not an output of {self.name}; it has "
                 f"{', '.join(self.output_names)} (rule output.unknown)"
             )
         first = next(iter(feeds.values()), None)
@@ -443,7 +444,7 @@ def _datatype(name: str, array: np.ndarray) -> str:
     try:
         return output_datatype(array)
     except GateError:
-        raise InvalidRequest(f"input {name!r}: dtype {array.dtype} has no datatype.") from None
+        raise InvalidRequest(f"input {echo(name)}: dtype {array.dtype} has no datatype.") from None
 
 
 def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:

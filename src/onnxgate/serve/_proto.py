@@ -13,8 +13,12 @@ here rather than taking them from elsewhere because:
 The schema below is a small table in proto syntax, one field a line, turned into a
 ``FileDescriptorProto`` and added to a *private* ``DescriptorPool``: tritonclient's ``service_pb2``
 registers the same full names in the default pool, and a process may import both (the tests do).
-Only the messages of the six core RPCs are defined; Triton's extras (streaming, model config,
-statistics, repository, shared memory) are not served.
+The messages of the six core RPCs are defined, and those of Triton's model configuration and
+statistics extensions (``ModelConfig``, ``ModelStatistics``). Of ``model_config.proto`` only the
+fields onnxgate writes are declared, with Triton's numbers and types, so the bytes parse in
+Triton's full message (tritonclient's ``model_config_pb2``); ``deploy triton`` builds its
+``config.pbtxt`` from the same messages. Triton's other extras (streaming, repository, shared
+memory) are not served.
 """
 
 from __future__ import annotations
@@ -75,7 +79,72 @@ _SCHEMA: dict[str, str] = {
     "ModelInferResponse.InferOutputTensor": """
         string name = 1; string datatype = 2; repeated int64 shape = 3;
         map<string, InferParameter> parameters = 4; InferTensorContents contents = 5""",
+    # the model configuration extension: the fields of model_config.proto onnxgate writes
+    "ModelConfigRequest": "string name = 1; string version = 2",
+    "ModelConfigResponse": "ModelConfig config = 1",
+    "ModelConfig": """
+        string name = 1; string platform = 2; string backend = 17;
+        ModelVersionPolicy version_policy = 3; int32 max_batch_size = 4;
+        repeated ModelInput input = 5; repeated ModelOutput output = 6;
+        ModelOptimizationPolicy optimization = 12;
+        oneof scheduling_choice ModelDynamicBatching dynamic_batching = 11;
+        repeated ModelInstanceGroup instance_group = 7;
+        map<string, ModelParameter> parameters = 14; repeated ModelWarmup model_warmup = 16""",
+    "ModelVersionPolicy": """
+        oneof policy_choice Latest latest = 1; oneof policy_choice All all = 2""",
+    "ModelVersionPolicy.Latest": "uint32 num_versions = 1",
+    "ModelVersionPolicy.All": "",
+    "ModelTensorReshape": "repeated int64 shape = 1",
+    "ModelInput": """
+        string name = 1; DataType data_type = 2; repeated int64 dims = 4;
+        ModelTensorReshape reshape = 5""",
+    "ModelOutput": """
+        string name = 1; DataType data_type = 2; repeated int64 dims = 3;
+        ModelTensorReshape reshape = 5; string label_filename = 4""",
+    "ModelInstanceGroup": "string name = 1; Kind kind = 4; int32 count = 2",
+    "ModelQueuePolicy": "uint32 max_queue_size = 4",
+    "ModelDynamicBatching": """
+        uint64 max_queue_delay_microseconds = 2; ModelQueuePolicy default_queue_policy = 6""",
+    "ModelOptimizationPolicy": """
+        Graph graph = 1; ExecutionAccelerators execution_accelerators = 4""",
+    "ModelOptimizationPolicy.Graph": "int32 level = 1",
+    "ModelOptimizationPolicy.ExecutionAccelerators": """
+        repeated Accelerator gpu_execution_accelerator = 1;
+        repeated Accelerator cpu_execution_accelerator = 2""",
+    "ModelOptimizationPolicy.ExecutionAccelerators.Accelerator": """
+        string name = 1; map<string, string> parameters = 2""",
+    "ModelParameter": "string string_value = 1",
+    "ModelWarmup": """
+        string name = 1; uint32 batch_size = 2; map<string, Input> inputs = 3; uint32 count = 4""",
+    "ModelWarmup.Input": """
+        DataType data_type = 1; repeated int64 dims = 2;
+        oneof input_data_type bool zero_data = 3; oneof input_data_type bool random_data = 4;
+        oneof input_data_type string input_data_file = 5""",
+    # the statistics extension
+    "ModelStatisticsRequest": "string name = 1; string version = 2",
+    "ModelStatisticsResponse": "repeated ModelStatistics model_stats = 1",
+    "StatisticDuration": "uint64 count = 1; uint64 ns = 2",
+    "ModelStatistics": """
+        string name = 1; string version = 2; uint64 last_inference = 3;
+        uint64 inference_count = 4; uint64 execution_count = 5;
+        InferStatistics inference_stats = 6; repeated InferBatchStatistics batch_stats = 7""",
+    "InferStatistics": """
+        StatisticDuration success = 1; StatisticDuration fail = 2; StatisticDuration queue = 3;
+        StatisticDuration compute_input = 4; StatisticDuration compute_infer = 5;
+        StatisticDuration compute_output = 6; StatisticDuration cache_hit = 7;
+        StatisticDuration cache_miss = 8""",
+    "InferBatchStatistics": """
+        uint64 batch_size = 1; StatisticDuration compute_input = 2;
+        StatisticDuration compute_infer = 3; StatisticDuration compute_output = 4""",
 }
+
+_ENUMS: dict[str, str] = {
+    "DataType": """
+        TYPE_INVALID TYPE_BOOL TYPE_UINT8 TYPE_UINT16 TYPE_UINT32 TYPE_UINT64 TYPE_INT8
+        TYPE_INT16 TYPE_INT32 TYPE_INT64 TYPE_FP16 TYPE_FP32 TYPE_FP64 TYPE_STRING TYPE_BF16""",
+    "ModelInstanceGroup.Kind": "KIND_AUTO KIND_GPU KIND_CPU KIND_MODEL",
+}
+"""Enums of model_config.proto: value names in order, numbered from 0 (as Triton numbers them)."""
 
 _F = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {
@@ -93,9 +162,10 @@ def _set_type(field: descriptor_pb2.FieldDescriptorProto, type_name: str, scope:
     if type_name in _SCALARS:
         field.type = _SCALARS[type_name]
         return
-    field.type = _F.TYPE_MESSAGE
     nested = f"{scope}.{type_name}"
-    field.type_name = f".{_PACKAGE}.{nested if nested in _SCHEMA else type_name}"
+    full = nested if nested in _SCHEMA or nested in _ENUMS else type_name
+    field.type = _F.TYPE_ENUM if full in _ENUMS else _F.TYPE_MESSAGE
+    field.type_name = f".{_PACKAGE}.{full}"
 
 
 def _add_fields(msg: descriptor_pb2.DescriptorProto, path: str) -> None:
@@ -136,6 +206,11 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
         parent, _, name = path.rpartition(".")
         siblings = built[parent].nested_type if parent else file.message_type
         built[path] = siblings.add(name=name)
+    for path, values in _ENUMS.items():
+        parent, _, name = path.rpartition(".")
+        enum = (built[parent].enum_type if parent else file.enum_type).add(name=name)
+        for number, value in enumerate(values.split()):
+            enum.value.add(name=value, number=number)
     for path, msg in built.items():  # map entries go after nested messages, as protoc puts them
         _add_fields(msg, path)
     return file
@@ -166,6 +241,19 @@ InferParameter = _cls("InferParameter")
 InferTensorContents = _cls("InferTensorContents")
 ModelInferRequest = _cls("ModelInferRequest")
 ModelInferResponse = _cls("ModelInferResponse")
+ModelConfigRequest = _cls("ModelConfigRequest")
+ModelConfigResponse = _cls("ModelConfigResponse")
+ModelConfig = _cls("ModelConfig")
+ModelStatisticsRequest = _cls("ModelStatisticsRequest")
+ModelStatisticsResponse = _cls("ModelStatisticsResponse")
+ModelStatistics = _cls("ModelStatistics")
+StatisticDuration = _cls("StatisticDuration")
+InferStatistics = _cls("InferStatistics")
+InferBatchStatistics = _cls("InferBatchStatistics")
+DataType = _POOL.FindEnumTypeByName(f"{_PACKAGE}.DataType")
+"""``DataType.values_by_name["TYPE_FP32"].number``, ``DataType.values_by_number[11].name``."""
+KIND_CPU, KIND_GPU = 2, 1
+"""``ModelInstanceGroup.Kind`` values."""
 
 METHODS: dict[str, tuple[type[Message], type[Message]]] = {
     "ServerLive": (ServerLiveRequest, ServerLiveResponse),
@@ -174,5 +262,7 @@ METHODS: dict[str, tuple[type[Message], type[Message]]] = {
     "ServerMetadata": (ServerMetadataRequest, ServerMetadataResponse),
     "ModelMetadata": (ModelMetadataRequest, ModelMetadataResponse),
     "ModelInfer": (ModelInferRequest, ModelInferResponse),
+    "ModelConfig": (ModelConfigRequest, ModelConfigResponse),
+    "ModelStatistics": (ModelStatisticsRequest, ModelStatisticsResponse),
 }
 """RPC name -> (request class, response class); the full path is ``/{SERVICE}/{name}``."""

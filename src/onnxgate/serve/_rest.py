@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -34,6 +35,15 @@ from onnxgate.errors import (
 from onnxgate.serve._drain import RETRY_AFTER, Drain
 from onnxgate.serve._hub import Hub
 from onnxgate.serve._metrics import CONTENT_TYPE as METRICS_TYPE
+from onnxgate.serve._model_config import config_json
+from onnxgate.serve._refuse import (
+    clip,
+    echo,
+    refuse,
+    refuse_parameters,
+    tensor_name,
+    with_rule,
+)
 from onnxgate.serve._tensors import (
     DATATYPES,
     from_bytes,
@@ -58,6 +68,9 @@ BINARY_TYPE = b"application/octet-stream"
 OFF_LOOP_BYTES = 256 << 10
 """Bodies with more JSON than this are decoded in a thread, not on the event loop."""
 _DUMPS = json.JSONEncoder(separators=(",", ":")).encode
+_CLOSE = ((b"connection", b"close"),)
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP token (RFC 9110 §5.6.2): what a transfer coding's name is."""
 _EMPTY = memoryview(b"")
 
 
@@ -75,8 +88,7 @@ class _Disconnected(Exception):
     """The client went away before its body arrived."""
 
 
-def _rule(rule: str, message: str) -> InvalidRequest:
-    return InvalidRequest(f"{message} (rule {rule})")
+_rule = refuse
 
 
 # -- the application -----------------------------------------------------------------------------
@@ -88,6 +100,8 @@ class RestApp:
     def __init__(self, hub: Hub, drain: Drain | None = None) -> None:
         self.hub = hub
         self.drain = drain or Drain()
+        self.max_headers = hub.config.max_headers
+        self.max_header_bytes = hub.config.max_header_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -102,12 +116,13 @@ class RestApp:
         method = scope["method"]
         path = scope["path"]
         try:
+            _check_head(scope, self.max_headers, self.max_header_bytes)
             if path == "/metrics":
                 _allow(method, "GET")
                 return await _reply(send, 200, self.hub.metrics.text(), METRICS_TYPE.encode())
             parts = path.rstrip("/").split("/") if path != "/" else ["", ""]
             if len(parts) < 2 or parts[1] != "v2":
-                raise _Refused(404, f"no such path {path!r}; the API is under /v2.")
+                raise _Refused(404, f"no such path {echo(path)}; the API is under /v2.")
             rest = parts[2:]
             if not rest:
                 _allow(method, "GET")
@@ -116,17 +131,23 @@ class RestApp:
                 _allow(method, "GET")
                 up = self.hub.live() if rest[1] == "live" else self.hub.ready()
                 return await _reply(send, 200 if up else 400, b"", None)
+            if rest == ["models", "stats"]:
+                _allow(method, "GET")
+                return await _json(send, 200, {"model_stats": self.hub.statistics()})
             if rest[0] == "models" and len(rest) >= 2:
                 return await self._model(scope, receive, send, method, rest[1], rest[2:])
-            raise _Refused(404, f"no such path {path!r}.")
+            raise _Refused(404, f"no such path {echo(path)}.")
         except _Refused as err:
-            await _json(send, err.status, {"error": err.message}, err.headers)
+            await _json(send, err.status, {"error": clip(err.message)}, err.headers)
         except RequestRefused as err:
             status = STATUS.get(err.status, 400)
             retry = [(b"retry-after", RETRY_AFTER)] if status == 503 else []
-            await _json(send, status, {"error": err.message}, retry)
+            await _json(send, status, {"error": clip(err.message)}, retry)
+        except GateError as err:  # deliberate (a config Triton cannot express), not the client's
+            log.error("%s %s failed: %s", method, path, err)
+            await _json(send, 500, {"error": str(err)})
         except Exception:
-            log.exception("%s %s failed", method, path)
+            log.exception("%s %s failed", method, echo(path))
             await _json(send, 500, {"error": "internal server error; see the server's log."})
 
     async def _model(
@@ -135,19 +156,28 @@ class RestApp:
         version = None
         if rest and rest[0] == "versions":
             if len(rest) < 2 or not rest[1]:
-                raise _Refused(404, f"no such path {scope['path']!r}; name a version.")
+                raise _Refused(404, f"no such path {echo(scope['path'])}; name a version.")
             version, rest = rest[1], rest[2:]
         if not rest:
             _allow(method, "GET")
             return await _json(send, 200, _metadata(self.hub.model_metadata(name, version)))
         if rest == ["ready"]:
             _allow(method, "GET")
-            ready = self.hub.model_ready(name, version)
-            return await _reply(send, 200 if ready else 400, b"", None)
+            ready, reason = self.hub.readiness(name, version)
+            if ready:
+                return await _reply(send, 200, b"", None)
+            return await _json(send, 400, {"error": reason})
+        if rest == ["config"]:
+            _allow(method, "GET")
+            return await _json(send, 200, config_json(self.hub.model_config(name, version)))
+        if rest == ["stats"]:
+            _allow(method, "GET")
+            found = self.hub.statistics(name, version or "")
+            return await _json(send, 200, {"model_stats": found})
         if rest == ["infer"]:
             _allow(method, "POST")
             return await self._infer(scope, receive, send, name, version)
-        raise _Refused(404, f"no such path {scope['path']!r}.")
+        raise _Refused(404, f"no such path {echo(scope['path'])}.")
 
     async def _infer(
         self, scope: Scope, receive: Receive, send: Send, name: str, version: str | None
@@ -205,6 +235,67 @@ def make_app(hub: Hub, drain: Drain | None = None) -> RestApp:
         drain: which requests a stopping server still answers (given by ``run_server``).
     """
     return RestApp(hub, drain)
+
+
+# -- the request's head ---------------------------------------------------------------------------
+
+
+def _check_head(scope: Scope, most: int, most_bytes: int) -> None:
+    """Refuse a head too large (431) or a transfer coding not implemented (501, RFC 9112 §6.1).
+
+    Checked before anything else is done with the request. uvicorn's parser takes ``Transfer-Encoding: gzip, chunked`` as plain chunked; the body
+    would then be read without the gzip the client applied, so the request is refused. The
+    connection is closed after each of these refusals: the body is not read.
+    """
+    headers = scope["headers"]
+    if len(headers) > most:
+        raise _Refused(
+            431,
+            f"the request has {len(headers)} header fields, above the server's limit of {most} "
+            "(--max-headers)",
+            _CLOSE,
+        )
+    coding = None
+    # the request line and the head's end, then a line per field: "name: value" and its end
+    size = len(scope["method"]) + len(scope.get("raw_path") or b"") + len(scope["query_string"])
+    size += 16
+    for key, value in headers:
+        size += len(key) + len(value) + 4
+        if key == b"transfer-encoding":
+            coding = value if coding is None else coding + b"," + value
+    if size > most_bytes:
+        raise _Refused(
+            431,
+            f"the request's head takes {size} bytes, above the server's limit of {most_bytes} "
+            "(--max-header-bytes)",
+            _CLOSE,
+        )
+    if coding is not None and coding != b"chunked":
+        _check_codings(coding)
+
+
+def _check_codings(value: bytes) -> None:
+    """Refuse a ``Transfer-Encoding`` other than plain ``chunked``."""
+    codings = [c.strip() for c in value.split(b",") if c.strip()]  # empty elements are allowed
+    shown = echo(value.decode("latin-1"))
+    if not codings or not all(_TOKEN.fullmatch(c.partition(b";")[0].strip()) for c in codings):
+        raise _Refused(400, f"Transfer-Encoding {shown} is not a list of codings", _CLOSE)
+    names = [c.partition(b";")[0].strip().lower() for c in codings]
+    if names == [b"chunked"] and codings[0].lower() == b"chunked":
+        return
+    if names.count(b"chunked") > 1 or names[-1] != b"chunked":
+        raise _Refused(
+            400,
+            f"Transfer-Encoding {shown} is not a valid request framing: chunked must come last, "
+            "once (RFC 9112)",
+            _CLOSE,
+        )
+    raise _Refused(
+        501,
+        f"Transfer-Encoding {shown} is not implemented here; send the body chunked or with a "
+        "Content-Length, compressed with Content-Encoding (gzip, deflate) if you like",
+        _CLOSE,
+    )
 
 
 # -- sending -------------------------------------------------------------------------------------
@@ -311,7 +402,8 @@ async def _body(scope: Scope, receive: Receive, limit: int) -> tuple[bytes, int 
         inflate = encoding
     else:
         raise _Refused(
-            415, f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or none."
+            415,
+            f"Content-Encoding {echo(encoding)} is not supported; send gzip, deflate or none.",
         )
     chunks: list[bytes] = []
     size = 0
@@ -338,7 +430,7 @@ async def _body(scope: Scope, receive: Receive, limit: int) -> tuple[bytes, int 
         if not text.isdigit():
             raise _rule(
                 "binary.header",
-                f"Inference-Header-Content-Length {header_length.decode('latin-1')!r} is not a "
+                f"Inference-Header-Content-Length {echo(header_length.decode('latin-1'))} is not a "
                 "non-negative integer",
             )
         length = int(text)
@@ -428,16 +520,22 @@ def decode(
         header, rest = body, _EMPTY
     else:
         header, rest = bytes(view[:header_length]), view[header_length:]
+    where = (
+        f" (its first {header_length} bytes, per Inference-Header-Content-Length)"
+        if header_length is not None
+        else ""
+    )
     try:
-        document = json.loads(header)
+        document = json.loads(_text(header, where))
     except RecursionError:
         raise _rule("json", "the JSON header is nested too deeply") from None
-    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-        where = (
-            f" (its first {header_length} bytes, per Inference-Header-Content-Length)"
-            if header_length is not None
-            else ""
-        )
+    except ValueError as err:  # JSONDecodeError
+        if b"\x00" in header[:4]:  # JSON has no NUL: UTF-16 or UTF-32 without a BOM
+            raise _rule(
+                "json",
+                f"the body{where} is not UTF-8 (it looks like UTF-16 or UTF-32); send the JSON "
+                "encoded as UTF-8",
+            ) from None
         raise _rule("json", f"the body{where} is not JSON: {err}") from None
     if not isinstance(document, dict):
         raise _rule("json", f"the JSON header is a {_kind(document)}, not an object")
@@ -447,8 +545,8 @@ def decode(
     parameters = _parameters(document.get("parameters"), "the request's parameters")
     default_binary = bool(_flag(parameters, "binary_data_output", "the request's parameters"))
     inputs = document.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
-        why = "is missing" if inputs is None else "is empty" if inputs == [] else "is not a list"
+    if not isinstance(inputs, list):  # an empty list is the contract's to refuse, as over gRPC
+        why = "is missing" if inputs is None else "is not a list"
         raise _rule("inputs", f"inputs {why}; send a list of tensors")
     tensors: list[RequestTensor] = []
     offset = 0
@@ -467,6 +565,28 @@ def decode(
     return request, binary
 
 
+def _text(header: bytes, where: str) -> str:
+    """The JSON text of a body: UTF-8 only (RFC 8259 §8.1), without a byte order mark.
+
+    ``json.loads`` on bytes would also take UTF-16 and UTF-32 (it guesses from the first bytes)
+    and skip a BOM; a careful server takes what the protocol says, so both are refused.
+    """
+    if header[:3] == b"\xef\xbb\xbf":
+        raise _rule(
+            "json",
+            f"the body{where} starts with a UTF-8 byte order mark; JSON sent over a network has "
+            "none (RFC 8259): remove it",
+        )
+    try:
+        return header.decode()
+    except UnicodeDecodeError as err:
+        raise _rule(
+            "json",
+            f"the body{where} is not UTF-8 (byte {err.start} is not valid); send the JSON "
+            "encoded as UTF-8",
+        ) from None
+
+
 def _input(
     index: int,
     item: object,
@@ -478,71 +598,69 @@ def _input(
     """One input and how many binary bytes it took."""
     if not isinstance(item, dict):
         raise _rule("input", f"inputs[{index}] is a {_kind(item)}, not an object")
-    name = item.get("name")
-    if not isinstance(name, str) or not name:
-        raise _rule("input.name", f"inputs[{index}] has no name (a non-empty string)")
+    name = tensor_name("inputs", index, item.get("name"))
+    shown = echo(name)
     datatype = item.get("datatype")
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise _rule(
             "input.datatype",
-            f"input {name!r}: datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
+            f"input {shown}: datatype {echo(datatype)} is not an Open Inference Protocol "
+            f"datatype ({', '.join(DATATYPES)})"
             if datatype is not None
-            else f"input {name!r} has no datatype",
+            else f"input {shown} has no datatype",
         )
     shape = item.get("shape")
     if not isinstance(shape, list):
         raise _rule(
             "input.shape",
-            f"input {name!r} has no shape"
+            f"input {shown} has no shape"
             if shape is None
-            else f"input {name!r}: shape is a {_kind(shape)}, not a list of integers",
+            else f"input {shown}: shape is a {_kind(shape)}, not a list of integers",
         )
-    where = f"input {name!r}'s parameters"
-    parameters = _parameters(item.get("parameters"), where)
-    if "shared_memory_region" in parameters:
-        raise _rule("input.data", f"input {name!r}: shared memory is not supported here")
+    parameters = _parameters(item.get("parameters"), f"input {shown}'s parameters")
+    refuse_parameters(f"input {shown}", parameters)
     size = parameters.get("binary_data_size")
     has_data = "data" in item
     if size is not None and has_data:
-        raise _rule("input.data", f"input {name!r} has both data and binary_data_size")
+        raise _rule("input.data", f"input {shown} has both data and binary_data_size")
     if size is None:
         if not has_data:
-            raise _rule("input.data", f"input {name!r} has neither data nor binary_data_size")
+            raise _rule("input.data", f"input {shown} has neither data nor binary_data_size")
         try:
             array = from_json(name, datatype, shape, item["data"], limit)
-        except PayloadTooLarge:
-            raise
         except InvalidRequest as err:
-            raise _rule("input.data", err.message.rstrip(".")) from None
+            raise with_rule(err, "input.data") from None
         return RequestTensor(name, datatype, array), 0
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise _rule(
             "binary.size",
-            f"input {name!r}: binary_data_size {size!r} is not a non-negative integer",
+            f"input {shown}: binary_data_size {echo(size)} is not a non-negative integer",
         )
     if header_length is None:
         raise _rule(
             "binary.header",
-            f"input {name!r} has binary_data_size, but the request has no "
+            f"input {shown} has binary_data_size, but the request has no "
             "Inference-Header-Content-Length header",
         )
     if offset + size > len(rest):
         raise _rule(
             "binary.size",
-            f"input {name!r}: binary_data_size is {size} at offset {offset}, but only "
+            f"input {shown}: binary_data_size is {size} at offset {offset}, but only "
             f"{len(rest)} bytes follow the JSON header",
         )
     try:
         array = from_bytes(name, datatype, shape, rest[offset : offset + size], limit)
-    except PayloadTooLarge:
-        raise
     except InvalidRequest as err:
-        raise _rule("input.data", err.message.rstrip(".")) from None
+        raise with_rule(err, "input.data") from None
     return RequestTensor(name, datatype, array), size
 
 
 def _outputs(outputs: object, default: bool) -> tuple[list[str] | None, dict[str, bool] | bool]:
-    """The outputs asked for (None: all) and whether each goes binary."""
+    """The outputs asked for (None: all) and whether each goes binary.
+
+    An output asked for twice is answered once (``serve._refuse.unique``), unless the two ask
+    for it in different forms (binary and JSON).
+    """
     if outputs is None:
         return None, default
     if not isinstance(outputs, list):
@@ -554,20 +672,18 @@ def _outputs(outputs: object, default: bool) -> tuple[list[str] | None, dict[str
     for index, item in enumerate(outputs):
         if not isinstance(item, dict):
             raise _rule("outputs", f"outputs[{index}] is a {_kind(item)}, not an object")
-        name = item.get("name")
-        if not isinstance(name, str) or not name:
-            raise _rule("outputs", f"outputs[{index}] has no name (a non-empty string)")
-        if name in binary:
-            raise _rule("outputs", f"output {name!r} is asked for twice")
-        where = f"output {name!r}'s parameters"
-        parameters = _parameters(item.get("parameters"), where)
-        if "shared_memory_region" in parameters:
-            raise _rule("outputs", f"output {name!r}: shared memory is not supported here")
-        if "classification" in parameters:
-            raise _rule("outputs", f"output {name!r}: classification is not supported here")
-        flag = _flag(parameters, "binary_data", where)
+        name = tensor_name("outputs", index, item.get("name"))
+        shown = echo(name)
+        parameters = _parameters(item.get("parameters"), f"output {shown}'s parameters")
+        refuse_parameters(f"output {shown}", parameters)
+        flag = _flag(parameters, "binary_data", f"output {shown}'s parameters")
+        flag = default if flag is None else flag
+        if binary.get(name, flag) != flag:
+            raise _rule(
+                "outputs", f"output {shown} is asked for twice, once binary and once as JSON"
+            )
         names.append(name)
-        binary[name] = default if flag is None else flag
+        binary[name] = flag
     return names, binary
 
 
@@ -582,7 +698,7 @@ def _parameters(value: object, where: str) -> dict[str, Any]:
 def _flag(parameters: dict[str, Any], key: str, where: str) -> bool | None:
     value = parameters.get(key)
     if value is not None and not isinstance(value, bool):
-        raise _rule("parameters", f"{key} in {where} is {value!r}, not true or false")
+        raise _rule("parameters", f"{key} in {where} is {echo(value)}, not true or false")
     return value
 
 
@@ -611,10 +727,8 @@ def _raw(
         shape[unknown[0]] = len(body) // (known * width)
     try:
         array = from_bytes(spec.name, spec.datatype, shape, body, limit)
-    except PayloadTooLarge:
-        raise
     except InvalidRequest as err:
-        raise _rule("input.data", err.message.rstrip(".")) from None
+        raise with_rule(err, "input.data") from None
     return InferRequest(model, version, [RequestTensor(spec.name, spec.datatype, array)])
 
 

@@ -69,6 +69,16 @@ def split_name(item: str) -> tuple[str | None, str]:
     return None, item
 
 
+def served_name(item: str) -> str:
+    """The name ``item`` (``REF`` or ``NAME=REF``) will be served under, before it is opened."""
+    name, ref = split_name(item)
+    if name:
+        return name
+    if is_file_ref(ref):
+        return Path(ref).name.removesuffix(".onnx")
+    return re.split(r"[@:]", registry_ref(ref), maxsplit=1)[0]
+
+
 def _gate_config(report: dict[str, Any]) -> tuple[tuple[str, ...], str | None]:
     config = report.get("config") or {}
     targets = config.get("targets") or {}

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from onnxgate.errors import InvalidRequest, PayloadTooLarge
+from onnxgate.serve._refuse import echo
 
 DATATYPES: dict[str, str] = {
     "BOOL": "bool",
@@ -56,7 +57,7 @@ def numpy_dtype(datatype: str) -> np.dtype:
     onnx = DATATYPES.get(datatype)
     if onnx is None:
         raise InvalidRequest(
-            f"datatype {datatype!r} is not an Open Inference Protocol datatype "
+            f"datatype {echo(datatype)} is not an Open Inference Protocol datatype "
             f"({', '.join(DATATYPES)})."
         )
     return np.dtype(object) if onnx == "string" else np.dtype(onnx)
@@ -72,19 +73,19 @@ def check_shape(name: str, shape: Sequence[Any], datatype: str, limit: int) -> i
     """
     if datatype not in DATATYPES:
         raise InvalidRequest(
-            f"input {name!r}: datatype {datatype!r} is not an Open Inference Protocol datatype "
+            f"input {echo(name)}: datatype {echo(datatype)} is not an Open Inference Protocol datatype "
             f"({', '.join(DATATYPES)}) (rule input.datatype)"
         )
     if len(shape) > MAX_RANK:
         raise InvalidRequest(
-            f"input {name!r}: shape has {len(shape)} dims; at most {MAX_RANK} are possible "
+            f"input {echo(name)}: shape has {len(shape)} dims; at most {MAX_RANK} are possible "
             "(rule input.shape)"
         )
     dims = []
     for dim in shape:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
             raise InvalidRequest(
-                f"input {name!r}: shape {list(shape)!r} is not a list of non-negative integers."
+                f"input {echo(name)}: shape {echo(list(shape))} is not a list of non-negative integers."
             )
         dims.append(dim)
     count = math.prod(dims)
@@ -92,33 +93,40 @@ def check_shape(name: str, shape: Sequence[Any], datatype: str, limit: int) -> i
     if count == 0 and math.prod(d for d in dims if d) * width > limit:
         # NumPy refuses such a shape even when empty ("Maximum allowed dimension exceeded")
         raise InvalidRequest(
-            f"input {name!r}: shape {dims} is empty, but its other dims are beyond the "
+            f"input {echo(name)}: shape {dims} is empty, but its other dims are beyond the "
             f"server's limit of {limit} bytes per request."
         )
     if count * width > limit:
         raise PayloadTooLarge(
-            f"input {name!r}: shape {dims} of {datatype} needs {count * width} bytes, above the "
+            f"input {echo(name)}: shape {dims} of {datatype} needs {count * width} bytes, above the "
             f"server's limit of {limit} bytes per request."
         )
     return count
 
 
-def _flatten(data: Any, out: list[Any], most: int) -> None:
-    """``data``'s values in row-major order, stopping once there are more than ``most``."""
-    # a loop, not recursion: nesting as deep as the JSON parser allows must not overflow the stack
-    stack = [iter(data)] if isinstance(data, list) else []
-    if not stack:
-        out.append(data)
-    while stack and len(out) <= most:
-        for item in stack[-1]:
-            if isinstance(item, list):
-                stack.append(iter(item))
-                break
-            out.append(item)
-            if len(out) > most:
-                return
-        else:
-            stack.pop()
+def _rows(name: str, data: list[Any], shape: Sequence[int]) -> list[Any]:
+    """Nested ``data`` flattened, row-major, refused unless it nests exactly as ``shape``.
+
+    A regular array only: ``[[1, 2], [3, 4]]`` for ``[2, 2]``, never ``[[1], [2, 3, 4]]``, whose
+    count is right but whose rows are not. Walked one dim at a time, so the depth is the rank.
+    """
+    level: list[Any] = [data]
+    for axis, dim in enumerate(shape):
+        below: list[Any] = []
+        for index, item in enumerate(level):
+            if not isinstance(item, list) or len(item) != dim:
+                where = "data" + "".join(
+                    f"[{i}]" for i in np.unravel_index(index, tuple(shape[:axis]))
+                )
+                has = f"{len(item)} values" if isinstance(item, list) else "a single value"
+                raise InvalidRequest(
+                    f"input {echo(name)}: data is nested, but not as shape {list(shape)}: "
+                    f"{where} has {has} where dim {axis} is {dim}; send the values flat, or "
+                    "nested exactly as the shape."
+                )
+            below.extend(item)
+        level = below
+    return level
 
 
 def from_json(name: str, datatype: str, shape: Sequence[int], data: Any, limit: int) -> np.ndarray:
@@ -132,17 +140,24 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any, limit: 
     dtype = numpy_dtype(datatype)
     if not isinstance(data, list):
         data = [data]
-    flat: list[Any] = []
-    _flatten(data, flat, count)
+    if data and isinstance(data[0], list):
+        flat = _rows(name, data, shape)
+    else:
+        flat = data  # flat: a value that is a list is refused below, as not a value
     if len(flat) != count:
         has = f"{len(flat)}" if len(flat) <= count else "more"
         raise InvalidRequest(
-            f"input {name!r}: shape {list(shape)} holds {count} values, the data has {has}."
+            f"input {echo(name)}: shape {list(shape)} holds {count} values, the data has {has}."
         )
     if datatype == "BYTES":
         if not all(isinstance(v, str | bytes) for v in flat):
-            raise InvalidRequest(f"input {name!r}: BYTES data must be strings.")
-        values = [v.encode() if isinstance(v, str) else v for v in flat]
+            raise InvalidRequest(f"input {echo(name)}: BYTES data must be strings.")
+        try:
+            values = [v.encode() if isinstance(v, str) else v for v in flat]
+        except UnicodeEncodeError:  # a lone surrogate ("\\ud800"): JSON can say it, UTF-8 cannot
+            raise InvalidRequest(
+                f"input {echo(name)}: a BYTES string holds a lone surrogate, which is not text."
+            ) from None
         return np.array(values, dtype=object).reshape(tuple(shape))
     kind = bool if datatype == "BOOL" else (float if dtype.kind == "f" else int)
     for v in flat:
@@ -152,14 +167,16 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any, limit: 
             else (isinstance(v, int | float) and not isinstance(v, bool))
         )
         if not ok or (kind is int and isinstance(v, float) and not v.is_integer()):
-            raise InvalidRequest(f"input {name!r}: {v!r} is not a {datatype} value.")
+            raise InvalidRequest(f"input {echo(name)}: {echo(v, 40)} is not a {datatype} value.")
     try:
         with np.errstate(over="raise", invalid="raise"):
             array = np.array(flat, dtype=dtype)
     except (OverflowError, FloatingPointError, ValueError) as err:
-        raise InvalidRequest(f"input {name!r}: a value does not fit {datatype} ({err}).") from None
+        raise InvalidRequest(
+            f"input {echo(name)}: a value does not fit {datatype} ({err})."
+        ) from None
     if kind is int and any(int(a) != v for a, v in zip(array, flat, strict=True)):
-        raise InvalidRequest(f"input {name!r}: a value does not fit {datatype}.")
+        raise InvalidRequest(f"input {echo(name)}: a value does not fit {datatype}.")
     return array.reshape(tuple(shape))
 
 
@@ -178,19 +195,19 @@ def from_bytes(
         while offset < len(view):
             if len(items) == count:  # stop early: a buffer of empty strings is 4 bytes each
                 raise InvalidRequest(
-                    f"input {name!r}: shape {list(shape)} holds {count} values, the data has more."
+                    f"input {echo(name)}: shape {list(shape)} holds {count} values, the data has more."
                 )
             if offset + 4 > len(view):
-                raise InvalidRequest(f"input {name!r}: BYTES data ends inside a length prefix.")
+                raise InvalidRequest(f"input {echo(name)}: BYTES data ends inside a length prefix.")
             (size,) = _LENGTH.unpack_from(view, offset)
             offset += 4
             if offset + size > len(view):
-                raise InvalidRequest(f"input {name!r}: BYTES element runs past the data's end.")
+                raise InvalidRequest(f"input {echo(name)}: BYTES element runs past the data's end.")
             items.append(bytes(view[offset : offset + size]))
             offset += size
         if len(items) != count:
             raise InvalidRequest(
-                f"input {name!r}: shape {list(shape)} holds {count} values, the data has "
+                f"input {echo(name)}: shape {list(shape)} holds {count} values, the data has "
                 f"{len(items)}."
             )
         return np.array(items, dtype=object).reshape(tuple(shape))
@@ -198,12 +215,12 @@ def from_bytes(
     expected = count * dtype.itemsize
     if len(buffer) != expected:
         raise InvalidRequest(
-            f"input {name!r}: shape {list(shape)} of {datatype} needs {expected} bytes, the data "
+            f"input {echo(name)}: shape {list(shape)} of {datatype} needs {expected} bytes, the data "
             f"has {len(buffer)}."
         )
     array = np.frombuffer(buffer, dtype=dtype).reshape(tuple(shape))
     if datatype == "BOOL" and count and int(array.view(np.uint8).max()) > 1:
-        raise InvalidRequest(f"input {name!r}: BOOL bytes must be 0 or 1.")
+        raise InvalidRequest(f"input {echo(name)}: BOOL bytes must be 0 or 1.")
     return array.astype(dtype.newbyteorder("="), copy=False)
 
 

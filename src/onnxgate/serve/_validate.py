@@ -14,8 +14,9 @@ import numpy as np
 
 from onnxgate.contract import Contract
 from onnxgate.contract_store import DimBound, ValueBound
-from onnxgate.errors import InvalidRequest, PayloadTooLarge
+from onnxgate.errors import PayloadTooLarge
 from onnxgate.model import TensorSpec
+from onnxgate.serve._refuse import echo, refuse
 from onnxgate.serve._tensors import datatype_of
 from onnxgate.serve._types import RequestTensor
 
@@ -33,11 +34,6 @@ RULES = {
     "size": "the request's tensors are above the server's limit",
 }
 """Rule codes of request validation, as they appear at the end of a refusal's message."""
-
-
-def refuse(rule: str, message: str) -> InvalidRequest:
-    """An ``InvalidRequest`` whose message ends with its rule code."""
-    return InvalidRequest(f"{message} (rule {rule})")
 
 
 class RequestValidator:
@@ -91,11 +87,11 @@ class RequestValidator:
             if tensor.name not in self.inputs:
                 raise refuse(
                     "input.unknown",
-                    f"input {tensor.name!r} is not an input of the model; it takes "
+                    f"input {echo(tensor.name)} is not an input of the model; it takes "
                     f"{', '.join(self.inputs)}",
                 )
             if tensor.name in feeds:
-                raise refuse("input.duplicate", f"input {tensor.name!r} is given twice")
+                raise refuse("input.duplicate", f"input {echo(tensor.name)} is given twice")
             feeds[tensor.name] = self._one(tensor)
             total += tensor.array.nbytes
         missing = [name for name in self.inputs if name not in feeds]
