@@ -275,6 +275,30 @@ def test_a_head_sent_in_pieces_is_bounded(server: ServerProcess) -> None:
         assert "--max-header-bytes" in error_of(reply.read())
 
 
+def test_a_pipelined_head_above_the_limit_is_refused_after_the_answer_before_it(
+    server: ServerProcess,
+) -> None:
+    """A request still being answered (a slow gzip body to decode) keeps its 200 when the head
+    pipelined behind it goes over the limit: the 431 follows it, and the log stays clean."""
+    pad = {**GOOD, "parameters": {"pad": [0] * 2_000_000}}
+    body = gzip.compress(json.dumps(pad).encode())
+    first = (
+        f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=60) as sock:
+        sock.sendall(first)
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(b"X-Pad: " + b"a" * (512 << 10) + b"\r\n")  # beyond any one read
+        received = b""
+        while chunk := sock.recv(1 << 16):  # the server closes after the refusal
+            received += chunk
+    replies = [part.split(b"\r\n", 1)[0] for part in received.split(b"HTTP/1.1 ")[1:]]
+    assert replies == [b"200 OK", b"431 Request Header Fields Too Large"], received[:500]
+    assert b"--max-header-bytes" in received
+    assert "Traceback" not in server.text() and "Exception in ASGI" not in server.text()
+
+
 def test_grpc_metadata_is_bounded_alike(server: ServerProcess) -> None:
     """The same bound: what REST takes gRPC takes (above grpc's default), and no more."""
     with grpc.insecure_channel(server.grpc) as channel:

@@ -77,10 +77,13 @@ def _uvicorn_server(app: object, listen: Listen, config: ServeConfig, drain: Dra
         """uvicorn's HTTP protocol, telling the drain what it sees, bounding the head it buffers.
 
         httptools keeps a head until it is whole and has no limit of its own. The bytes of every
-        read after the one a request began in, while its head is not whole yet, are counted;
-        beyond the limit the request is refused (431) and the rest of what the client sends is
-        read and dropped until it stops, so it reads the refusal instead of a reset. The app
-        checks the whole head exactly (``serve._rest``); this only bounds the memory.
+        read after the one a request began in, while its head is not whole yet, are counted, and
+        of that first read (which may also hold the request before it) the URL and the header
+        fields parsed so far; a field still incomplete at its end is not, so the memory a head
+        may take is one read (up to 256 KiB) plus the limit. Beyond it the request is refused
+        (431), after the response to a pipelined request before it, and the rest of what the
+        client sends is read and dropped until it stops, so it reads the refusal instead of a
+        reset. The app checks the whole head exactly (``serve._rest``); this only bounds memory.
         (h11, used where httptools is not installed, bounds its own buffer at twice the limit
         and answers 400 beyond; below that the app answers 431.)
         """
@@ -88,6 +91,7 @@ def _uvicorn_server(app: object, listen: Listen, config: ServeConfig, drain: Dra
         _head: int | None = None
         _began = False
         _refused = False
+        _owed = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
@@ -108,21 +112,32 @@ def _uvicorn_server(app: object, listen: Listen, config: ServeConfig, drain: Dra
             super().data_received(data)
             if self._head is None:
                 return
-            if self._began:  # the read the head began in may hold the request before it
-                self._began = False
-                return
-            self._head += len(data)
+            if self._began:  # the read the head began in may hold the request before it:
+                self._began = False  # count what the parser has taken of this head
+                self._head = len(self.url) + sum(len(k) + len(v) for k, v in self.headers)
+            else:
+                self._head += len(data)
             if self._head > most:
-                self._refused = True
-                drain.answered(self)
-                self.transport.write(too_large)
-                self.transport.write_eof()
-                loop = asyncio.get_running_loop()
-                loop.call_later(LINGER_SECONDS, self.transport.close)
+                self._refused = True  # what the client sends from now on is dropped
+                if self.cycle is not None and not self.cycle.response_complete:
+                    self._owed = True  # a pipelined request before it is still being answered
+                    self.flow.pause_reading()
+                else:
+                    self._refuse_head()
+
+        def _refuse_head(self) -> None:
+            drain.answered(self)
+            self.transport.write(too_large)
+            self.transport.write_eof()
+            loop = asyncio.get_running_loop()
+            loop.call_later(LINGER_SECONDS, self.transport.close)
 
         def on_response_complete(self) -> None:
             drain.answered(self)
             super().on_response_complete()
+            if self._owed:  # the response before the refused head is out: now the refusal
+                self._owed = False
+                self._refuse_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
             drain.disconnected(self)
