@@ -304,6 +304,45 @@ def test_statistics_of_an_unknown_model_are_not_found(tok):
             ] == ["tok"]
 
 
+def test_statistics_of_a_version_without_a_name_are_not_found(tok):
+    with running([str(tok)]) as server:
+        assert server.request("/v2/models//versions/1/stats")[0] == 404
+        with grpcclient.InferenceServerClient(server.grpc) as client:
+            with pytest.raises(InferenceServerException) as err:
+                client.get_inference_statistics("", "42")  # not a zero-filled entry per model
+            assert err.value.status() == "StatusCode.NOT_FOUND"
+            assert "need a model name" in err.value.message()
+
+
+def test_statistics_collect_each_metric_once_whatever_the_model_count(tok, monkeypatch):
+    """Every model's statistics read each metric's series once, not once per model (a call
+    blocks the event loop, and per model it was quadratic in the models served)."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    collected = []
+    collect = MetricWrapperBase.collect
+
+    def counted(self):
+        collected.append(self)
+        return collect(self)
+
+    with running([f"m{index}={tok}" for index in range(4)]) as server:
+        assert server.hub is not None
+        rest = httpclient.InferenceServerClient(server.http)
+        for index in range(4):
+            rest.infer(f"m{index}", _inputs(httpclient, 1 + index))
+        expected = {s["name"]: s for s in (server.hub.statistics(f"m{i}")[0] for i in range(4))}
+        monkeypatch.setattr(MetricWrapperBase, "collect", counted)
+        every = server.hub.statistics()
+        monkeypatch.undo()
+    metrics = len(list(server.hub.metrics.registry.collect()))
+    assert len(collected) == len({id(m) for m in collected}) < metrics  # each once at most
+    assert [s["name"] for s in every] == ["m0", "m1", "m2", "m3"]
+    for stats in every:  # the same figures as one model at a time
+        assert stats == expected[stats["name"]]
+        assert stats["inference_count"] == 1 + int(stats["name"][1:])
+
+
 def test_server_metadata_names_the_extensions(tok):
     with running([str(tok)]) as server:
         meta = httpclient.InferenceServerClient(server.http).get_server_metadata()
@@ -339,6 +378,19 @@ def test_a_model_not_ready_says_why_over_both_protocols(tok, tmp_path: Path):
     assert reply.ready is False
     assert call.code() == grpc.StatusCode.OK
     assert dict(call.trailing_metadata())["onnxgate-reason"] == reason
+
+
+def test_a_reason_with_control_characters_is_escaped_in_grpc_metadata(tok, monkeypatch):
+    reason = "tok@1 is not ready:\n  line two\tafter a tab"
+    monkeypatch.setattr(Hub, "readiness", lambda self, name, version=None: (False, reason))
+    with running([str(tok)]) as server:
+        with grpcclient.InferenceServerClient(server.grpc) as client:
+            assert client.is_model_ready("tok") is False  # not INTERNAL "Invalid metadata"
+        reply, call = _model_ready(server, "tok")
+    assert reply.ready is False
+    sent = dict(call.trailing_metadata())["onnxgate-reason"]
+    assert sent == "tok@1 is not ready:\\n  line two\\tafter a tab"
+    assert sent.isascii() and sent.isprintable()
 
 
 def test_a_ready_model_has_no_reason(tok):

@@ -249,8 +249,9 @@ class _Service:
         except Exception as err:
             await self._fail(context, "ModelReady", err)
         if not ready:
-            # metadata values are printable ASCII; the status message may hold any UTF-8
-            printable = clip(reason).encode("ascii", "backslashreplace").decode("ascii")
+            # metadata values are printable ASCII without control characters (a newline breaks
+            # the call); the status message may hold any UTF-8
+            printable = clip(reason).encode("unicode_escape").decode("ascii")
             context.set_trailing_metadata(((REASON_KEY, printable),))
         return _proto.ModelReadyResponse(ready=ready)
 

@@ -444,20 +444,27 @@ class Hub:
         """Triton's statistics of every served version (of ``name``, or only ``version``).
 
         Raises:
-            ModelNotServed: no such name or version here.
+            ModelNotServed: no such name or version here, or a version without a name.
             Unavailable: the name is still loading.
         """
+        if not name and version:  # REST has no such path: both protocols answer not found
+            raise ModelNotServed(
+                f"statistics of version {echo(version)} need a model name; name one of "
+                f"{', '.join(sorted(self.entries)) or 'nothing'}, or neither for every model."
+            )
         if not name:
             names = sorted(self.entries)
         else:
             self.served(name, version or None)
             names = [name]
-        found = []
-        for each in names:
-            versions = sorted(self.entries[each].versions, key=_number)
-            for number in [version] if version else versions:
-                found.append(self.metrics.statistics(each, number))
-        return found
+        served = [
+            (each, number)
+            for each in names
+            for number in (
+                [version] if version else sorted(self.entries[each].versions, key=_number)
+            )
+        ]
+        return self.metrics.statistics(served)
 
     def server_metadata(self) -> dict[str, object]:
         """``{"name", "version", "extensions"}``."""

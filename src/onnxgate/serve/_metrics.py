@@ -10,7 +10,7 @@ these same metrics by :meth:`Metrics.statistics`: one source of truth for both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from onnxgate.errors import ExtraMissing
@@ -144,8 +144,11 @@ class Metrics:
         """The exposition text of every metric."""
         return generate_latest(self.registry)
 
-    def statistics(self, name: str, version: str) -> dict[str, Any]:
-        """One model version's statistics as Triton's statistics extension reports them.
+    def statistics(self, served: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Each ``(name, version)``'s statistics as Triton's statistics extension reports them.
+
+        Each metric is collected once for the whole list and its samples indexed by model and
+        version, so a call costs the number of series, not that times the number of models.
 
         ``success`` and ``fail`` count requests (a request refused for breaking the contract, a
         full queue or a stopping server is a failure, as ``onnxgate_inference_request_failure``
@@ -156,7 +159,12 @@ class Metrics:
         ``compute_infer``. There is no response cache: ``cache_hit`` and ``cache_miss`` are 0.
         ``batch_stats`` has one entry per batch size executed, counting executions.
         """
-        read = _Reader(name, version)
+        samples = _Samples()
+        return [
+            self._statistics(samples.of(name, version), name, version) for name, version in served
+        ]
+
+    def _statistics(self, read: _Reader, name: str, version: str) -> dict[str, Any]:
         compute = read.pair(self.request_compute_seconds)
         batches = []
         for size, pair in sorted(read.by_batch(self.batch_compute_seconds).items()):
@@ -195,19 +203,38 @@ def _ns(seconds: float) -> int:
     return round(seconds * 1e9)
 
 
+class _Samples:
+    """Every metric's samples, collected at most once and indexed by ``(model, version)``."""
+
+    def __init__(self) -> None:
+        self._by_metric: dict[int, dict[tuple[str, str], list[Any]]] = {}
+
+    def of(self, name: str, version: str) -> _Reader:
+        return _Reader(self, (name, version))
+
+    def series(self, metric: Any, key: tuple[str, str]) -> list[Any]:
+        """``metric``'s samples labelled ``model, version = key`` (none: a series never created)."""
+        found = self._by_metric.get(id(metric))
+        if found is None:
+            found = self._by_metric[id(metric)] = {}
+            for family in metric.collect():
+                for sample in family.samples:
+                    labels = sample.labels
+                    found.setdefault((labels["model"], labels["version"]), []).append(sample)
+        return found.get(key, [])
+
+
 class _Reader:
     """Values of one model version's series, read off the registry without creating any."""
 
-    def __init__(self, name: str, version: str) -> None:
-        self._labels = {"model": name, "version": version}
+    def __init__(self, samples: _Samples, key: tuple[str, str]) -> None:
+        self._samples_of = samples
+        self._key = key
 
     def _each(self, metric: Any, suffix: str) -> Iterator[Any]:
-        for family in metric.collect():
-            for sample in family.samples:
-                if sample.name.endswith(suffix) and all(
-                    sample.labels.get(k) == v for k, v in self._labels.items()
-                ):
-                    yield sample
+        for sample in self._samples_of.series(metric, self._key):
+            if sample.name.endswith(suffix):
+                yield sample
 
     def _samples(self, metric: Any, suffix: str) -> float:
         # a failure's series are split by reason: summed
