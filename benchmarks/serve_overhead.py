@@ -174,6 +174,7 @@ def stages_worker(args: argparse.Namespace) -> None:
         "type": "http",
         "method": "POST",
         "path": f"/v2/models/{args.name}/infer",
+        "query_string": b"",
         "headers": [
             (b"content-length", str(len(body)).encode()),
             (b"inference-header-content-length", str(json_size).encode()),

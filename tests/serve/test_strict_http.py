@@ -312,3 +312,11 @@ def test_grpc_metadata_is_bounded_alike(server: ServerProcess) -> None:
             assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value
             assert "metadata size exceeds" in (caught.value.details() or "")
         assert stub.ServerLive(request, timeout=30).live  # and the server goes on
+
+
+def test_the_head_check_takes_a_scope_without_a_query_string() -> None:
+    """ASGI servers give ``query_string``; a scope built by hand (a benchmark's) may not."""
+    from onnxgate.serve._rest import _check_head
+
+    scope = {"type": "http", "method": "POST", "path": INFER, "headers": [(b"host", b"x")]}
+    _check_head(scope, MAX_HEADERS, MAX_HEADER_BYTES)  # no KeyError, nothing to refuse

@@ -257,7 +257,11 @@ def _check_head(scope: Scope, most: int, most_bytes: int) -> None:
         )
     coding = None
     # the request line and the head's end, then a line per field: "name: value" and its end
-    size = len(scope["method"]) + len(scope.get("raw_path") or b"") + len(scope["query_string"])
+    size = (
+        len(scope["method"])
+        + len(scope.get("raw_path") or b"")
+        + len(scope.get("query_string", b""))
+    )
     size += 16
     for key, value in headers:
         size += len(key) + len(value) + 4
