@@ -243,8 +243,9 @@ def make_app(hub: Hub, drain: Drain | None = None) -> RestApp:
 def _check_head(scope: Scope, most: int, most_bytes: int) -> None:
     """Refuse a head too large (431) or a transfer coding not implemented (501, RFC 9112 §6.1).
 
-    Checked before anything else is done with the request. uvicorn's parser takes ``Transfer-Encoding: gzip, chunked`` as plain chunked; the body
-    would then be read without the gzip the client applied, so the request is refused. The
+    Checked before anything else is done with the request. uvicorn's parser takes
+    ``Transfer-Encoding: gzip, chunked`` as plain chunked; the body would then be read without
+    the gzip the client applied, so the request is refused. The
     connection is closed after each of these refusals: the body is not read.
     """
     headers = scope["headers"]
