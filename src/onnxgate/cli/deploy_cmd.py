@@ -320,7 +320,7 @@ def mobile_command(
     budget: Annotated[
         float,
         typer.Option(
-            "--time-budget",
+            "--budget",
             help="Seconds of timed single-thread runs per golden sample.",
             rich_help_panel=MOBILE,
         ),
