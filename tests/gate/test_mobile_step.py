@@ -47,6 +47,8 @@ def test_the_step_writes_the_ort_format_proves_it_and_is_cached(tmp_path, monkey
     assert {a.path for a in step.artefacts} == {"mlp.ort", "mlp.required_operators.config"}
     assert step.figures["ort_mb"] > 0 and step.figures["peak_rss_mb"] > 0
     assert "single-thread p50" in step.summary
+    page = (Path(report.run_dir) / "report.html").read_text()
+    assert "mlp.ort" in page and "domain;opset" in page and "single-thread p50" in page
     again = run_gate(path)
     assert again.step("mobile").cached and again.passed
 
