@@ -164,3 +164,24 @@ def test_a_folder_that_is_not_empty_is_refused_before_anything_runs(tmp_path):
     )
     assert result.exit_code == 2 and "--out" in result.output
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_a_registry_version_is_deployed_under_its_name_and_only_when_gated(tmp_path):
+    from onnxgate.errors import NotGated
+    from serve._serve_helpers import make_token_contract, register
+
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    model = make_token_contract(tmp_path / "src" / "tok.onnx")
+    register(url, model, alias="champion")
+    report = deploy_mobile(
+        "tok@champion", MobileDeployConfig(out=tmp_path / "a", registry=url, budget=0.2)
+    )
+    assert report.source == "tok@champion" and "passed" in report.gate
+    assert sorted(report.files) == ["tok.ort", "tok.required_operators.config"]
+    assert (
+        report.samples == len(contract_samples(model))
+        and "within the contract's rules" in report.parity
+    )
+    failed = register(url, model, passed=False)
+    with pytest.raises(NotGated):
+        deploy_mobile(f"tok@{failed.number}", MobileDeployConfig(out=tmp_path / "b", registry=url))
