@@ -141,6 +141,12 @@ ScriptRunner = Callable[
     dict[str, Any],
 ]
 """Runs a script inside a runtime: (script, runtime, request, arrays, progress) -> its answer."""
+Prober = Callable[
+    [RuntimeSpec, Mapping[str, bytes | Path], Callable[[str], None] | None], dict[str, Any]
+]
+"""Asks a runtime which models (label -> serialised model, or its file) load: (runtime, models, progress) ->
+an answer shaped as ``compat.runtime.run_probe``'s (``version``, ``loads``, providers,
+``kernels``, ``schemas``)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,9 @@ class Runtime:
     script: ScriptRunner
     providers: tuple[Provider, ...] = ()
     """Execution providers the packages bring beyond ONNX Runtime's default build."""
+    probe: Prober | None = None
+    """How ``compat.runtime`` probes a runtime that has no Python environment (ONNX Runtime's
+    JavaScript packages); None: its probe script runs in the release's isolated environment."""
 
 
 _REGISTERED: list[Runtime] = []
