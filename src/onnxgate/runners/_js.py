@@ -19,7 +19,7 @@ import queue
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -330,13 +330,24 @@ def probe_js(
     spec: RuntimeSpec,
     models: Mapping[str, bytes | Path],
     progress: Callable[[str], None] | None = None,
+    *,
+    backends: Sequence[Mapping[str, Any]] = ({},),
 ) -> dict[str, Any]:
     """Which of these models (label -> serialised model, or its file) the runtime loads.
 
     Answered as ``compat.runtime.run_probe`` answers for a Python build: ``version``, ``loads``
     (label -> None or the error line), providers; no kernel registry (``kernels`` None).
 
-    The hook for kernel probing: one-node models per operator and type, asked the same way.
+    Args:
+        spec: the runtime.
+        models: label -> serialised model, or its file.
+        progress: called with a line for slow steps (the npm install).
+        backends: session settings (``SessionSettings.wire()`` keys) to try every model with,
+            all in one driver: ``backends`` in the answer holds one ``loads`` per entry
+            (``compat.probed`` probes kernels on wasm and on WebGPU this way).
+
+    Raises:
+        ProviderUnavailable: a backend asks for WebGPU and the browser offers no adapter.
     """
     with tempfile.TemporaryDirectory(prefix="onnxgate-jsprobe-") as tmp:
         labels: dict[str, str] = {}
@@ -347,15 +358,24 @@ def probe_js(
             labels[str(path)] = label
         driver = Driver(spec, progress)
         try:
-            answer = driver.ask({"op": "probe", "models": list(labels), "settings": {}}, "probe")
+            answers = [
+                driver.ask(
+                    {"op": "probe", "models": list(labels), "settings": dict(settings)}, "probe"
+                )
+                for settings in backends
+            ]
         finally:
             driver.close()
+    per_backend = [
+        {labels[path]: error for path, error in answer["loads"].items()} for answer in answers
+    ]
     return {
         "version": spec.version,
         "python": f"node {node_binary()}",
         "available_providers": list(PROVIDERS),
         "all_providers": list(PROVIDERS),
-        "loads": {labels[path]: error for path, error in answer["loads"].items()},
+        "loads": per_backend[0],
+        "backends": per_backend,
         "kernels": None,
         "schemas": [],
     }

@@ -141,12 +141,11 @@ ScriptRunner = Callable[
     dict[str, Any],
 ]
 """Runs a script inside a runtime: (script, runtime, request, arrays, progress) -> its answer."""
-Prober = Callable[
-    [RuntimeSpec, Mapping[str, bytes | Path], Callable[[str], None] | None], dict[str, Any]
-]
-"""Asks a runtime which models (label -> serialised model, or its file) load: (runtime, models, progress) ->
-an answer shaped as ``compat.runtime.run_probe``'s (``version``, ``loads``, providers,
-``kernels``, ``schemas``)."""
+Prober = Callable[..., dict[str, Any]]
+"""Asks a runtime which models (label -> serialised model, or its file) load: (runtime, models,
+progress, *, backends=[session settings, ...]) -> an answer shaped as
+``compat.runtime.run_probe``'s (``version``, ``loads``, providers, ``kernels``, ``schemas``) plus
+``backends``: one ``loads`` per session settings asked (``compat.probed`` probes kernels so)."""
 
 
 @dataclass(frozen=True)
