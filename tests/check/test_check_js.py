@@ -96,6 +96,7 @@ def test_a_node_webgpu_lacks_falls_back_to_wasm_as_op002(tmp_path: Path) -> None
     report = check_model(path, CheckConfig(runtime=WEB, providers=("webgpu",)))
     codes = _codes(report)
     assert report.providers == ["WebGpuExecutionProvider", "CPUExecutionProvider"]
+    assert "Add-14 does not run on WebGpuExecutionProvider" in codes["OP002"]
     assert "falls back to CPUExecutionProvider" in codes["OP002"]
     assert "fallback to CPU EP has been explicitly disabled" in codes["OP002"]
     assert "OP001" not in codes

@@ -312,6 +312,13 @@ def _judge(
             f"for inputs ({types_text}); {said}",
         )
     elif effective and on[0] != effective[0]:
+        # A probed runtime only shows that the provider refused the node, not why (its explain
+        # says so); a registry shows the kernel is absent.
+        refused = (
+            f"does not run on {effective[0]}"
+            if coverage.lines
+            else f"has no kernel on {effective[0]}"
+        )
         said = (
             f"; {table.explain(node.op_type, domain, coverage, effective[0])}"
             if coverage.lines
@@ -320,7 +327,7 @@ def _judge(
         yield _Verdict(
             "OP002",
             (domain, node.op_type, schema.since_version, tuple(inputs), on[0]),
-            f"{name} has no kernel on {effective[0]} for ({types_text}); it falls back to {on[0]}{said}",
+            f"{name} {refused} for ({types_text}); it falls back to {on[0]}{said}",
         )
 
 

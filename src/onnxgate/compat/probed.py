@@ -210,8 +210,18 @@ class ProbedKernels:
         return Coverage(have, lines={p: e for p, e in said.items() if e is not None})
 
     def explain(self, op: str, domain: str, coverage: Coverage, provider: str) -> str:
-        """The runtime's own line for a provider that has no kernel."""
+        """The runtime's own line for a provider that refused the node.
+
+        With CPU fallback disabled a provider's refusal means it has no kernel for the node, or
+        that it leaves the node to CPU by choice (WebGPU keeps small int64 shape computations on
+        CPU); the load failure does not say which.
+        """
         line = coverage.lines.get(provider) or coverage.lines.get(CPU) or ""
+        if provider != CPU and provider in coverage.lines:
+            return (
+                f"with CPU fallback disabled {self.spec} refuses the node there (no kernel for it, "
+                f"or the provider leaves it to CPU as it does shape computations): {line}"
+            )
         return f"{self.spec} says: {line}"
 
     def note(self) -> str | None:
