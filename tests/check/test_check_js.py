@@ -122,3 +122,30 @@ def test_a_second_check_answers_from_the_cache_without_starting_the_runtime(
     assert started == []
     assert _codes(second) == _codes(first)
     assert "OP001" in _codes(second)
+
+
+def test_a_provider_that_cannot_run_a_relu_is_refused_not_reported_as_kernel_gaps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime-node's WebGPU with no adapter fails every load; that is no coverage claim."""
+    from types import SimpleNamespace
+
+    from onnxgate.compat import probed
+    from onnxgate.errors import ProviderUnavailable
+
+    no_adapter = "Failed to get a WebGPU adapter: No supported adapters"
+
+    def prober(spec, models, progress, *, backends):
+        return {
+            "backends": [
+                {label: (no_adapter if "providers" in b else None) for label in models}
+                for b in backends
+            ]
+        }
+
+    monkeypatch.setattr(probed, "runtime_of", lambda spec: SimpleNamespace(probe=prober))
+    monkeypatch.setenv("ONNXGATE_CACHE_DIR", str(tmp_path))
+    path = _one_node(tmp_path, "plain", "Relu", TensorProto.FLOAT)
+    with pytest.raises(ProviderUnavailable, match=no_adapter):
+        check_model(path, CheckConfig(runtime=NODE, providers=("webgpu",)))
+    assert not list((tmp_path / "kernels").rglob("*.json"))  # nothing cached from it

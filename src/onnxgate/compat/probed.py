@@ -34,6 +34,7 @@ from onnx import AttributeProto, ModelProto, NodeProto, TypeProto, helper
 from onnxgate._fs import atomic_write_text, cache_dir
 from onnxgate.compat.kernels import Coverage, NodeSchema, onnx_schema
 from onnxgate.compat.versions import STANDARD_DOMAINS, normalize_domain
+from onnxgate.errors import ProviderUnavailable
 from onnxgate.runners.runtimes import RuntimeSpec, runtime_of
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ _MISSING = re.compile(
     re.IGNORECASE,
 )
 _UNKNOWN_OP = re.compile(r"is not a registered function/op", re.IGNORECASE)
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 """Part of every cache key: bump when the probe models are built differently."""
 
 
@@ -264,8 +265,20 @@ class ProbedKernels:
             progress(f"probing {count} node kind(s) on {self.spec}")
         providers = sorted(todo)
         models = {f"{p}/{d}": data for p in providers for d, (_, data) in todo[p].items()}
+        canary = _canary().SerializeToString(deterministic=True)
+        models.update({f"{p}/canary": canary for p in providers if p != CPU})
         self.driver_runs += 1
         answer = prober(self.spec, models, progress, backends=[BACKENDS[p] for p in providers])
+        for provider, loads in zip(providers, answer["backends"], strict=True):
+            # A provider that cannot run a float32 Relu is not there (no adapter): its refusals
+            # would say nothing about its kernels.
+            if loads.get(f"{provider}/canary"):
+                raise ProviderUnavailable(
+                    f"{self.spec} cannot use {provider} on this machine, so its kernels cannot be "
+                    f"probed: a float32 Relu alone does not load there: {loads[f'{provider}/canary']}",
+                    hint="Check on the CPU provider only, or on a machine (or browser) that offers "
+                    "a WebGPU adapter.",
+                )
         for provider, loads in zip(providers, answer["backends"], strict=True):
             for digest, (key, _) in todo[provider].items():
                 error = loads[f"{provider}/{digest}"]
@@ -284,6 +297,16 @@ class ProbedKernels:
             / backend
             / f"v{PROBE_VERSION}-{digest}.json"
         )
+
+
+def _canary() -> ModelProto:
+    """Relu on float32: every provider that is really there has a kernel for it."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "canary", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
 
 
 def _read(path: Path) -> tuple[str | None] | None:
