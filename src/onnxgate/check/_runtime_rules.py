@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import onnx
-from onnx import FunctionProto, ModelProto, NodeProto, TypeProto
+from onnx import FunctionProto, ModelProto, NodeProto, TensorProto, TypeProto
 
 from onnxgate.check._functions import MAX_DEPTH, NoBody, expand
 from onnxgate.check._graph import node_label
@@ -359,10 +359,21 @@ def kernel_probes(
 ) -> list[ProbeNode]:
     """One probe per distinct node kind the rules will judge, for a runtime judged by probing.
 
+    Small initializers and ``Constant`` outputs a node reads are embedded in its probe model;
+    values folded from them (a ``Reshape`` of a weight) are graph inputs of their type and shape.
     Nodes inside model-local functions have no inferred types here, so they are not probed
     (``OP007`` says how many kinds).
     """
     weights = {t.name: t for g in iter_model_graphs(model) for t in g.initializer}
+    for graph in iter_model_graphs(model):  # Constant nodes' tensors are weights as well
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+                value = next((a.t for a in node.attribute if a.name == "value"), None)
+                if value is not None:
+                    tensor = TensorProto()
+                    tensor.CopyFrom(value)
+                    tensor.name = node.output[0]
+                    weights[tensor.name] = tensor
     found: dict[tuple, ProbeNode] = {}
     for node, opsets, in_function in _scoped_nodes(model):
         domain = normalize_domain(node.domain)
