@@ -58,7 +58,7 @@ _MISSING = re.compile(
     re.IGNORECASE,
 )
 _UNKNOWN_OP = re.compile(r"is not a registered function/op", re.IGNORECASE)
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 """Part of every cache key: bump when the probe models are built differently."""
 
 
@@ -107,6 +107,21 @@ class ProbeNode:
     why_not: str = ""
 
 
+BOUNDARY_CAST = frozenset(
+    getattr(onnx.TensorProto, name)
+    for name in (
+        "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ",
+        "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2",
+    )
+    if hasattr(onnx.TensorProto, name)
+)  # fmt: skip
+"""Element types ONNX Runtime's JavaScript API has no tensors of: a session whose inputs or outputs
+have them is refused ("unsupported data type: 16") although the same node loads inside a model.
+A probe model keeps them off its boundary: float32 in and out, with Casts around the node."""
+BOUNDARY = "onnxgate_boundary"
+"""The name prefix of those Casts, so that a failure of theirs is not blamed on the node."""
+
+
 def lone_node(
     node: NodeProto,
     source: ModelProto,
@@ -116,30 +131,53 @@ def lone_node(
     """A model holding ``node`` alone with its types and ranks, or why none can be built.
 
     Inputs that are small weights stay weights (some kernels want them constant); the rest are
-    graph inputs. Outputs are declared with their inferred types.
+    graph inputs. Outputs are declared with their inferred types. A tensor of a type in
+    ``BOUNDARY_CAST`` crosses the boundary as float32 through a Cast.
     """
     if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
         return "it holds a subgraph"
-    inputs, initializers = [], []
-    for name in dict.fromkeys(n for n in node.input if n):
+    inputs, initializers, casts = [], [], []
+    reads = [n for n in dict.fromkeys(node.input) if n]
+    for name in reads:
         tensor = weights.get(name)
         if tensor is not None and _elements(tensor.dims) <= EMBED_LIMIT:
             initializers.append(tensor)
+    wanted = [("input", n, inputs) for n in reads if n not in {t.name for t in initializers}]
+    outputs: list[onnx.ValueInfoProto] = []
+    wanted += [("output", n, outputs) for n in node.output if n]
+    for side, name, into in wanted:
+        proto = protos.get(name)
+        if proto is None or proto.WhichOneof("value") is None:
+            return f"the type of its {side} '{name}' is not known"
+        elem = proto.tensor_type.elem_type if proto.HasField("tensor_type") else 0
+        if elem not in BOUNDARY_CAST:
+            into.append(helper.make_value_info(name, proto))
             continue
-        proto = protos.get(name)
-        if proto is None or proto.WhichOneof("value") is None:
-            return f"the type of its input '{name}' is not known"
-        inputs.append(helper.make_value_info(name, proto))
-    outputs = []
-    for name in (n for n in node.output if n):
-        proto = protos.get(name)
-        if proto is None or proto.WhichOneof("value") is None:
-            return f"the type of its output '{name}' is not known"
-        outputs.append(helper.make_value_info(name, proto))
-    graph = helper.make_graph([node], "onnxgate kernel probe", inputs, outputs, initializers)
+        outer = f"{name}.{BOUNDARY}"
+        into.append(helper.make_value_info(outer, _as_float(proto)))
+        inward = side == "input"
+        casts.append(
+            helper.make_node(
+                "Cast", [outer] if inward else [name], [name] if inward else [outer],
+                name=f"{BOUNDARY}_{side}_{len(casts)}",
+                to=elem if inward else onnx.TensorProto.FLOAT,
+            )
+        )  # fmt: skip
+    before = [c for c in casts if c.name.startswith(f"{BOUNDARY}_input")]
+    after = [c for c in casts if c not in before]
+    graph = helper.make_graph(
+        [*before, node, *after], "onnxgate kernel probe", inputs, outputs, initializers
+    )
     model = helper.make_model(graph, opset_imports=list(source.opset_import))
     model.ir_version = source.ir_version
     return model
+
+
+def _as_float(proto: TypeProto) -> TypeProto:
+    copy = TypeProto()
+    copy.CopyFrom(proto)
+    copy.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return copy
 
 
 def _elements(dims: Iterable[int]) -> int:
@@ -203,6 +241,10 @@ class ProbedKernels:
                 frozenset(self.providers), unchecked=self.unprobed.get(key, "it was not probed")
             )
         cpu = said.get(CPU)
+        if cpu is not None and BOUNDARY in cpu:
+            why = "the runtime cannot Cast its type from float32 at the probe's boundary"
+            self.unprobed[key] = why
+            return Coverage(frozenset(self.providers), unchecked=why)
         if cpu is not None and _UNKNOWN_OP.search(cpu):
             return Coverage(frozenset(), unknown=True, lines=dict(said))
         if cpu is not None and not kernel_missing(cpu):
