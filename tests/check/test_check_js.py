@@ -60,6 +60,18 @@ def test_a_corpus_model_has_every_kernel_on_the_javascript_builds(runtime: str) 
 
 
 @needs_js
+@needs_corpus(CORPUS / "superres_prepost_op18.onnx")
+def test_a_custom_operator_the_runtime_lacks_is_op003_even_when_its_output_types_are_unknown() -> (
+    None
+):
+    report = check_model(CORPUS / "superres_prepost_op18.onnx", CheckConfig(runtime=WEB))
+    unknown = [f.message for f in report.findings if f.code == "OP003"]
+    assert len(unknown) == 2, report.findings  # DecodeImage and EncodeImage
+    assert "DecodeImage(-1) is not a registered function/op" in unknown[0] + unknown[1]
+    assert not report.predicted_load
+
+
+@needs_js
 @pytest.mark.parametrize("runtime", [WEB, NODE])
 def test_a_type_with_no_kernel_is_op001_with_the_runtimes_own_line(
     tmp_path: Path, runtime: str

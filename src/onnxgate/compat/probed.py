@@ -58,7 +58,7 @@ _MISSING = re.compile(
     re.IGNORECASE,
 )
 _UNKNOWN_OP = re.compile(r"is not a registered function/op", re.IGNORECASE)
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 """Part of every cache key: bump when the probe models are built differently."""
 
 
@@ -131,7 +131,8 @@ def lone_node(
     """A model holding ``node`` alone with its types and ranks, or why none can be built.
 
     Inputs that are small weights stay weights (some kernels want them constant); the rest are
-    graph inputs. Outputs are declared with their inferred types. A tensor of a type in
+    graph inputs. Outputs are declared with their inferred types (by name alone where inference
+    found none: a custom operator's). A tensor of a type in
     ``BOUNDARY_CAST`` crosses the boundary as float32 through a Cast.
     """
     if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
@@ -148,7 +149,10 @@ def lone_node(
     for side, name, into in wanted:
         proto = protos.get(name)
         if proto is None or proto.WhichOneof("value") is None:
-            return f"the type of its {side} '{name}' is not known"
+            if side == "input":
+                return f"the type of its input '{name}' is not known"
+            into.append(onnx.ValueInfoProto(name=name))  # the runtime infers it, or says why not
+            continue
         elem = proto.tensor_type.elem_type if proto.HasField("tensor_type") else 0
         if elem not in BOUNDARY_CAST:
             into.append(helper.make_value_info(name, proto))
@@ -272,9 +276,10 @@ class ProbedKernels:
         if not self.unprobed:
             return None
         reasons = sorted(set(self.unprobed.values()))
+        more = f"; and {len(reasons) - 3} more reason(s)" if len(reasons) > 3 else ""
         return (
             f"{len(self.unprobed)} node kind(s) were not probed on {self.spec} "
-            f"({'; '.join(reasons)}); their kernels were not checked"
+            f"({'; '.join(reasons[:3])}{more}); their kernels were not checked"
         )
 
     def measure(
