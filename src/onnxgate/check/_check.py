@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import onnx
-from onnx import ModelProto
+from onnx import ModelProto, TypeProto
 
 from onnxgate._native import native_step
 from onnxgate.check._functions import value_type_protos
@@ -20,7 +20,14 @@ from onnxgate.check._graph import (
     topologically_sorted,
 )
 from onnxgate.check._report import RULES, CheckReport, Finding, Severity, finding
-from onnxgate.check._runtime_rules import operator_findings, provider_findings, version_findings
+from onnxgate.check._runtime_rules import (
+    kernel_probes,
+    operator_findings,
+    provider_findings,
+    version_findings,
+)
+from onnxgate.compat.kernels import KernelOracle
+from onnxgate.compat.probed import ProbedKernels, probed_providers, probes_kernels
 from onnxgate.compat.providers import names, resolve
 from onnxgate.compat.runtime import RuntimeProfile, RuntimeSpec, runtime_profile
 from onnxgate.compat.versions import normalize_domain, opset_map, proto_domain
@@ -181,6 +188,32 @@ def resolve_providers(profile: RuntimeProfile, providers: Iterable[str] | None) 
     return resolve(providers, profile.all_providers)
 
 
+def kernel_oracle(
+    profile: RuntimeProfile,
+    model: ModelProto,
+    providers: list[str],
+    types: dict[str, str | None],
+    protos: Mapping[str, TypeProto],
+    progress: Callable[[str], None] | None = None,
+) -> KernelOracle | None:
+    """What the rules ask about kernels.
+
+    The release's registry, or (for a runtime that exposes none but can be asked, ONNX Runtime's JavaScript packages) one-node models of this model's
+    node kinds loaded on each requested provider; None when neither is possible (OP007).
+
+    Raises:
+        ProviderUnavailable: a requested provider cannot be probed here (WebGPU with no adapter).
+        RuntimeEnvError: the runtime cannot be installed or started.
+    """
+    table = profile.kernel_table()
+    spec = RuntimeSpec(profile.package, profile.version)
+    if table is not None or not probes_kernels(spec):
+        return table
+    oracle = ProbedKernels(spec, probed_providers(providers))
+    oracle.measure(kernel_probes(model, oracle, types, protos), progress)
+    return oracle
+
+
 def check_model(
     model: str | os.PathLike[str] | LoadedModel,
     config: CheckConfig | None = None,
@@ -215,7 +248,6 @@ def check_model(
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     if profile is None:
         profile = runtime_profile(RuntimeSpec.parse(config.runtime), progress=progress)
-    table = profile.kernel_table()
     chosen = resolve_providers(profile, providers)
     proto = loaded.proto
     structure = structure_findings(proto)
@@ -224,15 +256,15 @@ def check_model(
     inferred, inference_problem = _infer(
         topologically_sorted(seen) if unsorted else seen, loaded.path
     )
+    types, protos = value_types(inferred), value_type_protos(inferred)
+    table = kernel_oracle(profile, seen, chosen, types, protos, progress)
     findings = [
         *checker_findings(loaded),
         *([inference_problem] if inference_problem else []),
         *structure,
         *version_findings(proto, profile),
         *provider_findings(profile, table, chosen),
-        *operator_findings(
-            seen, profile, table, chosen, value_types(inferred), value_type_protos(inferred)
-        ),
+        *operator_findings(seen, profile, table, chosen, types, protos),
         *shape_findings(proto),
         *observed_findings(proto, config.observed_outputs),
         *file_findings(loaded),

@@ -65,8 +65,9 @@ _RULES = (
     Rule("OP004", Severity.ERROR, "operator has no schema at this opset", "Check the operator name and the model's opset; the operator may not exist yet at this opset.", True),
     Rule("OP005", Severity.INFO, "operator has no kernel and runs as its function body", "Nothing to do unless speed matters: the runtime inlines the operator's definition.", False),
     Rule("OP006", Severity.ERROR, "operator is deprecated at this opset", "Replace it with the operator that superseded it (e.g. Upsample with Resize); ONNX Runtime refuses deprecated operators.", True),
-    Rule("OP007", Severity.INFO, "kernel coverage was not checked", "The target release does not expose its kernel registry (releases before 1.16).", False),
+    Rule("OP007", Severity.INFO, "kernel coverage was not checked", "The target release does not expose its kernel registry (releases before 1.16), or a node of a probed runtime (onnxruntime-web, onnxruntime-node) could not be built alone (a subgraph, an unknown type).", False),
     Rule("OP008", Severity.INFO, "float16 node runs in float32 on CPU", "Expect extra Cast nodes and float32 precision on CPU; a GPU provider may have the float16 kernel.", False),
+    Rule("OP010", Severity.ERROR, "the node alone does not load on the target runtime, for a reason other than a missing kernel", "Read the runtime's line in the message: a rejected attribute, a shape the runtime's inference refuses, a resource the machine lacks (a locale); fix the node or the machine.", True),
     Rule("OP009", Severity.ERROR, "node uses an attribute the runtime's definition of the operator lacks", "Export at the opset the runtime implements, or drop the attribute; the runtime rejects the model as invalid.", True),
     # providers
     Rule("PRV001", Severity.ERROR, "a requested provider is not in the target runtime's build", "Install the package that provides it (onnxruntime-gpu for CUDA/TensorRT) or remove it from --providers.", False),

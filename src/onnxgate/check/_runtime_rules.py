@@ -7,12 +7,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import onnx
-from onnx import FunctionProto, ModelProto, NodeProto, TypeProto
+from onnx import FunctionProto, ModelProto, NodeProto, TensorProto, TypeProto
 
 from onnxgate.check._functions import MAX_DEPTH, NoBody, expand
 from onnxgate.check._graph import node_label
 from onnxgate.check._report import RULES, Finding, finding
-from onnxgate.compat.kernels import OPEN_END, KernelTable, NodeSchema, onnx_schema
+from onnxgate.compat.kernels import KernelOracle, NodeSchema, onnx_schema
+from onnxgate.compat.probed import ProbeNode, lone_node, node_key
 from onnxgate.compat.providers import registered_providers
 from onnxgate.compat.runtime import RuntimeProfile
 from onnxgate.compat.versions import (
@@ -23,7 +24,7 @@ from onnxgate.compat.versions import (
     onnx_releases,
     opset_map,
 )
-from onnxgate.model import iter_scoped_nodes
+from onnxgate.model import iter_model_graphs, iter_scoped_nodes
 
 # Operators ONNX Runtime resolves while loading the graph rather than through a kernel.
 RESOLVED_AT_LOAD = {(DEFAULT_DOMAIN, "Constant")}
@@ -106,7 +107,7 @@ def version_findings(model: ModelProto, profile: RuntimeProfile) -> list[Finding
 
 
 def provider_findings(
-    profile: RuntimeProfile, table: KernelTable | None, providers: list[str]
+    profile: RuntimeProfile, table: KernelOracle | None, providers: list[str]
 ) -> list[Finding]:
     """PRV001 and PRV002 for each requested provider."""
     found = []
@@ -169,7 +170,7 @@ def _judge_body(
     opset: int,
     inputs: list[str | None],
     protos: Mapping[str, TypeProto],
-    table: KernelTable,
+    table: KernelOracle,
     profile: RuntimeProfile,
     providers: list[str],
     depth: int,
@@ -221,7 +222,7 @@ def _judge(
     node: NodeProto,
     opset: int,
     types: dict[str, str | None],
-    table: KernelTable | None,
+    table: KernelOracle | None,
     profile: RuntimeProfile,
     providers: list[str],
     depth: int = 0,
@@ -240,7 +241,7 @@ def _judge(
                 (domain, node.op_type, opset),
                 f"{node.op_type} has no schema in {domain} at opset {opset}",
             )
-        elif table is None or not table.kernels(node.op_type, domain):
+        elif table is None or not table.knows(node.op_type, domain):
             yield _Verdict(
                 "OP003",
                 (domain, node.op_type),
@@ -266,7 +267,24 @@ def _judge(
             f"{', '.join(repr(a) for a in unknown)}",
         )
     inputs, outputs = _node_types(node, types)
-    have = table.providers_with_kernel(schema, inputs, outputs)
+    coverage = table.coverage(node, schema, inputs, outputs)
+    name = f"{node.op_type}-{schema.since_version}"
+    if coverage.unknown or coverage.refused:
+        said = table.explain(node.op_type, domain, coverage, "CPUExecutionProvider")
+        if coverage.unknown:
+            yield _Verdict(
+                "OP003",
+                (domain, node.op_type),
+                f"{domain}.{node.op_type} is not known to {profile.label}; {said}",
+            )
+        else:
+            yield _Verdict(
+                "OP010",
+                (domain, node.op_type, schema.since_version, tuple(inputs), coverage.refused),
+                f"{name} ({domain}) alone does not load on {profile.label}, for a reason other than a missing kernel; {said}",
+            )
+        return
+    have = coverage.providers
     effective = [p for p in providers if p in table.providers]
     on = [p for p in effective if p in have]
     types_text = ", ".join(t or "?" for t in inputs if t is not None) or "no known types"
@@ -278,27 +296,38 @@ def _judge(
         yield _Verdict(
             "OP008",
             (domain, node.op_type, schema.since_version),
-            f"{node.op_type}-{schema.since_version} has no float16 kernel on CPU; it runs in float32 between inserted casts",
+            f"{name} has no float16 kernel on CPU; it runs in float32 between inserted casts",
         )
     elif not on:
-        if schema.has_function:
+        if schema.has_function and not table.inlines_functions:
             yield _judge_body(
                 node, schema, opset, inputs, protos or {}, table, profile, providers, depth
             )
             return
-        ranges = table.versions_registered(node.op_type, domain)
-        shown = ", ".join(f"{a}-{b if b < OPEN_END else 'latest'}" for a, b in ranges) or "none"
+        said = table.explain(node.op_type, domain, coverage, effective[0] if effective else "")
         yield _Verdict(
             "OP001",
             (domain, node.op_type, schema.since_version, tuple(inputs)),
-            f"{node.op_type}-{schema.since_version} ({domain}) has no kernel on {', '.join(effective)} "
-            f"for inputs ({types_text}); kernel versions registered: {shown}",
+            f"{name} ({domain}) has no kernel on {', '.join(effective)} "
+            f"for inputs ({types_text}); {said}",
         )
     elif effective and on[0] != effective[0]:
+        # A probed runtime only shows that the provider refused the node, not why (its explain
+        # says so); a registry shows the kernel is absent.
+        refused = (
+            f"does not run on {effective[0]}"
+            if coverage.lines
+            else f"has no kernel on {effective[0]}"
+        )
+        said = (
+            f"; {table.explain(node.op_type, domain, coverage, effective[0])}"
+            if coverage.lines
+            else ""
+        )
         yield _Verdict(
             "OP002",
             (domain, node.op_type, schema.since_version, tuple(inputs), on[0]),
-            f"{node.op_type}-{schema.since_version} has no kernel on {effective[0]} for ({types_text}); it falls back to {on[0]}",
+            f"{name} {refused} for ({types_text}); it falls back to {on[0]}{said}",
         )
 
 
@@ -322,10 +351,58 @@ def _scoped_nodes(model: ModelProto) -> Iterator[tuple[NodeProto, dict[str, int]
             yield node, scope, owner is not None
 
 
+def kernel_probes(
+    model: ModelProto,
+    oracle: KernelOracle,
+    types: dict[str, str | None],
+    protos: Mapping[str, TypeProto],
+) -> list[ProbeNode]:
+    """One probe per distinct node kind the rules will judge, for a runtime judged by probing.
+
+    Small initializers and ``Constant`` outputs a node reads are embedded in its probe model;
+    values folded from them (a ``Reshape`` of a weight) are graph inputs of their type and shape.
+    Nodes inside model-local functions have no inferred types here, so they are not probed
+    (``OP007`` says how many kinds).
+    """
+    weights = {t.name: t for g in iter_model_graphs(model) for t in g.initializer}
+    for graph in iter_model_graphs(model):  # Constant nodes' tensors are weights as well
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+                value = next((a.t for a in node.attribute if a.name == "value"), None)
+                if value is not None:
+                    tensor = TensorProto()
+                    tensor.CopyFrom(value)
+                    tensor.name = node.output[0]
+                    weights[tensor.name] = tensor
+    found: dict[tuple, ProbeNode] = {}
+    for node, opsets, in_function in _scoped_nodes(model):
+        domain = normalize_domain(node.domain)
+        opset = opsets.get(domain)
+        if opset is None or (domain, node.op_type) in RESOLVED_AT_LOAD:
+            continue
+        schema = oracle.schema(node.op_type, domain, opset)
+        if schema is None or schema.deprecated:
+            continue
+        known = {} if in_function else types
+        inputs, outputs = _node_types(node, known)
+        key = node_key(node, schema.since_version, inputs, outputs)
+        if key in found:
+            continue
+        built = (
+            "it is inside a model-local function, whose types are not inferred"
+            if in_function
+            else lone_node(node, model, protos, weights)
+        )
+        found[key] = (
+            ProbeNode(key, None, built) if isinstance(built, str) else ProbeNode(key, built)
+        )
+    return list(found.values())
+
+
 def operator_findings(
     model: ModelProto,
     profile: RuntimeProfile,
-    table: KernelTable | None,
+    table: KernelOracle | None,
     providers: list[str],
     types: dict[str, str | None],
     protos: Mapping[str, TypeProto] | None = None,
@@ -360,4 +437,6 @@ def operator_findings(
                 f"{profile.label} does not expose its kernel registry; kernel coverage was not checked",
             )
         )
+    elif table.note():
+        found.append(finding("OP007", f"{table.note()}"))
     return found

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Protocol
 
-from onnx import defs
+from onnx import NodeProto, defs
 
 from onnxgate.compat.versions import DEFAULT_DOMAIN, normalize_domain
 
@@ -139,8 +140,71 @@ def onnx_schema(op: str, domain: str, opset: int) -> NodeSchema | None:
     )
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """Which providers have a kernel for one node, and what the runtime said where none had."""
+
+    providers: frozenset[str]
+    """Providers with a kernel for the node's version, types and attributes."""
+    lines: dict[str, str] = field(default_factory=dict)
+    """Provider -> the runtime's own error line, where it was asked (probed runtimes)."""
+    refused: str | None = None
+    """The runtime refused the node for a reason other than a missing kernel (its line)."""
+    unknown: bool = False
+    """The runtime does not know the operator at all (a custom domain it has no schema for)."""
+    unchecked: str | None = None
+    """Why coverage of this node was not measured (it then counts as covered)."""
+
+
+class KernelOracle(Protocol):
+    """What the operator rules ask of a runtime's kernels.
+
+    Answered from a registry read (``KernelTable``) or from one-node models the runtime was asked
+    to load (``compat.probed.ProbedKernels``).
+    """
+
+    providers: set[str]
+    """Providers whose kernels are known."""
+    inlines_functions: bool
+    """True when ``coverage`` already includes an operator run as its function body."""
+
+    def schema(self, op: str, domain: str, opset: int) -> NodeSchema | None:
+        """The schema the runtime holds the node to."""
+
+    def knows(self, op: str, domain: str) -> bool:
+        """Whether the runtime may have a kernel for the operator (else OP003)."""
+
+    def runtime_attributes(self, op: str, domain: str, since_version: int) -> frozenset[str] | None:
+        """Attribute names of the runtime's own schema, if known."""
+
+    def cpu_float16_fallback(
+        self,
+        schema: NodeSchema,
+        input_types: Sequence[str | None],
+        output_types: Sequence[str | None],
+    ) -> bool:
+        """Whether CPU runs the float16 node in float32 (OP008)."""
+
+    def coverage(
+        self,
+        node: NodeProto,
+        schema: NodeSchema,
+        inputs: Sequence[str | None],
+        outputs: Sequence[str | None],
+    ) -> Coverage:
+        """Which providers have a kernel for this node."""
+
+    def explain(self, op: str, domain: str, coverage: Coverage, provider: str) -> str:
+        """The message tail for a provider without a kernel."""
+
+    def note(self) -> str | None:
+        """What was left unchecked (OP007), if anything."""
+
+
 class KernelTable:
-    """A runtime's kernel registry and schema registry, indexed for lookups."""
+    """A runtime's kernel registry and schema registry, indexed for lookups (a ``KernelOracle``)."""
+
+    inlines_functions = False
 
     def __init__(
         self,
@@ -243,3 +307,27 @@ class KernelTable:
     def versions_registered(self, op: str, domain: str) -> list[tuple[int, int]]:
         """Distinct version ranges with a kernel, for messages."""
         return sorted({(k.since, k.until) for k in self.kernels(op, domain)})
+
+    def knows(self, op: str, domain: str) -> bool:
+        """Whether any provider registers a kernel for the operator."""
+        return bool(self.kernels(op, domain))
+
+    def coverage(
+        self,
+        node: NodeProto,
+        schema: NodeSchema,
+        inputs: Sequence[str | None],
+        outputs: Sequence[str | None],
+    ) -> Coverage:
+        """Providers whose registered kernels match the node's schema version and types."""
+        return Coverage(frozenset(self.providers_with_kernel(schema, inputs, outputs)))
+
+    def explain(self, op: str, domain: str, coverage: Coverage, provider: str) -> str:
+        """The registered version ranges of the operator."""
+        ranges = self.versions_registered(op, domain)
+        shown = ", ".join(f"{a}-{b if b < OPEN_END else 'latest'}" for a, b in ranges) or "none"
+        return f"kernel versions registered: {shown}"
+
+    def note(self) -> str | None:
+        """Nothing is left unchecked: the registry lists every kernel."""
+        return None

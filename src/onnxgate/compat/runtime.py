@@ -39,7 +39,7 @@ from onnxgate.compat.versions import (
     release_key,
 )
 from onnxgate.errors import GateError, RuntimeEnvError
-from onnxgate.runners.runtimes import RuntimeSpec, no_kernel_registry, packages
+from onnxgate.runners.runtimes import RuntimeSpec, no_kernel_registry, packages, runtime_of
 
 log = logging.getLogger(__name__)
 
@@ -452,11 +452,17 @@ def runtime_profile(
                 return profile
         except (OSError, ValueError):
             log.info("cached profile %s is unreadable; probing again", cache_path)
-    python = ensure_env(spec, refresh=refresh, progress=progress)
-    if progress:
-        progress(f"probing {package}=={version}")
     models = {label: m.SerializeToString() for label, m in probe_models().items()}
-    answer = run_probe(python, models, registries=True)
+    prober = runtime_of(spec).probe
+    if prober is not None:  # a runtime without Python (ONNX Runtime's JavaScript packages)
+        if progress:
+            progress(f"probing {package}=={version}")
+        answer = prober(spec, models, progress)
+    else:
+        python = ensure_env(spec, refresh=refresh, progress=progress)
+        if progress:
+            progress(f"probing {package}=={version}")
+        answer = run_probe(python, models, registries=True)
     if answer["version"] != version and not spec.installed:
         raise RuntimeEnvError(f"the environment for {spec} holds onnxruntime {answer['version']}.")
     profile = _profile_from_answer(package, answer)
@@ -481,6 +487,9 @@ def try_load(
     """
     if not isinstance(spec, RuntimeSpec):
         spec = RuntimeSpec.parse(spec)
+    prober = runtime_of(spec).probe
+    if prober is not None:
+        return prober(spec, {str(p): Path(p) for p in paths}, None)["loads"]
     python = ensure_env(spec)
     answer = run_probe(python, [Path(p) for p in paths], providers=providers)
     return answer["loads"]

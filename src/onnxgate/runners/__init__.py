@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from onnxgate.runners import _onnxruntime, _openvino
+from onnxgate.runners import _js, _onnxruntime, _openvino
 from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
 from onnxgate.runners._protocol import UnknownRequest, private_stdout
 from onnxgate.runners._protocol import serve as serve_requests
@@ -32,7 +32,7 @@ from onnxgate.runners.runtimes import (
 )
 
 # Every runtime kind, once; the order is the one `runtime` errors list packages in.
-register(_onnxruntime.ONNXRUNTIME, _openvino.OPENVINO, _onnxruntime.PLATFORM_BUILDS)
+register(_onnxruntime.ONNXRUNTIME, _openvino.OPENVINO, _onnxruntime.PLATFORM_BUILDS, _js.JAVASCRIPT)
 
 if TYPE_CHECKING:
     from onnxgate.runners._isolated import IsolatedOrtRunner

@@ -141,6 +141,11 @@ ScriptRunner = Callable[
     dict[str, Any],
 ]
 """Runs a script inside a runtime: (script, runtime, request, arrays, progress) -> its answer."""
+Prober = Callable[..., dict[str, Any]]
+"""Asks a runtime which models (label -> serialised model, or its file) load: (runtime, models,
+progress, *, backends=[session settings, ...]) -> an answer shaped as
+``compat.runtime.run_probe``'s (``version``, ``loads``, providers, ``kernels``, ``schemas``) plus
+``backends``: one ``loads`` per session settings asked (``compat.probed`` probes kernels so)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,9 @@ class Runtime:
     script: ScriptRunner
     providers: tuple[Provider, ...] = ()
     """Execution providers the packages bring beyond ONNX Runtime's default build."""
+    probe: Prober | None = None
+    """How ``compat.runtime`` probes a runtime that has no Python environment (ONNX Runtime's
+    JavaScript packages); None: its probe script runs in the release's isolated environment."""
 
 
 _REGISTERED: list[Runtime] = []

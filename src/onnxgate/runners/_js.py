@@ -1,0 +1,391 @@
+"""ONNX Runtime's JavaScript packages as runtimes of the runner factory (``runtimes.py``).
+
+``onnxruntime-web==X`` runs in a headless Chromium, ``onnxruntime-node==X`` in Node.js; both
+through one driver (``js/driver.mjs``, its op protocol in its header) that onnxgate starts with
+the machine's Node.js on the release's npm folder (``_jsenv.py``). The driver stays up for the
+whole ``with`` block of a runner (the browser and its wasm compile cost seconds), so every sample,
+the copy with every node output exposed (``infer_all``) and the runs of ``bench`` reuse it.
+Tensors cross as raw bytes in onnxgate's tensor container (``_jstensors.py``). The driver speaks
+the timing workers' protocol too (``load`` / ``feeds`` / ``run`` / ``quit``), so a ``Contest``
+drives it as it drives any worker, and its ``probe`` op (which files load) is what
+``compat.runtime`` measures these runtimes' limits with (``probe_js``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, Self
+
+import onnx
+
+from onnxgate import errors
+from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed
+from onnxgate.model import LoadedModel, Signature
+from onnxgate.runners._base import Inference, Runner, RunnerInfo
+from onnxgate.runners._jsenv import NODE, WEB, chromium_binary, ensure_js_env, node_binary
+from onnxgate.runners._jstensors import read_tensors, write_tensors
+from onnxgate.runners.runtimes import RunExtras, Runtime, RuntimeSpec, Script
+
+DRIVER = Path(__file__).with_name("js") / "driver.mjs"
+TIMEOUT = 900
+"""Seconds the driver may take to answer one request (a session on a large model in wasm)."""
+PROVIDERS = ("WebGpuExecutionProvider", "CPUExecutionProvider")
+"""What these runtimes run on, in ONNX Runtime's names: CPU is the web's ``wasm`` backend and
+Node's ``cpu``; WebGPU is ``webgpu`` in both."""
+
+
+def driver_command(
+    spec: RuntimeSpec, env: dict[str, str], progress: Callable[[str], None] | None = None
+) -> list[str]:
+    """``node driver.mjs PACKAGE ENV_DIR [CHROMIUM]``, installing the release once; edits ``env``.
+
+    Raises:
+        RuntimeEnvError: Node.js, npm or (for the web) Chromium is missing, or npm failed
+            (exit 3, with the install line).
+    """
+    if spec.version is None:
+        raise ConfigError(
+            f"{spec.package} needs a release: {spec.package}==X.Y.Z.", field="runtime"
+        )
+    node = node_binary()
+    browser = [str(chromium_binary())] if spec.package == WEB else []
+    folder = ensure_js_env(spec.package, spec.version, progress=progress)
+    env["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    env.pop("NODE_OPTIONS", None)
+    return [str(node), str(DRIVER), spec.package, str(folder), *browser]
+
+
+class Driver:
+    """One driver process: requests out, answers (or its death) back as GateErrors."""
+
+    def __init__(self, spec: RuntimeSpec, progress: Callable[[str], None] | None = None) -> None:
+        env = dict(os.environ)
+        command = driver_command(spec, env, progress)
+        self.label = str(spec)
+        self.log: IO[bytes] = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+                text=True,
+                encoding="utf-8",
+                env=env,
+            )
+        except OSError as err:
+            raise errors.RuntimeEnvError(
+                f"cannot start Node.js for {spec}: {err.strerror or err}.",
+                hint="Point ONNXGATE_NODE at a working node binary.",
+            ) from err
+        self.answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.answers.put(line)
+        self.answers.put(None)
+
+    def _stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")
+
+    def ask(self, request: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """Send one request; its answer, or the GateError it is.
+
+        Raises:
+            RunFailed: the driver died or did not answer in time.
+            GateError: the driver answered an error (its class kept).
+        """
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # the reader sees the end of the stream
+        try:
+            line = self.answers.get(timeout=TIMEOUT)
+        except queue.Empty:
+            self.close()
+            raise RunFailed(
+                f"{self.label} did not answer {request.get('op')!r} on {what} within {TIMEOUT} s."
+            ) from None
+        if line is None:
+            code = self.proc.wait()
+            tail = " | ".join(self._stderr().strip().splitlines()[-6:])
+            raise RunFailed(
+                f"{self.label}'s driver ended (exit code {code}) during {request.get('op')!r} "
+                f"on {what}; its last words: {tail or 'none'}",
+                hint="Node.js or the browser crashed on this model; run it alone to see the trace.",
+            )
+        answer = json.loads(line)
+        if "error" in answer:
+            raise as_error(answer, self.label)
+        return answer["ok"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write('{"op": "quit"}\n')
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def as_error(answer: Mapping[str, Any], label: str) -> GateError:
+    """The driver's error answer as the GateError of that class (InternalError otherwise)."""
+    kind = getattr(errors, str(answer.get("error")), None)
+    message = str(answer.get("message"))
+    if isinstance(kind, type) and issubclass(kind, GateError):
+        return kind(message if label in message else f"{label}: {message}", hint=answer.get("hint"))
+    return InternalError(f"{label}: the driver answered {answer.get('error')!r}: {message}")
+
+
+class JsRunner:
+    """A model on ``onnxruntime-web`` or ``onnxruntime-node``, through the driver.
+
+    A ``Runner`` and a ``TensorTap``: ``infer_all`` runs a copy of the model with every node
+    output of the main graph exposed (in the same driver, so the same browser), and ``sibling``
+    opens the same runtime and settings on another model (a node replayed alone).
+
+    Args:
+        model: the model (a model held only in memory is handed over as a temporary file).
+        spec: ``onnxruntime-web==1.30.0`` or ``onnxruntime-node==1.30.0``.
+        settings: session settings (``SessionSettings``), mapped onto the JavaScript session
+            options by the driver: threads, level, providers (cpu, webgpu; others refused).
+        progress: called with a line for slow steps (the npm install).
+        name: a label for reports.
+    """
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        spec: RuntimeSpec,
+        settings: Any = None,
+        *,
+        progress: Callable[[str], None] | None = None,
+        name: str | None = None,
+    ) -> None:
+        from onnxgate.settings import SessionSettings
+
+        self.model = model
+        self.spec = spec
+        self.settings = settings if settings is not None else SessionSettings()
+        self.progress = progress
+        self.name = name or f"{spec} [{_label(self.settings)}]"
+        self.loaded: dict[str, Any] = {}
+        self._driver: Driver | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._all_loaded = False
+        self._count = 0
+
+    def __enter__(self) -> Self:
+        self._tmp = tempfile.TemporaryDirectory(prefix="onnxgate-js-")
+        self._driver = Driver(self.spec, self.progress)
+        try:
+            self.loaded = self._load("main", None)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+        self._all_loaded = False
+
+    def _file(self, stem: str) -> Path:
+        if self._tmp is None:
+            raise RuntimeError(f"{self.name} is used outside its `with` block")
+        self._count += 1
+        return Path(self._tmp.name) / f"{stem}-{self._count}"
+
+    def _load(self, key: str, proto: onnx.ModelProto | None) -> dict[str, Any]:
+        assert self._driver is not None
+        path = self.model.path
+        if proto is not None or not path.is_file():
+            path = self._file("model").with_suffix(".onnx")
+            path.write_bytes((proto or self.model.proto).SerializeToString())
+        request = {
+            "op": "load",
+            "key": key,
+            "onnx": str(path),
+            "name": str(self.model.path),
+            "settings": self.settings.wire(),
+        }
+        return self._driver.ask(request, str(self.model.path))
+
+    def _infer(self, feeds: Mapping[str, Any], key: str) -> dict[str, Any]:
+        assert self._driver is not None
+        given, outputs = self._file("feeds"), self._file("outputs")
+        write_tensors(given, feeds, runtime=str(self.spec))
+        request = {"op": "infer", "key": key, "feeds": str(given), "outputs": str(outputs)}
+        self._driver.ask(request | {"name": str(self.model.path)}, str(self.model.path))
+        return read_tensors(outputs)
+
+    def info(self) -> RunnerInfo:
+        """The package, its version and what really ran (backend, threads, level)."""
+        runtime = str(self.loaded.get("runtime") or "")
+        version = runtime.rpartition(" ")[2] or self.spec.version
+        settings = self.loaded.get("settings") or self.settings.wire()
+        return RunnerInfo(
+            name=self.name, runtime=self.spec.package, version=version, settings=settings
+        )
+
+    def input_specs(self) -> Signature:
+        """The model's own signature."""
+        return Signature.from_graph(self.model.proto.graph)
+
+    def infer(self, feeds: Mapping[str, Any]) -> Inference:
+        """The outputs for these feeds. Latency is 0: timing belongs to ``bench``."""
+        return Inference(self._infer(feeds, "main"), 0)
+
+    @property
+    def method(self) -> str:
+        """How ``infer_all`` sees intermediate tensors."""
+        return (
+            f"{self.spec} ({_label(self.settings)}) through onnxgate's JavaScript driver, with "
+            "every node output of the main graph exposed as a graph output"
+        )
+
+    def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Every node output of the main graph, from this runtime."""
+        from onnxgate.runners._ort import expose_all
+
+        if not self._all_loaded:
+            self._load("all", expose_all(self.model.proto))
+            self._all_loaded = True
+        return {**feeds, **self._infer(feeds, "all")}
+
+    def sibling(self, model: LoadedModel) -> JsRunner:
+        """The same runtime and settings on another model (a node replayed alone)."""
+        return JsRunner(model, self.spec, self.settings, progress=self.progress)
+
+
+def _label(settings: Any) -> str:
+    wire = settings.wire()
+    providers = ",".join(wire["providers"]) or "cpu"
+    threads = wire["intra_op_threads"] or "default"
+    return f"{wire['optimization']}; {providers}; threads {threads}"
+
+
+def open_js(model: LoadedModel, settings: Any, spec: RuntimeSpec, extras: RunExtras) -> Runner:
+    """A runner on ``onnxruntime-web`` or ``onnxruntime-node``.
+
+    Raises:
+        InternalError: options that are for ONNX Runtime in this process (saving the optimised
+            model, profiling) or TensorRT's.
+    """
+    if extras.save_optimized is not None or extras.profile_prefix is not None:
+        raise InternalError(
+            f"save_optimized and profile_prefix are for the installed ONNX Runtime; {spec} "
+            "runs through onnxgate's JavaScript driver.",
+            hint="Refuse the combination where the user gave it, as compare does.",
+        )
+    return JsRunner(model, spec, settings, progress=extras.progress, name=extras.name)
+
+
+def js_worker(spec: RuntimeSpec, env: dict[str, str]) -> list[str]:
+    """The driver: it speaks the timing workers' protocol."""
+    return driver_command(spec, env)
+
+
+def js_script(
+    script: Script,
+    spec: RuntimeSpec,
+    request: dict[str, Any],
+    arrays: Mapping[str, Any] | None,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """Refused: onnxgate's scripts are Python, and these runtimes have no Python.
+
+    Raises:
+        ConfigError: always, naming the runtime and the script.
+    """
+    raise ConfigError(
+        f"{script.what} runs inside a Python build of ONNX Runtime; {spec} is ONNX Runtime's "
+        "JavaScript package, which reports no per-node placement.",
+        hint="Audit placement on a Python build (the installed one, or onnxruntime==X.Y.Z).",
+        field="runtime",
+    )
+
+
+def probe_js(
+    spec: RuntimeSpec,
+    models: Mapping[str, bytes | Path],
+    progress: Callable[[str], None] | None = None,
+    *,
+    backends: Sequence[Mapping[str, Any]] = ({},),
+) -> dict[str, Any]:
+    """Which of these models (label -> serialised model, or its file) the runtime loads.
+
+    Answered as ``compat.runtime.run_probe`` answers for a Python build: ``version``, ``loads``
+    (label -> None or the error line), providers; no kernel registry (``kernels`` None).
+
+    Args:
+        spec: the runtime.
+        models: label -> serialised model, or its file.
+        progress: called with a line for slow steps (the npm install).
+        backends: session settings (``SessionSettings.wire()`` keys) to try every model with,
+            all in one driver: ``backends`` in the answer holds one ``loads`` per entry
+            (``compat.probed`` probes kernels on wasm and on WebGPU this way).
+
+    Raises:
+        ProviderUnavailable: a backend asks for WebGPU and the browser offers no adapter.
+    """
+    with tempfile.TemporaryDirectory(prefix="onnxgate-jsprobe-") as tmp:
+        labels: dict[str, str] = {}
+        for index, (label, data) in enumerate(models.items()):
+            path = data if isinstance(data, Path) else Path(tmp) / f"m{index}.onnx"
+            if not isinstance(data, Path):
+                path.write_bytes(data)
+            labels[str(path)] = label
+        driver = Driver(spec, progress)
+        try:
+            answers = [
+                driver.ask(
+                    {"op": "probe", "models": list(labels), "settings": dict(settings)}, "probe"
+                )
+                for settings in backends
+            ]
+        finally:
+            driver.close()
+    per_backend = [
+        {labels[path]: error for path, error in answer["loads"].items()} for answer in answers
+    ]
+    return {
+        "version": spec.version,
+        "python": f"node {node_binary()}",
+        "available_providers": list(PROVIDERS),
+        "all_providers": list(PROVIDERS),
+        "loads": per_backend[0],
+        "backends": per_backend,
+        "kernels": None,
+        "schemas": [],
+    }
+
+
+JAVASCRIPT = Runtime(
+    "onnxruntime javascript",
+    (WEB, NODE),
+    open=open_js,
+    worker=js_worker,
+    script=js_script,
+    probe=probe_js,
+)

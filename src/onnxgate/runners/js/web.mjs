@@ -1,0 +1,87 @@
+// The page of onnxruntime-web: the driver (driver.mjs) serves it from 127.0.0.1 with the headers
+// that make the page cross-origin isolated (threads), and calls window.onnxgate(request) for each
+// op. Tensors cross by fetch from the driver's server (and POST back), never as JSON numbers.
+import { Engine, Failure, oneLine } from './core.mjs';
+import * as ort from '/dist/ort.min.mjs';
+
+const query = new URLSearchParams(location.search);
+const threads = Number(query.get('threads') || 0);
+ort.env.wasm.wasmPaths = new URL('/dist/', location.href).href;
+if (threads > 0) ort.env.wasm.numThreads = threads;
+ort.env.logLevel = 'error';
+
+let adapter = null;
+
+const host = {
+  runtime: `onnxruntime-web ${ort.env.versions.web}`,
+  cpu: 'wasm',
+  model: (ref) => ref,
+  async prepare(options) {
+    delete options.intraOpNumThreads; // the page's thread pool is ort.env.wasm.numThreads
+    delete options.interOpNumThreads;
+    if (!options.executionProviders.includes('webgpu')) return;
+    if (!navigator.gpu) {
+      throw new Failure('ProviderUnavailable', `${host.runtime}: this Chromium offers no WebGPU (navigator.gpu is undefined${self.isSecureContext ? '' : '; the page is not a secure context'})`,
+        'Run on the wasm backend (provider cpu), or on a browser with WebGPU enabled.');
+    }
+    adapter = adapter || (await navigator.gpu.requestAdapter());
+    if (!adapter) {
+      throw new Failure('ProviderUnavailable', `${host.runtime}: navigator.gpu.requestAdapter() found no WebGPU adapter in this headless Chromium (no GPU it may use)`,
+        'Run on the wasm backend (provider cpu), or on a machine whose GPU Chromium can use.');
+    }
+  },
+  async applied(options) {
+    const numThreads = ort.env.wasm.numThreads;
+    if (threads > 0 && numThreads !== threads) {
+      throw new Failure('ProviderFailed', `${host.runtime} runs ${numThreads} wasm thread(s), not the ${threads} asked (crossOriginIsolated: ${self.crossOriginIsolated})`,
+        'Threads need SharedArrayBuffer: a cross-origin isolated page (COOP/COEP headers).');
+    }
+    const applied = { backend: options.executionProviders[0], intra_op_threads: numThreads, cross_origin_isolated: self.crossOriginIsolated };
+    if (adapter && applied.backend === 'webgpu') {
+      const info = adapter.info || {};
+      applied.adapter = { vendor: info.vendor, architecture: info.architecture, description: info.description, fallback: Boolean(info.isFallbackAdapter) };
+    }
+    return applied;
+  },
+};
+
+const engine = new Engine(ort, host);
+
+async function fetchBytes(url) {
+  const answer = await fetch(url);
+  if (!answer.ok) throw new Failure('InternalError', `the page could not fetch ${url}: ${answer.status}`);
+  return new Uint8Array(await answer.arrayBuffer());
+}
+
+async function handle(request) {
+  switch (request.op) {
+    case 'load':
+      return engine.load(request);
+    case 'infer': {
+      const out = await engine.infer(await fetchBytes(request.feeds), request.key, request.name);
+      await fetch(request.outputs, { method: 'POST', body: out });
+      return {};
+    }
+    case 'feeds':
+      return engine.setFeeds(await fetchBytes(request.path));
+    case 'run':
+      return engine.run(request);
+    case 'probe':
+      return engine.probe(request);
+    case 'drop':
+      await engine.drop(request.key);
+      return {};
+    default:
+      throw new Failure('InternalError', `the page got an unknown request ${JSON.stringify(request.op)}`);
+  }
+}
+
+window.onnxgate = async (request) => {
+  try {
+    return { ok: await handle(request) };
+  } catch (err) {
+    if (err instanceof Failure) return { error: err.kind, message: err.message, hint: err.hint };
+    return { error: 'RunFailed', message: `${host.runtime} failed during ${request.op}: ${oneLine(err)}` };
+  }
+};
+window.onnxgateReady = true;
