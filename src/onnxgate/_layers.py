@@ -45,6 +45,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("export",),
     ("perf",),
     ("quantize",),
+    # the mobile and edge target: the ORT format, proven and measured (perf's workers)
+    ("mobile",),
     ("registry",),
     ("gate",),
     ("serve",),

@@ -1,4 +1,4 @@
-"""``onnxgate deploy triton|check``."""
+"""``onnxgate deploy triton|check|kserve|mobile``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import FORMAT_HELP, Format, handles_errors, run
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import build
 
 deploy_app = typer.Typer(
@@ -18,7 +19,9 @@ deploy_app = typer.Typer(
         "with its contract: the model, `config.pbtxt` built from what the gate proved (inputs "
         "and outputs, the batch axis and its proven range, tuned settings, TensorRT profiles "
         "with `--gpu`) and warm-up data from the golden samples, then checks it. `deploy check` "
-        "runs the same checks on any repository, written by hand or not.\n\n"
+        "runs the same checks on any repository, written by hand or not. `deploy mobile` writes "
+        "ONNX Runtime's ORT format for mobile and minimal builds, proven on the golden samples "
+        "and held to edge budgets.\n\n"
         "Exit codes: 0 the repository agrees with its models · 1 a check failed · 2 bad input "
         "(unknown reference, a batch beyond the proven one, an existing version) · 3 the "
         "`deploy` extra is missing."
@@ -43,21 +46,23 @@ StoreOpt = Annotated[
 AllowUngatedOpt = Annotated[
     bool, typer.Option("--allow-ungated", help="Deploy a version whose gate did not pass.")
 ]
+RefArg = Annotated[
+    str,
+    typer.Argument(
+        help="A registry reference (NAME@ALIAS, NAME@3, NAME:3, NAME) or a model file with "
+        "its contract.",
+        show_default=False,
+    ),
+]
 TRITON = "Triton"
+MOBILE = "Edge budgets"
 GPU = "GPU (CUDA and TensorRT)"
 
 
 @deploy_app.command("triton")
 @handles_errors
 def triton_command(
-    ref: Annotated[
-        str,
-        typer.Argument(
-            help="A registry reference (NAME@ALIAS, NAME@3, NAME:3, NAME) or a model file with "
-            "its contract.",
-            show_default=False,
-        ),
-    ],
+    ref: RefArg,
     out: Annotated[
         Path,
         typer.Option(
@@ -285,3 +290,108 @@ def kserve_command(
         max_replicas=max_replicas, registry=registry, store=store, allow_ungated=allow_ungated,
     )  # fmt: skip
     run(fmt, lambda progress: deploy_kserve(ref, config, progress=progress), render_kserve)
+
+
+@deploy_app.command("mobile")
+@handles_errors
+def mobile_command(
+    ref: RefArg,
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="A new or empty folder.", show_default=False),
+    ],
+    optimization_style: Annotated[
+        str,
+        flag_option(
+            "optimization_style",
+            "--optimization-style",
+            help="Fixed: every optimisation baked in (CPU). Runtime: some saved to replay at "
+            "load (NNAPI, CoreML).",
+        ),
+    ] = "Fixed",
+    enable_type_reduction: Annotated[
+        bool,
+        flag_option(
+            "enable_type_reduction",
+            "--enable-type-reduction",
+            help="List the types each operator needs in the config (a smaller minimal build).",
+        ),
+    ] = False,
+    budget: Annotated[
+        float,
+        typer.Option(
+            "--time-budget",
+            help="Seconds of timed single-thread runs per golden sample.",
+            rich_help_panel=MOBILE,
+        ),
+    ] = 1.0,
+    max_size_mb: Annotated[
+        float | None,
+        flag_option(
+            "max_size_mb",
+            "--max-size-mb",
+            help="Fail when the .ort file is larger (MB).",
+            show_default=False,
+            rich_help_panel=MOBILE,
+        ),
+    ] = None,
+    max_peak_rss_mb: Annotated[
+        float | None,
+        flag_option(
+            "max_peak_rss_mb",
+            "--max-peak-rss-mb",
+            help="Fail when the peak resident memory running the golden samples is above (MB).",
+            show_default=False,
+            rich_help_panel=MOBILE,
+        ),
+    ] = None,
+    max_p50_ms: Annotated[
+        float | None,
+        flag_option(
+            "max_p50_ms",
+            "--max-p50-ms",
+            help="Fail when a golden sample's single-thread p50 is above (ms); undecided when "
+            "other load spoiled the timings.",
+            show_default=False,
+            rich_help_panel=MOBILE,
+        ),
+    ] = None,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    allow_ungated: AllowUngatedOpt = False,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Write REF in ONNX Runtime's ORT format, prove it on the golden samples, measure it.
+
+    ONNX Runtime's own converter (`python -m onnxruntime.tools.convert_onnx_models_to_ort`)
+    writes `OUT/NAME.ort` and `OUT/NAME.required_operators.config` (the operators a minimal
+    build needs: `--include_ops_by_config`). The `.ort` file is then loaded by ONNX Runtime
+    and runs the contract's golden samples, judged by the contract's own rules. A fresh worker
+    process loads it with one intra-op thread and runs the golden samples: its peak resident
+    memory and each sample's p50 are reported, with the sizes of the `.onnx` and `.ort` files,
+    and held to the budgets given.
+
+    Example: `onnxgate deploy mobile model.onnx -o mobile/ --max-size-mb 5 --max-p50-ms 20`
+
+    Exit codes: 0 written, proven and within its budgets (a p50 budget undecided because other
+    load spoiled the timings is reported INCONCLUSIVE and exits 0, as the gate's
+    `on_unreliable = "warn"`) · 1 not gated (see --allow-ungated), the `.ort` file breaks
+    the contract, a budget missed, or ONNX Runtime cannot load the model (the node and operator
+    named) · 2 bad input (OUT not empty, an unknown reference).
+    """
+    from onnxgate.deploy import MobileDeployConfig, deploy_mobile
+    from onnxgate.mobile import render_mobile
+
+    config = build(
+        MobileDeployConfig,
+        out=out, optimization_style=optimization_style,
+        enable_type_reduction=enable_type_reduction, budget=budget, max_size_mb=max_size_mb,
+        max_peak_rss_mb=max_peak_rss_mb, max_p50_ms=max_p50_ms, registry=registry, store=store,
+        allow_ungated=allow_ungated,
+    )  # fmt: skip
+    run(
+        fmt,
+        lambda progress: deploy_mobile(ref, config, progress=progress),
+        render_mobile,
+        passed=lambda report: report.passed or report.inconclusive,
+    )

@@ -5,6 +5,8 @@ contract, warm-up data from the golden samples) and checks what it wrote; ``chec
 runs the same checks on a repository written by hand; both need the ``deploy`` extra
 (``tritonclient``'s ``model_config_pb2``), imported only when they run. ``deploy_kserve`` writes
 the KServe InferenceService that serves such a repository (the ``kserve`` extra).
+``deploy_mobile`` writes ONNX Runtime's ORT format for mobile and minimal builds, proven on the
+golden samples and held to edge budgets.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from onnxgate.deploy._render import render_check, render_kserve, render_triton
 
 if TYPE_CHECKING:
     from onnxgate.deploy._kserve import KServeConfig, KServeReport, deploy_kserve
+    from onnxgate.deploy._mobile import MobileDeployConfig, deploy_mobile
     from onnxgate.deploy._triton import DeployReport, TritonConfig, deploy_triton
 
 __all__ = [
@@ -25,10 +28,12 @@ __all__ = [
     "Finding",
     "KServeConfig",
     "KServeReport",
+    "MobileDeployConfig",
     "RepositoryCheck",
     "TritonConfig",
     "check_repository",
     "deploy_kserve",
+    "deploy_mobile",
     "deploy_triton",
     "render_check",
     "render_kserve",
@@ -45,4 +50,8 @@ def __getattr__(name: str) -> Any:
         from onnxgate.deploy import _kserve
 
         return getattr(_kserve, name)
+    if name in ("MobileDeployConfig", "deploy_mobile"):
+        from onnxgate.deploy import _mobile
+
+        return getattr(_mobile, name)
     raise AttributeError(name)

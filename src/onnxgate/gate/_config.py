@@ -385,6 +385,34 @@ class BenchStep(Step):
     unreliable."""
 
 
+class MobileStep(Step):
+    """``[steps.mobile]``: the model in ONNX Runtime's ORT format, proven and held to edge budgets.
+
+    Writes ``NAME.ort`` and ``NAME.required_operators.config`` (ONNX Runtime's converter) into
+    the run folder, runs the golden samples on the ``.ort`` file under the contract's rules, and
+    measures it in a fresh worker process with one intra-op thread.
+    """
+
+    optimization_style: Literal["Fixed", "Runtime"] = "Fixed"
+    """``Fixed``: every optimisation baked in (for the CPU provider); ``Runtime``: basic ones
+    baked in, others saved to replay at load (for NNAPI or CoreML)."""
+    enable_type_reduction: bool = False
+    """The operators config lists the types each operator needs, for a smaller minimal build."""
+    budget: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """Seconds of timed single-thread runs per golden sample."""
+    max_size_mb: float | None = Field(None, gt=0)
+    """Fail when the ``.ort`` file is larger than this (MB)."""
+    max_peak_rss_mb: float | None = Field(None, gt=0)
+    """Fail when the peak resident memory of the process that loaded the ``.ort`` file and ran
+    the golden samples is above this (MB; the interpreter and ONNX Runtime included)."""
+    max_p50_ms: float | None = Field(None, gt=0)
+    """Fail when the single-thread median latency of any golden sample is above this."""
+    on_unreliable: Literal["warn", "fail"] = "warn"
+    """What the gate does when other load spoiled the timings ``max_p50_ms`` is judged on, even
+    after timing again: the step is then ``inconclusive``; ``warn`` lets the gate pass, ``fail``
+    fails it. A p50 budget met on a busy machine is met."""
+
+
 class StepsSection(Part):
     """``[steps]``: every step has its table; a missing table runs with its defaults."""
 
@@ -396,6 +424,7 @@ class StepsSection(Part):
     tune: TuneStep = TuneStep(enabled=False)
     quantize: QuantizeStep = QuantizeStep(enabled=False)
     bench: BenchStep = BenchStep()
+    mobile: MobileStep = MobileStep(enabled=False)
 
 
 class RegisterSection(Part):

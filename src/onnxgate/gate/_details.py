@@ -516,3 +516,28 @@ def bench(report: Mapping[str, Any], fig: Figures) -> str:
     )
     out.append(notes(report.get("warnings") or [], warn=True))
     return "".join(out)
+
+
+def mobile(report: Mapping[str, Any], fig: Figures) -> str:
+    operators = report.get("operators") or {}
+    rows = [[domain, ", ".join(ops)] for domain, ops in operators.items()]
+    p50 = report.get("p50_ms") or {}
+    out = [
+        pairs(
+            [
+                ("runtime", report.get("runtime")),
+                ("optimisation style", report.get("optimization_style")),
+                ("files", ", ".join(report.get("files") or [])),
+                (
+                    "size",
+                    f".onnx {num(report.get('onnx_mb'))} MB, .ort {num(report.get('ort_mb'))} MB",
+                ),
+                ("golden samples", report.get("parity")),
+                ("peak RSS", f"{num(report.get('peak_rss_mb'))} MB"),
+                ("single-thread p50", ", ".join(f"{k} {ms_text(v)}" for k, v in p50.items())),
+            ]
+        ),
+        table(["domain;opset", "operators"], rows),
+    ]
+    out.append(notes([*(report.get("unreliable") or []), *(report.get("notes") or [])], warn=True))
+    return "".join(out)

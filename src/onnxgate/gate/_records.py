@@ -24,12 +24,14 @@ from onnxgate.gate._config import (
     CheckStep,
     CompareStep,
     ExportStep,
+    MobileStep,
     PlacementStep,
     QuantizeStep,
     TuneStep,
     VerifyStep,
 )
 from onnxgate.gate._record import StepRecord, register
+from onnxgate.mobile import MobileConfig
 from onnxgate.perf import BenchConfig, TuneConfig
 from onnxgate.placement import PlacementConfig
 from onnxgate.quantize import QuantizeConfig
@@ -63,6 +65,12 @@ def _tuned(run_dir: Path, name: str) -> list[Path]:
     model = run_dir / f"{name}.onnx"
     graphs = run_dir.glob(f"{glob.escape(name)}.tuned-*.onnx")
     return [contract_paths(model)[0], *graphs]
+
+
+def _mobile(run_dir: Path, name: str) -> list[Path]:
+    """The ORT format files and their operators config (names by style and type reduction)."""
+    stem = glob.escape(name)
+    return [*run_dir.glob(f"{stem}*.ort"), *run_dir.glob(f"{stem}.required_operators*.config")]
 
 
 RECORDS: tuple[StepRecord, ...] = (
@@ -149,6 +157,16 @@ RECORDS: tuple[StepRecord, ...] = (
             "max_size_mb",
             "on_unreliable",
         ),
+    ),
+    StepRecord(
+        "mobile",
+        MobileStep,
+        MobileConfig,
+        _steps.mobile,
+        _details.mobile,
+        needs=("export",),
+        produces=_mobile,
+        gate_only=("on_unreliable",),
     ),
 )
 """Every step, in the order the gate runs them."""

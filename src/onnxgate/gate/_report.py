@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict
 
 GATE_REPORT_FORMAT = "onnxgate.gate-report/1"
 
-StepName = Literal["check", "export", "compare", "verify", "placement", "tune", "quantize", "bench"]
+StepName = Literal[
+    "check", "export", "compare", "verify", "placement", "tune", "quantize", "bench", "mobile"
+]
 Status = Literal["passed", "failed", "inconclusive", "error", "not_run"]
 """``failed``: the step ran and its verdict is no; ``inconclusive``: it ran, but other load on the
 machine spoiled the timings its verdict hangs on (``reason``), so it is neither yes nor no (its

@@ -419,6 +419,15 @@ max_drop = 0.01                # 1 - cosine (or accuracy points with labels)
 # max_p99_ms = 50.0
 # max_size_mb = 100.0
 
+[steps.mobile]
+# ONNX Runtime's ORT format (NAME.ort, NAME.required_operators.config) for mobile and minimal
+# builds, proven on the golden samples, measured in a fresh process on one thread
+enabled = false
+optimization_style = "Fixed"   # or "Runtime" (NNAPI, CoreML)
+# max_size_mb = 10.0           # the .ort file
+# max_peak_rss_mb = 200.0      # peak resident memory running the golden samples
+# max_p50_ms = 20.0            # single-thread p50 of the slowest golden sample
+
 [register]
 # a passing gate registers a version; `onnxgate registry promote` moves aliases later
 alias = "champion"

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         ExportStep,
         FeedsSection,
         GateConfig,
+        MobileStep,
         PlacementStep,
         QuantizeStep,
         Step,
@@ -581,7 +582,26 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
             shown += f"; speed-up vs {name} unreliable ({figures['speedup']:.2f}x measured)"
         else:
             shown += f", {figures['speedup']:.2f}x vs {name}"
-    why = f"unreliable ({'; '.join(report.doubts)})" if report.doubts else ""
+    return _timed_verdict(
+        "bench", step.on_unreliable, misses, undecided, report.doubts, shown, figures, report
+    )
+
+
+def _timed_verdict(
+    name: str,
+    on_unreliable: str,
+    misses: list[str],
+    undecided: list[str],
+    doubts: list[str],
+    shown: str,
+    figures: dict[str, Any],
+    report: BaseModel,
+) -> Outcome:
+    """Failed on a miss; inconclusive when only thresholds judged on spoiled timings missed.
+
+    ``doubts`` say why the timings are unreliable; ``shown`` is the summary of a pass.
+    """
+    why = f"unreliable ({'; '.join(doubts)})" if doubts else ""
     if misses:
         summary = "; ".join(misses + undecided)
         reason = summary + (f"; the timings were {why}" if why else "")
@@ -590,10 +610,52 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
         summary = f"inconclusive: {'; '.join(undecided)}; {why}"
         reason = (
             "other load spoiled the timings these thresholds are judged on: run the gate again "
-            f'on a quieter machine; steps.bench.on_unreliable = "{step.on_unreliable}" '
-            + ("fails the gate meanwhile" if step.on_unreliable == "fail" else "lets it pass")
+            f'on a quieter machine; steps.{name}.on_unreliable = "{on_unreliable}" '
+            + ("fails the gate meanwhile" if on_unreliable == "fail" else "lets it pass")
         )
         return Outcome(False, summary, figures, report, reason=reason, inconclusive=True)
     if why:
         shown += f"; {why}"
     return Outcome(True, shown, figures, report)
+
+
+def mobile(ctx: Context, step: MobileStep) -> Outcome:
+    """``NAME.ort`` and its operators config, proven on the goldens and held to edge budgets.
+
+    A ``max_p50_ms`` missed on timings other load spoiled (after timing once more) is
+    inconclusive, never a failure by itself; ``on_unreliable`` says what the gate does with it.
+    """
+    from onnxgate.mobile import mobile_target
+
+    report = mobile_target(
+        ctx.model,
+        library_config(step),
+        out=ctx.run_dir,
+        name=ctx.name,
+        progress=ctx.progress,
+    )
+    p50 = max(report.p50_ms.values(), default=None)
+    figures: dict[str, Any] = {
+        "onnx_mb": round(report.onnx_mb, 3),
+        "ort_mb": round(report.ort_mb, 3),
+        "peak_rss_mb": report.peak_rss_mb,
+        "p50_ms": p50,
+    }
+    shown = f".ort {report.ort_mb:.3f} MB (.onnx {report.onnx_mb:.3f} MB)"
+    if report.peak_rss_mb is not None:
+        shown += f", peak RSS {report.peak_rss_mb:.1f} MB"
+    if p50 is not None:
+        shown += f", single-thread p50 {p50:.3f} ms"
+    if report.unreliable:
+        figures["reliable"] = False
+        figures["unreliable"] = "; ".join(report.unreliable)
+    return _timed_verdict(
+        "mobile",
+        step.on_unreliable,
+        report.misses,
+        report.undecided,
+        report.unreliable,
+        shown,
+        figures,
+        report,
+    )

@@ -60,7 +60,8 @@ class Contender:
 
     label: str
     onnx: Path | None = None
-    """An ONNX model run by ONNX Runtime with ``settings``."""
+    """An ONNX model run by ONNX Runtime with ``settings`` (``.ort``: in ONNX Runtime's ORT
+    format)."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """``SessionSettings.wire()`` for an ONNX contender."""
     torch: str | None = None
@@ -333,6 +334,10 @@ class Contest:
             p.ask(c.load_request()) for p, c in zip(self._procs, contenders, strict=True)
         ]
         return self.loaded
+
+    def memory(self) -> list[int]:
+        """Each worker's peak resident memory so far, in KiB (its load, feeds and runs)."""
+        return [int(p.ask({"op": "memory"})["peak_rss_kb"]) for p in self._procs]
 
     def race(
         self,

@@ -13,6 +13,10 @@ Requests and answers, one JSON object a line:
 - ``{"op": "feeds", "path": NPZ}`` → ``{"ok": {}}`` (arrays kept for the runs that follow)
 - ``{"op": "run", "count": N, "seconds": S}`` → ``{"ok": {"ns": [...]}}``: at least one run, then
   runs until ``count`` runs or ``S`` seconds, whichever comes first
+- ``{"op": "memory"}`` → ``{"ok": {"peak_rss_kb": ...}}``: this process's peak resident memory
+  so far (the load answers the peak before its session too, ``peak_rss_kb_before``)
+
+An ``onnx`` path ending in ``.ort`` is ONNX Runtime's own ORT format, opened as such.
 - ``{"op": "quit"}``
 
 A failure answers ``{"error": CLASS, "message": ..., "hint": ...}`` with a GateError's class name,
@@ -59,10 +63,17 @@ class _Worker:
             check_session(options)
             from onnxgate.contract_store import contract_extras
 
-            loaded = load_model(Path(request["onnx"]))
-            runner = open_runner(loaded, options, extras=contract_extras())
+            before = peak_rss_kb()  # the interpreter, onnxgate and ONNX Runtime imported
+            path = Path(request["onnx"])
+            if path.suffix == ".ort":
+                from onnxgate.runners import OrtFormatRunner
+
+                runner = OrtFormatRunner(path, options)
+            else:
+                runner = open_runner(load_model(path), options, extras=contract_extras())
             self.runner = runner.__enter__()
             return {
+                "peak_rss_kb_before": before,
                 "runtime": f"onnxruntime {runtime_version()}",
                 "providers": runner.providers(),
                 "settings": runner.info().settings,
@@ -99,10 +110,27 @@ class _Worker:
             if len(elapsed) >= count or (seconds and time.perf_counter() >= deadline):
                 return {"ns": elapsed}
 
+    def memory(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"peak_rss_kb": peak_rss_kb()}
+
     def close(self) -> None:
         if self.runner is not None:
             self.runner.__exit__(None, None, None)
             self.runner = None
+
+
+def peak_rss_kb() -> int:
+    """This process's peak resident memory in KiB: ``VmHWM``, else ``ru_maxrss``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak  # bytes on macOS, KiB on Linux
 
 
 def _place(frame: traceback.FrameSummary) -> str:
@@ -156,7 +184,12 @@ def _failure(error: Exception, op: object) -> dict[str, Any]:
 def serve(requests: TextIO, answers: TextIO) -> None:
     """Answer requests until ``quit`` or end of input."""
     worker = _Worker()
-    handlers = {"load": worker.load, "feeds": worker.set_feeds, "run": worker.run}
+    handlers = {
+        "load": worker.load,
+        "feeds": worker.set_feeds,
+        "run": worker.run,
+        "memory": worker.memory,
+    }
     try:
         serve_requests(requests, answers, handlers, _failure)
     finally:

@@ -37,6 +37,7 @@ register(_onnxruntime.ONNXRUNTIME, _openvino.OPENVINO, _onnxruntime.PLATFORM_BUI
 if TYPE_CHECKING:
     from onnxgate.runners._isolated import IsolatedOrtRunner
     from onnxgate.runners._ort import (
+        OrtFormatRunner,
         OrtRunner,
         check_session,
         label,
@@ -52,6 +53,7 @@ __all__ = [
     "WORKSPACE_MB",
     "Inference",
     "IsolatedOrtRunner",
+    "OrtFormatRunner",
     "OrtRunner",
     "ReferenceRunner",
     "RunExtras",
@@ -90,6 +92,7 @@ __all__ = [
 _LAZY = {
     **dict.fromkeys(
         (
+            "OrtFormatRunner",
             "OrtRunner",
             "check_session",
             "label",

@@ -1,0 +1,117 @@
+"""ONNX to ONNX Runtime's ORT format, by ONNX Runtime's own converter, and what it wrote.
+
+The converter (``python -m onnxruntime.tools.convert_onnx_models_to_ort``) runs in a child
+Python rather than through its functions in ``onnxruntime.tools``: its command line is the
+interface ONNX Runtime documents (the functions' signatures are not), it prints progress on
+stdout (which ``--format json`` owns), and it creates sessions on the model, so a native crash
+on an untrusted model ends the child, not onnxgate. It converts every ``.onnx`` under the path
+it is given and, for the Runtime style, writes a temporary folder beside the model; so it is
+given a copy of the model (with its external data) in a staging folder of its own: a copy, not
+a hard link, which would change the inode (its ctime) of a file the gate's cache keys on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal
+
+from onnxgate.errors import SessionFailed
+from onnxgate.model import LoadedModel
+
+Style = Literal["Fixed", "Runtime"]
+
+CONVERTER = "onnxruntime.tools.convert_onnx_models_to_ort"
+
+
+def _place(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def convert(
+    loaded: LoadedModel,
+    staging: Path,
+    *,
+    name: str,
+    style: Style,
+    type_reduction: bool,
+    timeout_s: float = 600.0,
+) -> list[Path]:
+    """Convert ``loaded`` in ``staging``; the ``.ort`` file and the operators config written.
+
+    Args:
+        loaded: the model (its external data is placed beside the copy).
+        staging: an empty folder; ``source/`` and ``out/`` are made in it.
+        name: the stem of the files written (``NAME.ort``, ``NAME.required_operators.config``).
+        style: ``Fixed`` bakes every optimisation in; ``Runtime`` saves some to be replayed.
+        type_reduction: the config lists the types each operator needs too.
+        timeout_s: longest the converter may take.
+
+    Raises:
+        SessionFailed: the converter failed; the message carries ONNX Runtime's line.
+    """
+    source = staging / "source"
+    out = staging / "out"
+    model = source / f"{name}.onnx"
+    _place(loaded.path, model)
+    for ref in loaded.external_data:
+        _place(ref.path, source / ref.location)
+    command = [
+        sys.executable,
+        "-m",
+        CONVERTER,
+        str(model),
+        "--output_dir",
+        str(out),
+        "--optimization_style",
+        style,
+    ]
+    if type_reduction:
+        command.append("--enable_type_reduction")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        said = (done.stdout + "\n" + done.stderr).splitlines()
+        line = next((s for s in said if s.startswith("Error converting")), None)
+        line = line or next((s for s in reversed(said) if s.strip()), f"exit {done.returncode}")
+        raise SessionFailed(
+            f"{loaded.path}: ONNX Runtime's converter to the ORT format failed: "
+            f"{_plain(line, model, loaded.path)}",
+            hint="The ORT format holds what ONNX Runtime's CPU build can load: make the model "
+            "load in ONNX Runtime first (`onnxgate check` names what blocks it).",
+        )
+    return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def _plain(line: str, staged: Path, original: Path) -> str:
+    """The converter's line with the staged copy's path read as the model's own."""
+    return " ".join(line.replace(str(staged), str(original)).split())[:1000]
+
+
+def _names(ops: str) -> list[str]:
+    """Operator names of a config line's list: commas inside a type list's braces do not split."""
+    names, depth, start = [], 0, 0
+    for index, char in enumerate(ops + ","):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            names.append(ops[start:index].split("{", 1)[0].strip())
+            start = index + 1
+    return [n for n in names if n]
+
+
+def required_operators(config: Path) -> dict[str, list[str]]:
+    """The operators a ``required_operators*.config`` lists, by ``domain;opset``.
+
+    Each line is ``domain;opset;Op1,Op2{types},...`` (types only with type reduction); lines
+    starting with ``#`` are comments.
+    """
+    found: dict[str, list[str]] = {}
+    for raw in config.read_text(encoding="utf-8").splitlines():
+        text = raw.strip()
+        if not text or text.startswith("#"):
+            continue
+        domain, opset, ops = text.split(";", 2)
+        found.setdefault(f"{domain};{opset}", []).extend(_names(ops))
+    return found

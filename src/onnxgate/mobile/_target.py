@@ -1,0 +1,333 @@
+"""A model in ONNX Runtime's ORT format, proven against its contract and measured as an edge target.
+
+``mobile_target`` writes what a mobile or minimal ONNX Runtime build loads (the ``.ort`` file and
+``required_operators.config``, which a minimal build takes as ``--include_ops_by_config``), runs
+the contract's golden samples on the ``.ort`` file and judges them with the contract's own rules
+(``compare_runners`` against the ``GoldenRunner``, as ``verify`` does), then measures what an
+edge budget holds: the files' sizes, the peak resident memory of a fresh worker process that
+loaded the ``.ort`` file and ran the golden samples, and the single-thread p50 of each golden
+sample in that worker (``perf.Contest``, one intra-op thread), with the machine watched
+(``perf.Watch``). A p50 budget missed on timings other load spoiled is undecided (timed once
+more first), never a failure by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from onnxgate._fs import atomic_write_text, fsync_file, public_mode
+from onnxgate._pathtext import shown
+from onnxgate._words import setting
+from onnxgate.errors import GateError, ParityError, SessionFailed
+from onnxgate.mobile._convert import Style, convert, required_operators
+from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.settings import Part
+
+log = logging.getLogger(__name__)
+
+MB = 1e6
+
+
+class MobileConfig(Part):
+    """How the ORT format file is made, and the edge budgets it is held to."""
+
+    optimization_style: Style = "Fixed"
+    """``Fixed``: every optimisation baked in (for the CPU provider); ``Runtime``: basic ones
+    baked in, others saved to replay at load (for NNAPI or CoreML, which take nodes unknown at
+    conversion time; replayed only with ``session.enable_saved_runtime_optimizations``)."""
+    enable_type_reduction: bool = False
+    """The operators config lists the types each operator needs, for a smaller minimal build."""
+    budget: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """Seconds of timed single-thread runs per golden sample."""
+    max_size_mb: float | None = Field(None, gt=0)
+    """Fail when the ``.ort`` file is larger than this (MB, 10^6 bytes)."""
+    max_peak_rss_mb: float | None = Field(None, gt=0)
+    """Fail when the peak resident memory of the process that loaded the ``.ort`` file and ran
+    the golden samples is above this (MB; the interpreter and ONNX Runtime included)."""
+    max_p50_ms: float | None = Field(None, gt=0)
+    """Fail when the single-thread median latency of any golden sample is above this."""
+
+
+class MobileReport(BaseModel):
+    """What was written, whether the ``.ort`` file holds the contract, and what it measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    inconclusive: bool = False
+    """A p50 budget missed on timings other load spoiled: neither passed nor failed."""
+    model: str
+    source: str | None = None
+    """The reference deployed (``deploy mobile``), when not the model file itself."""
+    gate: str | None = None
+    out: str
+    files: list[str]
+    ort_file: str
+    operators_config: str
+    optimization_style: Style
+    type_reduction: bool
+    runtime: str
+    """The ONNX Runtime that converted, proved and measured it."""
+    onnx_mb: float
+    """The ``.onnx`` file with its external data."""
+    ort_mb: float
+    operators: dict[str, list[str]]
+    """The config's operators by ``domain;opset``."""
+    parity: str
+    """The golden samples on the ``.ort`` file, judged by the contract's rules."""
+    samples: int
+    p50_ms: dict[str, float] = {}
+    """Single-thread p50 per golden sample."""
+    peak_rss_mb: float | None = None
+    baseline_rss_mb: float | None = None
+    """The same process's peak before it opened the ``.ort`` file (interpreter, ONNX Runtime)."""
+    unreliable: list[str] = []
+    """Why the timings cannot be trusted (other load, steal, drift); empty when they can."""
+    misses: list[str] = []
+    undecided: list[str] = []
+    notes: list[str] = []
+
+
+def _size_mb(loaded: LoadedModel) -> float:
+    return (loaded.path.stat().st_size + sum(loaded.external_files.values())) / MB
+
+
+def judge_budgets(
+    config: MobileConfig,
+    *,
+    ort_mb: float,
+    peak_rss_mb: float | None,
+    p50_ms: float | None,
+    unreliable: bool,
+) -> tuple[list[str], list[str]]:
+    """The budgets missed, and those undecided (a p50 miss on timings load spoiled).
+
+    Each names its setting in the words of the interface in use (``steps.mobile.max_p50_ms``
+    in a gate, ``--max-p50-ms`` on the command line).
+    """
+    misses: list[str] = []
+    undecided: list[str] = []
+    if config.max_size_mb is not None and ort_mb > config.max_size_mb:
+        misses.append(f".ort {ort_mb:.3f} MB > {setting('max_size_mb', config.max_size_mb)}")
+    limit = config.max_peak_rss_mb
+    if limit is not None and peak_rss_mb is not None and peak_rss_mb > limit:
+        misses.append(f"peak RSS {peak_rss_mb:.1f} MB > {setting('max_peak_rss_mb', limit)}")
+    limit = config.max_p50_ms
+    if limit is not None and p50_ms is not None and p50_ms > limit:
+        text = f"single-thread p50 {p50_ms:.3f} ms > {setting('max_p50_ms', limit)}"
+        (undecided if unreliable else misses).append(text)
+    return misses, undecided
+
+
+def mobile_target(
+    model: str | Path,
+    config: MobileConfig | None = None,
+    *,
+    out: Path,
+    name: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> MobileReport:
+    """Write ``model`` in the ORT format into ``out``, prove it on the goldens, measure it.
+
+    Args:
+        model: an ONNX model beside its contract.
+        config: the optimisation style, type reduction and the budgets.
+        out: the folder the files go to (created if missing); files of the same names in it are
+            replaced, each atomically.
+        name: the stem of the files written; default the model's.
+        progress: called with a short message before slow steps.
+
+    Raises:
+        ModelLoadError: the model, its contract or its golden file is missing or damaged.
+        HollowContract: the contract proves nothing.
+        ParityError: the contract does not describe this file (its identity failed).
+        SessionFailed: ONNX Runtime cannot load or convert the model (naming the node and
+            operator when a static check finds why).
+    """
+    from onnxgate.contract import SIDECAR, GoldenRunner, admit
+
+    config = config or MobileConfig()
+    say = progress or (lambda message: log.info("%s", message))
+    loaded = load_model(model)
+    _refuse_unloadable(loaded)  # by node and operator, before its contract is asked for
+    contract = SIDECAR.read(loaded.path)
+    admission = admit(loaded, contract, where=shown(SIDECAR.location(loaded.path)))
+    if not admission.passed:
+        raise ParityError(
+            f"{shown(loaded.path)}: its contract does not describe this file "
+            f"({admission.identity.reason}).",
+            hint="Deploy the model the contract was written for (`onnxgate verify` says more).",
+        )
+    stem = name or loaded.path.stem
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"converting {loaded.path.name} to the ORT format ({config.optimization_style})")
+    with tempfile.TemporaryDirectory(prefix=".onnxgate-ort-", dir=out) as folder:
+        made = convert(
+            loaded,
+            Path(folder),
+            name=stem,
+            style=config.optimization_style,
+            type_reduction=config.enable_type_reduction,
+        )
+        files = _move_into(made, out, staged=Path(folder, "out").resolve())
+    ort_file = next(p for p in files if p.suffix == ".ort")
+    operators_file = next(p for p in files if p.suffix == ".config")
+
+    say("running the golden samples on the .ort file")
+    from onnxgate.compare import compare_runners
+    from onnxgate.runners import OrtFormatRunner, runtime_version
+
+    signature = Signature.from_graph(loaded.proto.graph)
+    samples = [sample for sample, _ in admission.expected]
+    produced_by = contract.golden.produced_by if contract.golden else ""
+    golden = GoldenRunner(admission.expected, produced_by, signature)
+    compared = compare_runners(
+        OrtFormatRunner(ort_file),
+        golden,
+        samples,
+        signature=signature,
+        tolerances=admission.tolerances,
+    )
+    if compared.passed:
+        worst = max(compared.outputs, key=lambda o: o.max_abs or 0.0, default=None)
+        parity = f"{len(samples)} golden sample(s) within the contract's rules" + (
+            f"; worst max_abs {worst.max_abs:.3g} ({worst.name})"
+            if worst and worst.max_abs is not None
+            else ""
+        )
+    else:
+        failing = [o for o in compared.outputs if not o.passed]
+        parity = "; ".join(f"{o.name}: {o.reason}" for o in failing)
+
+    ort_mb = ort_file.stat().st_size / MB
+    notes = []
+    if config.optimization_style == "Runtime":
+        notes.append(
+            "saved runtime optimisations are replayed only with "
+            "session.enable_saved_runtime_optimizations = 1: proven and measured without them"
+        )
+    measured = _measure(ort_file, samples, config, say) if compared.passed else None
+    p50: dict[str, float] = {}
+    peak = baseline = None
+    spoiled: list[str] = []
+    if measured is not None:
+        p50, peak, baseline, spoiled = measured
+    misses, undecided = judge_budgets(
+        config,
+        ort_mb=ort_mb,
+        peak_rss_mb=peak,
+        p50_ms=max(p50.values(), default=None),
+        unreliable=bool(spoiled),
+    )
+    if not compared.passed:
+        misses.insert(0, f"the .ort file breaks the contract: {parity}")
+    return MobileReport(
+        passed=not misses and not undecided,
+        inconclusive=not misses and bool(undecided),
+        model=shown(loaded.path),
+        out=shown(out),
+        files=[p.name for p in files],
+        ort_file=shown(ort_file),
+        operators_config=shown(operators_file),
+        optimization_style=config.optimization_style,
+        type_reduction=config.enable_type_reduction,
+        runtime=f"onnxruntime {runtime_version()}",
+        onnx_mb=round(_size_mb(loaded), 6),
+        ort_mb=round(ort_mb, 6),
+        operators=required_operators(operators_file),
+        parity=parity,
+        samples=len(samples),
+        p50_ms=p50,
+        peak_rss_mb=peak,
+        baseline_rss_mb=baseline,
+        unreliable=spoiled,
+        misses=misses,
+        undecided=undecided,
+        notes=notes,
+    )
+
+
+def _refuse_unloadable(loaded: LoadedModel) -> None:
+    """Refuse, by node and operator, a model the installed ONNX Runtime will not load.
+
+    Raises:
+        SessionFailed: ``check`` finds what blocks loading (a custom domain's operator, say).
+    """
+    from onnxgate.check import check_model
+
+    try:
+        report = check_model(loaded)
+    except GateError:  # the converter's own refusal will say why
+        return
+    blocking = [f for f in report.findings if f.blocks_load]
+    if blocking:
+        shown_ = "; ".join(f"{f.code} {f.message}" for f in blocking[:5])
+        raise SessionFailed(
+            f"{shown(loaded.path)}: ONNX Runtime cannot load it, so there is no ORT format to "
+            f"write: {shown_}",
+            hint="The ORT format holds only what ONNX Runtime loads: fix what `onnxgate check` "
+            "finds (a custom domain's operator needs a build with its kernels; replace or "
+            "remove those nodes).",
+        )
+
+
+def _move_into(made: list[Path], out: Path, *, staged: Path) -> list[Path]:
+    """Each file renamed into ``out`` (same file system: the staging folder is inside it).
+
+    The operators config names the models it was made from in a comment: the staged path is
+    written as the one the ``.ort`` file has in ``out``.
+    """
+    placed = []
+    for path in made:
+        target = out / path.name
+        if path.suffix == ".config":
+            text = path.read_text(encoding="utf-8")
+            atomic_write_text(target, text.replace(str(staged), str(out.resolve())))
+        else:
+            public_mode(path)
+            fsync_file(path)
+            os.replace(path, target)
+        placed.append(target)
+    return placed
+
+
+def _measure(
+    ort_file: Path, samples: list[Any], config: MobileConfig, say: Callable[[str], None]
+) -> tuple[dict[str, float], float, float, list[str]]:
+    """Single-thread p50 per sample, peak and baseline RSS (MB), and why timings are unreliable.
+
+    One fresh worker loads the ``.ort`` file with one intra-op thread and runs every golden
+    sample; timed again once when other load spoiled a p50 that a budget judges.
+    """
+    from onnxgate.perf import Contender, Contest, Watch
+
+    threads = {"intra_op_threads": 1, "inter_op_threads": 1}
+    contender = Contender(label=ort_file.name, onnx=ort_file, settings=threads)
+    for attempt in (1, 2):
+        p50: dict[str, float] = {}
+        runs: dict[str, list[float]] = {}
+        with Contest([contender]) as contest:
+            before = contest.loaded[0].get("peak_rss_kb_before")
+            watch = Watch(lambda contest=contest: contest.pids)
+            for sample in samples:
+                say(f"timing {sample.label} on one thread")
+                timed = contest.race([sample.feeds], warmup=5, budget_s=config.budget)[0]
+                runs[sample.label] = timed
+                p50[sample.label] = round(statistics.median(timed), 4)
+            conditions = watch.conditions(runs)
+            peak = contest.memory()[0] * 1024 / MB  # KiB to MB
+        spoiled = list(conditions.reasons)
+        judged = config.max_p50_ms is not None and max(p50.values()) > config.max_p50_ms
+        if not (spoiled and judged) or attempt == 2:
+            break
+        say("the machine was busy while timing; timing again")
+    baseline = before * 1024 / MB if before else 0.0
+    return p50, round(peak, 1), round(baseline, 1), spoiled
