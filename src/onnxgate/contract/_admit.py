@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -139,3 +140,19 @@ def admit(
         golden_pairs(contract, arrays, where),
         tolerances,
     )
+
+
+def parity_summary(compared: Any, samples: int) -> str:
+    """A comparison against the golden samples in one line: the worst figure, or what failed.
+
+    ``compared`` is ``compare_runners``' report against the ``GoldenRunner``; the line names
+    each failing output with its reason (the figure and the rule it broke).
+    """
+    if compared.passed:
+        worst = max(compared.outputs, key=lambda o: o.max_abs or 0.0, default=None)
+        return f"{samples} golden sample(s) within the contract's rules" + (
+            f"; worst max_abs {worst.max_abs:.3g} ({worst.name})"
+            if worst and worst.max_abs is not None
+            else ""
+        )
+    return "; ".join(f"{o.name}: {o.reason}" for o in compared.outputs if not o.passed)

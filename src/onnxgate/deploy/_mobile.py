@@ -14,9 +14,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from onnxgate._words import setting
-from onnxgate.deploy._gated import open_gated
-from onnxgate.errors import ConfigError
+from onnxgate.deploy._gated import fresh_folder, open_gated
 from onnxgate.mobile import MobileConfig, MobileReport, mobile_target
 
 log = logging.getLogger(__name__)
@@ -51,15 +49,7 @@ def deploy_mobile(
             named when a static check finds why).
     """
     say = progress or (lambda message: log.info("%s", message))
-    out = config.out.expanduser()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} is a file.", hint=f"Give another {setting('out')}.", field="out")
-    if out.is_dir() and any(out.iterdir()):
-        raise ConfigError(
-            f"{out} exists and is not empty.",
-            hint=f"Give another {setting('out')}, or remove it: it holds exactly one deployment.",
-            field="out",
-        )
+    out = fresh_folder(config.out.expanduser())
     source = open_gated(
         ref,
         registry=config.registry,

@@ -152,7 +152,7 @@ def mobile_target(
         SessionFailed: ONNX Runtime cannot load or convert the model (naming the node and
             operator when a static check finds why).
     """
-    from onnxgate.contract import SIDECAR, GoldenRunner, admit
+    from onnxgate.contract import SIDECAR, GoldenRunner, admit, parity_summary
 
     config = config or MobileConfig()
     say = progress or (lambda message: log.info("%s", message))
@@ -196,16 +196,7 @@ def mobile_target(
         signature=signature,
         tolerances=admission.tolerances,
     )
-    if compared.passed:
-        worst = max(compared.outputs, key=lambda o: o.max_abs or 0.0, default=None)
-        parity = f"{len(samples)} golden sample(s) within the contract's rules" + (
-            f"; worst max_abs {worst.max_abs:.3g} ({worst.name})"
-            if worst and worst.max_abs is not None
-            else ""
-        )
-    else:
-        failing = [o for o in compared.outputs if not o.passed]
-        parity = "; ".join(f"{o.name}: {o.reason}" for o in failing)
+    parity = parity_summary(compared, len(samples))
 
     ort_mb = ort_file.stat().st_size / MB
     notes = []
