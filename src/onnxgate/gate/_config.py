@@ -364,6 +364,13 @@ class BenchStep(Step):
     """A contender: ``torch:package.module:factory`` or another .onnx file."""
     tuned: bool = True
     """Use what ``tune`` recorded for this machine, when the tune step ran."""
+    runtimes: list[str] | None = Field(None, exclude_if=lambda value: value is None)
+    """Default: ``targets.runtimes`` (left out of the step's hash when unset, so cached results
+    of configs without it stay valid). The model is timed on the installed ONNX Runtime (the
+    figures the thresholds judge, with ``vs`` and ``tuned``), then on each other runtime listed
+    (``onnxruntime==X``, ``onnxruntime-web==X``, ``onnxruntime-node==X``) with the same session
+    settings, each in its own worker: their p50 and p99 are figures (``RUNTIME.p50_ms``), not
+    judged."""
     session: SessionSettings = SessionSettings()
     """How the timed session is built (providers default to ``targets.providers``); when
     ``tuned`` applies, the settings ``tune`` recorded replace these."""

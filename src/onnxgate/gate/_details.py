@@ -514,8 +514,35 @@ def bench(report: Mapping[str, Any], fig: Figures) -> str:
             numeric=range(2, 10),
         )
     )
+    out.append(_bench_runtimes(report.get("runtimes") or {}))
     out.append(notes(report.get("warnings") or [], warn=True))
     return "".join(out)
+
+
+def _bench_runtimes(runtimes: Mapping[str, Any]) -> str:
+    """The same shapes timed on the other target runtimes: what ran (backend, threads), p50."""
+    rows = []
+    for target, other in runtimes.items():
+        ran = other.get("session") or {}
+        backend = ran.get("backend") or ", ".join(other.get("providers") or [])
+        for r in other.get("results") or []:
+            rows.append(
+                [
+                    Html(f"<strong>{esc(target)}</strong>"),
+                    other.get("runtime"),
+                    backend,
+                    ran.get("intra_op_threads") or "default",
+                    shape_label(r),
+                    r.get("runs"),
+                    ms_text(r.get("p50_ms")),
+                    ms_text(r.get("p99_ms")),
+                    "no" if other.get("reliable") is False else "yes",
+                ]
+            )
+    if not rows:
+        return ""
+    head = ["target", "ran", "backend", "threads", "shape", "runs", "p50", "p99", "reliable"]
+    return "<h4>on the other target runtimes</h4>" + table(head, rows, numeric=range(5, 8))
 
 
 def mobile(report: Mapping[str, Any], fig: Figures) -> str:

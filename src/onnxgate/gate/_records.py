@@ -151,6 +151,7 @@ RECORDS: tuple[StepRecord, ...] = (
         owned=("feeds",),
         gate_only=(
             "dims",
+            "runtimes",
             "max_p50_ms",
             "max_p99_ms",
             "min_speedup",
