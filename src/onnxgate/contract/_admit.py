@@ -155,4 +155,16 @@ def parity_summary(compared: Any, samples: int) -> str:
             if worst and worst.max_abs is not None
             else ""
         )
-    return "; ".join(f"{o.name}: {o.reason}" for o in compared.outputs if not o.passed)
+    return "; ".join(
+        f"{o.name}: {o.reason}" + _figures(o) for o in compared.outputs if not o.passed
+    )
+
+
+def _figures(output: Any) -> str:
+    """`` (max_abs 0.81, cosine 0.97)``: a failing output's figures, when it has them."""
+    shown = [
+        f"{name} {value:.3g}"
+        for name in ("max_abs", "cosine")
+        if (value := getattr(output, name, None)) is not None and name not in (output.reason or "")
+    ]
+    return f" ({', '.join(shown)})" if shown else ""

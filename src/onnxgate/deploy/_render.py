@@ -102,7 +102,7 @@ def render_web(report: WebReport) -> Lines:
     lines: Lines = [
         line(
             f"[bold]{escape(report.source)}[/] ({escape(report.gate)}) → {escape(report.out)} "
-            f"({report.format}, {report.size_mb:.3f} MB)"
+            f"({report.model_format}, {report.size_mb:.3f} MB)"
         )
     ]
     where = "wrote" if report.written else "[dim]not written[/]"

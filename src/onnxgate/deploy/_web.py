@@ -84,7 +84,7 @@ class WebReport(BaseModel):
     """The folder holds the files (only when the proof passed)."""
     files: list[str]
     model_file: str
-    format: Literal["onnx", "ort"]
+    model_format: Literal["onnx", "ort"]
     size_mb: float
     """The model file the page fetches."""
     runtime: str
@@ -217,7 +217,7 @@ def deploy_web(
             written=False,
             files=sorted(files),
             model_file=model_file.name,
-            format=config.format,
+            model_format=config.format,
             size_mb=round(size, 6),
             runtime=proof["runtime"],
             backend=proof["backend"],
