@@ -49,3 +49,29 @@ def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> N
     assert f"{WEB}.p50_ms" in next(s for s in document["steps"] if s["name"] == "bench")["figures"]
     html = (Path(report.run_dir) / "report.html").read_text()
     assert "on the other target runtimes" in html and f"<strong>{NODE}</strong>" in html
+
+
+@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_corpus(MNIST)
+def test_verify_on_web_and_node_from_the_cli_records_what_ran(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+    from onnxgate.contract import ContractConfig, init_contract
+
+    model = tmp_path / "mnist.onnx"
+    shutil.copyfile(MNIST, model)
+    init_contract(model, ContractConfig())
+    args = ["verify", str(model), "-r", WEB, "-r", NODE, "--threads", "2", "--format", "json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = {r["runtime"]: r for r in json.loads(result.stdout)["results"]}
+    assert list(results) == [WEB, NODE]
+    web = results[WEB]["ran"]["settings"]
+    assert (web["backend"], web["intra_op_threads"], web["cross_origin_isolated"]) == (
+        "wasm",
+        2,
+        True,
+    )
+    assert results[NODE]["ran"]["settings"]["backend"] == "cpu"
+    assert all(r["parity"]["passed"] and r["placement"]["passed"] for r in results.values())
