@@ -49,6 +49,7 @@ def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> N
     assert f"{WEB}.p50_ms" in next(s for s in document["steps"] if s["name"] == "bench")["figures"]
     html = (Path(report.run_dir) / "report.html").read_text()
     assert "on the other target runtimes" in html and f"<strong>{NODE}</strong>" in html
+    assert f'<strong>{WEB}</strong><div class="muted">backend wasm, 1 thread(s)</div>' in html
 
 
 @pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
@@ -75,3 +76,5 @@ def test_verify_on_web_and_node_from_the_cli_records_what_ran(tmp_path: Path) ->
     )
     assert results[NODE]["ran"]["settings"]["backend"] == "cpu"
     assert all(r["parity"]["passed"] and r["placement"]["passed"] for r in results.values())
+    text = CliRunner().invoke(app, args[:-2]).stdout
+    assert "ran: backend wasm, 2 thread(s)" in text and "ran: backend cpu, 2 thread(s)" in text

@@ -235,7 +235,14 @@ def verify(report: Mapping[str, Any], fig: Figures) -> str:
     ]
     rows = []
     for result in report.get("results") or []:
-        row: list[object] = [Html(f"<strong>{esc(result.get('runtime'))}</strong>")]
+        ran = (result.get("ran") or {}).get("settings") or {}
+        backend = (
+            f'<div class="muted">backend {esc(ran["backend"])}, '
+            f"{esc(ran.get('intra_op_threads') or 'default')} thread(s)</div>"
+            if ran.get("backend")
+            else ""
+        )
+        row: list[object] = [Html(f"<strong>{esc(result.get('runtime'))}</strong>{backend}")]
         for check in ("loads", "placement", "parity"):
             found = result.get(check) or {}
             reason = (
