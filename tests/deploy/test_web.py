@@ -157,6 +157,25 @@ def test_a_model_the_browser_cannot_load_names_the_runtime_and_its_error(
     assert not (tmp_path / "web").exists()
 
 
+@needs_browser
+def test_weights_in_external_data_are_embedded_in_the_one_file_a_page_fetches(tmp_path) -> None:
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "mlp.onnx"
+    onnx.save(mlp(), path, save_as_external_data=True, location="mlp.weights", size_threshold=0)
+    init_contract(path, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 3]})))
+    out = tmp_path / "web"
+    report = deploy_web(path, WebConfig(out=out, allow_ungated=True))
+    assert report.passed, report.parity
+    assert sorted(p.name for p in out.iterdir()) == [
+        "mlp.inputs.json",
+        "mlp.onnx",
+        "mlp.proof.json",
+    ]
+    written = onnx.load(out / "mlp.onnx", load_external_data=False)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in written.graph.initializer)
+    assert any("embedded" in note for note in report.notes)
+
+
 def test_a_folder_that_is_not_empty_and_a_runtime_that_is_no_browser_are_refused(
     batched, tmp_path
 ) -> None:

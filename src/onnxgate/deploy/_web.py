@@ -49,6 +49,8 @@ WEB_RELEASE = "1.30.0"
 SPEC_FORMAT = "onnxgate.web-inputs/1"
 PROOF_FORMAT = "onnxgate.web-proof/1"
 MB = 1e6
+MAX_ONE_FILE = 2**31 - 2**20
+"""Bytes one serialised ONNX file holds (protobuf's 2 GiB limit, with room for the graph)."""
 
 
 class WebConfig(Part):
@@ -264,6 +266,14 @@ def _write_model(
         return staging / f"{name}.ort"
     target = staging / f"{name}.onnx"
     if loaded.external_data:
+        if loaded.size_bytes + loaded.external_bytes >= MAX_ONE_FILE:
+            raise ConfigError(
+                f"{shown(loaded.path)}: with its external data it is "
+                f"{(loaded.size_bytes + loaded.external_bytes) / MB:.0f} MB, and one ONNX file "
+                "holds under 2 GB: deploy web writes the model as one file a page fetches.",
+                hint="Deploy it to a server (`deploy triton`), or make it smaller "
+                "(`onnxgate quantize`) first.",
+            )
         proto = onnx.load(os.fspath(loaded.path), load_external_data=True)
         data = proto.SerializeToString()
         notes.append(
