@@ -64,7 +64,7 @@ def _perturb(path: Path) -> None:
 
 def _before_proof(monkeypatch: pytest.MonkeyPatch, edit) -> None:
     """``edit`` applied to the model file written, after it is written and before the proof."""
-    from onnxgate.deploy import _web
+    from onnxgate.web import _target as _web
 
     proven = _web.prove_in_browser
 
@@ -190,4 +190,4 @@ def test_a_folder_that_is_not_empty_and_a_runtime_that_is_no_browser_are_refused
         + ["-r", "onnxruntime-node==1.30.0", "--format", "json"],
     )
     assert result.exit_code == 2, result.output
-    assert "not a release of onnxruntime-web" in json.loads(result.stdout)["message"]
+    assert "is not a release of onnxruntime-web" in json.loads(result.stdout)["message"]

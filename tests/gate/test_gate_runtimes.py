@@ -29,11 +29,12 @@ def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> N
         'version = 1\n[model]\nname = "mnist"\nsource = "mnist.onnx"\n'
         f'[targets]\nruntimes = ["installed", "{WEB}", "{NODE}"]\n'
         "[steps.tune]\nenabled = false\n[steps.bench]\nbudget = 0.2\n"
+        '[steps.web]\nenabled = true\nformat = "ort"\nthreads = 2\n'
     )
     report = run_gate(path)
     steps = {s.name: s for s in report.steps}
     assert report.passed, [(s.name, s.status, s.reason) for s in report.steps]
-    for name in ("check", "verify", "placement", "bench"):
+    for name in ("check", "verify", "placement", "bench", "web"):
         assert steps[name].status == "passed", name
     verify = steps["verify"]
     assert verify.figures[f"{WEB}.passed"] is True
@@ -47,6 +48,20 @@ def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> N
     assert bench.report["runtimes"][WEB]["session"]["backend"] == "wasm"
     document = json.loads((Path(report.run_dir) / "report.json").read_text())
     assert f"{WEB}.p50_ms" in next(s for s in document["steps"] if s["name"] == "bench")["figures"]
+    web = steps["web"]
+    assert (web.report["backend"], web.report["threads"], web.report["written"]) == (
+        "wasm",
+        2,
+        True,
+    )
+    assert "proven on onnxruntime-web 1.30.0 (wasm, 2 thread(s))" in web.summary
+    folder = Path(report.run_dir) / "web"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "mnist.inputs.json",
+        "mnist.ort",
+        "mnist.proof.json",
+        "mnist.required_operators.config",
+    ]
     html = (Path(report.run_dir) / "report.html").read_text()
     assert "on the other target runtimes" in html and f"<strong>{NODE}</strong>" in html
     assert f'<strong>{WEB}</strong><div class="muted">backend wasm, 1 thread(s)</div>' in html

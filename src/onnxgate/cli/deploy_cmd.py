@@ -444,7 +444,8 @@ def web_command(
     the contract (the output and its figure named; nothing written) or cannot load the model ·
     2 bad input (OUT not empty, an unknown reference) · 3 Node.js, npm or Chromium missing.
     """
-    from onnxgate.deploy import WebConfig, deploy_web, render_web
+    from onnxgate.deploy import WebConfig, deploy_web
+    from onnxgate.web import render_web
 
     config = build(
         WebConfig,

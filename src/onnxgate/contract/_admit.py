@@ -168,3 +168,24 @@ def _figures(output: Any) -> str:
         if (value := getattr(output, name, None)) is not None and name not in (output.reason or "")
     ]
     return f" ({', '.join(shown)})" if shown else ""
+
+
+def admitted(loaded: LoadedModel) -> tuple[Contract, Admission]:
+    """The contract beside ``loaded`` and its admission, for a step that writes a target.
+
+    Raises:
+        ParityError: the contract does not describe this file (its identity failed).
+        ModelLoadError, HollowContract: the contract is missing, damaged or proves nothing.
+    """
+    from onnxgate._pathtext import shown
+    from onnxgate.errors import ParityError
+
+    contract = SIDECAR.read(loaded.path)
+    admission = admit(loaded, contract, where=shown(SIDECAR.location(loaded.path)))
+    if not admission.passed:
+        raise ParityError(
+            f"{shown(loaded.path)}: its contract does not describe this file "
+            f"({admission.identity.reason}).",
+            hint="Deploy the model the contract was written for (`onnxgate verify` says more).",
+        )
+    return contract, admission

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from onnxgate.deploy._check import check_repository
 from onnxgate.deploy._findings import RULES, Finding, RepositoryCheck
-from onnxgate.deploy._render import render_check, render_kserve, render_triton, render_web
+from onnxgate.deploy._render import render_check, render_kserve, render_triton
 
 if TYPE_CHECKING:
     from onnxgate.deploy._kserve import KServeConfig, KServeReport, deploy_kserve
     from onnxgate.deploy._mobile import MobileDeployConfig, deploy_mobile
     from onnxgate.deploy._triton import DeployReport, TritonConfig, deploy_triton
-    from onnxgate.deploy._web import WebConfig, WebReport, deploy_web
+    from onnxgate.deploy._web import WebConfig, deploy_web
 
 __all__ = [
     "RULES",
@@ -34,7 +34,6 @@ __all__ = [
     "RepositoryCheck",
     "TritonConfig",
     "WebConfig",
-    "WebReport",
     "check_repository",
     "deploy_kserve",
     "deploy_mobile",
@@ -43,7 +42,6 @@ __all__ = [
     "render_check",
     "render_kserve",
     "render_triton",
-    "render_web",
 ]
 
 
@@ -60,7 +58,7 @@ def __getattr__(name: str) -> Any:
         from onnxgate.deploy import _mobile
 
         return getattr(_mobile, name)
-    if name in ("WebConfig", "WebReport", "deploy_web"):
+    if name in ("WebConfig", "deploy_web"):
         from onnxgate.deploy import _web
 
         return getattr(_web, name)

@@ -5,26 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from onnxgate._words import setting
-from onnxgate.errors import ConfigError, NotGated
+from onnxgate.errors import NotGated
 from onnxgate.serve import Source, resolve
+from onnxgate.settings import Part
 
 
-def fresh_folder(out: Path) -> Path:
-    """``out``, when it is new or an empty folder: what is in it is exactly one deployment.
+class GatedOptions(Part):
+    """Where a deploy command finds REF, and whether an ungated one may go."""
 
-    Raises:
-        ConfigError: ``out`` is a file, or a folder that is not empty.
-    """
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} is a file.", hint=f"Give another {setting('out')}.", field="out")
-    if out.is_dir() and any(out.iterdir()):
-        raise ConfigError(
-            f"{out} exists and is not empty.",
-            hint=f"Give another {setting('out')}, or remove it: it holds exactly one deployment.",
-            field="out",
-        )
-    return out
+    registry: str | None = None
+    """Registry URL for a registry reference (default: ``$ONNXGATE_REGISTRY`` or the local one)."""
+    store: str | None = None
+    allow_ungated: bool = False
+    """Deploy a version whose gate did not pass (or is unknown)."""
 
 
 def open_gated(

@@ -14,22 +14,18 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from onnxgate.deploy._gated import fresh_folder, open_gated
+from onnxgate._fs import fresh_folder
+from onnxgate.deploy._gated import GatedOptions, open_gated
 from onnxgate.mobile import MobileConfig, MobileReport, mobile_target
 
 log = logging.getLogger(__name__)
 
 
-class MobileDeployConfig(MobileConfig):
+class MobileDeployConfig(MobileConfig, GatedOptions):
     """Where ``deploy mobile`` writes, and (inherited) how the ORT format is made and held."""
 
     out: Path
     """A new or empty folder for the ``.ort`` file and ``required_operators.config``."""
-    registry: str | None = None
-    """Registry URL for a registry reference (default: ``$ONNXGATE_REGISTRY`` or the local one)."""
-    store: str | None = None
-    allow_ungated: bool = False
-    """Deploy a version whose gate did not pass (or is unknown)."""
 
 
 def deploy_mobile(

@@ -1,4 +1,4 @@
-"""Text renderers of ``deploy triton``, ``check``, ``kserve`` and ``web`` (they return lines, print nothing)."""
+"""Text renderers of ``deploy triton``, ``check`` and ``kserve`` (they return lines, print nothing)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from onnxgate.deploy._findings import Finding, RepositoryCheck
 if TYPE_CHECKING:
     from onnxgate.deploy._kserve import KServeReport
     from onnxgate.deploy._triton import DeployReport
-    from onnxgate.deploy._web import WebReport
 
 _STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 
@@ -91,42 +90,6 @@ def render_triton(report: DeployReport) -> Lines:
                 "the config agrees with the model and its contract (deploy check)"
                 if report.passed
                 else "deploy check found errors in what was written"
-            )
-        )
-    )
-    return lines
-
-
-def render_web(report: WebReport) -> Lines:
-    """What was written, the browser's proof (runtime, backend, threads), size and verdict."""
-    lines: Lines = [
-        line(
-            f"[bold]{escape(report.source)}[/] ({escape(report.gate)}) → {escape(report.out)} "
-            f"({report.model_format}, {report.size_mb:.3f} MB)"
-        )
-    ]
-    where = "wrote" if report.written else "[dim]not written[/]"
-    lines += [line(f"  {where} [cyan]{escape(name)}[/]") for name in report.files]
-    lines.append(
-        line(
-            f"  ran on {escape(report.runtime)} in Chromium: backend {escape(report.backend)}, "
-            f"{report.threads} thread(s)"
-            + (
-                ""
-                if report.cross_origin_isolated is None
-                else f", cross-origin isolated {str(report.cross_origin_isolated).lower()}"
-            )
-        )
-    )
-    lines.append(line(f"  golden samples in the browser: {escape(report.parity)}"))
-    lines += _notes(report.notes)
-    lines.append(
-        line(
-            f"{verdict(report.passed)}  "
-            + (
-                "the browser runs the written model within the contract's rules"
-                if report.passed
-                else "the browser breaks the contract; nothing was written"
             )
         )
     )

@@ -420,6 +420,23 @@ class MobileStep(Step):
     fails it. A p50 budget met on a busy machine is met."""
 
 
+class WebStep(Step):
+    """``[steps.web]``: what a web app loads, proven on ``onnxruntime-web`` in a headless Chromium.
+
+    Writes ``web/NAME.onnx`` (or ``web/NAME.ort`` with its operators config),
+    ``web/NAME.inputs.json`` (the contract's input spec) and ``web/NAME.proof.json`` into the run
+    folder, only when the contract's golden samples pass on the written file in the browser.
+    """
+
+    format: Literal["onnx", "ort"] = "onnx"
+    """``onnx``: the model as gated; ``ort``: ONNX Runtime's ORT format, with its
+    required-operators config."""
+    runtime: str = "onnxruntime-web==1.30.0"
+    """The browser runtime the proof runs on: ``onnxruntime-web==X.Y.Z``."""
+    threads: int = Field(1, ge=1, le=64)
+    """wasm threads the proof runs with."""
+
+
 class StepsSection(Part):
     """``[steps]``: every step has its table; a missing table runs with its defaults."""
 
@@ -432,6 +449,7 @@ class StepsSection(Part):
     quantize: QuantizeStep = QuantizeStep(enabled=False)
     bench: BenchStep = BenchStep()
     mobile: MobileStep = MobileStep(enabled=False)
+    web: WebStep = WebStep(enabled=False)
 
 
 class RegisterSection(Part):

@@ -575,3 +575,26 @@ def mobile(report: Mapping[str, Any], fig: Figures) -> str:
     ]
     out.append(notes([*(report.get("unreliable") or []), *(report.get("notes") or [])], warn=True))
     return "".join(out)
+
+
+def web(report: Mapping[str, Any], fig: Figures) -> str:
+    rows = [
+        [o.get("name"), yes(o.get("passed")), num(o.get("max_abs")), num(o.get("cosine"))]
+        for o in report.get("outputs") or []
+    ]
+    out = [
+        pairs(
+            [
+                ("ran", report.get("runtime")),
+                ("backend", report.get("backend")),
+                ("threads", report.get("threads")),
+                ("cross-origin isolated", report.get("cross_origin_isolated")),
+                ("file", f"web/{report.get('model_file')} ({num(report.get('size_mb'))} MB)"),
+                ("files", ", ".join(report.get("files") or [])),
+                ("golden samples in the browser", report.get("parity")),
+            ]
+        ),
+        table(["output", "passed", "max_abs", "cosine"], rows, numeric=range(2, 4)),
+    ]
+    out.append(notes(report.get("notes") or []))
+    return "".join(out)

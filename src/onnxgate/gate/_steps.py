@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         Step,
         TuneStep,
         VerifyStep,
+        WebStep,
     )
     from onnxgate.settings import FeedSettings
 
@@ -695,3 +696,27 @@ def mobile(ctx: Context, step: MobileStep) -> Outcome:
         figures,
         report,
     )
+
+
+def web(ctx: Context, step: WebStep) -> Outcome:
+    """``web/``: the model, its input spec and the browser's proof (``web.web_target``)."""
+    from onnxgate.web import web_target
+
+    report = web_target(
+        ctx.model,
+        library_config(step),
+        out=ctx.run_dir / "web",
+        name=ctx.name,
+        progress=ctx.progress,
+    )
+    figures: dict[str, Any] = {
+        "size_mb": round(report.size_mb, 3),
+        "threads": report.threads,
+        "max_abs": max((o["max_abs"] or 0.0 for o in report.outputs), default=None),
+    }
+    ran = f"{report.runtime} ({report.backend}, {report.threads} thread(s))"
+    if not report.passed:
+        summary = f"the browser breaks the contract on {ran}: {report.parity}"
+        return Outcome(False, summary, figures, report, reason=summary)
+    shown = f"web/{report.model_file} {report.size_mb:.3f} MB proven on {ran}: {report.parity}"
+    return Outcome(True, shown, figures, report)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._fs import atomic_write_text, fsync_file, public_mode
 from onnxgate._pathtext import shown
 from onnxgate._words import setting
-from onnxgate.errors import GateError, ParityError, SessionFailed
+from onnxgate.errors import GateError, SessionFailed
 from onnxgate.mobile._convert import Style, convert, required_operators
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.settings import Part
@@ -152,20 +152,13 @@ def mobile_target(
         SessionFailed: ONNX Runtime cannot load or convert the model (naming the node and
             operator when a static check finds why).
     """
-    from onnxgate.contract import SIDECAR, GoldenRunner, admit, parity_summary
+    from onnxgate.contract import GoldenRunner, admitted, parity_summary
 
     config = config or MobileConfig()
     say = progress or (lambda message: log.info("%s", message))
     loaded = load_model(model)
     _refuse_unloadable(loaded)  # by node and operator, before its contract is asked for
-    contract = SIDECAR.read(loaded.path)
-    admission = admit(loaded, contract, where=shown(SIDECAR.location(loaded.path)))
-    if not admission.passed:
-        raise ParityError(
-            f"{shown(loaded.path)}: its contract does not describe this file "
-            f"({admission.identity.reason}).",
-            hint="Deploy the model the contract was written for (`onnxgate verify` says more).",
-        )
+    contract, admission = admitted(loaded)
     stem = name or loaded.path.stem
     out.mkdir(parents=True, exist_ok=True)
     say(f"converting {loaded.path.name} to the ORT format ({config.optimization_style})")
