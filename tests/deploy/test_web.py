@@ -11,10 +11,8 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 from typer.testing import CliRunner
 
 from conftest import CORPUS, ON_CI, needs_corpus
@@ -24,6 +22,7 @@ from onnxgate.contract import SIDECAR, ContractConfig, init_contract
 from onnxgate.deploy import WebConfig, deploy_web
 from onnxgate.errors import ConfigError, SessionFailed
 from onnxgate.settings import FeedSettings
+from web_proof import before_proof, perturb
 
 MNIST = CORPUS / "mnist.onnx"
 HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
@@ -49,30 +48,6 @@ def batched(tmp_path: Path) -> Path:
     path = save(mlp(), tmp_path / "src" / "mlp.onnx")
     init_contract(path, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 7]})))
     return path
-
-
-def _perturb(path: Path) -> None:
-    """The written model with its first float weight scaled (the proof must catch it)."""
-    model = onnx.load(path)
-    for tensor in model.graph.initializer:
-        if tensor.data_type == onnx.TensorProto.FLOAT and np.prod(tensor.dims) > 1:
-            weights = numpy_helper.to_array(tensor) * 1.5 + 0.1
-            tensor.CopyFrom(numpy_helper.from_array(weights.astype(np.float32), tensor.name))
-            break
-    onnx.save(model, path)
-
-
-def _before_proof(monkeypatch: pytest.MonkeyPatch, edit) -> None:
-    """``edit`` applied to the model file written, after it is written and before the proof."""
-    from onnxgate.web import _target as _web
-
-    proven = _web.prove_in_browser
-
-    def patched(model_file: Path, *args, **kwargs):
-        edit(model_file)
-        return proven(model_file, *args, **kwargs)
-
-    monkeypatch.setattr(_web, "prove_in_browser", patched)
 
 
 @needs_browser
@@ -131,7 +106,7 @@ def test_the_ort_format_with_two_threads_and_the_proven_ranges_from_the_cli(
 def test_a_model_the_browser_runs_differently_fails_naming_the_output_and_writes_nothing(
     mnist, tmp_path, monkeypatch
 ) -> None:
-    _before_proof(monkeypatch, _perturb)
+    before_proof(monkeypatch, perturb)
     out = tmp_path / "web"
     result = CliRunner().invoke(
         app, ["deploy", "web", str(mnist), "-o", str(out), "--allow-ungated"]
@@ -151,7 +126,7 @@ def test_a_model_the_browser_runs_differently_fails_naming_the_output_and_writes
 def test_a_model_the_browser_cannot_load_names_the_runtime_and_its_error(
     mnist, tmp_path, monkeypatch
 ) -> None:
-    _before_proof(monkeypatch, lambda path: path.write_bytes(b"not a model"))
+    before_proof(monkeypatch, lambda path: path.write_bytes(b"not a model"))
     with pytest.raises(SessionFailed, match=r"onnxruntime-web==1\.30\.0 cannot load mnist\.onnx"):
         deploy_web(mnist, WebConfig(out=tmp_path / "web", allow_ungated=True))
     assert not (tmp_path / "web").exists()

@@ -93,3 +93,24 @@ def test_verify_on_web_and_node_from_the_cli_records_what_ran(tmp_path: Path) ->
     assert all(r["parity"]["passed"] and r["placement"]["passed"] for r in results.values())
     text = CliRunner().invoke(app, args[:-2]).stdout
     assert "ran: backend wasm, 2 thread(s)" in text and "ran: backend cpu, 2 thread(s)" in text
+
+
+@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_corpus(MNIST)
+def test_the_web_step_fails_when_the_browser_breaks_the_contract(tmp_path, monkeypatch) -> None:
+    from web_proof import before_proof, perturb
+
+    before_proof(monkeypatch, perturb)
+    shutil.copyfile(MNIST, tmp_path / "mnist.onnx")
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        'version = 1\n[model]\nname = "mnist"\nsource = "mnist.onnx"\n'
+        "[steps.tune]\nenabled = false\n[steps.bench]\nenabled = false\n"
+        "[steps.web]\nenabled = true\n"
+    )
+    report = run_gate(path, cache=False)
+    assert report.failed_steps == ["web"]
+    reason = report.step("web").reason
+    assert "the browser breaks the contract on onnxruntime-web 1.30.0 (wasm" in reason
+    assert "Plus214_Output_0:" in reason and "max_abs" in reason
+    assert not (Path(report.run_dir) / "web").exists()
