@@ -24,6 +24,7 @@ from onnxgate.settings import (
     config_hash,
     field_path,
 )
+from onnxgate.web import WEB_RELEASE
 
 CONFIG_VERSION = 1
 """The version of the file format this onnxgate reads (``version = 1`` at the top)."""
@@ -431,7 +432,7 @@ class WebStep(Step):
     format: Literal["onnx", "ort"] = "onnx"
     """``onnx``: the model as gated; ``ort``: ONNX Runtime's ORT format, with its
     required-operators config."""
-    runtime: str = "onnxruntime-web==1.30.0"
+    runtime: str = f"onnxruntime-web=={WEB_RELEASE}"
     """The browser runtime the proof runs on: ``onnxruntime-web==X.Y.Z``."""
     threads: int = Field(1, ge=1, le=64)
     """wasm threads the proof runs with."""
