@@ -15,7 +15,8 @@ from pathlib import Path
 
 import platformdirs
 
-from onnxgate.errors import ResourceExhausted
+from onnxgate._words import setting
+from onnxgate.errors import ConfigError, ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -279,3 +280,20 @@ def _alive(pid: int) -> bool:
     except (ProcessLookupError, OverflowError, ValueError):
         return False
     return True
+
+
+def fresh_folder(out: Path) -> Path:
+    """``out``, when it is new or an empty folder: what is in it is exactly one deployment.
+
+    Raises:
+        ConfigError: ``out`` is a file, or a folder that is not empty.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} is a file.", hint=f"Give another {setting('out')}.", field="out")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(
+            f"{out} exists and is not empty.",
+            hint=f"Give another {setting('out')}, or remove it: it holds exactly one deployment.",
+            field="out",
+        )
+    return out

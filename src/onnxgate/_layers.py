@@ -47,6 +47,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("quantize",),
     # the mobile and edge target: the ORT format, proven and measured (perf's workers)
     ("mobile",),
+    # the web target: a web app's files proven in a headless Chromium (mobile's converter)
+    ("web",),
     ("registry",),
     ("gate",),
     ("serve",),

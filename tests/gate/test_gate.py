@@ -126,6 +126,7 @@ def test_a_healthy_model_passes_every_step_and_the_second_run_is_cached(
         "quantize",
         "bench",
         "mobile",
+        "web",
     ]
     status = {s.name: s.status for s in report.steps}
     assert status["tune"] == status["quantize"] == status["mobile"] == "not_run"
@@ -163,7 +164,7 @@ def test_steps_after_a_failed_step_are_not_run_with_the_reason(tmp_path: Path) -
     export = report.step("export")
     assert export.status == "error" and export.exit_code == 2
     for step in report.steps[1:]:
-        off = ("quantize", "mobile")
+        off = ("quantize", "mobile", "web")  # disabled by default
         why = "disabled in the config" if step.name in off else "export did not pass"
         assert step.status == "not_run" and step.reason == why, step
 
@@ -178,8 +179,8 @@ def test_cli_runs_a_config_and_exits_by_the_verdict(tmp_path: Path, quiet) -> No
     result = runner.invoke(app, ["gate", str(failing), "--format", "json", "--no-cache"])
     assert result.exit_code == 1
     document = json.loads(result.stdout)
-    statuses = {step["name"]: step["status"] for step in document["steps"]}
-    assert document["passed"] is False and statuses["bench"] == "failed"
+    status = {step["name"]: step["status"] for step in document["steps"]}
+    assert document["passed"] is False and status["bench"] == "failed"
     result = runner.invoke(app, ["gate", str(tmp_path / "missing.toml")])
     assert result.exit_code == 2 and "no such gate config" in " ".join(result.output.split())
 
@@ -337,7 +338,7 @@ def test_a_speed_threshold_on_a_busy_machine_is_inconclusive_and_warns_by_defaul
     assert '<property name="status" value="inconclusive"' in junit
     github = render_github(report, path)
     assert "::warning file=" in github and "bench inconclusive" in github
-    assert "mlp passed: 9 steps, bench inconclusive" in github
+    assert "mlp passed: 10 steps, bench inconclusive" in github
     text = " ".join(str(x) for x in render_text(report))
     assert "with 1 inconclusive step(s): bench" in text
 

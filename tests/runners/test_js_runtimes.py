@@ -117,3 +117,165 @@ def test_mnist_matches_python_onnxruntime(spec: str, threads: int, backend: str)
         assert info.settings["intra_op_threads"] == threads
     assert np.abs(got - expected).max() < 1e-5
     assert _cosine(got, expected) > 0.999999
+
+
+def _types_model(path: Path) -> Path:
+    """int64, bool, float16 and string inputs; float, string, int64 and float16 outputs."""
+    inputs = [
+        helper.make_tensor_value_info("ids", TensorProto.INT64, [3]),
+        helper.make_tensor_value_info("flag", TensorProto.BOOL, [3]),
+        helper.make_tensor_value_info("half", TensorProto.FLOAT16, [3]),
+        helper.make_tensor_value_info("text", TensorProto.STRING, [2]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+        helper.make_tensor_value_info("t", TensorProto.STRING, [2]),
+        helper.make_tensor_value_info("big", TensorProto.INT64, [3]),
+        helper.make_tensor_value_info("h", TensorProto.FLOAT16, [3]),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["ids"], ["a"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["flag"], ["b"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["half"], ["c"], to=TensorProto.FLOAT),
+        helper.make_node("Sum", ["a", "b", "c"], ["y"]),
+        helper.make_node("Identity", ["text"], ["t"]),
+        helper.make_node("Identity", ["ids"], ["big"]),
+        helper.make_node("Cast", ["y"], ["h"], to=TensorProto.FLOAT16),
+    ]
+    graph = helper.make_graph(nodes, "types", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@needs_js
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_int64_bool_float16_and_string_tensors_cross_both_ways(spec: str, tmp_path: Path) -> None:
+    from onnxgate.model import load_model
+    from onnxgate.runners import open_runner
+
+    model = load_model(_types_model(tmp_path / "types.onnx"))
+    feeds = {
+        "ids": np.array([2**40 + 1, -1, 3], np.int64),
+        "flag": np.array([True, False, True]),
+        "half": np.array([0.5, 1.5, -2], np.float16),
+        "text": np.array(["héllo", ""], dtype=object),
+    }
+    with open_runner(model) as here:
+        expected = here.infer(feeds).outputs
+    with open_runner(model, runtime=spec) as there:
+        got = there.infer(feeds).outputs
+    assert list(got) == list(expected)
+    for name, value in expected.items():
+        assert got[name].dtype == value.dtype, name
+        assert (got[name] == value).all(), name
+
+
+def _leaky(path: Path, alpha: float) -> Path:
+    """x -> MatMul -> LeakyRelu(alpha) -> MatMul -> y, with fixed weights."""
+    rng = np.random.default_rng(1)
+    w1 = onnx.numpy_helper.from_array(rng.normal(size=(8, 8)).astype(np.float32), "w1")
+    w2 = onnx.numpy_helper.from_array(rng.normal(size=(8, 4)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("LeakyRelu", ["h"], ["r"], name="leaky", alpha=alpha),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "planted",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@needs_js
+def test_a_divergence_planted_in_the_web_copy_is_localized_and_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The web runtime is handed a copy of the model whose LeakyRelu has another alpha (same
+    node and tensor names): compare --against onnxruntime-web --localize names that node, and
+    replaying it alone on both sides (Python ORT on the model, the web on its copy) shows it
+    differs on identical inputs."""
+    from onnxgate.compare import CompareConfig, compare
+    from onnxgate.model import load_model
+    from onnxgate.runners import _js
+
+    model = _leaky(tmp_path / "model.onnx", 0.1)
+    planted = load_model(_leaky(tmp_path / "planted.onnx", 0.5))
+    opened = _js.JsRunner.__init__
+
+    def perturbed(self: _js.JsRunner, given, spec, *args, **kwargs) -> None:  # noqa: ANN001
+        opened(self, planted if given.path == model else given, spec, *args, **kwargs)
+
+    monkeypatch.setattr(_js.JsRunner, "__init__", perturbed)
+    report = compare(model, CompareConfig(against=WEB, localize=True))
+    assert not report.passed
+    assert report.ran["reference"].settings["backend"] == "wasm"
+    found = report.first_divergence
+    assert found is not None and found.found, report.notes
+    assert found.node == "leaky"
+    assert found.replay is not None
+    assert found.replay.verdict == "differs on identical inputs", found.replay.statement
+
+
+@needs_js
+@needs_corpus(MNIST)
+@pytest.mark.parametrize(
+    ("variable", "words"),
+    [
+        ("ONNXGATE_NODE", "apt-get install nodejs npm"),
+        ("ONNXGATE_CHROMIUM", "apt-get install chromium"),
+    ],
+)
+def test_a_missing_node_or_chromium_is_exit_3_with_the_install_line(
+    variable: str, words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+
+    monkeypatch.setenv(variable, str(tmp_path / "absent"))
+    result = CliRunner().invoke(app, ["compare", str(MNIST), "--against", WEB])
+    assert result.exit_code == 3, result.output
+    assert words in " ".join(result.output.split())
+
+
+@needs_js
+def test_without_node_on_the_path_it_is_exit_3_with_the_install_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+
+    monkeypatch.delenv("ONNXGATE_NODE", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    model = _relu(tmp_path / "m.onnx", 13)
+    result = CliRunner().invoke(app, ["compare", str(model), "--against", NODE])
+    assert result.exit_code == 3, result.output
+    assert "Node.js is not installed" in " ".join(result.output.split())
+
+
+@needs_js
+@needs_corpus(MNIST)
+@pytest.mark.parametrize("spec", [NODE, WEB])
+def test_bench_times_the_javascript_runtime_in_its_driver(spec: str) -> None:
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+
+    args = ["bench", str(MNIST), "-r", spec, "--threads", "1", "--runs", "20", "--warmup", "2"]
+    args += ["--format", "json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["runtime"] == f"{spec.replace('==', ' ')}"
+    assert report["session"]["backend"] == ("wasm" if spec == WEB else "cpu")
+    assert report["results"][0]["runs"] > 0

@@ -38,6 +38,8 @@ def test_openvino_and_onnx_runtime_s_packages_are_registered_once_in_the_listed_
         "onnxruntime-openvino",
         "onnxruntime-directml",
         "onnxruntime-qnn",
+        "onnxruntime-web",
+        "onnxruntime-node",
     )
     assert runtime_of(RuntimeSpec.parse("onnxruntime-openvino==1.24.1")) is OPENVINO
     assert no_kernel_registry() == ("OpenVINOExecutionProvider",)

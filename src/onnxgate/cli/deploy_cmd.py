@@ -1,4 +1,4 @@
-"""``onnxgate deploy triton|check|kserve|mobile``."""
+"""``onnxgate deploy triton|check|kserve|mobile|web``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ deploy_app = typer.Typer(
         "with `--gpu`) and warm-up data from the golden samples, then checks it. `deploy check` "
         "runs the same checks on any repository, written by hand or not. `deploy mobile` writes "
         "ONNX Runtime's ORT format for mobile and minimal builds, proven on the golden samples "
-        "and held to edge budgets.\n\n"
+        "and held to edge budgets. `deploy web` writes what a web app loads (the model, its input "
+        "spec as JSON) and proves it on onnxruntime-web in a headless Chromium.\n\n"
         "Exit codes: 0 the repository agrees with its models · 1 a check failed · 2 bad input "
         "(unknown reference, a batch beyond the proven one, an existing version) · 3 the "
         "`deploy` extra is missing."
@@ -395,3 +396,60 @@ def mobile_command(
         render_mobile,
         passed=lambda report: report.passed or report.inconclusive,
     )
+
+
+@deploy_app.command("web")
+@handles_errors
+def web_command(
+    ref: RefArg,
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="A new or empty folder.", show_default=False),
+    ],
+    ort: Annotated[
+        bool,
+        typer.Option(
+            "--ort",
+            help="Write ONNX Runtime's ORT format (NAME.ort, with its required-operators "
+            "config) instead of NAME.onnx.",
+        ),
+    ] = False,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime", "-r", help="The browser runtime that proves it: onnxruntime-web==X.Y.Z."
+        ),
+    ] = "onnxruntime-web==1.30.0",
+    threads: Annotated[
+        int, typer.Option("--threads", help="wasm threads the proof runs with.")
+    ] = 1,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    allow_ungated: AllowUngatedOpt = False,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Write REF for a web app and prove it in the browser, on onnxruntime-web.
+
+    Into OUT (new or empty): `NAME.onnx` (or `NAME.ort` with `--ort`), `NAME.inputs.json` (the
+    contract's inputs: names, dtypes as `ort.Tensor` takes them, shapes with symbolic dims by
+    name and the range each was proven at; the outputs) and `NAME.proof.json`: the contract's
+    golden samples run on the written file in onnxruntime-web (wasm backend) in a headless
+    Chromium, judged by the contract's own rules, with the size, runtime, backend and threads
+    that really ran. Written only when the proof passes.
+
+    Example: `onnxgate deploy web model.onnx -o web/` · `onnxgate deploy web minilm@champion -o
+    web/ --ort --threads 2`
+
+    Exit codes: 0 written and proven · 1 not gated (see --allow-ungated), or the browser breaks
+    the contract (the output and its figure named; nothing written) or cannot load the model ·
+    2 bad input (OUT not empty, an unknown reference) · 3 Node.js, npm or Chromium missing.
+    """
+    from onnxgate.deploy import WebConfig, deploy_web
+    from onnxgate.web import render_web
+
+    config = build(
+        WebConfig,
+        out=out, format="ort" if ort else "onnx", runtime=runtime, threads=threads,
+        registry=registry, store=store, allow_ungated=allow_ungated,
+    )  # fmt: skip
+    run(fmt, lambda progress: deploy_web(ref, config, progress=progress), render_web)

@@ -543,7 +543,7 @@ def compare(
         loaded,
         session=reference_session,
         trust_pickle=trust_pickle,
-        extras=contract_extras(),
+        extras=contract_extras(samples=samples, progress=progress),
     )
     report = compare_runners(
         cand,

@@ -5,7 +5,7 @@ are ``onnxgate.contract_store``'s (below the steps that read them), re-exported 
 """
 
 from onnxgate._pathtext import shown
-from onnxgate.contract._admit import Admission, admit
+from onnxgate.contract._admit import Admission, admit, admitted, parity_summary
 from onnxgate.contract._golden import (
     GoldenRunner,
     config_from_rules,
@@ -116,6 +116,7 @@ __all__ = [
     "VerifyConfig",
     "VerifyReport",
     "admit",
+    "admitted",
     "canonical",
     "check_signature",
     "config_from_rules",
@@ -133,6 +134,7 @@ __all__ = [
     "observed_shapes",
     "opinion_from",
     "output_extents",
+    "parity_summary",
     "placement_cell",
     "proven_ranges",
     "read_golden",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -139,3 +140,52 @@ def admit(
         golden_pairs(contract, arrays, where),
         tolerances,
     )
+
+
+def parity_summary(compared: Any, samples: int) -> str:
+    """A comparison against the golden samples in one line: the worst figure, or what failed.
+
+    ``compared`` is ``compare_runners``' report against the ``GoldenRunner``; the line names
+    each failing output with its reason (the figure and the rule it broke).
+    """
+    if compared.passed:
+        worst = max(compared.outputs, key=lambda o: o.max_abs or 0.0, default=None)
+        return f"{samples} golden sample(s) within the contract's rules" + (
+            f"; worst max_abs {worst.max_abs:.3g} ({worst.name})"
+            if worst and worst.max_abs is not None
+            else ""
+        )
+    return "; ".join(
+        f"{o.name}: {o.reason}" + _figures(o) for o in compared.outputs if not o.passed
+    )
+
+
+def _figures(output: Any) -> str:
+    """`` (max_abs 0.81, cosine 0.97)``: a failing output's figures, when it has them."""
+    shown = [
+        f"{name} {value:.3g}"
+        for name in ("max_abs", "cosine")
+        if (value := getattr(output, name, None)) is not None and name not in (output.reason or "")
+    ]
+    return f" ({', '.join(shown)})" if shown else ""
+
+
+def admitted(loaded: LoadedModel) -> tuple[Contract, Admission]:
+    """The contract beside ``loaded`` and its admission, for a step that writes a target.
+
+    Raises:
+        ParityError: the contract does not describe this file (its identity failed).
+        ModelLoadError, HollowContract: the contract is missing, damaged or proves nothing.
+    """
+    from onnxgate._pathtext import shown
+    from onnxgate.errors import ParityError
+
+    contract = SIDECAR.read(loaded.path)
+    admission = admit(loaded, contract, where=shown(SIDECAR.location(loaded.path)))
+    if not admission.passed:
+        raise ParityError(
+            f"{shown(loaded.path)}: its contract does not describe this file "
+            f"({admission.identity.reason}).",
+            hint="Deploy the model the contract was written for (`onnxgate verify` says more).",
+        )
+    return contract, admission

@@ -113,6 +113,14 @@ def render_verify(report: VerifyReport) -> Lines:
                 if len(reason) > MAX_REASON:
                     reason = reason[: MAX_REASON - 1] + "…"
                 lines.append(line(f"      {name}: [dim]{escape(reason)}[/]"))
+        ran = result.ran.settings if result.ran is not None else {}
+        if ran.get("backend"):  # a runtime that says which backend ran (the JavaScript ones)
+            threads = ran.get("intra_op_threads") or "default"
+            lines.append(
+                line(
+                    f"      ran: [dim]backend {escape(str(ran['backend']))}, {threads} thread(s)[/]"
+                )
+            )
     lines.extend(line(escape(leftover_line(left))) for left in report.leftovers)
     lines.append(line(f"{verdict(report.passed)}  on {', '.join(report.providers)}"))
     return lines

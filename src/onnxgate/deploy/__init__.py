@@ -6,7 +6,8 @@ runs the same checks on a repository written by hand; both need the ``deploy`` e
 (``tritonclient``'s ``model_config_pb2``), imported only when they run. ``deploy_kserve`` writes
 the KServe InferenceService that serves such a repository (the ``kserve`` extra).
 ``deploy_mobile`` writes ONNX Runtime's ORT format for mobile and minimal builds, proven on the
-golden samples and held to edge budgets.
+golden samples and held to edge budgets. ``deploy_web`` writes what a web app loads (the model,
+its input spec as JSON) proven on ``onnxruntime-web`` in a headless Chromium.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from onnxgate.deploy._kserve import KServeConfig, KServeReport, deploy_kserve
     from onnxgate.deploy._mobile import MobileDeployConfig, deploy_mobile
     from onnxgate.deploy._triton import DeployReport, TritonConfig, deploy_triton
+    from onnxgate.deploy._web import WebConfig, deploy_web
 
 __all__ = [
     "RULES",
@@ -31,10 +33,12 @@ __all__ = [
     "MobileDeployConfig",
     "RepositoryCheck",
     "TritonConfig",
+    "WebConfig",
     "check_repository",
     "deploy_kserve",
     "deploy_mobile",
     "deploy_triton",
+    "deploy_web",
     "render_check",
     "render_kserve",
     "render_triton",
@@ -54,4 +58,8 @@ def __getattr__(name: str) -> Any:
         from onnxgate.deploy import _mobile
 
         return getattr(_mobile, name)
+    if name in ("WebConfig", "deploy_web"):
+        from onnxgate.deploy import _web
+
+        return getattr(_web, name)
     raise AttributeError(name)

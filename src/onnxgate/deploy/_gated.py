@@ -7,6 +7,17 @@ from pathlib import Path
 
 from onnxgate.errors import NotGated
 from onnxgate.serve import Source, resolve
+from onnxgate.settings import Part
+
+
+class GatedOptions(Part):
+    """Where a deploy command finds REF, and whether an ungated one may go."""
+
+    registry: str | None = None
+    """Registry URL for a registry reference (default: ``$ONNXGATE_REGISTRY`` or the local one)."""
+    store: str | None = None
+    allow_ungated: bool = False
+    """Deploy a version whose gate did not pass (or is unknown)."""
 
 
 def open_gated(

@@ -14,24 +14,18 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from onnxgate._words import setting
-from onnxgate.deploy._gated import open_gated
-from onnxgate.errors import ConfigError
+from onnxgate._fs import fresh_folder
+from onnxgate.deploy._gated import GatedOptions, open_gated
 from onnxgate.mobile import MobileConfig, MobileReport, mobile_target
 
 log = logging.getLogger(__name__)
 
 
-class MobileDeployConfig(MobileConfig):
+class MobileDeployConfig(MobileConfig, GatedOptions):
     """Where ``deploy mobile`` writes, and (inherited) how the ORT format is made and held."""
 
     out: Path
     """A new or empty folder for the ``.ort`` file and ``required_operators.config``."""
-    registry: str | None = None
-    """Registry URL for a registry reference (default: ``$ONNXGATE_REGISTRY`` or the local one)."""
-    store: str | None = None
-    allow_ungated: bool = False
-    """Deploy a version whose gate did not pass (or is unknown)."""
 
 
 def deploy_mobile(
@@ -51,15 +45,7 @@ def deploy_mobile(
             named when a static check finds why).
     """
     say = progress or (lambda message: log.info("%s", message))
-    out = config.out.expanduser()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} is a file.", hint=f"Give another {setting('out')}.", field="out")
-    if out.is_dir() and any(out.iterdir()):
-        raise ConfigError(
-            f"{out} exists and is not empty.",
-            hint=f"Give another {setting('out')}, or remove it: it holds exactly one deployment.",
-            field="out",
-        )
+    out = fresh_folder(config.out.expanduser())
     source = open_gated(
         ref,
         registry=config.registry,

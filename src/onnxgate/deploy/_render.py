@@ -1,4 +1,4 @@
-"""Text renderers of ``deploy triton`` and ``deploy check`` (they return lines, print nothing)."""
+"""Text renderers of ``deploy triton``, ``check`` and ``kserve`` (they return lines, print nothing)."""
 
 from __future__ import annotations
 

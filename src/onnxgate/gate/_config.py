@@ -24,6 +24,7 @@ from onnxgate.settings import (
     config_hash,
     field_path,
 )
+from onnxgate.web import WEB_RELEASE
 
 CONFIG_VERSION = 1
 """The version of the file format this onnxgate reads (``version = 1`` at the top)."""
@@ -364,6 +365,13 @@ class BenchStep(Step):
     """A contender: ``torch:package.module:factory`` or another .onnx file."""
     tuned: bool = True
     """Use what ``tune`` recorded for this machine, when the tune step ran."""
+    runtimes: list[str] | None = Field(None, exclude_if=lambda value: value is None)
+    """Default: ``targets.runtimes`` (left out of the step's hash when unset, so cached results
+    of configs without it stay valid). The model is timed on the installed ONNX Runtime (the
+    figures the thresholds judge, with ``vs`` and ``tuned``), then on each other runtime listed
+    (``onnxruntime==X``, ``onnxruntime-web==X``, ``onnxruntime-node==X``) with the same session
+    settings, each in its own worker: their p50 and p99 are figures (``RUNTIME.p50_ms``), not
+    judged."""
     session: SessionSettings = SessionSettings()
     """How the timed session is built (providers default to ``targets.providers``); when
     ``tuned`` applies, the settings ``tune`` recorded replace these."""
@@ -413,6 +421,23 @@ class MobileStep(Step):
     fails it. A p50 budget met on a busy machine is met."""
 
 
+class WebStep(Step):
+    """``[steps.web]``: what a web app loads, proven on ``onnxruntime-web`` in a headless Chromium.
+
+    Writes ``web/NAME.onnx`` (or ``web/NAME.ort`` with its operators config),
+    ``web/NAME.inputs.json`` (the contract's input spec) and ``web/NAME.proof.json`` into the run
+    folder, only when the contract's golden samples pass on the written file in the browser.
+    """
+
+    format: Literal["onnx", "ort"] = "onnx"
+    """``onnx``: the model as gated; ``ort``: ONNX Runtime's ORT format, with its
+    required-operators config."""
+    runtime: str = f"onnxruntime-web=={WEB_RELEASE}"
+    """The browser runtime the proof runs on: ``onnxruntime-web==X.Y.Z``."""
+    threads: int = Field(1, ge=1, le=64)
+    """wasm threads the proof runs with."""
+
+
 class StepsSection(Part):
     """``[steps]``: every step has its table; a missing table runs with its defaults."""
 
@@ -425,6 +450,7 @@ class StepsSection(Part):
     quantize: QuantizeStep = QuantizeStep(enabled=False)
     bench: BenchStep = BenchStep()
     mobile: MobileStep = MobileStep(enabled=False)
+    web: WebStep = WebStep(enabled=False)
 
 
 class RegisterSection(Part):

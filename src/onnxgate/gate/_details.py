@@ -235,7 +235,14 @@ def verify(report: Mapping[str, Any], fig: Figures) -> str:
     ]
     rows = []
     for result in report.get("results") or []:
-        row: list[object] = [Html(f"<strong>{esc(result.get('runtime'))}</strong>")]
+        ran = (result.get("ran") or {}).get("settings") or {}
+        backend = (
+            f'<div class="muted">backend {esc(ran["backend"])}, '
+            f"{esc(ran.get('intra_op_threads') or 'default')} thread(s)</div>"
+            if ran.get("backend")
+            else ""
+        )
+        row: list[object] = [Html(f"<strong>{esc(result.get('runtime'))}</strong>{backend}")]
         for check in ("loads", "placement", "parity"):
             found = result.get(check) or {}
             reason = (
@@ -514,8 +521,35 @@ def bench(report: Mapping[str, Any], fig: Figures) -> str:
             numeric=range(2, 10),
         )
     )
+    out.append(_bench_runtimes(report.get("runtimes") or {}))
     out.append(notes(report.get("warnings") or [], warn=True))
     return "".join(out)
+
+
+def _bench_runtimes(runtimes: Mapping[str, Any]) -> str:
+    """The same shapes timed on the other target runtimes: what ran (backend, threads), p50."""
+    rows = []
+    for target, other in runtimes.items():
+        ran = other.get("session") or {}
+        backend = ran.get("backend") or ", ".join(other.get("providers") or [])
+        for r in other.get("results") or []:
+            rows.append(
+                [
+                    Html(f"<strong>{esc(target)}</strong>"),
+                    other.get("runtime"),
+                    backend,
+                    ran.get("intra_op_threads") or "default",
+                    shape_label(r),
+                    r.get("runs"),
+                    ms_text(r.get("p50_ms")),
+                    ms_text(r.get("p99_ms")),
+                    "no" if other.get("reliable") is False else "yes",
+                ]
+            )
+    if not rows:
+        return ""
+    head = ["target", "ran", "backend", "threads", "shape", "runs", "p50", "p99", "reliable"]
+    return "<h4>on the other target runtimes</h4>" + table(head, rows, numeric=range(5, 8))
 
 
 def mobile(report: Mapping[str, Any], fig: Figures) -> str:
@@ -540,4 +574,27 @@ def mobile(report: Mapping[str, Any], fig: Figures) -> str:
         table(["domain;opset", "operators"], rows),
     ]
     out.append(notes([*(report.get("unreliable") or []), *(report.get("notes") or [])], warn=True))
+    return "".join(out)
+
+
+def web(report: Mapping[str, Any], fig: Figures) -> str:
+    rows = [
+        [o.get("name"), yes(o.get("passed")), num(o.get("max_abs")), num(o.get("cosine"))]
+        for o in report.get("outputs") or []
+    ]
+    out = [
+        pairs(
+            [
+                ("ran", report.get("runtime")),
+                ("backend", report.get("backend")),
+                ("threads", report.get("threads")),
+                ("cross-origin isolated", report.get("cross_origin_isolated")),
+                ("file", f"web/{report.get('model_file')} ({num(report.get('size_mb'))} MB)"),
+                ("files", ", ".join(report.get("files") or [])),
+                ("golden samples in the browser", report.get("parity")),
+            ]
+        ),
+        table(["output", "passed", "max_abs", "cosine"], rows, numeric=range(2, 4)),
+    ]
+    out.append(notes(report.get("notes") or []))
     return "".join(out)

@@ -29,12 +29,14 @@ from onnxgate.gate._config import (
     QuantizeStep,
     TuneStep,
     VerifyStep,
+    WebStep,
 )
 from onnxgate.gate._record import StepRecord, register
 from onnxgate.mobile import MobileConfig
 from onnxgate.perf import BenchConfig, TuneConfig
 from onnxgate.placement import PlacementConfig
 from onnxgate.quantize import QuantizeConfig
+from onnxgate.web import WebOptions
 
 
 def _model_files(model: Path) -> list[Path]:
@@ -71,6 +73,19 @@ def _mobile(run_dir: Path, name: str) -> list[Path]:
     """The ORT format files and their operators config (names by style and type reduction)."""
     stem = glob.escape(name)
     return [*run_dir.glob(f"{stem}*.ort"), *run_dir.glob(f"{stem}.required_operators*.config")]
+
+
+def _web(run_dir: Path, name: str) -> list[Path]:
+    """The web app's files, in ``web/`` (the model, its input spec, its proof)."""
+    folder = run_dir / "web"
+    stem = glob.escape(name)
+    return [
+        *folder.glob(f"{stem}.onnx"),
+        *folder.glob(f"{stem}.ort"),
+        *folder.glob(f"{stem}.required_operators.config"),
+        *folder.glob(f"{stem}.inputs.json"),
+        *folder.glob(f"{stem}.proof.json"),
+    ]
 
 
 RECORDS: tuple[StepRecord, ...] = (
@@ -151,6 +166,7 @@ RECORDS: tuple[StepRecord, ...] = (
         owned=("feeds",),
         gate_only=(
             "dims",
+            "runtimes",
             "max_p50_ms",
             "max_p99_ms",
             "min_speedup",
@@ -167,6 +183,15 @@ RECORDS: tuple[StepRecord, ...] = (
         needs=("export",),
         produces=_mobile,
         gate_only=("on_unreliable",),
+    ),
+    StepRecord(
+        "web",
+        WebStep,
+        WebOptions,
+        _steps.web,
+        _details.web,
+        needs=("export",),
+        produces=_web,
     ),
 )
 """Every step, in the order the gate runs them."""

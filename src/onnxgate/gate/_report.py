@@ -14,7 +14,16 @@ from pydantic import BaseModel, ConfigDict
 GATE_REPORT_FORMAT = "onnxgate.gate-report/1"
 
 StepName = Literal[
-    "check", "export", "compare", "verify", "placement", "tune", "quantize", "bench", "mobile"
+    "check",
+    "export",
+    "compare",
+    "verify",
+    "placement",
+    "tune",
+    "quantize",
+    "bench",
+    "mobile",
+    "web",
 ]
 Status = Literal["passed", "failed", "inconclusive", "error", "not_run"]
 """``failed``: the step ran and its verdict is no; ``inconclusive``: it ran, but other load on the

@@ -428,6 +428,14 @@ optimization_style = "Fixed"   # or "Runtime" (NNAPI, CoreML)
 # max_peak_rss_mb = 200.0      # peak resident memory running the golden samples
 # max_p50_ms = 20.0            # single-thread p50 of the slowest golden sample
 
+[steps.web]
+# what a web app loads (web/NAME.onnx, or .ort; web/NAME.inputs.json, the input spec), written
+# only when the golden samples pass on it in onnxruntime-web in a headless Chromium
+enabled = false
+format = "onnx"                # or "ort"
+# runtime = "onnxruntime-web==1.30.0"
+# threads = 1                  # wasm threads of the proof
+
 [register]
 # a passing gate registers a version; `onnxgate registry promote` moves aliases later
 alias = "champion"

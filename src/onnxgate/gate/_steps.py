@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         Step,
         TuneStep,
         VerifyStep,
+        WebStep,
     )
     from onnxgate.settings import FeedSettings
 
@@ -532,10 +533,14 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
             report = run_bench(
                 ctx.model, config, progress=lambda message, fraction=None: ctx.progress(message)
             )
+        elsewhere = _bench_elsewhere(ctx, step, config)
     worst_p50 = max(r.p50_ms for r in report.results)
     worst_p99 = max(r.p99_ms for r in report.results)
     size = _size_mb(ctx.model)
     figures: dict[str, Any] = {"p50_ms": worst_p50, "p99_ms": worst_p99, "size_mb": round(size, 3)}
+    for runtime, other in elsewhere.items():
+        figures[f"{runtime}.p50_ms"] = max(r.p50_ms for r in other.results)
+        figures[f"{runtime}.p99_ms"] = max(r.p99_ms for r in other.results)
     spoiled = list(report.conditions.reasons) if report.conditions is not None else []
     ratio_doubts = [r for r in report.ratio if not r.reliable]
     if report.ratio:
@@ -582,9 +587,41 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
             shown += f"; speed-up vs {name} unreliable ({figures['speedup']:.2f}x measured)"
         else:
             shown += f", {figures['speedup']:.2f}x vs {name}"
+    for runtime, other in elsewhere.items():
+        ran = other.session or {}
+        shown += (
+            f"; {runtime} p50 {figures[f'{runtime}.p50_ms']:.2f} ms "
+            f"({ran.get('backend') or ', '.join(other.providers)}, "
+            f"{ran.get('intra_op_threads') or 'default'} thread(s))"
+        )
+    document: BaseModel | dict[str, Any] = report
+    if elsewhere:
+        document = report.model_dump(mode="json") | {
+            "runtimes": {r: other.model_dump(mode="json") for r, other in elsewhere.items()}
+        }
     return _timed_verdict(
-        "bench", step.on_unreliable, misses, undecided, report.doubts, shown, figures, report
+        "bench", step.on_unreliable, misses, undecided, report.doubts, shown, figures, document
     )
+
+
+def _bench_elsewhere(ctx: Context, step: BenchStep, config: Any) -> dict[str, Any]:
+    """The same timing on each target runtime but the installed one: runtime -> BenchReport.
+
+    Each runs in its own worker with the step's session settings, without the contender and the
+    tuned settings (both are the installed runtime's); their figures inform, thresholds judge
+    the installed runtime's.
+    """
+    from onnxgate.perf import bench as run_bench
+
+    others = [r for r in (step.runtimes or ctx.runtimes) if r != "installed"]
+    found: dict[str, Any] = {}
+    for runtime in dict.fromkeys(others):
+        ctx.progress(f"bench on {runtime}")
+        elsewhere = config.model_copy(update={"runtime": runtime, "vs": None, "tuned": False})
+        found[runtime] = run_bench(
+            ctx.model, elsewhere, progress=lambda message, fraction=None: ctx.progress(message)
+        )
+    return found
 
 
 def _timed_verdict(
@@ -595,7 +632,7 @@ def _timed_verdict(
     doubts: list[str],
     shown: str,
     figures: dict[str, Any],
-    report: BaseModel,
+    report: BaseModel | dict[str, Any],
 ) -> Outcome:
     """Failed on a miss; inconclusive when only thresholds judged on spoiled timings missed.
 
@@ -659,3 +696,27 @@ def mobile(ctx: Context, step: MobileStep) -> Outcome:
         figures,
         report,
     )
+
+
+def web(ctx: Context, step: WebStep) -> Outcome:
+    """``web/``: the model, its input spec and the browser's proof (``web.web_target``)."""
+    from onnxgate.web import web_target
+
+    report = web_target(
+        ctx.model,
+        library_config(step),
+        out=ctx.run_dir / "web",
+        name=ctx.name,
+        progress=ctx.progress,
+    )
+    figures: dict[str, Any] = {
+        "size_mb": round(report.size_mb, 3),
+        "threads": report.threads,
+        "max_abs": max((o["max_abs"] or 0.0 for o in report.outputs), default=None),
+    }
+    ran = f"{report.runtime} ({report.backend}, {report.threads} thread(s))"
+    if not report.passed:
+        summary = f"the browser breaks the contract on {ran}: {report.parity}"
+        return Outcome(False, summary, figures, report, reason=summary)
+    shown = f"web/{report.model_file} {report.size_mb:.3f} MB proven on {ran}: {report.parity}"
+    return Outcome(True, shown, figures, report)

@@ -6,13 +6,14 @@ and measures the sizes, the peak resident memory and the single-thread p50 an ed
 The gate's ``[steps.mobile]`` and ``deploy mobile`` both call it.
 """
 
-from onnxgate.mobile._convert import required_operators
+from onnxgate.mobile._convert import convert, required_operators
 from onnxgate.mobile._render import render_mobile
 from onnxgate.mobile._target import MobileConfig, MobileReport, judge_budgets, mobile_target
 
 __all__ = [
     "MobileConfig",
     "MobileReport",
+    "convert",
     "judge_budgets",
     "mobile_target",
     "render_mobile",

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._fs import atomic_write_text, fsync_file, public_mode
 from onnxgate._pathtext import shown
 from onnxgate._words import setting
-from onnxgate.errors import GateError, ParityError, SessionFailed
+from onnxgate.errors import GateError, SessionFailed
 from onnxgate.mobile._convert import Style, convert, required_operators
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.settings import Part
@@ -152,20 +152,13 @@ def mobile_target(
         SessionFailed: ONNX Runtime cannot load or convert the model (naming the node and
             operator when a static check finds why).
     """
-    from onnxgate.contract import SIDECAR, GoldenRunner, admit
+    from onnxgate.contract import GoldenRunner, admitted, parity_summary
 
     config = config or MobileConfig()
     say = progress or (lambda message: log.info("%s", message))
     loaded = load_model(model)
     _refuse_unloadable(loaded)  # by node and operator, before its contract is asked for
-    contract = SIDECAR.read(loaded.path)
-    admission = admit(loaded, contract, where=shown(SIDECAR.location(loaded.path)))
-    if not admission.passed:
-        raise ParityError(
-            f"{shown(loaded.path)}: its contract does not describe this file "
-            f"({admission.identity.reason}).",
-            hint="Deploy the model the contract was written for (`onnxgate verify` says more).",
-        )
+    contract, admission = admitted(loaded)
     stem = name or loaded.path.stem
     out.mkdir(parents=True, exist_ok=True)
     say(f"converting {loaded.path.name} to the ORT format ({config.optimization_style})")
@@ -196,16 +189,7 @@ def mobile_target(
         signature=signature,
         tolerances=admission.tolerances,
     )
-    if compared.passed:
-        worst = max(compared.outputs, key=lambda o: o.max_abs or 0.0, default=None)
-        parity = f"{len(samples)} golden sample(s) within the contract's rules" + (
-            f"; worst max_abs {worst.max_abs:.3g} ({worst.name})"
-            if worst and worst.max_abs is not None
-            else ""
-        )
-    else:
-        failing = [o for o in compared.outputs if not o.passed]
-        parity = "; ".join(f"{o.name}: {o.reason}" for o in failing)
+    parity = parity_summary(compared, len(samples))
 
     ort_mb = ort_file.stat().st_size / MB
     notes = []

@@ -243,7 +243,9 @@ def _report(
     op_types: dict[str, Counter[str]] = {}
     for n in nodes:
         op_types.setdefault(n.provider, Counter())[n.qualified_op] += 1
-    if answer["method"] == "assignment":
+    if answer.get("notes"):  # a runtime that answers without a session says how it knows
+        notes = list(answer["notes"])
+    elif answer["method"] == "assignment":
         notes = [
             "nodes of the graph as ONNX Runtime partitioned it among providers (after basic "
             "optimisations); provider-specific rewrites made later, such as NCHWc layouts, are "

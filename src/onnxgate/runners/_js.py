@@ -36,7 +36,8 @@ from onnxgate.runners.runtimes import RunExtras, Runtime, RuntimeSpec, Script
 DRIVER = Path(__file__).with_name("js") / "driver.mjs"
 TIMEOUT = 900
 """Seconds the driver may take to answer one request (a session on a large model in wasm)."""
-PROVIDERS = ("WebGpuExecutionProvider", "CPUExecutionProvider")
+CPU = "CPUExecutionProvider"
+PROVIDERS = ("WebGpuExecutionProvider", CPU)
 """What these runtimes run on, in ONNX Runtime's names: CPU is the web's ``wasm`` backend and
 Node's ``cpu``; WebGPU is ``webgpu`` in both."""
 
@@ -313,15 +314,36 @@ def js_script(
     arrays: Mapping[str, Any] | None,
     progress: Callable[[str], None] | None,
 ) -> dict[str, Any]:
-    """Refused: onnxgate's scripts are Python, and these runtimes have no Python.
+    """The placement audit of a CPU-only session, answered from the graph; refused otherwise.
+
+    onnxgate's scripts are Python and these runtimes have none. One answer is known without
+    running: a session on the CPU backend alone (``wasm`` in the browser, ``cpu`` in Node.js)
+    has ONNX Runtime's CPU provider only, so every node runs there. With WebGPU the runtime may
+    place nodes on its CPU provider and reports no placement: refused.
 
     Raises:
-        ConfigError: always, naming the runtime and the script.
+        ConfigError: any other script, or a session with WebGPU, naming the runtime.
     """
+    providers = request.get("settings", {}).get("providers") or [CPU]
+    if script.module == "onnxgate.placement._assign" and set(providers) == {CPU}:
+        graph = onnx.load(request["model"], load_external_data=False).graph
+        return {
+            "version": spec.version,
+            "available": list(PROVIDERS),
+            "all_providers": list(PROVIDERS),
+            "session_providers": [CPU],
+            "method": "single provider",
+            "nodes": [[n.name, n.op_type, n.domain, CPU] for n in graph.node],
+            "notes": [
+                f"the nodes of the graph: {spec} on its CPU backend alone has ONNX Runtime's CPU "
+                "provider only, so every node runs there (the runtime reports no placement)"
+            ],
+        }
     raise ConfigError(
         f"{script.what} runs inside a Python build of ONNX Runtime; {spec} is ONNX Runtime's "
-        "JavaScript package, which reports no per-node placement.",
-        hint="Audit placement on a Python build (the installed one, or onnxruntime==X.Y.Z).",
+        f"JavaScript package, which reports no per-node placement on {', '.join(providers)}.",
+        hint="Audit placement on a Python build (the installed one, or onnxruntime==X.Y.Z), or "
+        "on the CPU backend alone, where every node runs on the CPU provider.",
         field="runtime",
     )
 

@@ -40,12 +40,18 @@ def node_binary() -> Path:
         RuntimeEnvError: no Node.js, or one older than ``MIN_NODE`` (exit 3, with the install
             line).
     """
-    found = os.environ.get("ONNXGATE_NODE") or shutil.which("node")
+    install = (
+        f"Install Node.js {MIN_NODE} or newer with npm ('apt-get install nodejs npm' on Debian, "
+        "or https://nodejs.org), or point ONNXGATE_NODE at its node binary."
+    )
+    override = os.environ.get("ONNXGATE_NODE")
+    if override and not Path(override).is_file():
+        raise RuntimeEnvError(f"ONNXGATE_NODE names {override}, which is not a file.", hint=install)
+    found = override or shutil.which("node")
     if not found:
         raise RuntimeEnvError(
             "Node.js is not installed: onnxruntime-web and onnxruntime-node run through it.",
-            hint=f"Install Node.js {MIN_NODE} or newer with npm ('apt-get install nodejs npm' on "
-            "Debian, or https://nodejs.org), or point ONNXGATE_NODE at its node binary.",
+            hint=install,
         )
     try:
         done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30)
@@ -91,7 +97,8 @@ def chromium_binary() -> Path:
         if not Path(override).is_file():
             raise RuntimeEnvError(
                 f"ONNXGATE_CHROMIUM names {override}, which is not a file.",
-                hint="Point it at a Chromium or Chrome binary, or unset it to use the PATH's.",
+                hint="Point it at a Chromium or Chrome binary, or unset it and install one "
+                "('apt-get install chromium' on Debian).",
             )
         return Path(override)
     for name in _CHROMIUM_NAMES:

@@ -8,14 +8,16 @@ from pathlib import Path
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners._base import Runner
-from onnxgate.runners.runtimes import RunExtras, open_runner
+from onnxgate.runners.runtimes import RunExtras, RuntimeSpec, open_runner
 from onnxgate.settings import SessionSettings
 
 SPEC_HELP = (
     "`reference` (the ONNX reference evaluator), `ort` or `ort:ITEMS` (ONNX Runtime with "
     "comma-separated changes: an optimisation level disable/basic/extended/layout/all and/or "
     "providers, e.g. ort:disable or ort:cuda,cpu), `torch:package.module:factory` (a PyTorch "
-    "module), `sklearn:FILE.joblib` (needs --trust-pickle), or another .onnx file."
+    "module), `sklearn:FILE.joblib` (needs --trust-pickle), another .onnx file, or a runtime "
+    "`PACKAGE==X.Y.Z` (onnxruntime==1.20.1, onnxruntime-web==1.30.0, onnxruntime-node==1.30.0) "
+    "running the same model with the same session settings."
 )
 
 
@@ -72,6 +74,8 @@ def make_runner(
         return SklearnRunner(
             rest, Signature.from_graph(model.proto.graph), trust_pickle=trust_pickle
         )
+    if "==" in spec:
+        return open_runner(model, base, runtime=RuntimeSpec.parse(spec), extras=extras)
     if spec.endswith(".onnx") or Path(spec).is_file():
         other = load_model(spec)
         name = f"{Path(spec).name} on onnxruntime[{label(base)}]"

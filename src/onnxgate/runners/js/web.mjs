@@ -20,6 +20,9 @@ const host = {
     delete options.intraOpNumThreads; // the page's thread pool is ort.env.wasm.numThreads
     delete options.interOpNumThreads;
     if (!options.executionProviders.includes('webgpu')) return;
+    // webgpu alone: the webgpu backend runs what it has no kernel for on its own CPU provider,
+    // while a list ['webgpu', 'wasm'] would fall back to wasm silently if WebGPU failed to start
+    options.executionProviders = ['webgpu'];
     if (!navigator.gpu) {
       throw new Failure('ProviderUnavailable', `${host.runtime}: this Chromium offers no WebGPU (navigator.gpu is undefined${self.isSecureContext ? '' : '; the page is not a secure context'})`,
         'Run on the wasm backend (provider cpu), or on a browser with WebGPU enabled.');

@@ -1,0 +1,168 @@
+"""``deploy web``: the model, its input spec and the proof, run in a real headless Chromium.
+
+The browser tests need Node.js, npm (the first run installs onnxruntime-web into the shared
+environment folder) and Chromium; without them they skip, except under CI, where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from conftest import CORPUS, ON_CI, needs_corpus
+from models import mlp, save
+from onnxgate.cli import app
+from onnxgate.contract import SIDECAR, ContractConfig, init_contract
+from onnxgate.deploy import WebConfig, deploy_web
+from onnxgate.errors import ConfigError, SessionFailed
+from onnxgate.settings import FeedSettings
+from web_proof import before_proof, perturb
+
+MNIST = CORPUS / "mnist.onnx"
+HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
+needs_browser = pytest.mark.skipif(
+    not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed"
+)
+
+
+@pytest.fixture
+def mnist(tmp_path: Path) -> Path:
+    """The corpus' mnist with its contract, in a folder of the test's own."""
+    path = tmp_path / "src" / "mnist.onnx"
+    path.parent.mkdir()
+    shutil.copyfile(MNIST, path)
+    init_contract(path, ContractConfig())
+    return path
+
+
+@pytest.fixture
+def batched(tmp_path: Path) -> Path:
+    """An MLP whose batch the contract proves from 1 to 7."""
+    (tmp_path / "src").mkdir()
+    path = save(mlp(), tmp_path / "src" / "mlp.onnx")
+    init_contract(path, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 7]})))
+    return path
+
+
+@needs_browser
+@needs_corpus(MNIST)
+def test_mnist_is_written_with_its_spec_and_proven_in_the_browser(mnist, tmp_path) -> None:
+    out = tmp_path / "web"
+    report = deploy_web(mnist, WebConfig(out=out, allow_ungated=True))
+    assert report.passed and report.written
+    assert sorted(p.name for p in out.iterdir()) == [
+        "mnist.inputs.json",
+        "mnist.onnx",
+        "mnist.proof.json",
+    ]
+    assert (out / "mnist.onnx").read_bytes() == mnist.read_bytes()
+    contract = SIDECAR.read(mnist)
+    spec = json.loads((out / "mnist.inputs.json").read_text())
+    assert spec["format"] == "onnxgate.web-inputs/1"
+    assert spec["sha256"] == contract.identity.model.sha256
+    assert [(i["name"], i["dtype"], i["shape"]) for i in spec["inputs"]] == [
+        (s.name, s.dtype, list(s.shape)) for s in contract.signature.inputs
+    ]
+    assert [o["name"] for o in spec["outputs"]] == [o.name for o in contract.signature.outputs]
+    proof = json.loads((out / "mnist.proof.json").read_text())
+    assert proof["passed"] and proof["format"] == "onnxgate.web-proof/1"
+    assert proof["runtime"] == "onnxruntime-web 1.30.0"
+    assert (proof["backend"], proof["threads"]) == ("wasm", 1)
+    assert proof["samples"] == len(contract.golden.samples)
+    assert proof["outputs"][0]["max_abs"] < 1e-4
+    assert proof["size_mb"] == pytest.approx(mnist.stat().st_size / 1e6, abs=1e-6)
+
+
+@needs_browser
+def test_the_ort_format_with_two_threads_and_the_proven_ranges_from_the_cli(
+    batched, tmp_path
+) -> None:
+    out = tmp_path / "web"
+    result = CliRunner().invoke(
+        app,
+        ["deploy", "web", str(batched), "-o", str(out), "--ort", "--threads", "2"]
+        + ["--allow-ungated", "--format", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["model_file"] == "mlp.ort" and report["model_format"] == "ort"
+    assert (report["backend"], report["threads"]) == ("wasm", 2)
+    assert report["cross_origin_isolated"] is True
+    assert {"mlp.ort", "mlp.required_operators.config"} <= {p.name for p in out.iterdir()}
+    spec = json.loads((out / "mlp.inputs.json").read_text())
+    (entry,) = spec["inputs"]
+    assert entry["shape"][0] == "batch"
+    assert entry["dims"] == {"batch": {"min": 1, "max": 7}}
+
+
+@needs_browser
+@needs_corpus(MNIST)
+def test_a_model_the_browser_runs_differently_fails_naming_the_output_and_writes_nothing(
+    mnist, tmp_path, monkeypatch
+) -> None:
+    before_proof(monkeypatch, perturb)
+    out = tmp_path / "web"
+    result = CliRunner().invoke(
+        app, ["deploy", "web", str(mnist), "-o", str(out), "--allow-ungated"]
+    )
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.stdout.split())
+    assert re.search(
+        r"Plus214_Output_0: \d+ of 10 element\(s\) outside allclose.* \(max_abs \d", text
+    )
+    assert "nothing was written" in text
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if "onnxgate-web" in p.name]  # no staging left
+
+
+@needs_browser
+@needs_corpus(MNIST)
+def test_a_model_the_browser_cannot_load_names_the_runtime_and_its_error(
+    mnist, tmp_path, monkeypatch
+) -> None:
+    before_proof(monkeypatch, lambda path: path.write_bytes(b"not a model"))
+    with pytest.raises(SessionFailed, match=r"onnxruntime-web==1\.30\.0 cannot load mnist\.onnx"):
+        deploy_web(mnist, WebConfig(out=tmp_path / "web", allow_ungated=True))
+    assert not (tmp_path / "web").exists()
+
+
+@needs_browser
+def test_weights_in_external_data_are_embedded_in_the_one_file_a_page_fetches(tmp_path) -> None:
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "mlp.onnx"
+    onnx.save(mlp(), path, save_as_external_data=True, location="mlp.weights", size_threshold=0)
+    init_contract(path, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 3]})))
+    out = tmp_path / "web"
+    report = deploy_web(path, WebConfig(out=out, allow_ungated=True))
+    assert report.passed, report.parity
+    assert sorted(p.name for p in out.iterdir()) == [
+        "mlp.inputs.json",
+        "mlp.onnx",
+        "mlp.proof.json",
+    ]
+    written = onnx.load(out / "mlp.onnx", load_external_data=False)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in written.graph.initializer)
+    assert any("embedded" in note for note in report.notes)
+
+
+def test_a_folder_that_is_not_empty_and_a_runtime_that_is_no_browser_are_refused(
+    batched, tmp_path
+) -> None:
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    with pytest.raises(ConfigError, match="exists and is not empty"):
+        deploy_web(batched, WebConfig(out=full, allow_ungated=True))
+    result = CliRunner().invoke(
+        app,
+        ["deploy", "web", str(batched), "-o", str(tmp_path / "w"), "--allow-ungated"]
+        + ["-r", "onnxruntime-node==1.30.0", "--format", "json"],
+    )
+    assert result.exit_code == 2, result.output
+    assert "is not a release of onnxruntime-web" in json.loads(result.stdout)["message"]

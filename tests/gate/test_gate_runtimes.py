@@ -1,0 +1,116 @@
+"""The gate with ONNX Runtime's JavaScript packages as targets: verify's columns, bench per runtime.
+
+Needs Node.js, npm and Chromium (skipped without them, except under CI, where it fails).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS, ON_CI, needs_corpus
+from onnxgate.gate import run_gate
+
+MNIST = CORPUS / "mnist.onnx"
+WEB = "onnxruntime-web==1.30.0"
+NODE = "onnxruntime-node==1.30.0"
+HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
+
+
+@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_corpus(MNIST)
+def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> None:
+    shutil.copyfile(MNIST, tmp_path / "mnist.onnx")
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        'version = 1\n[model]\nname = "mnist"\nsource = "mnist.onnx"\n'
+        f'[targets]\nruntimes = ["installed", "{WEB}", "{NODE}"]\n'
+        "[steps.tune]\nenabled = false\n[steps.bench]\nbudget = 0.2\n"
+        '[steps.web]\nenabled = true\nformat = "ort"\nthreads = 2\n'
+    )
+    report = run_gate(path)
+    steps = {s.name: s for s in report.steps}
+    assert report.passed, [(s.name, s.status, s.reason) for s in report.steps]
+    for name in ("check", "verify", "placement", "bench", "web"):
+        assert steps[name].status == "passed", name
+    verify = steps["verify"]
+    assert verify.figures[f"{WEB}.passed"] is True
+    assert verify.figures[f"{NODE}.passed"] is True
+    ran = {r["runtime"]: r["ran"]["settings"] for r in verify.report["results"]}
+    assert ran[WEB]["backend"] == "wasm" and ran[NODE]["backend"] == "cpu"
+    bench = steps["bench"]
+    for runtime in (WEB, NODE):
+        assert bench.figures[f"{runtime}.p50_ms"] > 0
+        assert f"{runtime} p50" in bench.summary
+    assert bench.report["runtimes"][WEB]["session"]["backend"] == "wasm"
+    document = json.loads((Path(report.run_dir) / "report.json").read_text())
+    assert f"{WEB}.p50_ms" in next(s for s in document["steps"] if s["name"] == "bench")["figures"]
+    web = steps["web"]
+    assert (web.report["backend"], web.report["threads"], web.report["written"]) == (
+        "wasm",
+        2,
+        True,
+    )
+    assert "proven on onnxruntime-web 1.30.0 (wasm, 2 thread(s))" in web.summary
+    folder = Path(report.run_dir) / "web"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "mnist.inputs.json",
+        "mnist.ort",
+        "mnist.proof.json",
+        "mnist.required_operators.config",
+    ]
+    html = (Path(report.run_dir) / "report.html").read_text()
+    assert "on the other target runtimes" in html and f"<strong>{NODE}</strong>" in html
+    assert f'<strong>{WEB}</strong><div class="muted">backend wasm, 1 thread(s)</div>' in html
+
+
+@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_corpus(MNIST)
+def test_verify_on_web_and_node_from_the_cli_records_what_ran(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+    from onnxgate.contract import ContractConfig, init_contract
+
+    model = tmp_path / "mnist.onnx"
+    shutil.copyfile(MNIST, model)
+    init_contract(model, ContractConfig())
+    args = ["verify", str(model), "-r", WEB, "-r", NODE, "--threads", "2", "--format", "json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = {r["runtime"]: r for r in json.loads(result.stdout)["results"]}
+    assert list(results) == [WEB, NODE]
+    web = results[WEB]["ran"]["settings"]
+    assert (web["backend"], web["intra_op_threads"], web["cross_origin_isolated"]) == (
+        "wasm",
+        2,
+        True,
+    )
+    assert results[NODE]["ran"]["settings"]["backend"] == "cpu"
+    assert all(r["parity"]["passed"] and r["placement"]["passed"] for r in results.values())
+    text = CliRunner().invoke(app, args[:-2]).stdout
+    assert "ran: backend wasm, 2 thread(s)" in text and "ran: backend cpu, 2 thread(s)" in text
+
+
+@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_corpus(MNIST)
+def test_the_web_step_fails_when_the_browser_breaks_the_contract(tmp_path, monkeypatch) -> None:
+    from web_proof import before_proof, perturb
+
+    before_proof(monkeypatch, perturb)
+    shutil.copyfile(MNIST, tmp_path / "mnist.onnx")
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        'version = 1\n[model]\nname = "mnist"\nsource = "mnist.onnx"\n'
+        "[steps.tune]\nenabled = false\n[steps.bench]\nenabled = false\n"
+        "[steps.web]\nenabled = true\n"
+    )
+    report = run_gate(path, cache=False)
+    assert report.failed_steps == ["web"]
+    reason = report.step("web").reason
+    assert "the browser breaks the contract on onnxruntime-web 1.30.0 (wasm" in reason
+    assert "Plus214_Output_0:" in reason and "max_abs" in reason
+    assert not (Path(report.run_dir) / "web").exists()
