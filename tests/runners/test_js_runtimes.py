@@ -279,3 +279,50 @@ def test_bench_times_the_javascript_runtime_in_its_driver(spec: str) -> None:
     assert report["runtime"] == f"{spec.replace('==', ' ')}"
     assert report["session"]["backend"] == ("wasm" if spec == WEB else "cpu")
     assert report["results"][0]["runs"] > 0
+
+
+def _verify_everywhere(model: Path, threads: int) -> dict:
+    """``contract init`` then ``verify -r web -r node --threads N`` on ``model``; the report."""
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+
+    if not model.with_suffix(".contract.json").exists():
+        made = CliRunner().invoke(app, ["contract", "init", str(model)])
+        assert made.exit_code == 0, made.output
+    args = ["verify", str(model), "-r", WEB, "-r", NODE, "--threads", str(threads)]
+    result = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _assert_ran(report: dict, threads: int) -> None:
+    ran = {r["runtime"]: r["ran"]["settings"] for r in report["results"]}
+    assert ran[WEB]["backend"] == "wasm" and ran[WEB]["intra_op_threads"] == threads
+    assert ran[WEB]["cross_origin_isolated"] is True
+    assert ran[NODE]["backend"] == "cpu" and ran[NODE]["intra_op_threads"] == threads
+    assert all(r["parity"]["passed"] for r in report["results"]), report
+
+
+@needs_js
+@pytest.mark.parametrize("name", ["ultraface_rfb320", "image_classifier32"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_corpus_models_verify_on_web_wasm_and_node(name: str, threads: int, tmp_path: Path) -> None:
+    source = CORPUS / f"{name}.onnx"
+    if not source.exists() and not ON_CI:
+        pytest.skip(f"{source} is absent")
+    model = tmp_path / source.name
+    shutil.copy(source, model)
+    _assert_ran(_verify_everywhere(model, threads), threads)
+
+
+@needs_js
+@pytest.mark.slow
+@pytest.mark.torch
+def test_minilm_verifies_on_web_wasm_at_1_and_2_threads_and_on_node(
+    minilm_onnx: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "minilm.onnx"
+    shutil.copy(minilm_onnx, model)
+    for threads in (1, 2):
+        _assert_ran(_verify_everywhere(model, threads), threads)
