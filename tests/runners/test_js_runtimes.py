@@ -326,3 +326,54 @@ def test_minilm_verifies_on_web_wasm_at_1_and_2_threads_and_on_node(
     shutil.copy(minilm_onnx, model)
     for threads in (1, 2):
         _assert_ran(_verify_everywhere(model, threads), threads)
+
+
+@needs_js
+@needs_corpus(MNIST)
+def test_webgpu_runs_only_when_asked_and_a_fallback_adapter_only_when_admitted() -> None:
+    """Headless Chromium's only WebGPU adapter is SwiftShader, a CPU emulation: refused unless
+    the provider option admits it, and then what ran says so. Never wasm instead."""
+    from onnxgate.errors import ProviderUnavailable
+    from onnxgate.model import load_model
+    from onnxgate.runners import open_runner
+    from onnxgate.settings import SessionSettings
+
+    model = load_model(MNIST)
+    feeds = {"Input3": np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32)}
+    with (
+        pytest.raises(ProviderUnavailable, match="fallback adapter"),
+        open_runner(model, SessionSettings(providers=("webgpu",)), runtime=WEB),
+    ):
+        pass
+    admitted = SessionSettings(providers=("webgpu:allow_fallback_adapter=1",))
+    with open_runner(model) as here, open_runner(model, admitted, runtime=WEB) as there:
+        expected = here.infer(feeds).outputs["Plus214_Output_0"]
+        got = there.infer(feeds).outputs["Plus214_Output_0"]
+        ran = there.info().settings
+    assert ran["backend"] == "webgpu" and ran["adapter"]["fallback"] is True
+    assert np.abs(got - expected).max() < 1e-4
+
+
+@needs_js
+@needs_corpus(MNIST)
+@pytest.mark.parametrize(
+    ("spec", "providers", "words"),
+    [
+        (NODE, ("cuda",), "has no cuda provider"),
+        (WEB, ("tensorrt",), "has no tensorrt provider"),
+        (NODE, ("webgpu",), "found no WebGPU adapter"),
+    ],
+)
+def test_a_provider_the_runtime_cannot_run_is_refused_by_name(
+    spec: str, providers: tuple[str, ...], words: str
+) -> None:
+    from onnxgate.contract_store import contract_extras
+    from onnxgate.errors import ProviderUnavailable
+    from onnxgate.model import load_model
+    from onnxgate.runners import open_runner
+    from onnxgate.settings import SessionSettings
+
+    settings = SessionSettings(providers=providers)
+    runner = open_runner(load_model(MNIST), settings, runtime=spec, extras=contract_extras())
+    with pytest.raises(ProviderUnavailable, match=words), runner:
+        pass

@@ -1,7 +1,7 @@
 // The page of onnxruntime-web: the driver (driver.mjs) serves it from 127.0.0.1 with the headers
 // that make the page cross-origin isolated (threads), and calls window.onnxgate(request) for each
 // op. Tensors cross by fetch from the driver's server (and POST back), never as JSON numbers.
-import { Engine, Failure, oneLine } from './core.mjs';
+import { Engine, Failure, allowsFallbackAdapter, oneLine } from './core.mjs';
 import * as ort from '/dist/ort.min.mjs';
 
 const query = new URLSearchParams(location.search);
@@ -16,7 +16,7 @@ const host = {
   runtime: `onnxruntime-web ${ort.env.versions.web}`,
   cpu: 'wasm',
   model: (ref) => ref,
-  async prepare(options) {
+  async prepare(options, settings) {
     delete options.intraOpNumThreads; // the page's thread pool is ort.env.wasm.numThreads
     delete options.interOpNumThreads;
     if (!options.executionProviders.includes('webgpu')) return;
@@ -31,6 +31,11 @@ const host = {
     if (!adapter) {
       throw new Failure('ProviderUnavailable', `${host.runtime}: navigator.gpu.requestAdapter() found no WebGPU adapter in this headless Chromium (no GPU it may use)`,
         'Run on the wasm backend (provider cpu), or on a machine whose GPU Chromium can use.');
+    }
+    const info = adapter.info || {};
+    if (info.isFallbackAdapter && !allowsFallbackAdapter(settings)) {
+      throw new Failure('ProviderUnavailable', `${host.runtime}: Chromium's only WebGPU adapter is a fallback adapter (${info.vendor} ${info.architecture}: a CPU emulation, not a GPU)`,
+        'Run on a machine whose GPU Chromium can use; to test the WebGPU kernels on the emulation anyway, add --provider-option webgpu:allow_fallback_adapter=1.');
     }
   },
   async applied(options) {
