@@ -185,6 +185,7 @@ class JsRunner:
         self.spec = spec
         self.settings = settings if settings is not None else SessionSettings()
         self.progress = progress
+        self._named = name
         self.name = name or f"{spec} [{_label(self.settings)}]"
         self.loaded: dict[str, Any] = {}
         self._driver: Driver | None = None
@@ -197,6 +198,10 @@ class JsRunner:
         self._driver = Driver(self.spec, self.progress)
         try:
             self.loaded = self._load("main", None)
+            if self._named is None:  # what really ran: the backend and threads read back
+                ran = self.loaded.get("settings") or {}
+                threads = ran.get("intra_op_threads") or "default"
+                self.name = f"{self.spec} [{ran.get('optimization')}; {ran.get('backend')}; threads {threads}]"
         except BaseException:
             self.__exit__()
             raise
@@ -261,8 +266,8 @@ class JsRunner:
     def method(self) -> str:
         """How ``infer_all`` sees intermediate tensors."""
         return (
-            f"{self.spec} ({_label(self.settings)}) through onnxgate's JavaScript driver, with "
-            "every node output of the main graph exposed as a graph output"
+            f"{self.name} through onnxgate's JavaScript driver, with every node output of the "
+            "main graph exposed as a graph output"
         )
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
