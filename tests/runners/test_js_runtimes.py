@@ -377,3 +377,12 @@ def test_a_provider_the_runtime_cannot_run_is_refused_by_name(
     runner = open_runner(load_model(MNIST), settings, runtime=spec, extras=contract_extras())
     with pytest.raises(ProviderUnavailable, match=words), runner:
         pass
+
+
+def test_what_needs_a_python_environment_refuses_a_javascript_runtime_by_name() -> None:
+    from onnxgate.compat.runtime import ensure_env
+    from onnxgate.errors import ConfigError
+    from onnxgate.runners.runtimes import RuntimeSpec
+
+    with pytest.raises(ConfigError, match="onnxruntime-web==1.30.0 is not a Python build"):
+        ensure_env(RuntimeSpec.parse(WEB))
