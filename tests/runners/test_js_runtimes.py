@@ -386,3 +386,22 @@ def test_what_needs_a_python_environment_refuses_a_javascript_runtime_by_name() 
 
     with pytest.raises(ConfigError, match="onnxruntime-web==1.30.0 is not a Python build"):
         ensure_env(RuntimeSpec.parse(WEB))
+
+
+@needs_js
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_a_model_with_external_data_runs_and_exposes_its_tensors(spec: str, tmp_path: Path) -> None:
+    from onnxgate.model import load_model
+    from onnxgate.runners import open_runner
+
+    proto = onnx.load(_leaky(tmp_path / "inline.onnx", 0.1))
+    external = {"save_as_external_data": True, "location": "weights.bin", "size_threshold": 0}
+    onnx.save(proto, tmp_path / "ext.onnx", **external)
+    model = load_model(tmp_path / "ext.onnx")
+    assert model.external_data
+    feeds = {"x": np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)}
+    with open_runner(model) as here, open_runner(model, runtime=spec) as there:
+        expected, got = here.infer(feeds).outputs, there.infer(feeds).outputs
+        every = there.infer_all(feeds)
+    assert np.abs(got["y"] - expected["y"]).max() < 1e-5
+    assert {"h", "r", "y"} <= set(every)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -225,15 +226,22 @@ class JsRunner:
     def _load(self, key: str, proto: onnx.ModelProto | None) -> dict[str, Any]:
         assert self._driver is not None
         path = self.model.path
+        files = {ref.location: ref.path for ref in self.model.external_data}
         if proto is not None or not path.is_file():
-            path = self._file("model").with_suffix(".onnx")
+            folder = self._file("model")  # its own folder: the external data linked beside it
+            folder.mkdir()
+            path = folder / "model.onnx"
             path.write_bytes((proto or self.model.proto).SerializeToString())
+            for location, source in files.items():
+                _beside(source, folder / location)
         request = {
             "op": "load",
             "key": key,
             "onnx": str(path),
             "name": str(self.model.path),
             "settings": self.settings.wire(),
+            # the browser fetches a model's external data by name (Node reads it beside the file)
+            "external": [{"path": loc, "file": str(file)} for loc, file in files.items()],
         }
         return self._driver.ask(request, str(self.model.path))
 
@@ -282,6 +290,17 @@ class JsRunner:
     def sibling(self, model: LoadedModel) -> JsRunner:
         """The same runtime and settings on another model (a node replayed alone)."""
         return JsRunner(model, self.spec, self.settings, progress=self.progress)
+
+
+def _beside(source: Path, target: Path) -> None:
+    """An external data file at ``target``: a hard link (ONNX Runtime refuses a symbolic link
+    that leads out of the model's folder), or a copy across file systems.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _label(settings: Any) -> str:

@@ -167,6 +167,7 @@ export class Engine {
     const settings = request.settings || {};
     const options = sessionOptions(settings, this.host.runtime, this.host.cpu);
     await this.host.prepare(options, request.settings || {});
+    if (request.externalData && request.externalData.length) options.externalData = request.externalData;
     const key = request.key || 'main';
     await this.drop(key);
     let session;

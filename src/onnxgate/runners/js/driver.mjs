@@ -9,7 +9,8 @@
 // one JSON line each on stdout (`{"ok": ...}` or `{"error": CLASS, "message": ..., "hint": ...}`,
 // CLASS a GateError's name); whatever the libraries print goes to stderr. Ops:
 //
-//   load   {"onnx": path, "settings": SessionSettings.wire(), "key"?: slot, "name"?: label}
+//   load   {"onnx": path, "settings": SessionSettings.wire(), "key"?: slot, "name"?: label,
+//           "external"?: [{"path": location in the model, "file": its file}] (the web fetches them)}
 //          -> {"runtime": "onnxruntime-web 1.30.0", "backend": "wasm"|"webgpu"|"cpu",
 //              "providers": [...], "settings": {"backend", "intra_op_threads" (really used),
 //              "optimization", ...}, "inputs": [...], "outputs": [...]}
@@ -281,7 +282,13 @@ function webBackend() {
   }
 
   async function inPage(request) {
-    const answer = await page.evaluate((r) => window.onnxgate(r), request);
+    let answer;
+    try {
+      answer = await page.evaluate((r) => window.onnxgate(r), request);
+    } catch (err) {
+      throw new Failure('RunFailed', `${runtime}: the page failed during ${request.op} on ${request.name || 'the model'}: ${oneLine(err).slice(0, 400)}`,
+        'The browser crashed or ran out of memory on this model; run it alone to see the trace.');
+    }
     if (answer.error) throw new Failure(answer.error, answer.message, answer.hint);
     return answer.ok;
   }
@@ -292,8 +299,10 @@ function webBackend() {
       if (request.op === 'load' || request.op === 'probe') await open(wanted);
       else if (!page) throw new Failure('ConfigError', 'the driver was asked to run before anything was loaded');
       switch (request.op) {
-        case 'load':
-          return inPage({ ...request, onnx: offer(request.onnx), name: request.name || request.onnx });
+        case 'load': {
+          const externalData = (request.external || []).map((e) => ({ path: e.path, data: offer(e.file) }));
+          return inPage({ ...request, onnx: offer(request.onnx), name: request.name || request.onnx, externalData });
+        }
         case 'probe': {
           const urls = request.models.map((path) => offer(path));
           const { loads } = await inPage({ ...request, models: urls });
