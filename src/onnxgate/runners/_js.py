@@ -293,8 +293,9 @@ class JsRunner:
 
 
 def _beside(source: Path, target: Path) -> None:
-    """An external data file at ``target``: a hard link (ONNX Runtime refuses a symbolic link
-    that leads out of the model's folder), or a copy across file systems.
+    """An external data file at ``target``: a hard link, or a copy across file systems.
+
+    ONNX Runtime refuses a symbolic link that leads out of the model's folder.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
