@@ -128,10 +128,17 @@ class Driver:
                 f"on {what}; its last words: {tail or 'none'}",
                 hint="Node.js or the browser crashed on this model; run it alone to see the trace.",
             )
-        answer = json.loads(line)
-        if "error" in answer:
-            raise as_error(answer, self.label)
-        return answer["ok"]
+        try:
+            answer = json.loads(line)
+            if "error" in answer:
+                raise as_error(answer, self.label)
+            return answer["ok"]
+        except (ValueError, TypeError, KeyError) as err:
+            raise InternalError(
+                f"{self.label}'s driver answered {request.get('op')!r} with {line[:200]!r}, "
+                "which is not its protocol.",
+                hint="This is a bug in onnxgate, not a verdict on the model; please report it.",
+            ) from err
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -233,6 +233,10 @@ export class Engine {
     const out = [];
     for (const name of session.outputNames) {
       const tensor = results[name];
+      if (!tensor || !tensor.dims) {
+        throw new Failure('RunFailed', `${this.host.runtime} returned output ${name} of ${what} as no tensor (a sequence or map): onnxgate compares tensors only`,
+          'Compare this model on a Python build of ONNX Runtime.');
+      }
       let data = tensor.location && tensor.location !== 'cpu' ? await tensor.getData(true) : tensor.data;
       out.push({ name, dtype: tensor.type, shape: Array.from(tensor.dims), data });
     }

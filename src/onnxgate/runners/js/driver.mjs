@@ -24,6 +24,7 @@
 //          a session created (and dropped) per file.
 //   drop   {"key": slot} -> {}
 //   quit   ends the driver.
+import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -192,10 +193,8 @@ function webBackend() {
   const runtime = `onnxruntime-web ${version}`;
   const files = new Map(); // token -> a file path or bytes the page may fetch
   const posted = new Map(); // token -> the bytes the page posted
-  let next = 0;
   const offer = (what) => {
-    next += 1;
-    const token = `t${next}`;
+    const token = randomUUID();
     files.set(token, what);
     return `/f/${token}`;
   };
@@ -227,6 +226,10 @@ function webBackend() {
         return;
       }
       if (url.pathname === '/') return send(readFileSync(join(HERE, 'web.html')), TYPES['.html']);
+      if (url.pathname === '/favicon.ico') {
+        res.writeHead(204, headers);
+        return res.end();
+      }
       if (url.pathname.startsWith('/og/')) {
         const name = url.pathname.slice(4);
         if (!['web.mjs', 'core.mjs'].includes(name)) return fail(404);
@@ -309,8 +312,7 @@ function webBackend() {
           return { loads: Object.fromEntries(request.models.map((path, i) => [path, loads[urls[i]]])) };
         }
         case 'infer': {
-          next += 1;
-          const token = `o${next}`;
+          const token = randomUUID();
           await inPage({ ...request, feeds: offer(containerOf(request.feeds)), outputs: `/p/${token}`, name: request.name || request.feeds });
           writeFileSync(request.outputs, posted.get(token));
           posted.delete(token);
