@@ -25,7 +25,21 @@ from onnxgate.runners._jstensors import read_tensors, write_tensors
 WEB = "onnxruntime-web==1.30.0"
 NODE = "onnxruntime-node==1.30.0"
 MNIST = CORPUS / "mnist.onnx"
-HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
+
+
+def _have_js() -> bool:
+    from onnxgate.errors import RuntimeEnvError
+    from onnxgate.runners._jsenv import chromium_binary, npm_binary
+
+    try:
+        npm_binary()  # and Node.js
+        chromium_binary()
+    except RuntimeEnvError:
+        return False
+    return True
+
+
+HAVE_JS = _have_js()
 needs_js = pytest.mark.skipif(
     not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed"
 )
@@ -405,3 +419,17 @@ def test_a_model_with_external_data_runs_and_exposes_its_tensors(spec: str, tmp_
         every = there.infer_all(feeds)
     assert np.abs(got["y"] - expected["y"]).max() < 1e-5
     assert {"h", "r", "y"} <= set(every)
+
+
+@needs_js
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_check_measures_the_limits_of_a_javascript_runtime_through_its_probe(spec: str) -> None:
+    """``compat.runtime`` probes these runtimes through the driver's probe op: IR and opset
+    limits from one-node models, no kernel registry (the hook kernel probing fills)."""
+    from onnxgate.compat.runtime import runtime_profile
+
+    profile = runtime_profile(spec)
+    assert profile.package == spec.split("==")[0] and profile.version == "1.30.0"
+    assert profile.max_ir >= 10 and profile.max_opsets["ai.onnx"] >= 21
+    assert profile.kernels is None
+    assert profile.loads["ai.onnx:13"] is None

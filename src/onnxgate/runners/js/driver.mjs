@@ -192,7 +192,6 @@ function webBackend() {
   const { version } = JSON.parse(readFileSync(join(folder, 'package.json'), 'utf8'));
   const runtime = `onnxruntime-web ${version}`;
   const files = new Map(); // token -> a file path or bytes the page may fetch
-  const posted = new Map(); // token -> the bytes the page posted
   const offer = (what) => {
     const token = randomUUID();
     files.set(token, what);
@@ -215,16 +214,6 @@ function webBackend() {
       res.end();
     };
     try {
-      if (req.method === 'POST' && url.pathname.startsWith('/p/')) {
-        const chunks = [];
-        req.on('data', (c) => chunks.push(c));
-        req.on('end', () => {
-          posted.set(url.pathname.slice(3), Buffer.concat(chunks));
-          res.writeHead(200, headers);
-          res.end();
-        });
-        return;
-      }
       if (url.pathname === '/') return send(readFileSync(join(HERE, 'web.html')), TYPES['.html']);
       if (url.pathname === '/favicon.ico') {
         res.writeHead(204, headers);
@@ -276,7 +265,7 @@ function webBackend() {
     }
     if (page && threads === wanted) return;
     if (page) await page.close();
-    page = await browser.newPage();
+    page = await browser.newPage({ acceptDownloads: true });
     page.on('console', (m) => process.stderr.write(`[page ${m.type()}] ${m.text()}\n`));
     page.on('pageerror', (e) => process.stderr.write(`[page error] ${oneLine(e)}\n`));
     await page.goto(`${base}/?threads=${wanted}`);
@@ -312,10 +301,11 @@ function webBackend() {
           return { loads: Object.fromEntries(request.models.map((path, i) => [path, loads[urls[i]]])) };
         }
         case 'infer': {
-          const token = randomUUID();
-          await inPage({ ...request, feeds: offer(containerOf(request.feeds)), outputs: `/p/${token}`, name: request.name || request.feeds });
-          writeFileSync(request.outputs, posted.get(token));
-          posted.delete(token);
+          const download = page.waitForEvent('download', { timeout: 0 });
+          await inPage({ ...request, feeds: offer(containerOf(request.feeds)), name: request.name || request.feeds });
+          const saved = await download;
+          await saved.saveAs(request.outputs);
+          await saved.delete();
           return {};
         }
         case 'feeds':
