@@ -24,9 +24,12 @@ $(VENV)/.installed-demo: pyproject.toml $(VENV)/.installed
 
 # torch first, from its pinned CPU wheel, so nothing later pulls a CUDA build to satisfy "torch".
 # Debian's chromium renders report.html in tests/gate (playwright drives it; no browser download).
+# Node.js and npm run ONNX Runtime's JavaScript packages (tests/runners/test_js_runtimes.py).
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-demo
 	command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
 		|| echo "chromium is not installed: the report page's browser test skips (fails with CI=true)"
+	command -v node >/dev/null && command -v npm >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; } \
+		|| echo "Node.js or npm is not installed: the onnxruntime-web/-node tests skip (fail with CI=true)"
 	$(BIN)/python -m pip install --quiet -e '.[test,torch,sklearn,examples]'
 	touch $@
 

@@ -25,7 +25,21 @@ from onnxgate.runners._jstensors import read_tensors, write_tensors
 WEB = "onnxruntime-web==1.30.0"
 NODE = "onnxruntime-node==1.30.0"
 MNIST = CORPUS / "mnist.onnx"
-HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
+
+
+def _have_js() -> bool:
+    from onnxgate.errors import RuntimeEnvError
+    from onnxgate.runners._jsenv import chromium_binary, npm_binary
+
+    try:
+        npm_binary()  # and Node.js
+        chromium_binary()
+    except RuntimeEnvError:
+        return False
+    return True
+
+
+HAVE_JS = _have_js()
 needs_js = pytest.mark.skipif(
     not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed"
 )
@@ -279,3 +293,143 @@ def test_bench_times_the_javascript_runtime_in_its_driver(spec: str) -> None:
     assert report["runtime"] == f"{spec.replace('==', ' ')}"
     assert report["session"]["backend"] == ("wasm" if spec == WEB else "cpu")
     assert report["results"][0]["runs"] > 0
+
+
+def _verify_everywhere(model: Path, threads: int) -> dict:
+    """``contract init`` then ``verify -r web -r node --threads N`` on ``model``; the report."""
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+
+    if not model.with_suffix(".contract.json").exists():
+        made = CliRunner().invoke(app, ["contract", "init", str(model)])
+        assert made.exit_code == 0, made.output
+    args = ["verify", str(model), "-r", WEB, "-r", NODE, "--threads", str(threads)]
+    result = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _assert_ran(report: dict, threads: int) -> None:
+    ran = {r["runtime"]: r["ran"]["settings"] for r in report["results"]}
+    assert ran[WEB]["backend"] == "wasm" and ran[WEB]["intra_op_threads"] == threads
+    assert ran[WEB]["cross_origin_isolated"] is True
+    assert ran[NODE]["backend"] == "cpu" and ran[NODE]["intra_op_threads"] == threads
+    assert all(r["parity"]["passed"] for r in report["results"]), report
+
+
+@needs_js
+@pytest.mark.parametrize("name", ["ultraface_rfb320", "image_classifier32"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_corpus_models_verify_on_web_wasm_and_node(name: str, threads: int, tmp_path: Path) -> None:
+    source = CORPUS / f"{name}.onnx"
+    if not source.exists() and not ON_CI:
+        pytest.skip(f"{source} is absent")
+    model = tmp_path / source.name
+    shutil.copy(source, model)
+    _assert_ran(_verify_everywhere(model, threads), threads)
+
+
+@needs_js
+@pytest.mark.slow
+@pytest.mark.torch
+def test_minilm_verifies_on_web_wasm_at_1_and_2_threads_and_on_node(
+    minilm_onnx: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "minilm.onnx"
+    shutil.copy(minilm_onnx, model)
+    for threads in (1, 2):
+        _assert_ran(_verify_everywhere(model, threads), threads)
+
+
+@needs_js
+@needs_corpus(MNIST)
+def test_webgpu_runs_only_when_asked_and_a_fallback_adapter_only_when_admitted() -> None:
+    """Headless Chromium's only WebGPU adapter is SwiftShader, a CPU emulation: refused unless
+    the provider option admits it, and then what ran says so. Never wasm instead."""
+    from onnxgate.errors import ProviderUnavailable
+    from onnxgate.model import load_model
+    from onnxgate.runners import open_runner
+    from onnxgate.settings import SessionSettings
+
+    model = load_model(MNIST)
+    feeds = {"Input3": np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32)}
+    with (
+        pytest.raises(ProviderUnavailable, match="fallback adapter"),
+        open_runner(model, SessionSettings(providers=("webgpu",)), runtime=WEB),
+    ):
+        pass
+    admitted = SessionSettings(providers=("webgpu:allow_fallback_adapter=1",))
+    with open_runner(model) as here, open_runner(model, admitted, runtime=WEB) as there:
+        expected = here.infer(feeds).outputs["Plus214_Output_0"]
+        got = there.infer(feeds).outputs["Plus214_Output_0"]
+        ran = there.info().settings
+    assert ran["backend"] == "webgpu" and ran["adapter"]["fallback"] is True
+    assert np.abs(got - expected).max() < 1e-4
+
+
+@needs_js
+@needs_corpus(MNIST)
+@pytest.mark.parametrize(
+    ("spec", "providers", "words"),
+    [
+        (NODE, ("cuda",), "has no cuda provider"),
+        (WEB, ("tensorrt",), "has no tensorrt provider"),
+        (NODE, ("webgpu",), "found no WebGPU adapter"),
+    ],
+)
+def test_a_provider_the_runtime_cannot_run_is_refused_by_name(
+    spec: str, providers: tuple[str, ...], words: str
+) -> None:
+    from onnxgate.contract_store import contract_extras
+    from onnxgate.errors import ProviderUnavailable
+    from onnxgate.model import load_model
+    from onnxgate.runners import open_runner
+    from onnxgate.settings import SessionSettings
+
+    settings = SessionSettings(providers=providers)
+    runner = open_runner(load_model(MNIST), settings, runtime=spec, extras=contract_extras())
+    with pytest.raises(ProviderUnavailable, match=words), runner:
+        pass
+
+
+def test_what_needs_a_python_environment_refuses_a_javascript_runtime_by_name() -> None:
+    from onnxgate.compat.runtime import ensure_env
+    from onnxgate.errors import ConfigError
+    from onnxgate.runners.runtimes import RuntimeSpec
+
+    with pytest.raises(ConfigError, match="onnxruntime-web==1.30.0 is not a Python build"):
+        ensure_env(RuntimeSpec.parse(WEB))
+
+
+@needs_js
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_a_model_with_external_data_runs_and_exposes_its_tensors(spec: str, tmp_path: Path) -> None:
+    from onnxgate.model import load_model
+    from onnxgate.runners import open_runner
+
+    proto = onnx.load(_leaky(tmp_path / "inline.onnx", 0.1))
+    external = {"save_as_external_data": True, "location": "weights.bin", "size_threshold": 0}
+    onnx.save(proto, tmp_path / "ext.onnx", **external)
+    model = load_model(tmp_path / "ext.onnx")
+    assert model.external_data
+    feeds = {"x": np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)}
+    with open_runner(model) as here, open_runner(model, runtime=spec) as there:
+        expected, got = here.infer(feeds).outputs, there.infer(feeds).outputs
+        every = there.infer_all(feeds)
+    assert np.abs(got["y"] - expected["y"]).max() < 1e-5
+    assert {"h", "r", "y"} <= set(every)
+
+
+@needs_js
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_check_measures_the_limits_of_a_javascript_runtime_through_its_probe(spec: str) -> None:
+    """``compat.runtime`` probes these runtimes through the driver's probe op: IR and opset
+    limits from one-node models, no kernel registry (the hook kernel probing fills)."""
+    from onnxgate.compat.runtime import runtime_profile
+
+    profile = runtime_profile(spec)
+    assert profile.package == spec.split("==")[0] and profile.version == "1.30.0"
+    assert profile.max_ir >= 10 and profile.max_opsets["ai.onnx"] >= 21
+    assert profile.kernels is None
+    assert profile.loads["ai.onnx:13"] is None

@@ -38,7 +38,7 @@ from onnxgate.compat.versions import (
     proto_domain,
     release_key,
 )
-from onnxgate.errors import GateError, RuntimeEnvError
+from onnxgate.errors import ConfigError, GateError, RuntimeEnvError
 from onnxgate.runners.runtimes import RuntimeSpec, no_kernel_registry, packages, runtime_of
 
 log = logging.getLogger(__name__)
@@ -341,6 +341,14 @@ def ensure_env(
     """
     if spec.installed:
         return Path(sys.executable)
+    if runtime_of(spec).probe is not None:
+        raise ConfigError(
+            f"{spec} is not a Python build of ONNX Runtime: it has no environment to run "
+            "onnxgate's Python scripts in.",
+            hint="Ask this of the installed ONNX Runtime or a release onnxruntime==X.Y.Z; "
+            f"{spec} runs models through compare, verify, check and bench.",
+            field="runtime",
+        )
     env = env_path(spec)
     if env.exists() and not refresh and (env / ".onnxgate-ready").exists():
         return env_python(env)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -127,10 +128,17 @@ class Driver:
                 f"on {what}; its last words: {tail or 'none'}",
                 hint="Node.js or the browser crashed on this model; run it alone to see the trace.",
             )
-        answer = json.loads(line)
-        if "error" in answer:
-            raise as_error(answer, self.label)
-        return answer["ok"]
+        try:
+            answer = json.loads(line)
+            if "error" in answer:
+                raise as_error(answer, self.label)
+            return answer["ok"]
+        except (ValueError, TypeError, KeyError) as err:
+            raise InternalError(
+                f"{self.label}'s driver answered {request.get('op')!r} with {line[:200]!r}, "
+                "which is not its protocol.",
+                hint="This is a bug in onnxgate, not a verdict on the model; please report it.",
+            ) from err
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -185,6 +193,7 @@ class JsRunner:
         self.spec = spec
         self.settings = settings if settings is not None else SessionSettings()
         self.progress = progress
+        self._named = name
         self.name = name or f"{spec} [{_label(self.settings)}]"
         self.loaded: dict[str, Any] = {}
         self._driver: Driver | None = None
@@ -197,6 +206,10 @@ class JsRunner:
         self._driver = Driver(self.spec, self.progress)
         try:
             self.loaded = self._load("main", None)
+            if self._named is None:  # what really ran: the backend and threads read back
+                ran = self.loaded.get("settings") or {}
+                threads = ran.get("intra_op_threads") or "default"
+                self.name = f"{self.spec} [{ran.get('optimization')}; {ran.get('backend')}; threads {threads}]"
         except BaseException:
             self.__exit__()
             raise
@@ -220,15 +233,22 @@ class JsRunner:
     def _load(self, key: str, proto: onnx.ModelProto | None) -> dict[str, Any]:
         assert self._driver is not None
         path = self.model.path
+        files = {ref.location: ref.path for ref in self.model.external_data}
         if proto is not None or not path.is_file():
-            path = self._file("model").with_suffix(".onnx")
+            folder = self._file("model")  # its own folder: the external data linked beside it
+            folder.mkdir()
+            path = folder / "model.onnx"
             path.write_bytes((proto or self.model.proto).SerializeToString())
+            for location, source in files.items():
+                _beside(source, folder / location)
         request = {
             "op": "load",
             "key": key,
             "onnx": str(path),
             "name": str(self.model.path),
             "settings": self.settings.wire(),
+            # the browser fetches a model's external data by name (Node reads it beside the file)
+            "external": [{"path": loc, "file": str(file)} for loc, file in files.items()],
         }
         return self._driver.ask(request, str(self.model.path))
 
@@ -261,8 +281,8 @@ class JsRunner:
     def method(self) -> str:
         """How ``infer_all`` sees intermediate tensors."""
         return (
-            f"{self.spec} ({_label(self.settings)}) through onnxgate's JavaScript driver, with "
-            "every node output of the main graph exposed as a graph output"
+            f"{self.name} through onnxgate's JavaScript driver, with every node output of the "
+            "main graph exposed as a graph output"
         )
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -277,6 +297,18 @@ class JsRunner:
     def sibling(self, model: LoadedModel) -> JsRunner:
         """The same runtime and settings on another model (a node replayed alone)."""
         return JsRunner(model, self.spec, self.settings, progress=self.progress)
+
+
+def _beside(source: Path, target: Path) -> None:
+    """An external data file at ``target``: a hard link, or a copy across file systems.
+
+    ONNX Runtime refuses a symbolic link that leads out of the model's folder.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _label(settings: Any) -> str:

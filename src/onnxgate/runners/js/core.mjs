@@ -103,6 +103,14 @@ export function sessionOptions(settings, runtime, cpu) {
     }
     if (!backends.includes(backend)) backends.push(backend);
   }
+  for (const [provider, pairs] of Object.entries(settings.provider_options || {})) {
+    for (const key of Object.keys(pairs)) {
+      if (!(short(provider) === 'webgpu' && key === FALLBACK)) {
+        throw new Failure('ConfigError', `${runtime} takes no option ${key} for ${provider} (onnxgate's driver passes only webgpu:${FALLBACK})`,
+          'Leave the option out for this runtime.');
+      }
+    }
+  }
   const level = LEVELS[settings.optimization || 'all'];
   if (!level) throw new Failure('ConfigError', `${runtime} has no optimisation level ${settings.optimization}`);
   const options = { executionProviders: backends, graphOptimizationLevel: level, logSeverityLevel: 3 };
@@ -113,6 +121,15 @@ export function sessionOptions(settings, runtime, cpu) {
   if (settings.mem_pattern === false) options.enableMemPattern = false;
   if (settings.config && Object.keys(settings.config).length) options.extra = unflatten(settings.config);
   return options;
+}
+
+const FALLBACK = 'allow_fallback_adapter';
+
+/** Whether the settings admit a fallback WebGPU adapter (a CPU emulation such as SwiftShader). */
+export function allowsFallbackAdapter(settings) {
+  return Object.entries(settings.provider_options || {}).some(
+    ([provider, pairs]) => short(provider) === 'webgpu' && ['1', 'true'].includes(String(pairs[FALLBACK]).toLowerCase()),
+  );
 }
 
 /** ``{"session.a.b": "1"}`` as ONNX Runtime's JavaScript ``extra`` takes it: ``{session: {a: {b: "1"}}}``. */
@@ -135,7 +152,7 @@ const now = () => (typeof performance !== 'undefined' ? performance.now() : Numb
 /**
  * The ops on one ``ort`` module. ``host`` gives: ``runtime`` (``onnxruntime-web 1.30.0``), ``cpu``
  * (its CPU backend's name), ``model(ref)`` (what ``InferenceSession.create`` takes for a model
- * reference), ``prepare(options)`` (async; set up the backend, may refuse), ``applied(options)``
+ * reference), ``prepare(options, settings)`` (async; set up the backend, may refuse), ``applied(options)``
  * (what really ran: backend, threads).
  */
 export class Engine {
@@ -149,14 +166,21 @@ export class Engine {
   async load(request) {
     const settings = request.settings || {};
     const options = sessionOptions(settings, this.host.runtime, this.host.cpu);
-    await this.host.prepare(options);
+    await this.host.prepare(options, request.settings || {});
+    if (request.externalData && request.externalData.length) options.externalData = request.externalData;
     const key = request.key || 'main';
     await this.drop(key);
     let session;
     try {
       session = await this.ort.InferenceSession.create(this.host.model(request.onnx), options);
     } catch (err) {
-      throw new Failure('SessionFailed', `${this.host.runtime} cannot load ${request.name || request.onnx}: ${oneLine(err)}`,
+      const words = oneLine(err);
+      const adapter = /WebGPU adapter|requestAdapter|No supported adapters/i.exec(words);
+      if (options.executionProviders.includes('webgpu') && adapter) {
+        throw new Failure('ProviderUnavailable', `${this.host.runtime} found no WebGPU adapter: ${words.replace(/^.*(Failed to get a WebGPU adapter)/, '$1')}`,
+          'Run on its CPU backend (provider cpu), or on a machine with a GPU it can use.');
+      }
+      throw new Failure('SessionFailed', `${this.host.runtime} cannot load ${request.name || request.onnx}: ${words}`,
         'The model uses an operator, type or opset this build has no kernel for; `onnxgate check -r` lists them.');
     }
     this.sessions.set(key, session);
@@ -209,6 +233,10 @@ export class Engine {
     const out = [];
     for (const name of session.outputNames) {
       const tensor = results[name];
+      if (!tensor || !tensor.dims) {
+        throw new Failure('RunFailed', `${this.host.runtime} returned output ${name} of ${what} as no tensor (a sequence or map): onnxgate compares tensors only`,
+          'Compare this model on a Python build of ONNX Runtime.');
+      }
       let data = tensor.location && tensor.location !== 'cpu' ? await tensor.getData(true) : tensor.data;
       out.push({ name, dtype: tensor.type, shape: Array.from(tensor.dims), data });
     }
@@ -243,7 +271,7 @@ export class Engine {
   /** Which models a session loads on: {ref: null | "the error, one line"}. */
   async probe(request) {
     const options = sessionOptions(request.settings || {}, this.host.runtime, this.host.cpu);
-    await this.host.prepare(options);
+    await this.host.prepare(options, request.settings || {});
     const loads = {};
     for (const ref of request.models) {
       try {

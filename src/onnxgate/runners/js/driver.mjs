@@ -9,7 +9,8 @@
 // one JSON line each on stdout (`{"ok": ...}` or `{"error": CLASS, "message": ..., "hint": ...}`,
 // CLASS a GateError's name); whatever the libraries print goes to stderr. Ops:
 //
-//   load   {"onnx": path, "settings": SessionSettings.wire(), "key"?: slot, "name"?: label}
+//   load   {"onnx": path, "settings": SessionSettings.wire(), "key"?: slot, "name"?: label,
+//           "external"?: [{"path": location in the model, "file": its file}] (the web fetches them)}
 //          -> {"runtime": "onnxruntime-web 1.30.0", "backend": "wasm"|"webgpu"|"cpu",
 //              "providers": [...], "settings": {"backend", "intra_op_threads" (really used),
 //              "optimization", ...}, "inputs": [...], "outputs": [...]}
@@ -23,6 +24,7 @@
 //          a session created (and dropped) per file.
 //   drop   {"key": slot} -> {}
 //   quit   ends the driver.
+import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -190,11 +192,8 @@ function webBackend() {
   const { version } = JSON.parse(readFileSync(join(folder, 'package.json'), 'utf8'));
   const runtime = `onnxruntime-web ${version}`;
   const files = new Map(); // token -> a file path or bytes the page may fetch
-  const posted = new Map(); // token -> the bytes the page posted
-  let next = 0;
   const offer = (what) => {
-    next += 1;
-    const token = `t${next}`;
+    const token = randomUUID();
     files.set(token, what);
     return `/f/${token}`;
   };
@@ -215,17 +214,11 @@ function webBackend() {
       res.end();
     };
     try {
-      if (req.method === 'POST' && url.pathname.startsWith('/p/')) {
-        const chunks = [];
-        req.on('data', (c) => chunks.push(c));
-        req.on('end', () => {
-          posted.set(url.pathname.slice(3), Buffer.concat(chunks));
-          res.writeHead(200, headers);
-          res.end();
-        });
-        return;
-      }
       if (url.pathname === '/') return send(readFileSync(join(HERE, 'web.html')), TYPES['.html']);
+      if (url.pathname === '/favicon.ico') {
+        res.writeHead(204, headers);
+        return res.end();
+      }
       if (url.pathname.startsWith('/og/')) {
         const name = url.pathname.slice(4);
         if (!['web.mjs', 'core.mjs'].includes(name)) return fail(404);
@@ -272,7 +265,7 @@ function webBackend() {
     }
     if (page && threads === wanted) return;
     if (page) await page.close();
-    page = await browser.newPage();
+    page = await browser.newPage({ acceptDownloads: true });
     page.on('console', (m) => process.stderr.write(`[page ${m.type()}] ${m.text()}\n`));
     page.on('pageerror', (e) => process.stderr.write(`[page error] ${oneLine(e)}\n`));
     await page.goto(`${base}/?threads=${wanted}`);
@@ -281,7 +274,13 @@ function webBackend() {
   }
 
   async function inPage(request) {
-    const answer = await page.evaluate((r) => window.onnxgate(r), request);
+    let answer;
+    try {
+      answer = await page.evaluate((r) => window.onnxgate(r), request);
+    } catch (err) {
+      throw new Failure('RunFailed', `${runtime}: the page failed during ${request.op} on ${request.name || 'the model'}: ${oneLine(err).slice(0, 400)}`,
+        'The browser crashed or ran out of memory on this model; run it alone to see the trace.');
+    }
     if (answer.error) throw new Failure(answer.error, answer.message, answer.hint);
     return answer.ok;
   }
@@ -292,19 +291,21 @@ function webBackend() {
       if (request.op === 'load' || request.op === 'probe') await open(wanted);
       else if (!page) throw new Failure('ConfigError', 'the driver was asked to run before anything was loaded');
       switch (request.op) {
-        case 'load':
-          return inPage({ ...request, onnx: offer(request.onnx), name: request.name || request.onnx });
+        case 'load': {
+          const externalData = (request.external || []).map((e) => ({ path: e.path, data: offer(e.file) }));
+          return inPage({ ...request, onnx: offer(request.onnx), name: request.name || request.onnx, externalData });
+        }
         case 'probe': {
           const urls = request.models.map((path) => offer(path));
           const { loads } = await inPage({ ...request, models: urls });
           return { loads: Object.fromEntries(request.models.map((path, i) => [path, loads[urls[i]]])) };
         }
         case 'infer': {
-          next += 1;
-          const token = `o${next}`;
-          await inPage({ ...request, feeds: offer(containerOf(request.feeds)), outputs: `/p/${token}`, name: request.name || request.feeds });
-          writeFileSync(request.outputs, posted.get(token));
-          posted.delete(token);
+          const download = page.waitForEvent('download', { timeout: 0 });
+          await inPage({ ...request, feeds: offer(containerOf(request.feeds)), name: request.name || request.feeds });
+          const saved = await download;
+          await saved.saveAs(request.outputs);
+          await saved.delete();
           return {};
         }
         case 'feeds':

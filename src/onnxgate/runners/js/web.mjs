@@ -1,7 +1,9 @@
 // The page of onnxruntime-web: the driver (driver.mjs) serves it from 127.0.0.1 with the headers
 // that make the page cross-origin isolated (threads), and calls window.onnxgate(request) for each
-// op. Tensors cross by fetch from the driver's server (and POST back), never as JSON numbers.
-import { Engine, Failure, oneLine } from './core.mjs';
+// op. Feeds are fetched from the driver's server and outputs leave as a download (the browser
+// writes the file; a POST body would also travel inside the DevTools protocol's JSON events:
+// 12 s more for MiniLM's 80 MB of intermediate tensors), never as JSON numbers.
+import { Engine, Failure, allowsFallbackAdapter, oneLine } from './core.mjs';
 import * as ort from '/dist/ort.min.mjs';
 
 const query = new URLSearchParams(location.search);
@@ -16,7 +18,7 @@ const host = {
   runtime: `onnxruntime-web ${ort.env.versions.web}`,
   cpu: 'wasm',
   model: (ref) => ref,
-  async prepare(options) {
+  async prepare(options, settings) {
     delete options.intraOpNumThreads; // the page's thread pool is ort.env.wasm.numThreads
     delete options.interOpNumThreads;
     if (!options.executionProviders.includes('webgpu')) return;
@@ -31,6 +33,11 @@ const host = {
     if (!adapter) {
       throw new Failure('ProviderUnavailable', `${host.runtime}: navigator.gpu.requestAdapter() found no WebGPU adapter in this headless Chromium (no GPU it may use)`,
         'Run on the wasm backend (provider cpu), or on a machine whose GPU Chromium can use.');
+    }
+    const info = adapter.info || {};
+    if (info.isFallbackAdapter && !allowsFallbackAdapter(settings)) {
+      throw new Failure('ProviderUnavailable', `${host.runtime}: Chromium's only WebGPU adapter is a fallback adapter (${info.vendor} ${info.architecture}: a CPU emulation, not a GPU)`,
+        'Run on a machine whose GPU Chromium can use; to test the WebGPU kernels on the emulation anyway, add --provider-option webgpu:allow_fallback_adapter=1.');
     }
   },
   async applied(options) {
@@ -61,8 +68,14 @@ async function handle(request) {
     case 'load':
       return engine.load(request);
     case 'infer': {
+      // the outputs leave as a download: the browser writes them to disk itself, where a POST
+      // body would also reach the driver inside a JSON event of the DevTools protocol
       const out = await engine.infer(await fetchBytes(request.feeds), request.key, request.name);
-      await fetch(request.outputs, { method: 'POST', body: out });
+      const link = document.createElement('a');
+      link.href = URL.createObjectURL(new Blob([out]));
+      link.download = 'outputs.ogt';
+      link.click();
+      setTimeout(() => URL.revokeObjectURL(link.href), 60000);
       return {};
     }
     case 'feeds':
