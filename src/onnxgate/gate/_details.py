@@ -372,10 +372,16 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
                 ("written", report.get("out") or "nothing (see the reason)"),
                 (
                     "mode",
-                    f"{settings.get('mode')}, {settings.get('format')}, per-channel {num(settings.get('per_channel'))}",
+                    f"{settings.get('mode')}, {settings.get('format')}, per-channel {num(settings.get('per_channel'))}"
+                    if settings.get("to", "int8") == "int8"
+                    else f"{settings['to']} (inputs and outputs float32)",
                 ),
                 ("evaluation data", (report.get("evaluation") or {}).get("source")),
-                ("integer nodes", report.get("quantized_nodes")),
+                (
+                    "integer nodes" if settings.get("to", "int8") == "int8" else "float16 nodes",
+                    report.get("quantized_nodes"),
+                ),
+                *([("where it pays", report["gain"])] if report.get("gain") else []),
                 ("size", size),
                 ("speed", speed.get("note") or "—"),
             ]
