@@ -219,3 +219,19 @@ def test_to_lists_its_values_in_help():
     result = CliRunner().invoke(app, ["quantize", "--help"], env={"COLUMNS": "200"})
     assert "--to" in result.output
     assert all(word in result.output for word in ("int8", "fp16", "bf16"))
+
+
+def test_the_gates_quantize_step_takes_to_and_int8_hashes_stay_as_they_were():
+    from pathlib import Path
+
+    from onnxgate.gate._config import QuantizeStep
+    from onnxgate.gate._records import BY_NAME
+    from onnxgate.settings import config_hash
+
+    record = BY_NAME["quantize"]
+    fp16 = record.library_config(QuantizeStep(to="fp16"), out=Path("m.onnx"))
+    assert fp16.to == "fp16"
+    int8 = record.library_config(QuantizeStep(), out=Path("m.onnx"))
+    assert "to" not in int8.model_dump() and config_hash(QuantizeStep()) != config_hash(
+        QuantizeStep(to="fp16")
+    )

@@ -227,13 +227,12 @@ def _gain(settings: Settings, speed: SpeedGate, size_before: int, size_after: in
     """For fp16: where it pays, with the size ratio and this CPU's verdict."""
     if settings.to == "int8":
         return None
-    verdict = (
-        "slower than float32 on this CPU"
-        if speed.verdict == "slower"
-        else f"{speed.verdict} against float32 on this CPU"
-        if speed.gated
-        else "not timed on this CPU"
-    )
+    verdict = {
+        "slower": "slower than float32 on this CPU",
+        "faster": "faster than float32 on this CPU",
+        "within noise": "within noise of float32 on this CPU",
+        "inconclusive": "of no proven speed against float32 on this CPU (unreliable timings)",
+    }.get(speed.verdict or "", "not timed on this CPU")
     return (
         f"fp16 is {verdict}; its gain is on GPUs with float16 units (CUDA, TensorRT, WebGPU) "
         f"and in size: {size_after / size_before:.2f} of the float32 file"
