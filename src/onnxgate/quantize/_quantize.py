@@ -170,12 +170,22 @@ def _time_and_judge(
     """
     try:
         rows, conditions = measure(
-            paths, samples, budget_s=config.bench_budget_s, seed=config.seed, progress=say
+            paths,
+            samples,
+            budget_s=config.bench_budget_s,
+            seed=config.seed,
+            progress=say,
+            to=settings.to,
         )
         if not conditions.reliable:  # the machine was busy: once more before judging
             say("the machine was busy while timing; timing again")
             rows, conditions = measure(
-                paths, samples, budget_s=config.bench_budget_s, seed=config.seed, progress=say
+                paths,
+                samples,
+                budget_s=config.bench_budget_s,
+                seed=config.seed,
+                progress=say,
+                to=settings.to,
             )
     except GateError as err:
         raise type(err)(
