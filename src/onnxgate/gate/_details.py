@@ -363,6 +363,8 @@ def tune(report: Mapping[str, Any], fig: Figures) -> str:
 
 def quantize(report: Mapping[str, Any], fig: Figures) -> str:
     settings = report.get("settings") or {}
+    low = settings.get("to", "int8")
+    high = "float" if low == "int8" else "fp32"
     before, after = report.get("size_before"), report.get("size_after")
     size = f"{size_text(before)} → {size_text(after)}" if after else size_text(before)
     speed = report.get("speed") or {}
@@ -419,9 +421,13 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
                 g["drift"], output=str(g.get("output")), floor=floor, floor_rule="mean row cosine"
             )
             out.append(
-                fig(svg, f"Accuracy drift of output {g.get('output')}: int8 against float", "drift")
+                fig(
+                    svg,
+                    f"Accuracy drift of output {g.get('output')}: {low} against {high}",
+                    "drift",
+                )
             )
-    out.append("<h3>Kept in float</h3>")
+    out.append(f"<h3>Kept in {high}</h3>")
     excluded = report.get("excluded") or []
     if excluded:
         rows = [
@@ -429,10 +435,10 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
             for n in excluded
         ]
         out.append(
-            table(["node", "op type", "error with only this node in int8"], rows, numeric=(2,))
+            table(["node", "op type", f"error with only this node in {low}"], rows, numeric=(2,))
         )
     else:
-        out.append('<p class="muted">No node: every candidate node is in int8.</p>')
+        out.append(f'<p class="muted">No node: every candidate node is in {low}.</p>')
     float_ops = report.get("float_ops") or {}
     if float_ops:
         out.append(
@@ -441,14 +447,14 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
     out.append(
         fig(
             _plots.ranking_plot(report),
-            "Why these nodes: each node's share of the int8 error",
+            f"Why these nodes: each node's share of the {low} error",
             "ranking",
         )
     )
     out.append(
         fig(
             _plots.quantize_latency_plot(report),
-            "Latency of the float and the int8 model",
+            f"Latency of the {high} and the {low} model",
             "quantize-latency",
         )
     )
