@@ -30,6 +30,7 @@ from onnxgate.errors import (
     first_line,
 )
 from onnxgate.quantize._ort import QUANTIZED_OPS, ort_tool, quiet
+from onnxgate.quantize._report import SpeedGate
 
 if TYPE_CHECKING:
     from onnxgate.compat.kernels import KernelTable
@@ -228,6 +229,26 @@ def full_names(proto: onnx.ModelProto, names: Collection[str]) -> set[str]:
         for n in proto.graph.node
         if n.name in wanted and any(types.get(o) == _FLOAT for o in n.output if o)
     }
+
+
+CPU_SLOWER = (
+    "ONNX Runtime's CPU provider has float16 kernels for few operators and runs the others in "
+    "float32 between inserted casts; fp16 pays on GPUs (CUDA, TensorRT, WebGPU) and in size"
+)
+
+
+def gain(to: str, speed: SpeedGate, size_ratio: float) -> str:
+    """Where the 16-bit model pays, with the size ratio and this CPU's speed verdict in words."""
+    verdict = {
+        "slower": "slower than float32 on this CPU",
+        "faster": "faster than float32 on this CPU",
+        "within noise": "within noise of float32 on this CPU",
+        "inconclusive": "of no proven speed against float32 on this CPU (unreliable timings)",
+    }.get(speed.verdict or "", "not timed on this CPU")
+    return (
+        f"{to} is {verdict}; its gain is on GPUs with float16 units (CUDA, TensorRT, WebGPU) "
+        f"and in size: {size_ratio:.2f} of the float32 file"
+    )
 
 
 def _profile_table(where: str):

@@ -1,5 +1,9 @@
 """``quantize()``: an int8 model inside a stated accuracy budget and not slower, or a clear no.
 
+The same pipeline converts to fp16 (``settings.to``; the conversion and what only 16-bit floats
+need are in ``_float16``): the gate, the search (nodes kept in fp32), the timing and the report
+are one, and a slower fp16 model is said, not refused, since its gain is on GPUs.
+
 Every input is checked before ONNX Runtime is asked to do anything (the model is float and holds
 something to quantise, the data fit the model, the two data sets are different), so a bad input is
 an error with nothing written. The model is pre-processed, quantised with every candidate in int8
@@ -201,7 +205,7 @@ def _time_and_judge(
             slower = "; ".join(figures_text(r) for r in rows if r.verdict == "slower")
             note = (
                 f"slower than the float32 model on this CPU beyond noise: {slower}; expected "
-                f"and not refused: {FLOAT16_GAIN}"
+                f"and not refused: {_float16.CPU_SLOWER}"
             )
             speed = speed.model_copy(update={"note": note})
         return rows, speed
@@ -225,28 +229,6 @@ def _time_and_judge(
         )
     log.info("slower at %s", figures_text(rows[worst]))
     return rows, speed.model_copy(update={"cost": cost})
-
-
-FLOAT16_GAIN = (
-    "ONNX Runtime's CPU provider has float16 kernels for few operators and runs the others in "
-    "float32 between inserted casts; fp16 pays on GPUs (CUDA, TensorRT, WebGPU) and in size"
-)
-
-
-def _gain(settings: Settings, speed: SpeedGate, size_before: int, size_after: int) -> str | None:
-    """For fp16: where it pays, with the size ratio and this CPU's verdict."""
-    if settings.to == "int8":
-        return None
-    verdict = {
-        "slower": "slower than float32 on this CPU",
-        "faster": "faster than float32 on this CPU",
-        "within noise": "within noise of float32 on this CPU",
-        "inconclusive": "of no proven speed against float32 on this CPU (unreliable timings)",
-    }.get(speed.verdict or "", "not timed on this CPU")
-    return (
-        f"fp16 is {verdict}; its gain is on GPUs with float16 units (CUDA, TensorRT, WebGPU) "
-        f"and in size: {size_after / size_before:.2f} of the float32 file"
-    )
 
 
 def _output(config: QuantizeConfig, model: Path) -> Path:
@@ -491,7 +473,7 @@ def quantize(
     *,
     progress: Callable[[str], None] | None = None,
 ) -> QuantizeReport:
-    """Quantise a float model to int8 inside the accuracy budget; write it only if it is inside.
+    """Quantise a float model to int8 (or fp16) inside the accuracy budget; write it only then.
 
     Args:
         model: the float ``.onnx`` model.
@@ -715,7 +697,9 @@ def _quantize_checked(
             size_before=loaded.size_bytes,
             size_after=shown.stat().st_size,
             size_ratio=shown.stat().st_size / loaded.size_bytes,
-            gain=_gain(settings, speed, loaded.size_bytes, shown.stat().st_size),
+            gain=None
+            if settings.to == "int8"
+            else _float16.gain(settings.to, speed, shown.stat().st_size / loaded.size_bytes),
             ops_before=_ops(loaded.proto),
             ops_after=_ops(shown_proto),
             latency=latency,
