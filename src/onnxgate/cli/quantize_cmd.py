@@ -11,7 +11,7 @@ from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import FEEDS, FormatOpt, build
 from onnxgate.errors import ConfigError
-from onnxgate.quantize import PRESET_HELP, QuantizeConfig, quantize, render_text
+from onnxgate.quantize import PRESET_HELP, TARGET_HELP, QuantizeConfig, quantize, render_text
 
 _DATA = (
     "an .npz (one sample), a folder of .npz files or test_data_set_* folders, a JSON file, or "
@@ -36,6 +36,7 @@ def quantize_command(
     out_path: Annotated[
         Path, typer.Option("--out", "-o", help="The .onnx file to write (only if the gate passes).")
     ],
+    to: Annotated[str, flag_option("to", "--to", help=TARGET_HELP)] = "int8",
     mode: Annotated[
         str,
         flag_option(
@@ -257,7 +258,7 @@ def quantize_command(
     ] = 0,
     fmt: FormatOpt = Format.text,
 ) -> None:
-    """Quantise a float model to int8 inside an accuracy budget on real data, or say why not.
+    """Quantise a float model to int8 (or convert it to fp16) inside an accuracy budget, or say why not.
 
     ONNX Runtime pre-processes the model (`quant_pre_process`; when symbolic shape inference fails,
     as on dynamo-exported transformers, again with `skip_symbolic_shape`; value_info entries
@@ -295,6 +296,7 @@ def quantize_command(
     config = build(
         QuantizeConfig,
         out=out_path,
+        to=to,  # type: ignore[arg-type]
         mode=mode,  # type: ignore[arg-type]
         format=quant_format,  # type: ignore[arg-type]
         preset=preset,  # type: ignore[arg-type]

@@ -303,7 +303,13 @@ class TuneStep(Step):
 
 
 class QuantizeStep(Step):
-    """``[steps.quantize]``: int8 inside an accuracy budget, never slower than float."""
+    """``[steps.quantize]``: int8 inside an accuracy budget, never slower than float (or fp16)."""
+
+    to: Literal["int8", "fp16", "bf16"] = Field("int8", exclude_if=lambda value: value == "int8")
+    """int8, fp16 (every float node in float16, inputs and outputs float32; the worst nodes kept
+    in float32 when the budget is missed; slower on most CPUs, which is said, not refused) or
+    bf16 (refused on ONNX Runtime's CPU provider, naming the model's operators without a bfloat16
+    kernel)."""
 
     mode: Literal["dynamic", "static"] = "dynamic"
     """``dynamic`` (scales computed at run time) or ``static`` (QDQ, calibrated on

@@ -370,6 +370,8 @@ def tune(report: Mapping[str, Any], fig: Figures) -> str:
 
 def quantize(report: Mapping[str, Any], fig: Figures) -> str:
     settings = report.get("settings") or {}
+    low = settings.get("to", "int8")
+    high = "float" if low == "int8" else "fp32"
     before, after = report.get("size_before"), report.get("size_after")
     size = f"{size_text(before)} → {size_text(after)}" if after else size_text(before)
     speed = report.get("speed") or {}
@@ -379,10 +381,16 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
                 ("written", report.get("out") or "nothing (see the reason)"),
                 (
                     "mode",
-                    f"{settings.get('mode')}, {settings.get('format')}, per-channel {num(settings.get('per_channel'))}",
+                    f"{settings.get('mode')}, {settings.get('format')}, per-channel {num(settings.get('per_channel'))}"
+                    if settings.get("to", "int8") == "int8"
+                    else f"{settings['to']} (inputs and outputs float32)",
                 ),
                 ("evaluation data", (report.get("evaluation") or {}).get("source")),
-                ("integer nodes", report.get("quantized_nodes")),
+                (
+                    "integer nodes" if settings.get("to", "int8") == "int8" else "float16 nodes",
+                    report.get("quantized_nodes"),
+                ),
+                *([("where it pays", report["gain"])] if report.get("gain") else []),
                 ("size", size),
                 ("speed", speed.get("note") or "—"),
             ]
@@ -420,9 +428,13 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
                 g["drift"], output=str(g.get("output")), floor=floor, floor_rule="mean row cosine"
             )
             out.append(
-                fig(svg, f"Accuracy drift of output {g.get('output')}: int8 against float", "drift")
+                fig(
+                    svg,
+                    f"Accuracy drift of output {g.get('output')}: {low} against {high}",
+                    "drift",
+                )
             )
-    out.append("<h3>Kept in float</h3>")
+    out.append(f"<h3>Kept in {high}</h3>")
     excluded = report.get("excluded") or []
     if excluded:
         rows = [
@@ -430,10 +442,10 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
             for n in excluded
         ]
         out.append(
-            table(["node", "op type", "error with only this node in int8"], rows, numeric=(2,))
+            table(["node", "op type", f"error with only this node in {low}"], rows, numeric=(2,))
         )
     else:
-        out.append('<p class="muted">No node: every candidate node is in int8.</p>')
+        out.append(f'<p class="muted">No node: every candidate node is in {low}.</p>')
     float_ops = report.get("float_ops") or {}
     if float_ops:
         out.append(
@@ -442,14 +454,14 @@ def quantize(report: Mapping[str, Any], fig: Figures) -> str:
     out.append(
         fig(
             _plots.ranking_plot(report),
-            "Why these nodes: each node's share of the int8 error",
+            f"Why these nodes: each node's share of the {low} error",
             "ranking",
         )
     )
     out.append(
         fig(
             _plots.quantize_latency_plot(report),
-            "Latency of the float and the int8 model",
+            f"Latency of the {high} and the {low} model",
             "quantize-latency",
         )
     )

@@ -465,8 +465,8 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
             f"{f.output} {f.metric} {f.value:.4f}" for f in report.gate if f.value is not None
         )
         summary = (
-            f"int8 within max_drop {step.max_drop:g} ({judged}); {len(report.excluded)} "
-            f"node(s) kept in float{size}; {report.speed.note}"
+            f"{step.to} within max_drop {step.max_drop:g} ({judged}); {len(report.excluded)} "
+            f"node(s) kept in {'float' if step.to == 'int8' else 'fp32'}{size}; {report.speed.note}"
         )
     else:
         summary = report.reason or "outside the budget"

@@ -29,6 +29,16 @@ PresetName = Literal["auto", "vnni", "avx2", "arm64"]
 IntType = Literal["int8", "uint8"]
 CalibrationMethod = Literal["minmax", "entropy", "percentile"]
 GateMetric = Literal["auto", "cosine", "top1", "accuracy"]
+Target = Literal["int8", "fp16", "bf16"]
+"""What ``quantize`` converts to: int8 (ONNX Runtime's quantiser) or a 16-bit float type
+(ONNX Runtime's float16 converter, ``_float16``). One gate, search and report serve all three."""
+
+TARGET_HELP = (
+    "int8 (ONNX Runtime's quantiser; the int8 options below apply), fp16 (every float node in "
+    "float16, inputs and outputs kept float32; when the budget is missed the worst nodes stay "
+    "float32; slower than float32 on most CPUs: its gain is on GPUs and in size) or bf16 "
+    "(refused where the runtime's CPU provider lacks bfloat16 kernels for the model's operators)."
+)
 
 DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Gather")
 """Where int8 pays: the ops that hold the weights and do the multiply-adds, and embeddings.
@@ -135,6 +145,9 @@ class QuantizeConfig(Part):
     """How to quantise and how the result is judged. ``None`` means "from the preset"."""
 
     out: FilePath
+    to: Target = Field("int8", exclude_if=lambda value: value == "int8")
+    """int8, fp16 or bf16 (``TARGET_HELP``); left out of the dump when int8, so the hashes of
+    int8 settings written before it existed still match."""
     mode: Mode = "dynamic"
     format: QuantFormat | None = None
     """``--quant-format``, static only: QDQ (the default, what ONNX Runtime's CPU kernels fuse)
@@ -208,15 +221,18 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Mode
-    format: QuantFormat
-    preset: str
-    activation_type: IntType
-    weight_type: IntType
-    per_channel: bool
-    reduce_range: bool
-    op_types: tuple[str, ...]
-    calibration_method: CalibrationMethod | None
+    to: Target = "int8"
+    mode: Mode | None = None
+    """int8 only, like the fields below but ``op_types``: None for fp16 and bf16."""
+    format: QuantFormat | None = None
+    preset: str | None = None
+    activation_type: IntType | None = None
+    weight_type: IntType | None = None
+    per_channel: bool | None = None
+    reduce_range: bool | None = None
+    op_types: tuple[str, ...] = ()
+    """int8: the op types quantised; fp16/bf16: empty (every float node is a candidate)."""
+    calibration_method: CalibrationMethod | None = None
 
 
 def where_quantised(op: str, quantisable: Quantisable) -> str:
@@ -261,6 +277,8 @@ def resolve(
     Raises:
         ConfigError: options that contradict each other, or no op type the mode can quantise.
     """
+    if config.to != "int8":
+        return _resolve_float(config)
     notices: list[str] = []
     if config.mode == "dynamic":
         if config.format == "qdq":
@@ -339,5 +357,43 @@ def resolve(
         op_types=op_types,
         calibration_method=config.calibration_method if config.mode == "static" else None,
     )
+    log.info("quantisation settings: %s", settings.model_dump())
+    return settings, notices
+
+
+_INT8_ONLY = (
+    "format",
+    "per_channel",
+    "reduce_range",
+    "activation_type",
+    "weight_type",
+    "calibration",
+)
+
+
+def _resolve_float(config: QuantizeConfig) -> tuple[Settings, list[str]]:
+    """fp16/bf16 settings: nothing to choose, and every int8 option given is refused by name.
+
+    Raises:
+        ConfigError: an int8 option (static mode, a preset, integer types, calibration data...).
+    """
+    given = [name for name in _INT8_ONLY if getattr(config, name) is not None]
+    given += ["mode"] if config.mode != "dynamic" else []
+    given += ["preset"] if config.preset != "auto" else []
+    given += ["op_types"] if config.op_types else []
+    if given:
+        raise ConfigError(
+            f"{', '.join(setting(name) for name in given)} appl"
+            f"{'ies' if len(given) == 1 else 'y'} to int8; {setting('to', config.to)} converts "
+            "every float node and keeps the worst in float32 by measured drift.",
+            hint=f"Drop {', '.join(setting(name) for name in given)}, or use "
+            f"{setting('to', 'int8')}.",
+        )
+    notices = [
+        f"{config.to}: ONNX Runtime's float16 converter (onnxruntime.transformers.float16, part "
+        "of the onnxruntime wheel) with keep_io_types: inputs and outputs stay float32"
+        + (", nodes kept in float32 computed between casts" if config.to == "fp16" else "")
+    ]
+    settings = Settings(to=config.to)
     log.info("quantisation settings: %s", settings.model_dump())
     return settings, notices

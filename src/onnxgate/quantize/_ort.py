@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import logging
 import os
 import sys
@@ -58,16 +59,26 @@ _WEIGHTED = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
 """Input index of the weight of ops that dynamic quantisation needs a constant weight for."""
 
 
-def _ort_quantization():
+def ort_tool(name: str):
+    """``onnxruntime.<name>``, one of the Python tools the onnxruntime wheel ships.
+
+    ``quantization`` (the quantiser) and ``transformers.float16`` (the float16 converter).
+
+    Raises:
+        ExtraMissing: a broken or minimal ONNX Runtime build without it.
+    """
     try:
-        from onnxruntime import quantization  # noqa: TID251  (the quantiser is ONNX Runtime's)
-    except ImportError as err:  # a broken or minimal ONNX Runtime build
+        return importlib.import_module(f"onnxruntime.{name}")
+    except ImportError as err:
         raise ExtraMissing(
-            f"onnxruntime.quantization cannot be imported ({first_line(err)}).",
+            f"onnxruntime.{name} cannot be imported ({first_line(err)}).",
             extra=None,  # part of onnxruntime itself, which no extra provides
             hint="Install the full CPU wheel: pip install onnxruntime.",
         ) from err
-    return quantization
+
+
+def _ort_quantization():
+    return ort_tool("quantization")
 
 
 class _Capture(logging.Handler):

@@ -1,5 +1,9 @@
 """``quantize()``: an int8 model inside a stated accuracy budget and not slower, or a clear no.
 
+The same pipeline converts to fp16 (``settings.to``; the conversion and what only 16-bit floats
+need are in ``_float16``): the gate, the search (nodes kept in fp32), the timing and the report
+are one, and a slower fp16 model is said, not refused, since its gain is on GPUs.
+
 Every input is checked before ONNX Runtime is asked to do anything (the model is float and holds
 something to quantise, the data fit the model, the two data sets are different), so a bad input is
 an error with nothing written. The model is pre-processed, quantised with every candidate in int8
@@ -30,7 +34,7 @@ from onnxgate.contract import SecondOpinion, contract_dims, drop_stale_contract
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.quantize import _data, _ort
+from onnxgate.quantize import _data, _float16, _ort
 from onnxgate.quantize._config import (
     DEFAULT_OP_TYPES,
     QuantizeConfig,
@@ -49,6 +53,7 @@ from onnxgate.quantize._contract import (
 from onnxgate.quantize._gate import Judge, gate_rules
 from onnxgate.quantize._ort import (
     candidates,
+    name_nodes,
     preprocess,
     quantisable,
     quantise,
@@ -80,6 +85,11 @@ from onnxgate.settings import Tolerances, config_hash
 log = logging.getLogger(__name__)
 
 
+def words(settings: Settings) -> tuple[str, str]:
+    """The format converted to and the one nodes are kept in: int8/float, fp16/fp32."""
+    return (settings.to, "float" if settings.to == "int8" else "fp32")
+
+
 def _ops(proto: onnx.ModelProto) -> dict[str, int]:
     return dict(Counter(n.op_type for n in proto.graph.node).most_common())
 
@@ -91,8 +101,12 @@ def _float_names(proto: onnx.ModelProto, settings: Settings) -> set[str]:
     (MatMulInteger, QLinearConv...), so a node that keeps its op type computes in float, except
     an op that only moves data: a quantised Gather keeps its type and reads an 8-bit table. In
     QDQ a quantised node keeps its op type and reads DequantizeLinear outputs, and a node kept
-    in float reads float tensors only (``_ort.restore_float_inputs``).
+    in float reads float tensors only (``_ort.restore_float_inputs``). fp16: the candidates
+    whose outputs are float32 (``_float16.full_names``).
     """
+    if settings.to != "int8":
+        computing = {n.name for n in proto.graph.node if n.op_type not in _float16.MOVES_DATA}
+        return _float16.full_names(proto, computing)
     if settings.format != "qdq":
         eight_bit = {
             t.name
@@ -160,12 +174,22 @@ def _time_and_judge(
     """
     try:
         rows, conditions = measure(
-            paths, samples, budget_s=config.bench_budget_s, seed=config.seed, progress=say
+            paths,
+            samples,
+            budget_s=config.bench_budget_s,
+            seed=config.seed,
+            progress=say,
+            to=settings.to,
         )
         if not conditions.reliable:  # the machine was busy: once more before judging
             say("the machine was busy while timing; timing again")
             rows, conditions = measure(
-                paths, samples, budget_s=config.bench_budget_s, seed=config.seed, progress=say
+                paths,
+                samples,
+                budget_s=config.bench_budget_s,
+                seed=config.seed,
+                progress=say,
+                to=settings.to,
             )
     except GateError as err:
         raise type(err)(
@@ -175,6 +199,16 @@ def _time_and_judge(
             + f"{setting('bench', False)} skips the speed gate (the report then says speed was "
             "not gated).",
         ) from err
+    if settings.to != "int8":  # slower on a CPU is expected of fp16: said, never refused
+        speed = judge_speed(rows, allow_slower=True, unreliable=conditions.reasons)
+        if speed.verdict == "slower":
+            slower = "; ".join(figures_text(r) for r in rows if r.verdict == "slower")
+            note = (
+                f"slower than the float32 model on this CPU beyond noise: {slower}; expected "
+                f"and not refused: {_float16.CPU_SLOWER}"
+            )
+            speed = speed.model_copy(update={"note": note})
+        return rows, speed
     speed = judge_speed(rows, allow_slower=config.allow_slower, unreliable=conditions.reasons)
     if speed.verdict != "slower":
         return rows, speed
@@ -300,11 +334,13 @@ def _keep_in_float(
     prepared: onnx.ModelProto,
     say: Callable[[str], None],
     warnings: list[str],
+    settings: Settings,
     *,
     calibration: list[Sample],
     calibration_judge: Callable[[], Judge],
 ) -> _Found:
     """When every node in int8 misses the budget, search for the worst nodes to keep in float."""
+    low, high = words(settings)
     attempts: list[Attempt] = [first]
     ranking: list[NodeScore] = []
     best: tuple[Path, list[str]] | None = (all_int8, []) if first.passed else None
@@ -329,6 +365,7 @@ def _keep_in_float(
             progress=say,
             keep=keep,
             costs=speed_costs(prepared, nodes),
+            words=(low, high),
         )
         attempts += found.attempts
         ranking = found.ranking
@@ -341,29 +378,30 @@ def _keep_in_float(
                 shown, shown_attempt = found.last
             reason = (
                 f"the budget cannot be met: with the {found.limit} worst of {len(nodes)} "
-                "node(s) kept in float"
+                f"node(s) kept in {high}"
                 + (
                     f" ({setting('max_excluded', config.max_excluded)})"
                     if config.max_excluded is not None and found.limit == config.max_excluded
-                    else " (at least one must stay int8)"
+                    else f" (at least one must stay {low})"
                 )
                 + " it is still missed"
             )
         if ranked_on == "evaluation":
             warnings.append(
-                "nodes kept in float are chosen on the evaluation data (dynamic mode has no "
-                "calibration data to rank them on): the gate's figures flatter the model "
+                f"nodes kept in {high} are chosen on the evaluation data ("
+                + ("dynamic mode has" if settings.to == "int8" else f"{low} needs")
+                + " no calibration data to rank them on): the gate's figures flatter the model "
                 "a little; check it on other data"
             )
     elif not first.passed:
         why = (
             f" and the search is off ({setting('search', False)})"
             if not config.search
-            else f" and {setting('max_excluded', 0)} allows no node in float"
+            else f" and {setting('max_excluded', 0)} allows no node in {high}"
             if config.max_excluded == 0
-            else " and the model has a single candidate node (it must stay int8)"
+            else f" and the model has a single candidate node (it must stay {low})"
         )
-        reason = "the budget was missed with every node in int8" + why
+        reason = f"the budget was missed with every node in {low}" + why
     return _Found(attempts, ranking, best, shown, shown_attempt, reason, ranked_on)
 
 
@@ -379,7 +417,7 @@ def _check_kept_in_float(
     if missing:  # the quantiser did not leave them in float: say so, never hide it
         warnings.append(
             f"node(s) {', '.join(missing)} were excluded from quantisation but do not "
-            "compute in float in the delivered model"
+            f"compute in {words(settings)[1]} in the delivered model"
         )
     rounded = _reads_dequantised(shown, excluded_names)
     if rounded and settings.format == "qoperator":
@@ -435,7 +473,7 @@ def quantize(
     *,
     progress: Callable[[str], None] | None = None,
 ) -> QuantizeReport:
-    """Quantise a float model to int8 inside the accuracy budget; write it only if it is inside.
+    """Quantise a float model to int8 (or fp16) inside the accuracy budget; write it only then.
 
     Args:
         model: the float ``.onnx`` model.
@@ -469,6 +507,19 @@ def _quantize(
     loaded = load_model(model, load_weights=True)
     out = _output(config, loaded.path)
     signature = Signature.from_graph(loaded.proto.graph)
+    if settings.to != "int8":
+        _float16.refuse_unconvertible(loaded.proto, str(loaded.path), settings.to)
+        if settings.to == "bf16":
+            _float16.refuse_bf16_on_cpu(loaded.proto, str(loaded.path))
+    else:
+        _refuse_int8(loaded, settings, config, notices)
+    return _quantize_checked(config, settings, notices, features, loaded, out, signature, say)
+
+
+def _refuse_int8(
+    loaded: LoadedModel, settings: Settings, config: QuantizeConfig, notices: list[str]
+) -> None:
+    """Refuse a model int8 cannot quantise; a notice names what the mode leaves in float."""
     requested = tuple(dict.fromkeys(config.op_types)) or DEFAULT_OP_TYPES
     refuse_unquantisable(loaded.proto, settings, str(loaded.path), requested=requested)
     elsewhere = unquantisable_present(loaded.proto, settings, requested)
@@ -480,6 +531,19 @@ def _quantize(
             + "; ".join(where_quantised(op, quantisable) for op in elsewhere)
             + ")"
         )
+
+
+def _quantize_checked(
+    config: QuantizeConfig,
+    settings: Settings,
+    notices: list[str],
+    features: list[str],
+    loaded: LoadedModel,
+    out: Path,
+    signature: Signature,
+    say: Callable[[str], None],
+) -> QuantizeReport:
+    low, high = words(settings)
     data = _read_data(config, settings, signature, loaded, say)
     calibration, evaluation, labels, warnings = (
         data.calibration,
@@ -493,17 +557,29 @@ def _quantize(
         tmp = Path(folder)
         source = tmp / "float.onnx"
         onnx.save(loaded.proto, str(source))
-        say("pre-processing (ONNX Runtime's quant_pre_process)")
         pre = tmp / "pre.onnx"
-        notices += preprocess(source, pre)
+        if settings.to == "int8":
+            say("pre-processing (ONNX Runtime's quant_pre_process)")
+            notices += preprocess(source, pre)
+        else:  # the converter needs only node names: exclusion lists name nodes
+            named = onnx.load(str(source))
+            name_nodes(named)
+            onnx.save(named, str(pre))
         prepared = onnx.load(str(pre), load_external_data=False)
-        nodes = candidates(prepared, settings)
+        nodes = (
+            candidates(prepared, settings)
+            if settings.to == "int8"
+            else _float16.candidates(prepared)
+        )
         say(f"running the float model on {len(evaluation)} evaluation sample(s)")
         judge = Judge(source, signature, evaluation, rules, max_drop=config.max_drop, labels=labels)
         cache = tmp / "calibration.json" if settings.mode == "static" else None
 
         def make(exclude: Sequence[str], only: Sequence[str] | None) -> Path:
             target = tmp / "candidate.onnx"
+            if settings.to != "int8":
+                _float16.convert(pre, target, exclude=exclude, only=only)
+                return target
             quantise(
                 pre,
                 target,
@@ -518,9 +594,12 @@ def _quantize(
         def keep(path: Path, count: int) -> Path:
             return path.rename(tmp / f"attempt-{count}.onnx")
 
-        say(f"quantising {len(nodes)} node(s) to int8")
+        say(f"converting {len(nodes)} node(s) to {low}")
         all_int8, first = naive(make, judge.judge, keep)
-        if quantised_nodes(onnx.load(str(all_int8), load_external_data=False)) == 0:
+        if (
+            settings.to == "int8"
+            and quantised_nodes(onnx.load(str(all_int8), load_external_data=False)) == 0
+        ):
             raise ConfigError(
                 f"{loaded.path}: ONNX Runtime quantised none of its "
                 f"{'/'.join(settings.op_types)} nodes.",
@@ -537,6 +616,7 @@ def _quantize(
             prepared,
             say,
             warnings,
+            settings,
             calibration=calibration,
             calibration_judge=lambda: Judge(
                 source, signature, calibration, rules, max_drop=config.max_drop
@@ -558,6 +638,9 @@ def _quantize(
         shown_proto = onnx.load(str(shown), load_external_data=False)
         float_ops = _left_in_float(shown_proto, settings)
         _check_kept_in_float(shown_proto, excluded_names, settings, warnings, notices)
+        if settings.to != "int8":
+            measured = _float16.cpu_float32_notice(shown_proto, str(loaded.path))
+            notices += [measured] if measured else []
         latency: list[Latency] = []
         speed = _speed_gate(config, best is not None)
         if speed is None:
@@ -579,7 +662,7 @@ def _quantize(
                     + "".join(f"; grown most: {growth_text(g)}" for g in cost)
                     + f"; {setting('allow_slower', True)} writes it anyway"
                 )
-            elif speed.verdict == "slower":
+            elif speed.verdict == "slower" and settings.to == "int8":
                 warnings.append(f"the quantised model is {speed.note}")
             elif speed.verdict == "inconclusive":
                 warnings.append(f"the quantised model's {speed.note}")
@@ -607,10 +690,16 @@ def _quantize(
             ranking=ranking,
             ranked_on=ranked_on,
             excluded=excluded,
-            quantized_nodes=quantised_nodes(shown_proto),
+            quantized_nodes=quantised_nodes(shown_proto)
+            if settings.to == "int8"
+            else _float16.half_nodes(shown_proto),
             float_ops=float_ops,
             size_before=loaded.size_bytes,
             size_after=shown.stat().st_size,
+            size_ratio=shown.stat().st_size / loaded.size_bytes,
+            gain=None
+            if settings.to == "int8"
+            else _float16.gain(settings.to, speed, shown.stat().st_size / loaded.size_bytes),
             ops_before=_ops(loaded.proto),
             ops_after=_ops(shown_proto),
             latency=latency,

@@ -39,6 +39,10 @@ def _header(report: QuantizeReport) -> Lines:
     s = report.settings
     lines: Lines = [
         line(
+            f"[bold]{escape(report.model)}[/]: {s.to} (every float node; inputs and outputs float32)"
+        )
+        if s.to != "int8"
+        else line(
             f"[bold]{escape(report.model)}[/]: {s.mode} int8 ({s.format}, preset {s.preset}, "
             f"activations {s.activation_type}, weights {s.weight_type}"
             f"{' per-channel' if s.per_channel else ''}{', 7-bit' if s.reduce_range else ''}, "
@@ -103,6 +107,7 @@ def _attempts(report: QuantizeReport) -> Lines:
 def _kept_in_float(report: QuantizeReport) -> Lines:
     """The nodes ranked for float, those kept in float, and the quantisable ops left in float."""
     lines: Lines = []
+    low, high = ("int8", "float") if report.settings.to == "int8" else (report.settings.to, "fp32")
     if report.ranking:
         worst = ", ".join(
             f"{escape(r.node)} {r.score:.2g}" + (f" (cost {r.cost:.2g})" if r.cost > 1 else "")
@@ -110,21 +115,21 @@ def _kept_in_float(report: QuantizeReport) -> Lines:
         )
         lines.append(
             line(
-                f"  first nodes to keep in float (most error alone in int8; near-ties by cost; "
+                f"  first nodes to keep in {high} (most error alone in {low}; near-ties by cost; "
                 f"1 - mean row cosine, ranked on the {report.ranked_on} data): {worst}"
             )
         )
     if report.excluded:
         lines.append(
             line(
-                f"  kept in float ({len(report.excluded)}): "
+                f"  kept in {high} ({len(report.excluded)}): "
                 + ", ".join(f"{escape(n.node)} ({n.op_type})" for n in report.excluded)
             )
         )
     if report.float_ops:
         lines.append(
             line(
-                "  quantisable ops left in float: "
+                f"  {'quantisable ops' if low == 'int8' else 'nodes'} left in {high}: "
                 + ", ".join(f"{op} {n}" for op, n in report.float_ops.items())
             )
         )
@@ -134,14 +139,20 @@ def _kept_in_float(report: QuantizeReport) -> Lines:
 def _size_and_latency(report: QuantizeReport) -> Lines:
     """The size before and after, and the latency at each measured shape."""
     lines: Lines = []
+    ratio = f" (x{report.size_ratio:.2f})" if report.size_ratio is not None else ""
+    counted = "integer/conversion node(s)" if report.settings.to == "int8" else "node(s) in float16"
     lines.append(
         line(
-            f"  size: {_mb(report.size_before)} -> {_mb(report.size_after)}; "
-            f"{report.quantized_nodes} integer/conversion node(s)"
+            f"  size: {_mb(report.size_before)} -> {_mb(report.size_after)}{ratio}; "
+            f"{report.quantized_nodes} {counted}"
         )
     )
     for row in report.latency:
-        price = f" (all int8: {row.all_int8_ms:.3g} ms)" if row.all_int8_ms is not None else ""
+        price = (
+            f" (all {report.settings.to}: {row.all_int8_ms:.3g} ms)"
+            if row.all_int8_ms is not None
+            else ""
+        )
         low, high = row.interval or (row.speedup, row.speedup)
         verdict = {"slower": "[red]slower[/]", "faster": "[green]faster[/]"}.get(
             row.verdict or "", row.verdict or ""
@@ -168,6 +179,8 @@ def _verdict(report: QuantizeReport) -> Lines:
         speed = (
             "speed not gated"
             if not report.speed.gated
+            else f"slower on this CPU (expected of {report.settings.to}, not refused)"
+            if report.speed.verdict == "slower" and report.settings.to != "int8"
             else f"slower, allowed ({setting('allow_slower', True)})"
             if report.speed.verdict == "slower"
             else "speed unreliable, not judged"
@@ -193,14 +206,16 @@ def _verdict(report: QuantizeReport) -> Lines:
 def _speed(report: QuantizeReport) -> Lines:
     """The speed gate's verdict and, when slower, where the time went."""
     speed = report.speed
+    gain = [line(f"  [bold]where it pays:[/] {escape(report.gain)}")] if report.gain else []
     if not speed.gated:
-        return [line(f"  speed: [yellow]{escape(speed.note)}[/]")]
+        return [line(f"  speed: [yellow]{escape(speed.note)}[/]"), *gain]
     colour = {"slower": "red", "faster": "green", "inconclusive": "yellow"}.get(
         speed.verdict or "", "default"
     )
     lines: Lines = [
         line(f"  speed: [{colour}]{escape(speed.note)}[/]"),
         line(f"    ({escape(speed.method)})"),
+        *gain,
     ]
     cost = speed.cost
     if cost is None:

@@ -188,12 +188,18 @@ class QuantizeReport(_Strict):
     ranked_on: str | None = None
     """The data the ranking ran on: ``calibration`` (static mode) or ``evaluation``."""
     excluded: list[NodeScore] = []
+    """The nodes kept in float (int8) or in float32 (fp16)."""
     quantized_nodes: int = 0
-    """Nodes of the delivered model that run in, or convert to, integers."""
+    """Nodes of the delivered model that run in, or convert to, integers (fp16: that compute in
+    float16)."""
     float_ops: dict[str, int] = {}
     """Nodes of the quantisable op types left in float, by op type."""
     size_before: int
     size_after: int | None = None
+    size_ratio: float | None = None
+    """``size_after / size_before``."""
+    gain: str | None = None
+    """fp16/bf16: where the format pays (GPUs, size) and whether it is slower on this CPU."""
     ops_before: dict[str, int] = {}
     ops_after: dict[str, int] = {}
     latency: list[Latency] = []

@@ -55,6 +55,7 @@ def rank(
     error: Error,
     progress: Callable[[str], None],
     costs: Mapping[str, float] | None = None,
+    words: tuple[str, str] = ("int8", "float"),
 ) -> list[NodeScore]:
     """Every candidate node's error when it alone is quantised, in the order to keep them in float.
 
@@ -65,7 +66,9 @@ def rank(
     costs = costs or {}
     scores = []
     for index, node in enumerate(nodes, 1):
-        progress(f"ranking node {index}/{len(nodes)}: {node.name} ({node.op_type}) alone in int8")
+        progress(
+            f"ranking node {index}/{len(nodes)}: {node.name} ({node.op_type}) alone in {words[0]}"
+        )
         path = make((), [node.name])
         worst = error(path)
         scores.append(
@@ -113,6 +116,7 @@ def search(
     progress: Callable[[str], None],
     keep: Callable[[Path, int], Path],
     costs: Mapping[str, float] | None = None,
+    words: tuple[str, str] = ("int8", "float"),
 ) -> Found:
     """Rank the nodes, then keep the fewest worst ones in float that bring the model in budget.
 
@@ -125,13 +129,15 @@ def search(
         progress: called before each step.
         keep: moves a judged model out of the way of later attempts (path, count) -> new path.
         costs: each node's speed cost in float (``speed_costs``); none: every node costs 1.
+        words: the format converted to and the one kept (``int8``/``float``, ``fp16``/``fp32``),
+            for progress messages.
 
     Raises:
         ValueError: ``max_excluded`` below 1.
     """
     if max_excluded < 1:
         raise ValueError(f"max_excluded is {max_excluded}; the search needs at least 1")
-    ranking = rank(nodes, make, error, progress, costs)
+    ranking = rank(nodes, make, error, progress, costs, words)
     limit = min(max_excluded, len(ranking))
     attempts: list[Attempt] = []
     order = [s.node for s in ranking]
@@ -140,7 +146,7 @@ def search(
     last_miss = 0
     count = 1
     while count <= limit:
-        progress(f"keeping the first {count} ranked node(s) in float")
+        progress(f"keeping the first {count} ranked node(s) in {words[1]}")
         last = _attempt(make, judge, order[:count], attempts, keep)
         if last[1].passed:
             passing[count] = last[0]
@@ -154,7 +160,7 @@ def search(
     low, high = last_miss, min(passing)
     while high - low > 1:
         middle = (low + high) // 2
-        progress(f"keeping the first {middle} ranked node(s) in float")
+        progress(f"keeping the first {middle} ranked node(s) in {words[1]}")
         last = _attempt(make, judge, order[:middle], attempts, keep)
         if last[1].passed:
             passing[middle] = last[0]

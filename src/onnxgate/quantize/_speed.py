@@ -281,8 +281,11 @@ def measure(
     budget_s: float,
     seed: int,
     progress: Callable[[str], None],
+    to: str = "int8",
 ) -> tuple[list[Latency], Conditions]:
     """Time ``float``, ``quantised`` and (when given) ``all-int8`` against each other per shape.
+
+    ``to``: the format converted to, naming the model with no node kept in float (``all-fp16``).
 
     Returns the latencies per shape and what the machine did meanwhile.
 
@@ -292,7 +295,10 @@ def measure(
     from onnxgate.perf import Contender, Contest, Watch
 
     labels = [label for label in ("float", "quantised", "all-int8") if label in paths]
-    contenders = [Contender(LABELS[label], onnx=Path(paths[label])) for label in labels]
+    names = {label: label.replace("int8", to) for label in labels}
+    contenders = [
+        Contender(LABELS[label].replace("int8", to), onnx=Path(paths[label])) for label in labels
+    ]
     rows: list[Latency] = []
     timed: list[tuple[Mapping[str, int], dict[str, list[float]]]] = []
     runs: dict[str, list[float]] = {}
@@ -309,7 +315,7 @@ def measure(
                 progress=lambda message, shape=shape: progress(f"{shape}: {message}"),
             )
             by_label = dict(zip(labels, latencies, strict=True))
-            runs |= {f"the {label} model at {shape}": v for label, v in by_label.items()}
+            runs |= {f"the {names[label]} model at {shape}": v for label, v in by_label.items()}
             timed.append((sample.dims, by_label))
         conditions = watch.conditions(runs)
     # judged once the conditions are known: a contest the machine spoiled proves nothing

@@ -1,0 +1,355 @@
+"""fp16 and bf16: the 16-bit float formats ``quantize`` gates with the same budget and search.
+
+The conversion is ONNX Runtime's own float16 converter (``onnxruntime.transformers.float16``,
+which ships inside the onnxruntime wheel, so no dependency is added; ``onnxconverter_common``
+holds a copy of the same code). Inputs and outputs stay float32 (``keep_io_types``), so the
+converted model takes the float model's feeds and the gate compares like with like. Nodes named
+in ``node_block_list`` stay float32 between inserted Cast nodes: that is how the exclusion search
+keeps the worst nodes in float32, and how it measures one node alone in fp16 (every other node
+blocked).
+
+bf16 is refused where the runtime's CPU provider has no bfloat16 kernel for an operator of the
+model: the operators are read from the kernel registry ``compat`` probes, never from a hand list.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+
+from onnxgate._words import setting
+from onnxgate.errors import (
+    CompatibilityError,
+    ConfigError,
+    GateError,
+    RunFailed,
+    first_line,
+)
+from onnxgate.quantize._ort import QUANTIZED_OPS, ort_tool, quiet
+from onnxgate.quantize._report import SpeedGate
+
+if TYPE_CHECKING:
+    from onnxgate.compat.kernels import KernelTable
+
+log = logging.getLogger(__name__)
+
+MOVES_DATA = frozenset(
+    {
+        "Cast",
+        "Concat",
+        "Constant",
+        "Expand",
+        "Flatten",
+        "Identity",
+        "Reshape",
+        "Shape",
+        "Slice",
+        "Split",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+    }
+)
+"""Op types that only move or reshape data: fp16 rounds nothing in them that the node before
+them did not round already, so they are not ranked (in fp16 with their neighbours)."""
+
+_FLOAT = onnx.TensorProto.FLOAT
+_HALF = onnx.TensorProto.FLOAT16
+
+
+def _converter():
+    return ort_tool("transformers.float16")
+
+
+def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """Every tensor's element type, from ONNX shape inference (unknown ones are missing)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception as err:  # inference fails on some real exports; the declared types remain
+        log.info("shape inference failed (%s); using the declared types", first_line(err))
+        inferred = proto
+    graph = inferred.graph
+    types = {i.name: i.data_type for i in graph.initializer}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        if info.type.HasField("tensor_type"):
+            types[info.name] = info.type.tensor_type.elem_type
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    types[node.output[0]] = attr.t.data_type
+    return types
+
+
+def candidates(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Nodes fp16 converts that compute: a float input or output, not only moving data.
+
+    ONNX Runtime's converter leaves its ``DEFAULT_OP_BLOCK_LIST`` (TopK, Range, Min, Max,
+    Upsample, the ai.onnx.ml operators...) in float32 anyway.
+    """
+    blocked = set(_converter().DEFAULT_OP_BLOCK_LIST)
+    types = _elem_types(proto)
+    return [
+        node
+        for node in proto.graph.node
+        if node.op_type not in blocked
+        and node.op_type not in MOVES_DATA
+        and any(types.get(t) == _FLOAT for t in [*node.input, *node.output] if t)
+    ]
+
+
+def refuse_unconvertible(proto: onnx.ModelProto, where: str, to: str) -> None:
+    """Refuse a model that is 16-bit or quantised already, or has no float node to convert.
+
+    Raises:
+        ConfigError: naming what was found.
+    """
+    quantised = sorted({n.op_type for n in proto.graph.node if n.op_type in QUANTIZED_OPS})
+    half = [
+        i.name for i in proto.graph.initializer if i.data_type in (_HALF, onnx.TensorProto.BFLOAT16)
+    ]
+    if quantised or half:
+        held = ", ".join(quantised) if quantised else f"16-bit weights ({', '.join(half[:3])})"
+        raise ConfigError(
+            f"{where}: is quantised or converted already (it holds {held}); converting it to "
+            f"{to} would stack a second rounding on the first.",
+            hint="Convert the float32 model it was made from.",
+        )
+    if not candidates(proto):
+        ops = sorted({n.op_type for n in proto.graph.node})
+        raise ConfigError(
+            f"{where}: has no float32 node to convert to {to} (its ops: {', '.join(ops[:12])}).",
+            hint=f"{setting('to', to)} pays on float models: Conv, MatMul, Gemm and the like.",
+        )
+
+
+def convert(
+    source: Path,
+    target: Path,
+    *,
+    exclude: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+) -> None:
+    """Convert ``source`` to fp16 into ``target``, keeping ``exclude`` (or all but ``only``) fp32.
+
+    Raises:
+        RunFailed: ONNX Runtime's converter failed.
+    """
+    float16 = _converter()
+    model = onnx.load(str(source))
+    if only is not None:
+        keep = set(only)
+        block = [n.name for n in model.graph.node if n.name not in keep]
+    else:
+        block = list(exclude)
+    try:
+        with quiet():
+            converted = float16.convert_float_to_float16(
+                model, keep_io_types=True, node_block_list=block
+            )
+    except GateError:
+        raise
+    except Exception as err:  # the converter raises assertions and bare errors
+        raise RunFailed(
+            f"ONNX Runtime's float16 converter failed on {source.name}: "
+            f"{first_line(err, with_type=True)}",
+            hint="Run with -vv for its traceback; quantize to int8 instead, or keep the "
+            "float model.",
+        ) from err
+    dropped = drop_round_trips(converted)
+    log.debug("%d float32 -> float16 -> float32 cast pair(s) removed", dropped)
+    onnx.save(converted, str(target))
+
+
+def _cast_to(node: onnx.NodeProto) -> int | None:
+    if node.op_type != "Cast":
+        return None
+    return next((a.i for a in node.attribute if a.name == "to"), None)
+
+
+def drop_round_trips(proto: onnx.ModelProto) -> int:
+    """Remove float32 -> float16 -> float32 Cast pairs (in place); how many readers were rewired.
+
+    ONNX Runtime's converter gives every float tensor a float16 type and puts a Cast before and
+    after each blocked node, so a tensor between two nodes kept in float32, or between the
+    float32 input and a node kept in float32, is still rounded to float16 on its way. A node
+    kept in float32 must read what float32 computed: a ``Cast(to=FLOAT)`` of a
+    ``Cast(to=FLOAT16)`` of a float32 tensor is replaced by that tensor, and Casts nobody reads
+    any more are removed.
+    """
+    graph = proto.graph
+    types = _elem_types(proto)
+    producers = {o: n for n in graph.node for o in n.output}
+    outputs = {o.name for o in graph.output}
+    replaced: dict[str, str] = {}
+    for node in graph.node:
+        if _cast_to(node) != _FLOAT or node.output[0] in outputs:
+            continue
+        first = producers.get(node.input[0])
+        if first is None or _cast_to(first) != _HALF or types.get(first.input[0]) != _FLOAT:
+            continue
+        replaced[node.output[0]] = first.input[0]
+    if not replaced:
+        return 0
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name in replaced:
+                node.input[index] = replaced[name]
+    while True:  # Casts whose outputs nobody reads
+        read = {i for n in graph.node for i in n.input} | outputs
+        dead = [
+            n for n in graph.node if n.op_type == "Cast" and not any(o in read for o in n.output)
+        ]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    return len(replaced)
+
+
+def half_nodes(proto: onnx.ModelProto) -> int:
+    """Nodes of a converted model that compute in float16 (Casts not counted)."""
+    types = _elem_types(proto)
+    return sum(
+        n.op_type != "Cast" and any(types.get(o) == _HALF for o in n.output if o)
+        for n in proto.graph.node
+    )
+
+
+def full_names(proto: onnx.ModelProto, names: Collection[str]) -> set[str]:
+    """Those of ``names`` that compute in float32 in a converted model."""
+    types = _elem_types(proto)
+    wanted = set(names)
+    return {
+        n.name
+        for n in proto.graph.node
+        if n.name in wanted and any(types.get(o) == _FLOAT for o in n.output if o)
+    }
+
+
+CPU_SLOWER = (
+    "ONNX Runtime's CPU provider has float16 kernels for few operators and runs the others in "
+    "float32 between inserted casts; fp16 pays on GPUs (CUDA, TensorRT, WebGPU) and in size"
+)
+
+
+def gain(to: str, speed: SpeedGate, size_ratio: float) -> str:
+    """Where the 16-bit model pays, with the size ratio and this CPU's speed verdict in words."""
+    verdict = {
+        "slower": "slower than float32 on this CPU",
+        "faster": "faster than float32 on this CPU",
+        "within noise": "within noise of float32 on this CPU",
+        "inconclusive": "of no proven speed against float32 on this CPU (unreliable timings)",
+    }.get(speed.verdict or "", "not timed on this CPU")
+    return (
+        f"{to} is {verdict}; its gain is on GPUs with float16 units (CUDA, TensorRT, WebGPU) "
+        f"and in size: {size_ratio:.2f} of the float32 file"
+    )
+
+
+def _profile_table(where: str):
+    """The installed runtime's profile and kernel table (probed once, then cached)."""
+    from onnxgate.compat.runtime import runtime_profile
+
+    profile = runtime_profile(None)
+    table = profile.kernel_table()
+    if table is None:
+        raise CompatibilityError(
+            f"{where}: {profile.label} does not expose its kernel registry, so its CPU "
+            "provider's 16-bit kernels cannot be known.",
+            hint=f"Use {setting('to', 'fp16')}.",
+        )
+    return profile, table
+
+
+def without_cpu_kernel(
+    proto: onnx.ModelProto, table: KernelTable, retype: dict[int, int] | None = None
+) -> dict[str, int]:
+    """Op types (with node counts) of 16-bit nodes the CPU provider has no kernel for as typed.
+
+    Only nodes with a float16/bfloat16 tensor, after ``retype`` (element type -> element type,
+    e.g. float32 -> bfloat16 to ask about a bf16 model before converting) are looked at.
+    """
+    from onnxgate.compat.versions import normalize_domain
+
+    types = _elem_types(proto)
+    if retype:
+        types = {name: retype.get(t, t) for name, t in types.items()}
+    opsets = {normalize_domain(o.domain): o.version for o in proto.opset_import}
+    lacking: dict[str, int] = {}
+    for node in proto.graph.node:
+        ins = [types.get(t) if t else None for t in node.input]
+        outs = [types.get(t) if t else None for t in node.output]
+        if not {_HALF, onnx.TensorProto.BFLOAT16} & {*ins, *outs} or node.op_type == "Cast":
+            continue
+        domain = normalize_domain(node.domain)
+        schema = table.schema(node.op_type, domain, opsets.get(domain, 1))
+        if schema is None:
+            continue
+        typed = (_type_text(t) for t in ins), (_type_text(t) for t in outs)
+        if "CPUExecutionProvider" not in table.providers_with_kernel(schema, *map(list, typed)):
+            lacking[node.op_type] = lacking.get(node.op_type, 0) + 1
+    return lacking
+
+
+def counted(ops: dict[str, int]) -> str:
+    """``Conv (4 nodes), Relu (3 nodes)``."""
+    return ", ".join(f"{op} ({n} node{'s' if n > 1 else ''})" for op, n in ops.items())
+
+
+def cpu_float32_notice(proto: onnx.ModelProto, where: str) -> str | None:
+    """Which fp16 nodes ONNX Runtime's CPU provider computes in float32, so the gate measured.
+
+    Its ``InsertCastTransformer`` runs a float16 node without a float16 kernel in float32 between
+    casts, and removes the casts between two such nodes: on such a CPU the drift measured is the
+    rounding of weights and of the tensors that cross a float16 node, not float16 arithmetic.
+    """
+    profile, table = _profile_table(where)
+    lacking = without_cpu_kernel(proto, table)
+    if not lacking:
+        return None
+    return (
+        f"measured on {profile.label}'s CPU provider, which has no float16 kernel for "
+        f"{counted(lacking)} and computes them in float32 between casts: the drift measured is "
+        "the rounding of weights and of tensors to float16; a GPU computes them in float16 and "
+        "can drift more, so verify the model on its target"
+    )
+
+
+def refuse_bf16_on_cpu(proto: onnx.ModelProto, where: str) -> None:
+    """Refuse bf16 when ONNX Runtime's CPU provider lacks bfloat16 kernels for the model's ops.
+
+    Each node that computes in float32 is looked up in the installed runtime's kernel registry
+    (probed by ``compat``) with its float32 types widened to bfloat16.
+
+    Raises:
+        CompatibilityError: naming each op type without a bfloat16 CPU kernel, and how many of
+            the model's nodes it has.
+        RuntimeEnvError: the runtime cannot be probed.
+    """
+    profile, table = _profile_table(where)
+    lacking = without_cpu_kernel(proto, table, {_FLOAT: onnx.TensorProto.BFLOAT16})
+    if lacking:
+        raise CompatibilityError(
+            f"{where}: {profile.label}'s CPU provider has no bfloat16 kernel for "
+            f"{counted(lacking)} (read from its kernel registry): a bf16 model would not load "
+            "on it.",
+            hint=f"Use {setting('to', 'fp16')} (float16, which the CPU provider runs, in float32 "
+            "between casts where it lacks a kernel), or convert to bf16 for a GPU provider "
+            "(CUDA, TensorRT) outside onnxgate.",
+        )
+    raise CompatibilityError(
+        f"{where}: bf16 is not gated on {profile.label}'s CPU provider: ONNX Runtime's float16 "
+        "converter writes bfloat16 only for the nodes it keeps out of float16.",
+        hint=f"Use {setting('to', 'fp16')}.",
+    )
+
+
+def _type_text(elem_type: int | None) -> str | None:
+    if elem_type is None:
+        return None
+    return f"tensor({onnx.helper.tensor_dtype_to_string(elem_type).removeprefix('TensorProto.').lower()})"
