@@ -45,10 +45,13 @@ BACKENDS: dict[str, dict] = {
     "WebGpuExecutionProvider": {
         "providers": ["webgpu"],
         "config": {"session.disable_cpu_ep_fallback": "1"},
+        "provider_options": {"webgpu": {"allow_fallback_adapter": "1"}},
     },
 }
 """The session settings each provider is probed with. WebGPU refuses to fall back to the CPU
-provider, so a node it has no kernel for makes the load fail."""
+provider, so a node it has no kernel for makes the load fail. Which kernels WebGPU registers does
+not depend on the adapter, so a fallback adapter (Chromium's SwiftShader, a CPU emulation, which
+runners refuse unless asked) is admitted for the probe."""
 EMBED_LIMIT = 4096
 """Constant inputs up to this many elements are embedded in the probe model; larger ones (weights)
 become graph inputs of the same type and shape, which a kernel lookup does not tell apart."""
