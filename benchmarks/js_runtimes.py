@@ -124,6 +124,7 @@ def main() -> None:
     began, load_before = time.time(), _load()
     work = Path(tempfile.mkdtemp(prefix="onnxgate-js-bench-"))
     cases: list[tuple[Path, dict[str, Any]]] = []
+    skipped: list[str] = []
     for path in sorted(CORPUS.glob("*.onnx")):
         try:
             model = load_model(path)
@@ -132,10 +133,12 @@ def main() -> None:
             with open_runner(model) as here:
                 here.infer(sample.feeds)
         except Exception as err:  # a corpus model Python's ONNX Runtime cannot run
-            print(f"skipped {path.name}: {type(err).__name__}: {str(err)[:100]}")
+            skipped.append(f"{path.name}: {type(err).__name__}: {' '.join(str(err).split())[:160]}")
+            print(f"skipped {skipped[-1]}")
             continue
         if any(np.asarray(v).dtype.kind in "OUS" for v in sample.feeds.values()):
-            print(f"skipped {path.name}: string inputs (bench's feeds file holds no strings)")
+            skipped.append(f"{path.name}: string inputs (bench's feeds file holds no strings)")
+            print(f"skipped {skipped[-1]}")
             continue
         cases.append((path, dict(sample.feeds)))
     minilm = args.minilm or _minilm.export(work)
@@ -153,6 +156,7 @@ def main() -> None:
         "python_onnxruntime": runtime_version(),
         "budget_s": args.budget,
         "rows": rows,
+        "skipped": skipped,
     }
     labels = [label for label, _, _ in SIDES]
     lines = [
@@ -191,6 +195,13 @@ def main() -> None:
         drift = [_cell(sides.get(label, {"error": "not run"}), "drift") for label in labels[1:]]
         speed = [_cell(sides.get(label, {"error": "not run"}), "p50") for label in labels]
         lines.append(f"| {row['model']} | " + " | ".join(drift + speed) + " |")
+    if skipped:
+        lines += [
+            "",
+            "Not measured (Python's ONNX Runtime cannot run them here, or bench cannot feed them):",
+            "",
+        ]
+        lines += [f"- {line}" for line in skipped]
     _minilm.write("js_runtimes", document, "\n".join(lines) + "\n")
 
 
