@@ -195,6 +195,7 @@ def kernel_oracle(
     types: dict[str, str | None],
     protos: Mapping[str, TypeProto],
     progress: Callable[[str], None] | None = None,
+    path: Path | None = None,
 ) -> KernelOracle | None:
     """What the rules ask about kernels.
 
@@ -210,7 +211,7 @@ def kernel_oracle(
     if table is not None or not probes_kernels(spec):
         return table
     oracle = ProbedKernels(spec, probed_providers(providers))
-    oracle.measure(kernel_probes(model, oracle, types, protos), progress)
+    oracle.measure(kernel_probes(model, oracle, types, protos, path), progress)
     return oracle
 
 
@@ -257,7 +258,7 @@ def check_model(
         topologically_sorted(seen) if unsorted else seen, loaded.path
     )
     types, protos = value_types(inferred), value_type_protos(inferred)
-    table = kernel_oracle(profile, seen, chosen, types, protos, progress)
+    table = kernel_oracle(profile, seen, chosen, types, protos, progress, loaded.path)
     findings = [
         *checker_findings(loaded),
         *([inference_problem] if inference_problem else []),

@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
-from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TypeProto, defs, helper
+from onnx import (
+    AttributeProto,
+    FunctionProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    TypeProto,
+    defs,
+    helper,
+)
 
 from onnxgate._native import native_step
 from onnxgate.check._graph import node_label
@@ -67,14 +76,24 @@ def value_type_protos(model: ModelProto) -> dict[str, TypeProto]:
     """The full type (element type and shape) of every named value whose type is known.
 
     The counterpart of ``value_types`` for function builders, which need shapes (ranks) as well.
+    The outermost graph declaring a name wins: a subgraph's value of the same name is typed from
+    its own graph (``graph_type_protos``) by whoever walks that graph.
     """
     protos: dict[str, TypeProto] = {}
     for graph in iter_model_graphs(model):
-        for info in (*graph.input, *graph.value_info, *graph.output):
-            if info.type.WhichOneof("value") is not None:
-                protos[info.name] = info.type
-        for tensor in graph.initializer:
-            protos[tensor.name] = helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+        for name, proto in graph_type_protos(graph).items():
+            protos.setdefault(name, proto)
+    return protos
+
+
+def graph_type_protos(graph: GraphProto) -> dict[str, TypeProto]:
+    """The types one graph declares itself (inputs, value_info, outputs, initializers)."""
+    protos: dict[str, TypeProto] = {}
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        if info.type.WhichOneof("value") is not None:
+            protos[info.name] = info.type
+    for tensor in graph.initializer:
+        protos[tensor.name] = helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
     return protos
 
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import ChainMap, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
-from onnx import FunctionProto, ModelProto, NodeProto, TensorProto, TypeProto
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
 
-from onnxgate.check._functions import MAX_DEPTH, NoBody, expand
+from onnxgate.check._functions import MAX_DEPTH, NoBody, expand, graph_type_protos
 from onnxgate.check._graph import node_label
 from onnxgate.check._report import RULES, Finding, finding
 from onnxgate.compat.kernels import KernelOracle, NodeSchema, onnx_schema
-from onnxgate.compat.probed import ProbeNode, lone_node, node_key
+from onnxgate.compat.probed import EMBED_LIMIT, ProbeNode, elements, lone_node, node_key
 from onnxgate.compat.providers import registered_providers
 from onnxgate.compat.runtime import RuntimeProfile
 from onnxgate.compat.versions import (
@@ -24,7 +25,7 @@ from onnxgate.compat.versions import (
     onnx_releases,
     opset_map,
 )
-from onnxgate.model import iter_model_graphs, iter_scoped_nodes
+from onnxgate.model import inline_external, iter_scoped_nodes, subgraphs_of
 
 # Operators ONNX Runtime resolves while loading the graph rather than through a kernel.
 RESOLVED_AT_LOAD = {(DEFAULT_DOMAIN, "Constant")}
@@ -356,26 +357,29 @@ def kernel_probes(
     oracle: KernelOracle,
     types: dict[str, str | None],
     protos: Mapping[str, TypeProto],
+    path: Path | None = None,
 ) -> list[ProbeNode]:
-    """One probe per distinct node kind the rules will judge, for a runtime judged by probing.
+    """One probe per distinct one-node model of the nodes the rules will judge (probed runtimes).
 
-    Small initializers and ``Constant`` outputs a node reads are embedded in its probe model;
-    values folded from them (a ``Reshape`` of a weight) are graph inputs of their type and shape.
-    Nodes inside model-local functions have no inferred types here, so they are not probed
-    (``OP007`` says how many kinds).
+    Small initializers and ``Constant`` outputs a node reads are embedded in its probe model,
+    external ones read in from the folder of ``path`` (graph inputs when there is none); values
+    folded from them (a ``Reshape`` of a weight) are graph inputs of their type and shape. Each
+    graph sees its own weights and types and its outer graphs' unless it shadows them. Nodes
+    inside model-local functions have no inferred types here, so they are not probed (``OP007``
+    says how many kinds).
     """
-    weights = {t.name: t for g in iter_model_graphs(model) for t in g.initializer}
-    for graph in iter_model_graphs(model):  # Constant nodes' tensors are weights as well
-        for node in graph.node:
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-                value = next((a.t for a in node.attribute if a.name == "value"), None)
-                if value is not None:
-                    tensor = TensorProto()
-                    tensor.CopyFrom(value)
-                    tensor.name = node.output[0]
-                    weights[tensor.name] = tensor
     found: dict[tuple, ProbeNode] = {}
-    for node, opsets, in_function in _scoped_nodes(model):
+    model_opsets = opset_map(model.opset_import)
+    local = {(normalize_domain(f.domain), f.name) for f in model.functions}
+    in_graphs = (
+        (node, model_opsets, False, scope)
+        for node, scope in _graph_scopes(model, protos, path)
+        if (normalize_domain(node.domain), node.op_type) not in local
+    )
+    in_functions = (
+        (node, scope, True, None) for node, scope, inside in _scoped_nodes(model) if inside
+    )
+    for node, opsets, in_function, scope in (*in_graphs, *in_functions):
         domain = normalize_domain(node.domain)
         opset = opsets.get(domain)
         if opset is None or (domain, node.op_type) in RESOLVED_AT_LOAD:
@@ -385,18 +389,60 @@ def kernel_probes(
             continue
         known = {} if in_function else types
         inputs, outputs = _node_types(node, known)
-        key = node_key(node, schema.since_version, inputs, outputs)
-        if key in found:
-            continue
+        base = node_key(node, schema.since_version, inputs, outputs)
         built = (
             "it is inside a model-local function, whose types are not inferred"
-            if in_function
-            else lone_node(node, model, protos, weights)
+            if in_function or scope is None
+            else lone_node(node, model, *scope)
         )
-        found[key] = (
-            ProbeNode(key, None, built) if isinstance(built, str) else ProbeNode(key, built)
-        )
+        probe = ProbeNode.of(base, node, built)
+        found.setdefault(probe.key, probe).nodes.update(probe.nodes)
     return list(found.values())
+
+
+def _graph_scopes(
+    model: ModelProto, protos: Mapping[str, TypeProto], path: Path | None
+) -> Iterator[tuple[NodeProto, tuple[Mapping[str, TypeProto], Mapping[str, TensorProto]]]]:
+    """Every node of the model's graphs with the types and weights its graph sees."""
+
+    def walk(graph: GraphProto, types: ChainMap, weights: ChainMap) -> Iterator:
+        types = types.new_child(graph_type_protos(graph))
+        weights = weights.new_child(_weights(graph, path))
+        for node in graph.node:
+            yield node, (types, weights)
+            for sub in subgraphs_of(node):
+                yield from walk(sub, types, weights)
+
+    for graph in (
+        model.graph,
+        *(g for info in model.training_info for g in (info.initialization, info.algorithm)),
+    ):
+        yield from walk(graph, ChainMap(dict(protos)), ChainMap())
+
+
+def _weights(graph: GraphProto, path: Path | None) -> dict[str, TensorProto]:
+    """The tensors a graph defines: its initializers and its Constant nodes' values.
+
+    External tensors small enough to embed are read in from the model's folder; without one
+    they are left out (the probe model takes them as graph inputs).
+    """
+    found = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                tensor = TensorProto()
+                tensor.CopyFrom(value)
+                tensor.name = node.output[0]
+                found[tensor.name] = tensor
+    for name, tensor in list(found.items()):
+        if tensor.data_location != TensorProto.EXTERNAL:
+            continue
+        if path is None or elements(tensor.dims) > EMBED_LIMIT:
+            del found[name]
+        else:
+            found[name] = inline_external(path, tensor)
+    return found
 
 
 def operator_findings(

@@ -61,8 +61,17 @@ _MISSING = re.compile(
     re.IGNORECASE,
 )
 _UNKNOWN_OP = re.compile(r"is not a registered function/op", re.IGNORECASE)
-PROBE_VERSION = 4
+PROBE_VERSION = 5
 """Part of every cache key: bump when the probe models are built differently."""
+
+
+def definitive(error: str | None) -> bool:
+    """Whether a load's answer is the runtime's alone, so it may be cached.
+
+    It loaded, or the runtime has no kernel or schema for the node. Other failures (a lost device,
+    the machine, the locale) are asked again next time.
+    """
+    return error is None or kernel_missing(error) or bool(_UNKNOWN_OP.search(error))
 
 
 def kernel_missing(error: str) -> bool:
@@ -102,12 +111,25 @@ def node_key(
 
 @dataclass
 class ProbeNode:
-    """One distinct node kind to ask about, with the model that holds it alone."""
+    """One distinct probe model to ask about, and the nodes it answers for."""
 
     key: tuple
+    """``node_key`` and the probe model's digest: the constants it embeds, its float and tensor
+    attributes and its ranks make two nodes of one kind two questions."""
     model: ModelProto | None
     """None when it cannot be built (a type is unknown, the node holds a subgraph)."""
     why_not: str = ""
+    nodes: set[tuple[tuple, bytes]] = field(default_factory=set)
+    """(``node_key``, serialized node) of every node this probe answers for."""
+
+    @classmethod
+    def of(cls, base: tuple, node: NodeProto, built: ModelProto | str) -> ProbeNode:
+        """The probe of one node, from ``lone_node``'s model or its reason for none."""
+        nodes = {(base, node.SerializeToString(deterministic=True))}
+        if isinstance(built, str):
+            return cls(base, None, built, nodes)
+        digest = hashlib.sha256(built.SerializeToString(deterministic=True)).hexdigest()
+        return cls((*base, digest), built, "", nodes)
 
 
 BOUNDARY_CAST = frozenset(
@@ -144,7 +166,7 @@ def lone_node(
     reads = [n for n in dict.fromkeys(node.input) if n]
     for name in reads:
         tensor = weights.get(name)
-        if tensor is not None and _elements(tensor.dims) <= EMBED_LIMIT:
+        if tensor is not None and elements(tensor.dims) <= EMBED_LIMIT:
             initializers.append(tensor)
     wanted = [("input", n, inputs) for n in reads if n not in {t.name for t in initializers}]
     outputs: list[onnx.ValueInfoProto] = []
@@ -187,7 +209,8 @@ def _as_float(proto: TypeProto) -> TypeProto:
     return copy
 
 
-def _elements(dims: Iterable[int]) -> int:
+def elements(dims: Iterable[int]) -> int:
+    """How many elements a tensor of these dimensions holds."""
     count = 1
     for d in dims:
         count *= d
@@ -213,6 +236,8 @@ class ProbedKernels:
     """How many times the runtime was started (0 when every answer came from the cache)."""
     inlines_functions: bool = True
     """The runtime's answer already covers an operator run as its function body."""
+    probed: dict[tuple[tuple, bytes], tuple] = field(default_factory=dict)
+    """(``node_key``, serialized node) -> the key of the probe that answers for it."""
 
     def schema(self, op: str, domain: str, opset: int) -> NodeSchema | None:
         """The onnx package's schema; a custom domain's operator as the runtime may define it."""
@@ -241,7 +266,8 @@ class ProbedKernels:
         outputs: Sequence[str | None],
     ) -> Coverage:
         """What the runtime said when the node's probe model was loaded on each provider."""
-        key = node_key(node, schema.since_version, inputs, outputs)
+        base = node_key(node, schema.since_version, inputs, outputs)
+        key = self.probed.get((base, node.SerializeToString(deterministic=True)), base)
         said = self.answers.get(key)
         if said is None:
             return Coverage(
@@ -291,6 +317,7 @@ class ProbedKernels:
         """Answer every probe: from the cache, else by asking the runtime once per provider."""
         todo: dict[str, dict[str, tuple[tuple, bytes]]] = {}
         for probe in probes:
+            self.probed.update(dict.fromkeys(probe.nodes, probe.key))
             if probe.key in self.answers or probe.key in self.unprobed:
                 continue
             if probe.model is None:
@@ -312,7 +339,7 @@ class ProbedKernels:
             raise RuntimeError(f"{self.spec} has no probe hook")  # the caller checked
         if progress:
             count = sum(len(v) for v in todo.values())
-            progress(f"probing {count} node kind(s) on {self.spec}")
+            progress(f"probing {count} one-node model(s) on {self.spec}")
         providers = sorted(todo)
         models = {f"{p}/{d}": data for p in providers for d, (_, data) in todo[p].items()}
         canary = _canary().SerializeToString(deterministic=True)
@@ -333,6 +360,8 @@ class ProbedKernels:
             for digest, (key, _) in todo[provider].items():
                 error = loads[f"{provider}/{digest}"]
                 self.answers[key][provider] = error
+                if not definitive(error):
+                    continue  # the machine's or the moment's failure: asked again next time
                 try:
                     atomic_write_text(self._cache(provider, digest), json.dumps({"error": error}))
                 except OSError as err:

@@ -1,6 +1,12 @@
 """Safe model loading, signatures and the walks every other layer uses."""
 
-from onnxgate.model._load import PROTOBUF_LIMIT, ExternalDataRef, LoadedModel, load_model
+from onnxgate.model._load import (
+    PROTOBUF_LIMIT,
+    ExternalDataRef,
+    LoadedModel,
+    inline_external,
+    load_model,
+)
 from onnxgate.model._signature import Dim, Signature, TensorSpec
 from onnxgate.model._types import (
     dtype_name,
@@ -34,6 +40,7 @@ __all__ = [
     "dtype_name",
     "elem_type_name",
     "graph_sources",
+    "inline_external",
     "iter_graphs",
     "iter_model_graphs",
     "iter_model_nodes",

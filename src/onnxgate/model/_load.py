@@ -282,6 +282,23 @@ def _read_external(path: Path, tensor: TensorProto, ref: ExternalDataRef) -> Non
     tensor.data_location = TensorProto.DEFAULT
 
 
+def inline_external(model_path: Path, tensor: TensorProto) -> TensorProto:
+    """A copy of a tensor of ``model_path`` with its external data read in.
+
+    The same checks as ``load_model`` (no path outside the model's folder, no short file).
+
+    Raises:
+        ModelLoadError: the data file is missing or does not match. UnsafeModelError: it lies
+            outside the model's folder.
+    """
+    copy = TensorProto()
+    copy.CopyFrom(tensor)
+    if copy.data_location == TensorProto.EXTERNAL:
+        base = Path(os.path.realpath(model_path.parent))
+        _read_external(model_path, copy, _check_external(model_path, copy, base))
+    return copy
+
+
 def load_model(path: str | os.PathLike[str], *, load_weights: bool = False) -> LoadedModel:
     """Read and validate a model file without trusting it.
 
