@@ -29,6 +29,26 @@ def needs_corpus(path: Path = CORPUS) -> pytest.MarkDecorator:
     return pytest.mark.skipif(not path.exists() and not ON_CI, reason=reason)
 
 
+def _have_js() -> bool:
+    from onnxgate.errors import RuntimeEnvError
+    from onnxgate.runners._jsenv import chromium_binary, npm_binary
+
+    try:
+        npm_binary()  # and Node.js
+        chromium_binary()
+    except RuntimeEnvError:
+        return False
+    return True
+
+
+HAVE_JS = _have_js()
+needs_js = pytest.mark.skipif(
+    not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed"
+)
+"""For tests that run ONNX Runtime's JavaScript packages: they skip without Node.js, npm or
+Chromium, except under CI, where they run and fail (``make test`` installs all three)."""
+
+
 def corpus_models() -> list[Path]:
     """The real-world models in ../shared/corpus, or none when the folder is absent."""
     return sorted(CORPUS.glob("*.onnx")) if CORPUS.is_dir() else []
