@@ -68,6 +68,14 @@ def cnn_data(tmp_path):
     return path
 
 
+@pytest.fixture(autouse=True)
+def _outputs_pass_the_onnx_checker(tmp_path):
+    """Every model a test here leaves in its folder (fp16 outputs above all) is valid ONNX."""
+    yield
+    for path in sorted(tmp_path.rglob("*.onnx")):
+        onnx.checker.check_model(str(path), full_check=True)
+
+
 def _io_types(path):
     graph = onnx.load(str(path), load_external_data=False).graph
     return {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}

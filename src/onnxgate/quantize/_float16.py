@@ -29,7 +29,8 @@ from onnxgate.errors import (
     RunFailed,
     first_line,
 )
-from onnxgate.quantize._ort import QUANTIZED_OPS, ort_tool, quiet
+from onnxgate.model import dependency_order, graph_sources, node_reads, subgraphs_of
+from onnxgate.quantize._ort import QUANTIZED_OPS, load_error, ort_tool, quiet
 from onnxgate.quantize._report import SpeedGate
 
 if TYPE_CHECKING:
@@ -89,7 +90,10 @@ def candidates(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
     """Nodes fp16 converts that compute: a float input or output, not only moving data.
 
     ONNX Runtime's converter leaves its ``DEFAULT_OP_BLOCK_LIST`` (TopK, Range, Min, Max,
-    Upsample, the ai.onnx.ml operators...) in float32 anyway.
+    Upsample, the ai.onnx.ml operators...) in float32 anyway. Nodes holding a subgraph (If,
+    Loop, Scan) are not candidates: the converter converts their bodies even when the node is
+    blocked, and the model it writes then binds one type to float16 and float32 and does not
+    load (see ``convert``).
     """
     blocked = set(_converter().DEFAULT_OP_BLOCK_LIST)
     types = _elem_types(proto)
@@ -98,6 +102,7 @@ def candidates(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
         for node in proto.graph.node
         if node.op_type not in blocked
         and node.op_type not in MOVES_DATA
+        and not any(subgraphs_of(node))
         and any(types.get(t) == _FLOAT for t in [*node.input, *node.output] if t)
     ]
 
@@ -136,16 +141,24 @@ def convert(
 ) -> None:
     """Convert ``source`` to fp16 into ``target``, keeping ``exclude`` (or all but ``only``) fp32.
 
+    Nodes holding a subgraph are never blocked (their bodies would be converted all the same
+    and clash with them): they follow the converter's default.
+
     Raises:
-        RunFailed: ONNX Runtime's converter failed.
+        RunFailed: ONNX Runtime's converter failed, or wrote a model ONNX Runtime cannot load.
     """
     float16 = _converter()
     model = onnx.load(str(source))
+    holders = {n.name for n in model.graph.node if any(subgraphs_of(n))}
     if only is not None:
         keep = set(only)
-        block = [n.name for n in model.graph.node if n.name not in keep]
+        block = [n.name for n in model.graph.node if n.name not in keep | holders]
+        which = f"with only {_names(only)} in float16"
     else:
-        block = list(exclude)
+        block = [name for name in exclude if name not in holders]
+        which = (
+            f"with {_names(exclude)} kept in float32" if exclude else "with every node in float16"
+        )
     try:
         with quiet():
             converted = float16.convert_float_to_float16(
@@ -162,7 +175,44 @@ def convert(
         ) from err
     dropped = drop_round_trips(converted)
     log.debug("%d float32 -> float16 -> float32 cast pair(s) removed", dropped)
+    sort_nodes(converted.graph)
     onnx.save(converted, str(target))
+    _refuse_unloadable(target, f"{source.name} {which}")
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:5])
+    return f"{shown} and {len(names) - 5} more" if len(names) > 5 else shown
+
+
+def _refuse_unloadable(path: Path, what: str) -> None:
+    """Raise ``RunFailed`` when ONNX Runtime cannot create a session for a converted model."""
+    error = load_error(path)
+    if error is not None:
+        raise RunFailed(
+            f"ONNX Runtime's float16 converter (onnxruntime.transformers.float16) wrote a model "
+            f"of {what} that ONNX Runtime cannot load: {error}",
+            hint="Keep the float model or quantize it to int8; run with -vv for the "
+            "converter's log.",
+        )
+
+
+def sort_nodes(graph: onnx.GraphProto, outer: Collection[str] = ()) -> None:
+    """List ``graph``'s nodes (and its subgraphs') in dependency order, in place.
+
+    ONNX Runtime's converter appends the Casts it inserts before a node's inputs at the end of
+    the graph, which the ONNX checker refuses; a node holding a subgraph waits for what the
+    subgraph reads from outside as well as for its inputs.
+    """
+    ordered, pending = dependency_order(
+        list(graph.node), set(outer) | graph_sources(graph), reads=node_reads
+    )
+    del graph.node[:]
+    graph.node.extend([*ordered, *pending])
+    known = set(outer) | graph_sources(graph) | {o for n in graph.node for o in n.output}
+    for node in graph.node:
+        for sub in subgraphs_of(node):
+            sort_nodes(sub, known)
 
 
 def _cast_to(node: onnx.NodeProto) -> int | None:
@@ -179,7 +229,8 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
     float32 input and a node kept in float32, is still rounded to float16 on its way. A node
     kept in float32 must read what float32 computed: a ``Cast(to=FLOAT)`` of a
     ``Cast(to=FLOAT16)`` of a float32 tensor is replaced by that tensor, and Casts nobody reads
-    any more are removed.
+    any more are removed. Only the main graph's nodes are rewired; a Cast an If or Loop body
+    reads is kept.
     """
     graph = proto.graph
     types = _elem_types(proto)
@@ -199,8 +250,8 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
         for index, name in enumerate(node.input):
             if name in replaced:
                 node.input[index] = replaced[name]
-    while True:  # Casts whose outputs nobody reads
-        read = {i for n in graph.node for i in n.input} | outputs
+    while True:  # Casts whose outputs nobody reads, in the graph or in a subgraph
+        read = {i for n in graph.node for i in node_reads(n)} | outputs
         dead = [
             n for n in graph.node if n.op_type == "Cast" and not any(o in read for o in n.output)
         ]

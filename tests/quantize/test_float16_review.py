@@ -1,0 +1,105 @@
+"""quantize --to fp16: graphs the converter leaves unsorted, If/Loop bodies, overflow, size."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from models import model, save, value
+from onnxgate.quantize import _float16
+
+
+def _weight(name, rng, shape=(16, 16)):
+    return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+
+def _subgraph_model():
+    """MatMul mm0, then an If whose branches read its output, then a Loop over the result."""
+    rng = np.random.default_rng(0)
+    then = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w1"], ["t"], name="then_mm")],
+        "then",
+        [],
+        [value("t", shape=(4, 16))],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["e"], name="else_relu")],
+        "else",
+        [],
+        [value("e", shape=(4, 16))],
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["c_in", "w2"], ["m"], name="body_mm"),
+            helper.make_node("Tanh", ["m"], ["c_out"], name="body_tanh"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id"),
+        ],
+        "body",
+        [
+            value("i", TensorProto.INT64, ()),
+            value("cond_in", TensorProto.BOOL, ()),
+            value("c_in", shape=(4, 16)),
+        ],
+        [value("cond_out", TensorProto.BOOL, ()), value("c_out", shape=(4, 16))],
+    )
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["a"], name="mm0"),
+        helper.make_node("If", ["c"], ["ifo"], then_branch=then, else_branch=other, name="if"),
+        helper.make_node("Loop", ["n", "c", "ifo"], ["y"], body=body, name="loop"),
+    ]
+    weights = [_weight(f"w{i}", rng) for i in range(3)]
+    weights.append(numpy_helper.from_array(np.array(3, np.int64), "n"))
+    return model(
+        nodes,
+        [value("x", shape=(4, 16)), value("c", TensorProto.BOOL, ())],
+        [value("y", shape=(4, 16))],
+        initializers=weights,
+    )
+
+
+@pytest.fixture
+def subgraph(tmp_path):
+    return save(_subgraph_model(), tmp_path / "subgraph.onnx")
+
+
+def _run(path, feeds):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("exclude", [[], ["mm0"]])
+def test_a_converted_if_loop_model_is_sorted_valid_and_keeps_casts_its_bodies_read(
+    subgraph, tmp_path, exclude
+):
+    out = tmp_path / "subgraph.fp16.onnx"
+    _float16.convert(subgraph, out, exclude=exclude)
+    onnx.checker.check_model(str(out), full_check=True)
+    x = np.random.default_rng(1).uniform(-1, 1, (4, 16)).astype(np.float32)
+    for cond in (True, False):
+        feeds = {"x": x, "c": np.array(cond)}
+        np.testing.assert_allclose(_run(out, feeds), _run(subgraph, feeds), atol=0.05)
+
+
+def test_the_search_on_an_if_loop_model_never_blocks_a_subgraph_holder(subgraph, tmp_path):
+    """A strict budget makes the search block nodes; If/Loop blocked made a model ORT refused."""
+    from onnxgate.quantize import QuantizeConfig, quantize
+
+    assert [n.name for n in _float16.candidates(onnx.load(str(subgraph)))] == ["mm0"]
+    config = QuantizeConfig(
+        to="fp16", out=tmp_path / "sg.fp16.onnx", metrics=("cosine>=0.9999999",), bench=False
+    )
+    report = quantize(subgraph, config)  # raised RunFailed (type mismatch in then_mm) before
+    assert report.attempts
+
+
+def test_a_converted_model_that_does_not_load_names_the_node_set_and_converter(tmp_path):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(Exception) as caught:
+        _float16._refuse_unloadable(broken, "m.onnx with mm0 kept in float32")
+    text = str(caught.value) + caught.value.hint
+    assert "m.onnx with mm0 kept in float32" in text and "float16 converter" in text
+    assert "--inputs" not in text and "candidate.onnx" not in text
