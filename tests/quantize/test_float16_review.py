@@ -103,3 +103,41 @@ def test_a_converted_model_that_does_not_load_names_the_node_set_and_converter(t
     text = str(caught.value) + caught.value.hint
     assert "m.onnx with mm0 kept in float32" in text and "float16 converter" in text
     assert "--inputs" not in text and "candidate.onnx" not in text
+
+
+def test_a_node_whose_output_overflows_float16_is_kept_in_float32_and_named(tmp_path):
+    """MatMul outputs near 1e5: infinite on float16 hardware, finite on ORT's CPU (float32)."""
+    from onnxgate.quantize import QuantizeConfig, quantize
+
+    rng = np.random.default_rng(0)
+    weights = numpy_helper.from_array(np.full((16, 16), 3000.0, np.float32), "w0")
+    small = _weight("w1", rng)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["s"], name="small_mm"),
+        helper.make_node("MatMul", ["x", "w0"], ["a"], name="big_mm"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node("Add", ["r", "s"], ["y"], name="add"),
+    ]
+    source = save(
+        model(
+            nodes,
+            [value("x", shape=(4, 16))],
+            [value("y", shape=(4, 16))],
+            initializers=[weights, small],
+        ),
+        tmp_path / "big.onnx",
+    )
+    np.savez(tmp_path / "eval.npz", x=rng.uniform(1, 2, (4, 16)).astype(np.float32))
+    out = tmp_path / "big.fp16.onnx"
+    config = QuantizeConfig(to="fp16", out=out, eval=str(tmp_path / "eval.npz"), bench=False)
+    report = quantize(source, config)
+    assert report.passed, report.reason
+    said = " ".join(report.notices)
+    assert "big_mm (MatMul): output reaches" in said and "above float16's 65504" in said
+    assert "small_mm" not in said
+    graph = onnx.shape_inference.infer_shapes(onnx.load(str(out))).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in graph.value_info}
+    producer = {o: n.name for n in graph.node for o in n.output}
+    big_out = next(o for o, n in producer.items() if n == "big_mm")
+    assert types.get(big_out, TensorProto.FLOAT) == TensorProto.FLOAT
+    assert "w0" in {i.name for i in graph.initializer if i.data_type == TensorProto.FLOAT}

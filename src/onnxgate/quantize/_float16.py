@@ -19,6 +19,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 
 from onnxgate._words import setting
@@ -29,12 +30,19 @@ from onnxgate.errors import (
     RunFailed,
     first_line,
 )
-from onnxgate.model import dependency_order, graph_sources, node_reads, subgraphs_of
+from onnxgate.model import (
+    dependency_order,
+    graph_sources,
+    load_model,
+    node_reads,
+    subgraphs_of,
+)
 from onnxgate.quantize._ort import QUANTIZED_OPS, load_error, ort_tool, quiet
 from onnxgate.quantize._report import SpeedGate
 
 if TYPE_CHECKING:
     from onnxgate.compat.kernels import KernelTable
+    from onnxgate.data import Sample
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +113,46 @@ def candidates(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
         and not any(subgraphs_of(node))
         and any(types.get(t) == _FLOAT for t in [*node.input, *node.output] if t)
     ]
+
+
+HALF_MAX = 65504.0
+"""The largest finite float16: a larger value becomes infinite."""
+OVERFLOW_AT = 60000.0
+"""A float32 output above this (float16's largest with a margin) keeps its node in float32."""
+
+
+def overflowing(source: Path, samples: Sequence[Sample]) -> dict[str, str]:
+    """Nodes whose float32 output leaves float16's range on ``samples``, with why in words.
+
+    The model runs once with every main-graph tensor exposed. ONNX Runtime's CPU provider
+    computes most float16 nodes in float32 between casts, so the gate cannot see a tensor that
+    would be infinite on float16 hardware; these nodes are kept in float32 before the search.
+    Nodes holding a subgraph are left out (they cannot be blocked, see ``convert``).
+    """
+    from onnxgate.runners import open_runner
+
+    loaded = load_model(source, load_weights=True)
+    peaks: dict[str, float] = {}
+    with open_runner(loaded) as runner:
+        for sample in samples:
+            for name, value in runner.infer_all(sample.feeds).items():  # type: ignore[attr-defined]
+                array = np.asarray(value)
+                if array.dtype.kind != "f" or not array.size:
+                    continue
+                finite = np.abs(array[np.isfinite(array)])
+                if finite.size:
+                    peaks[name] = max(peaks.get(name, 0.0), float(finite.max()))
+    found: dict[str, str] = {}
+    for node in loaded.proto.graph.node:
+        if any(subgraphs_of(node)) or node.op_type == "Cast":
+            continue
+        peak = max((peaks.get(o, 0.0) for o in node.output if o), default=0.0)
+        if peak > OVERFLOW_AT:
+            found[node.name] = (
+                f"{node.name} ({node.op_type}): output reaches {peak:.2g}, above float16's "
+                f"{HALF_MAX:.0f}" + (" or near it" if peak <= HALF_MAX else "")
+            )
+    return found
 
 
 def refuse_unconvertible(proto: onnx.ModelProto, where: str, to: str) -> None:
@@ -229,7 +277,8 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
     float32 input and a node kept in float32, is still rounded to float16 on its way. A node
     kept in float32 must read what float32 computed: a ``Cast(to=FLOAT)`` of a
     ``Cast(to=FLOAT16)`` of a float32 tensor is replaced by that tensor, and Casts nobody reads
-    any more are removed. Only the main graph's nodes are rewired; a Cast an If or Loop body
+    any more are removed (a graph output's Cast then casts float32 to itself, a no-op that keeps
+    the output's name). Only the main graph's nodes are rewired; a Cast an If or Loop body
     reads is kept.
     """
     graph = proto.graph
@@ -237,15 +286,18 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
     producers = {o: n for n in graph.node for o in n.output}
     outputs = {o.name for o in graph.output}
     replaced: dict[str, str] = {}
+    outputs_rewired = 0
     for node in graph.node:
-        if _cast_to(node) != _FLOAT or node.output[0] in outputs:
+        if _cast_to(node) != _FLOAT:
             continue
         first = producers.get(node.input[0])
         if first is None or _cast_to(first) != _HALF or types.get(first.input[0]) != _FLOAT:
             continue
-        replaced[node.output[0]] = first.input[0]
-    if not replaced:
-        return 0
+        if node.output[0] in outputs:  # the graph output keeps its name: cast float32 to itself
+            node.input[0] = first.input[0]
+            outputs_rewired += 1
+        else:
+            replaced[node.output[0]] = first.input[0]
     for node in graph.node:
         for index, name in enumerate(node.input):
             if name in replaced:
@@ -259,7 +311,7 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
             break
         for node in dead:
             graph.node.remove(node)
-    return len(replaced)
+    return len(replaced) + outputs_rewired
 
 
 def half_nodes(proto: onnx.ModelProto) -> int:

@@ -571,6 +571,17 @@ def _quantize_checked(
             if settings.to == "int8"
             else _float16.candidates(prepared)
         )
+        overflow: dict[str, str] = {}
+        if settings.to != "int8":
+            say("looking for float32 outputs beyond float16's range")
+            overflow = _float16.overflowing(pre, evaluation)
+            nodes = [n for n in nodes if n.name not in overflow]
+            if overflow:
+                notices.append(
+                    f"kept in float32 before the search, their outputs beyond float16's range "
+                    f"on the evaluation data (infinite on float16 hardware, which ONNX "
+                    f"Runtime's CPU provider would not show): {'; '.join(overflow.values())}"
+                )
         say(f"running the float model on {len(evaluation)} evaluation sample(s)")
         judge = Judge(source, signature, evaluation, rules, max_drop=config.max_drop, labels=labels)
         cache = tmp / "calibration.json" if settings.mode == "static" else None
@@ -578,7 +589,8 @@ def _quantize_checked(
         def make(exclude: Sequence[str], only: Sequence[str] | None) -> Path:
             target = tmp / "candidate.onnx"
             if settings.to != "int8":
-                _float16.convert(pre, target, exclude=exclude, only=only)
+                only = None if only is None else [n for n in only if n not in overflow]
+                _float16.convert(pre, target, exclude=[*overflow, *exclude], only=only)
                 return target
             quantise(
                 pre,
