@@ -141,3 +141,18 @@ def test_a_node_whose_output_overflows_float16_is_kept_in_float32_and_named(tmp_
     big_out = next(o for o, n in producer.items() if n == "big_mm")
     assert types.get(big_out, TensorProto.FLOAT) == TensorProto.FLOAT
     assert "w0" in {i.name for i in graph.initializer if i.data_type == TensorProto.FLOAT}
+
+
+def test_the_gates_fp16_files_are_named_fp16_and_registered_as_model_fp16(tmp_path):
+    """The gate's quantize step wrote NAME.int8.* and role ``model.int8`` for fp16 too."""
+    from onnxgate.gate._pipeline import _role
+    from onnxgate.gate._records import BY_NAME
+    from onnxgate.gate._steps import Context
+
+    assert Context.quantized_model.__doc__  # one method, named by format
+    run = tmp_path
+    save(_subgraph_model(), run / "m.fp16.onnx")
+    produced = [p.name for p in BY_NAME["quantize"].produces(run, "m")]
+    assert "m.fp16.onnx" in produced
+    assert _role("m.fp16.onnx", "m") == "model.fp16"
+    assert _role("m.fp16.contract.json", "m") == "contract.fp16"
