@@ -59,8 +59,9 @@ QUANTIZE_FORMATS = get_args(QuantizeStep.model_fields["to"].annotation)
 
 
 def _quantized(run_dir: Path, name: str) -> list[Path]:
-    """Files of each format quantize writes (``NAME.int8.onnx``, ``NAME.fp16.onnx``): those the
-    step changed are its artefacts, a stale one of another format is left unrecorded.
+    """Files of each format quantize writes (``NAME.int8.onnx``, ``NAME.fp16.onnx``).
+
+    Those the step changed are its artefacts; a stale one of another format is left unrecorded.
     """
     return [f for to in QUANTIZE_FORMATS for f in _model_files(run_dir / f"{name}.{to}.onnx")]
 
