@@ -156,3 +156,71 @@ def test_the_gates_fp16_files_are_named_fp16_and_registered_as_model_fp16(tmp_pa
     assert "m.fp16.onnx" in produced
     assert _role("m.fp16.onnx", "m") == "model.fp16"
     assert _role("m.fp16.contract.json", "m") == "contract.fp16"
+
+
+def _two_matmuls(tmp_path, *, external: bool):
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["a"], name="mm0"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w1"], ["y"], name="mm1"),
+    ]
+    proto = model(
+        nodes,
+        [value("x", shape=(4, 64))],
+        [value("y", shape=(4, 64))],
+        initializers=[_weight("w0", rng, (64, 64)), _weight("w1", rng, (64, 64))],
+    )
+    path = tmp_path / "ext.onnx"
+    if external:
+        onnx.save_model(proto, str(path), save_as_external_data=True, location="ext.bin")
+    else:
+        save(proto, path)
+    np.savez(tmp_path / "eval.npz", x=rng.uniform(-1, 1, (4, 64)).astype(np.float32))
+    return path
+
+
+def test_external_weights_count_in_the_size_and_stay_external_in_the_output(tmp_path):
+    from onnxgate.quantize import QuantizeConfig, quantize
+
+    source = _two_matmuls(tmp_path, external=True)
+    out = tmp_path / "ext.fp16.onnx"
+    config = QuantizeConfig(to="fp16", out=out, eval=str(tmp_path / "eval.npz"), bench=False)
+    report = quantize(source, config)
+    assert report.passed, report.reason
+    assert report.size_before >= 2 * 64 * 64 * 4  # the side file's weights (was the graph alone)
+    assert 0.4 < report.size_ratio < 0.7  # float16 weights: about half (was 5.5)
+    assert (tmp_path / "ext.fp16.onnx.data").is_file()
+    assert onnx.load(str(out), load_external_data=False).graph.initializer[0].data_location == 1
+    onnx.checker.check_model(str(out), full_check=True)
+    assert "not measured here" in report.gain and "no gain in size" not in report.gain
+    contract = (tmp_path / "ext.fp16.contract.json").read_text()
+    assert "onnxruntime.transformers.float16" in contract
+
+
+def test_a_file_that_does_not_shrink_claims_no_size_gain():
+    from onnxgate.quantize._report import SpeedGate
+
+    text = _float16.gain("fp16", SpeedGate(gated=False, note="not timed"), 1.01)
+    assert "1.01 of the float32 file's size (no gain in size)" in text
+    assert "expected on GPUs with float16 units" in text and "not measured here" in text
+
+
+def test_a_constant_is_not_said_to_lack_a_float16_kernel():
+    from onnxgate.quantize._float16 import _profile_table
+
+    nodes = [
+        helper.make_node(
+            "Constant",
+            [],
+            ["k"],
+            value=numpy_helper.from_array(np.ones((4,), np.float16)),
+            name="k",
+        ),
+        helper.make_node("Add", ["x", "k"], ["y"], name="add"),
+    ]
+    proto = model(
+        nodes, [value("x", TensorProto.FLOAT16, (4,))], [value("y", TensorProto.FLOAT16, (4,))]
+    )
+    _, table = _profile_table("m.onnx")
+    assert "Constant" not in _float16.without_cpu_kernel(proto, table)

@@ -8,8 +8,9 @@ in ``node_block_list`` stay float32 between inserted Cast nodes: that is how the
 keeps the worst nodes in float32, and how it measures one node alone in fp16 (every other node
 blocked).
 
-bf16 is refused where the runtime's CPU provider has no bfloat16 kernel for an operator of the
-model: the operators are read from the kernel registry ``compat`` probes, never from a hand list.
+bf16 is always refused: the converter writes bfloat16 only for the nodes it keeps out of
+float16, never a bf16 model. The refusal also names the model's operators the runtime's CPU
+provider has no bfloat16 kernel for, read from the kernel registry ``compat`` probes.
 """
 
 from __future__ import annotations
@@ -336,21 +337,35 @@ def full_names(proto: onnx.ModelProto, names: Collection[str]) -> set[str]:
 
 CPU_SLOWER = (
     "ONNX Runtime's CPU provider has float16 kernels for few operators and runs the others in "
-    "float32 between inserted casts; fp16 pays on GPUs (CUDA, TensorRT, WebGPU) and in size"
+    "float32 between inserted casts; fp16 is expected to pay on GPUs (CUDA, TensorRT, WebGPU), "
+    "not measured here"
 )
 
 
+SHRINKS_BELOW = 0.9
+"""A size ratio below this is a gain in size; above it the file did not shrink to speak of."""
+
+
 def gain(to: str, speed: SpeedGate, size_ratio: float) -> str:
-    """Where the 16-bit model pays, with the size ratio and this CPU's speed verdict in words."""
+    """This CPU's speed verdict and the measured size ratio in words; GPU gains as an expectation.
+
+    A file that did not shrink (weights held as graph inputs, which ``keep_io_types`` keeps
+    float32, or kept float32 by the search) is not claimed as a size gain.
+    """
     verdict = {
         "slower": "slower than float32 on this CPU",
         "faster": "faster than float32 on this CPU",
         "within noise": "within noise of float32 on this CPU",
         "inconclusive": "of no proven speed against float32 on this CPU (unreliable timings)",
     }.get(speed.verdict or "", "not timed on this CPU")
+    size = (
+        f"its file is {size_ratio:.2f} of the float32 file's size"
+        if size_ratio < SHRINKS_BELOW
+        else f"its file is {size_ratio:.2f} of the float32 file's size (no gain in size)"
+    )
     return (
-        f"{to} is {verdict}; its gain is on GPUs with float16 units (CUDA, TensorRT, WebGPU) "
-        f"and in size: {size_ratio:.2f} of the float32 file"
+        f"{to} is {verdict}; {size}; a speed gain is expected on GPUs with float16 units "
+        "(CUDA, TensorRT, WebGPU), not measured here"
     )
 
 
@@ -377,6 +392,7 @@ def without_cpu_kernel(
     Only nodes with a float16/bfloat16 tensor, after ``retype`` (element type -> element type,
     e.g. float32 -> bfloat16 to ask about a bf16 model before converting) are looked at.
     """
+    from onnxgate.check import RESOLVED_AT_LOAD
     from onnxgate.compat.versions import normalize_domain
 
     types = _elem_types(proto)
@@ -390,6 +406,8 @@ def without_cpu_kernel(
         if not {_HALF, onnx.TensorProto.BFLOAT16} & {*ins, *outs} or node.op_type == "Cast":
             continue
         domain = normalize_domain(node.domain)
+        if (domain, node.op_type) in RESOLVED_AT_LOAD:  # folded at load: no kernel runs
+            continue
         schema = table.schema(node.op_type, domain, opsets.get(domain, 1))
         if schema is None:
             continue
@@ -424,7 +442,7 @@ def cpu_float32_notice(proto: onnx.ModelProto, where: str) -> str | None:
 
 
 def refuse_bf16_on_cpu(proto: onnx.ModelProto, where: str) -> None:
-    """Refuse bf16 when ONNX Runtime's CPU provider lacks bfloat16 kernels for the model's ops.
+    """Refuse bf16, always: the converter cannot write it; name the ops lacking a CPU kernel too.
 
     Each node that computes in float32 is looked up in the installed runtime's kernel registry
     (probed by ``compat``) with its float32 types widened to bfloat16.
@@ -436,19 +454,19 @@ def refuse_bf16_on_cpu(proto: onnx.ModelProto, where: str) -> None:
     """
     profile, table = _profile_table(where)
     lacking = without_cpu_kernel(proto, table, {_FLOAT: onnx.TensorProto.BFLOAT16})
-    if lacking:
-        raise CompatibilityError(
-            f"{where}: {profile.label}'s CPU provider has no bfloat16 kernel for "
-            f"{counted(lacking)} (read from its kernel registry): a bf16 model would not load "
-            "on it.",
-            hint=f"Use {setting('to', 'fp16')} (float16, which the CPU provider runs, in float32 "
-            "between casts where it lacks a kernel), or convert to bf16 for a GPU provider "
-            "(CUDA, TensorRT) outside onnxgate.",
-        )
+    also = (
+        f" Besides, {profile.label}'s CPU provider has no bfloat16 kernel for "
+        f"{counted(lacking)} (read from its kernel registry): a bf16 model would not load on it."
+        if lacking
+        else ""
+    )
     raise CompatibilityError(
-        f"{where}: bf16 is not gated on {profile.label}'s CPU provider: ONNX Runtime's float16 "
-        "converter writes bfloat16 only for the nodes it keeps out of float16.",
-        hint=f"Use {setting('to', 'fp16')}.",
+        f"{where}: {setting('to', 'bf16')} is always refused: ONNX Runtime's float16 converter "
+        "cannot write a bf16 model (it writes bfloat16 only for the nodes it keeps out of "
+        f"float16).{also}",
+        hint=f"Use {setting('to', 'fp16')} (float16, which the CPU provider runs, in float32 "
+        "between casts where it lacks a kernel), or convert to bf16 for a GPU provider (CUDA, "
+        "TensorRT) outside onnxgate.",
     )
 
 
