@@ -224,3 +224,16 @@ def test_a_constant_is_not_said_to_lack_a_float16_kernel():
     )
     _, table = _profile_table("m.onnx")
     assert "Constant" not in _float16.without_cpu_kernel(proto, table)
+
+
+def test_the_gate_pages_plots_name_fp16_not_int8():
+    from onnxgate.gate._plots import quantize_latency_plot, ranking_plot
+
+    report = {
+        "settings": {"to": "fp16"},
+        "ranking": [{"node": "mm0", "op_type": "MatMul", "score": 0.01}],
+        "excluded": [],
+        "latency": [{"dims": {}, "float_ms": 1.0, "quantized_ms": 2.0, "speedup": 0.5}],
+    }
+    for svg in (ranking_plot(report), quantize_latency_plot(report)):
+        assert svg and "fp16" in svg and "int8" not in svg
