@@ -68,6 +68,14 @@ def cnn_data(tmp_path):
     return path
 
 
+@pytest.fixture(autouse=True)
+def _outputs_pass_the_onnx_checker(tmp_path):
+    """Every model a test here leaves in its folder (fp16 outputs above all) is valid ONNX."""
+    yield
+    for path in sorted(tmp_path.rglob("*.onnx")):
+        onnx.checker.check_model(str(path), full_check=True)
+
+
 def _io_types(path):
     graph = onnx.load(str(path), load_external_data=False).graph
     return {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}
@@ -201,13 +209,18 @@ def test_bf16_is_refused_naming_the_ops_without_a_bf16_cpu_kernel(tmp_path):
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert "no bfloat16 kernel for Conv (4 nodes), Relu (3 nodes)" in text
+    assert "--to bf16 is always refused" in text and "cannot write a bf16 model" in text
     assert "--to fp16" in text
     assert not out.exists()
 
 
 @pytest.mark.parametrize(
     ("options", "named"),
-    [({"mode": "static", "calibration": "c.npz"}, "calibration"), ({"per_channel": True}, "per")],
+    [
+        ({"mode": "static", "calibration": "c.npz"}, "calibration"),
+        ({"per_channel": True}, "per"),
+        ({"allow_slower": True}, "allow"),  # fp16 is never refused as slower: nothing to allow
+    ],
 )
 def test_int8_options_with_fp16_are_refused_by_name(shifted, tmp_path, options, named):
     config = QuantizeConfig(to="fp16", out=tmp_path / "h.onnx", bench=False, **options)

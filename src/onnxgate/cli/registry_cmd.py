@@ -222,8 +222,8 @@ def fetch_command(
 ) -> None:
     """Write a version's model, contract and golden samples into a folder, checking each sha256.
 
-    Files are named NAME.onnx, NAME.contract.json and NAME.golden.npz (NAME.int8.onnx ... for a
-    quantised variant), so `onnxgate verify OUT/NAME.onnx` runs on them as they are. Each file
+    Files are named NAME.onnx, NAME.contract.json and NAME.golden.npz (NAME.int8.onnx,
+    NAME.fp16.onnx ... for a quantised variant), so `onnxgate verify OUT/NAME.onnx` runs on them as they are. Each file
     is checked against the registry's sha256 while copied and again after it is written; a
     damaged artefact is exit 1.
 

@@ -307,9 +307,9 @@ class QuantizeStep(Step):
 
     to: Literal["int8", "fp16", "bf16"] = Field("int8", exclude_if=lambda value: value == "int8")
     """int8, fp16 (every float node in float16, inputs and outputs float32; the worst nodes kept
-    in float32 when the budget is missed; slower on most CPUs, which is said, not refused) or
-    bf16 (refused on ONNX Runtime's CPU provider, naming the model's operators without a bfloat16
-    kernel)."""
+    in float32 when the budget is missed; slower on most CPUs, which is said, not refused;
+    written as NAME.fp16.onnx) or bf16 (always refused: ONNX Runtime's float16 converter cannot
+    write bf16)."""
 
     mode: Literal["dynamic", "static"] = "dynamic"
     """``dynamic`` (scales computed at run time) or ``static`` (QDQ, calibrated on

@@ -457,9 +457,15 @@ def placement_plot(report: Mapping[str, Any]) -> str | None:
         return _svg(fig)
 
 
+def _low(report: Mapping[str, Any]) -> str:
+    """The format a quantize report converted to: ``int8`` (left out of its settings) or ``fp16``."""
+    return str((report.get("settings") or {}).get("to") or "int8")
+
+
 def ranking_plot(report: Mapping[str, Any], limit: int = 15) -> str | None:
-    """Each node's share of the int8 error, worst first; kept-in-float nodes highlighted."""
+    """Each node's share of the int8 (or fp16) error, worst first; kept-in-float highlighted."""
     ranking = list(report.get("ranking") or [])[:limit]
+    low = _low(report)
     if not ranking:
         return None
     excluded = {s.get("node") for s in report.get("excluded") or []}
@@ -472,7 +478,7 @@ def ranking_plot(report: Mapping[str, Any], limit: int = 15) -> str | None:
         ax.set_yticks(range(len(names)), names, fontsize=7.5)
         if max(scores) / min(scores) > 50:
             _log(ax, "x")
-        ax.set_xlabel("1 − mean row cosine of the worst output, with only this node in int8")
+        ax.set_xlabel(f"1 − mean row cosine of the worst output, with only this node in {low}")
         ax.grid(axis="y", visible=False)
         ax.set_title("error per node (red: kept in float)")
         return _svg(fig)
@@ -513,7 +519,7 @@ def tune_plot(report: Mapping[str, Any]) -> str | None:
 
 
 def quantize_latency_plot(report: Mapping[str, Any]) -> str | None:
-    """Median latency float vs int8 per shape, with the speed-up's 90% interval."""
+    """Median latency float vs int8 (or fp16) per shape, with the speed-up's 90% interval."""
     rows = list(report.get("latency") or [])
     if not rows:
         return None
@@ -534,7 +540,7 @@ def quantize_latency_plot(report: Mapping[str, Any]) -> str | None:
                 row.get("quantized_ms") or 0.0,
                 height=0.34,
                 color=MODEL,
-                label="int8" if i == 0 else None,
+                label=_low(report) if i == 0 else None,
             )
             interval = row.get("interval")
             text = f"{row.get('speedup', 0):.2f}×"
@@ -546,7 +552,7 @@ def quantize_latency_plot(report: Mapping[str, Any]) -> str | None:
             )
         ax.set_yticks(range(len(rows)), labels)
         ax.grid(axis="y", visible=False)
-        ax.set_xlabel("median latency (ms); speed-up of int8 with its 90% interval")
+        ax.set_xlabel(f"median latency (ms); speed-up of {_low(report)} with its 90% interval")
         ax.legend(loc="lower right", fontsize=7.5)
         right = max(max(r.get("float_ms") or 0.0, r.get("quantized_ms") or 0.0) for r in rows)
         ax.set_xlim(0, right * 1.45 or 1)

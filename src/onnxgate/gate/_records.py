@@ -11,7 +11,7 @@ import glob
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from onnxgate.check import CheckConfig
 from onnxgate.compare import CompareConfig
@@ -58,8 +58,16 @@ def _exported(run_dir: Path, name: str) -> list[Path]:
     return _model_files(run_dir / f"{name}.onnx")
 
 
+QUANTIZE_FORMATS = get_args(QuantizeStep.model_fields["to"].annotation)
+"""The formats ``[steps.quantize] to`` takes, each its own file name."""
+
+
 def _quantized(run_dir: Path, name: str) -> list[Path]:
-    return _model_files(run_dir / f"{name}.int8.onnx")
+    """Files of each format quantize writes (``NAME.int8.onnx``, ``NAME.fp16.onnx``).
+
+    Those the step changed are its artefacts; a stale one of another format is left unrecorded.
+    """
+    return [f for to in QUANTIZE_FORMATS for f in _model_files(run_dir / f"{name}.{to}.onnx")]
 
 
 def _tuned(run_dir: Path, name: str) -> list[Path]:

@@ -61,9 +61,9 @@ class Context:
         """The model under test, in the run folder."""
         return self.run_dir / f"{self.name}.onnx"
 
-    @property
-    def int8_model(self) -> Path:
-        return self.run_dir / f"{self.name}.int8.onnx"
+    def quantized_model(self, to: str) -> Path:
+        """The quantize step's model, named by its format: ``NAME.int8.onnx``, ``NAME.fp16.onnx``."""
+        return self.run_dir / f"{self.name}.{to}.onnx"
 
     @property
     def runtimes(self) -> list[str]:
@@ -433,13 +433,17 @@ def from_feeds(name: str, section: Step, feeds: FeedsSection) -> tuple[str, ...]
 
 
 def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
-    """int8 inside the accuracy budget and not slower; written beside the float model."""
+    """int8 (or fp16) inside the accuracy budget and not slower; written beside the float model.
+
+    Named by format (``NAME.int8.onnx``, ``NAME.fp16.onnx``), so the registry's roles are
+    ``model.int8`` or ``model.fp16``.
+    """
     from onnxgate.quantize import quantize as run_quantize
 
     evaluation, calibration = quantize_data(step, ctx.config.feeds)
     config = library_config(
         step,
-        out=ctx.int8_model,
+        out=ctx.quantized_model(step.to),
         eval=evaluation,
         calibration=calibration,
         # the runner that cannot confirm the float model's golden outputs at export cannot

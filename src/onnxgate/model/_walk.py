@@ -7,7 +7,7 @@ one rule while another sees it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
 
@@ -89,12 +89,15 @@ def iter_model_tensors(model: ModelProto) -> Iterator[TensorProto]:
 
 
 def dependency_order(
-    nodes: list[NodeProto], available: set[str]
+    nodes: list[NodeProto],
+    available: set[str],
+    reads: Callable[[NodeProto], Iterable[str]] = lambda node: node.input,
 ) -> tuple[list[NodeProto], list[NodeProto]]:
     """Nodes in an order where each comes after its inputs' producers, and those never ready.
 
     A node is never ready when an input has no producer at all (STR006) or when it sits on a
-    cycle (STR009).
+    cycle (STR009). ``reads`` says what a node waits for: its inputs, or ``node_reads`` to wait
+    for what its subgraphs read from outside too.
     """
     known = set(available)
     pending = list(nodes)
@@ -104,7 +107,7 @@ def dependency_order(
         progressed = False
         waiting = []
         for node in pending:
-            if all(not name or name in known for name in node.input):
+            if all(not name or name in known for name in reads(node)):
                 ordered.append(node)
                 known.update(node.output)
                 progressed = True

@@ -36,8 +36,9 @@ Target = Literal["int8", "fp16", "bf16"]
 TARGET_HELP = (
     "int8 (ONNX Runtime's quantiser; the int8 options below apply), fp16 (every float node in "
     "float16, inputs and outputs kept float32; when the budget is missed the worst nodes stay "
-    "float32; slower than float32 on most CPUs: its gain is on GPUs and in size) or bf16 "
-    "(refused where the runtime's CPU provider lacks bfloat16 kernels for the model's operators)."
+    "float32; slower than float32 on most CPUs; a gain is expected on GPUs with float16 units, "
+    "not measured here; never refused for being slower, so --allow-slower is refused with it) "
+    "or bf16 (always refused: ONNX Runtime's float16 converter cannot write bf16)."
 )
 
 DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Gather")
@@ -381,6 +382,7 @@ def _resolve_float(config: QuantizeConfig) -> tuple[Settings, list[str]]:
     given += ["mode"] if config.mode != "dynamic" else []
     given += ["preset"] if config.preset != "auto" else []
     given += ["op_types"] if config.op_types else []
+    given += ["allow_slower"] if config.allow_slower else []  # fp16 is never refused as slower
     if given:
         raise ConfigError(
             f"{', '.join(setting(name) for name in given)} appl"

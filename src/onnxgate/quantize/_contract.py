@@ -197,7 +197,9 @@ def write_quantized_contract(
         judge.reference,
         evaluation[:GOLDEN_SAMPLES],
         provenance=Provenance(
-            exporter=f"onnxruntime.quantization {_ort_version()}",
+            exporter=f"onnxruntime.quantization {_ort_version()}"
+            if report.settings.to == "int8"
+            else f"onnxruntime.transformers.float16 {_ort_version()}",
             options=report.settings.model_dump(mode="json"),
             onnxgate=__version__,
             lineage=Lineage(parent_sha256=parent_sha256, step="quantize", config_hash=config_hash),

@@ -8,8 +8,9 @@ in ``node_block_list`` stay float32 between inserted Cast nodes: that is how the
 keeps the worst nodes in float32, and how it measures one node alone in fp16 (every other node
 blocked).
 
-bf16 is refused where the runtime's CPU provider has no bfloat16 kernel for an operator of the
-model: the operators are read from the kernel registry ``compat`` probes, never from a hand list.
+bf16 is always refused: the converter writes bfloat16 only for the nodes it keeps out of
+float16, never a bf16 model. The refusal also names the model's operators the runtime's CPU
+provider has no bfloat16 kernel for, read from the kernel registry ``compat`` probes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 
 from onnxgate._words import setting
@@ -29,11 +31,19 @@ from onnxgate.errors import (
     RunFailed,
     first_line,
 )
-from onnxgate.quantize._ort import QUANTIZED_OPS, ort_tool, quiet
+from onnxgate.model import (
+    dependency_order,
+    graph_sources,
+    load_model,
+    node_reads,
+    subgraphs_of,
+)
+from onnxgate.quantize._ort import QUANTIZED_OPS, load_error, ort_tool, quiet
 from onnxgate.quantize._report import SpeedGate
 
 if TYPE_CHECKING:
     from onnxgate.compat.kernels import KernelTable
+    from onnxgate.data import Sample
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +99,10 @@ def candidates(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
     """Nodes fp16 converts that compute: a float input or output, not only moving data.
 
     ONNX Runtime's converter leaves its ``DEFAULT_OP_BLOCK_LIST`` (TopK, Range, Min, Max,
-    Upsample, the ai.onnx.ml operators...) in float32 anyway.
+    Upsample, the ai.onnx.ml operators...) in float32 anyway. Nodes holding a subgraph (If,
+    Loop, Scan) are not candidates: the converter converts their bodies even when the node is
+    blocked, and the model it writes then binds one type to float16 and float32 and does not
+    load (see ``convert``).
     """
     blocked = set(_converter().DEFAULT_OP_BLOCK_LIST)
     types = _elem_types(proto)
@@ -98,8 +111,49 @@ def candidates(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
         for node in proto.graph.node
         if node.op_type not in blocked
         and node.op_type not in MOVES_DATA
+        and not any(subgraphs_of(node))
         and any(types.get(t) == _FLOAT for t in [*node.input, *node.output] if t)
     ]
+
+
+HALF_MAX = 65504.0
+"""The largest finite float16: a larger value becomes infinite."""
+OVERFLOW_AT = 60000.0
+"""A float32 output above this (float16's largest with a margin) keeps its node in float32."""
+
+
+def overflowing(source: Path, samples: Sequence[Sample]) -> dict[str, str]:
+    """Nodes whose float32 output leaves float16's range on ``samples``, with why in words.
+
+    The model runs once with every main-graph tensor exposed. ONNX Runtime's CPU provider
+    computes most float16 nodes in float32 between casts, so the gate cannot see a tensor that
+    would be infinite on float16 hardware; these nodes are kept in float32 before the search.
+    Nodes holding a subgraph are left out (they cannot be blocked, see ``convert``).
+    """
+    from onnxgate.runners import open_runner
+
+    loaded = load_model(source, load_weights=True)
+    peaks: dict[str, float] = {}
+    with open_runner(loaded) as runner:
+        for sample in samples:
+            for name, value in runner.infer_all(sample.feeds).items():  # type: ignore[attr-defined]
+                array = np.asarray(value)
+                if array.dtype.kind != "f" or not array.size:
+                    continue
+                finite = np.abs(array[np.isfinite(array)])
+                if finite.size:
+                    peaks[name] = max(peaks.get(name, 0.0), float(finite.max()))
+    found: dict[str, str] = {}
+    for node in loaded.proto.graph.node:
+        if any(subgraphs_of(node)) or node.op_type == "Cast":
+            continue
+        peak = max((peaks.get(o, 0.0) for o in node.output if o), default=0.0)
+        if peak > OVERFLOW_AT:
+            found[node.name] = (
+                f"{node.name} ({node.op_type}): output reaches {peak:.2g}, above float16's "
+                f"{HALF_MAX:.0f}" + (" or near it" if peak <= HALF_MAX else "")
+            )
+    return found
 
 
 def refuse_unconvertible(proto: onnx.ModelProto, where: str, to: str) -> None:
@@ -136,16 +190,24 @@ def convert(
 ) -> None:
     """Convert ``source`` to fp16 into ``target``, keeping ``exclude`` (or all but ``only``) fp32.
 
+    Nodes holding a subgraph are never blocked (their bodies would be converted all the same
+    and clash with them): they follow the converter's default.
+
     Raises:
-        RunFailed: ONNX Runtime's converter failed.
+        RunFailed: ONNX Runtime's converter failed, or wrote a model ONNX Runtime cannot load.
     """
     float16 = _converter()
     model = onnx.load(str(source))
+    holders = {n.name for n in model.graph.node if any(subgraphs_of(n))}
     if only is not None:
         keep = set(only)
-        block = [n.name for n in model.graph.node if n.name not in keep]
+        block = [n.name for n in model.graph.node if n.name not in keep | holders]
+        which = f"with only {_names(only)} in float16"
     else:
-        block = list(exclude)
+        block = [name for name in exclude if name not in holders]
+        which = (
+            f"with {_names(exclude)} kept in float32" if exclude else "with every node in float16"
+        )
     try:
         with quiet():
             converted = float16.convert_float_to_float16(
@@ -162,7 +224,44 @@ def convert(
         ) from err
     dropped = drop_round_trips(converted)
     log.debug("%d float32 -> float16 -> float32 cast pair(s) removed", dropped)
+    sort_nodes(converted.graph)
     onnx.save(converted, str(target))
+    _refuse_unloadable(target, f"{source.name} {which}")
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:5])
+    return f"{shown} and {len(names) - 5} more" if len(names) > 5 else shown
+
+
+def _refuse_unloadable(path: Path, what: str) -> None:
+    """Raise ``RunFailed`` when ONNX Runtime cannot create a session for a converted model."""
+    error = load_error(path)
+    if error is not None:
+        raise RunFailed(
+            f"ONNX Runtime's float16 converter (onnxruntime.transformers.float16) wrote a model "
+            f"of {what} that ONNX Runtime cannot load: {error}",
+            hint="Keep the float model or quantize it to int8; run with -vv for the "
+            "converter's log.",
+        )
+
+
+def sort_nodes(graph: onnx.GraphProto, outer: Collection[str] = ()) -> None:
+    """List ``graph``'s nodes (and its subgraphs') in dependency order, in place.
+
+    ONNX Runtime's converter appends the Casts it inserts before a node's inputs at the end of
+    the graph, which the ONNX checker refuses; a node holding a subgraph waits for what the
+    subgraph reads from outside as well as for its inputs.
+    """
+    ordered, pending = dependency_order(
+        list(graph.node), set(outer) | graph_sources(graph), reads=node_reads
+    )
+    del graph.node[:]
+    graph.node.extend([*ordered, *pending])
+    known = set(outer) | graph_sources(graph) | {o for n in graph.node for o in n.output}
+    for node in graph.node:
+        for sub in subgraphs_of(node):
+            sort_nodes(sub, known)
 
 
 def _cast_to(node: onnx.NodeProto) -> int | None:
@@ -179,28 +278,33 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
     float32 input and a node kept in float32, is still rounded to float16 on its way. A node
     kept in float32 must read what float32 computed: a ``Cast(to=FLOAT)`` of a
     ``Cast(to=FLOAT16)`` of a float32 tensor is replaced by that tensor, and Casts nobody reads
-    any more are removed.
+    any more are removed (a graph output's Cast then casts float32 to itself, a no-op that keeps
+    the output's name). Only the main graph's nodes are rewired; a Cast an If or Loop body
+    reads is kept.
     """
     graph = proto.graph
     types = _elem_types(proto)
     producers = {o: n for n in graph.node for o in n.output}
     outputs = {o.name for o in graph.output}
     replaced: dict[str, str] = {}
+    outputs_rewired = 0
     for node in graph.node:
-        if _cast_to(node) != _FLOAT or node.output[0] in outputs:
+        if _cast_to(node) != _FLOAT:
             continue
         first = producers.get(node.input[0])
         if first is None or _cast_to(first) != _HALF or types.get(first.input[0]) != _FLOAT:
             continue
-        replaced[node.output[0]] = first.input[0]
-    if not replaced:
-        return 0
+        if node.output[0] in outputs:  # the graph output keeps its name: cast float32 to itself
+            node.input[0] = first.input[0]
+            outputs_rewired += 1
+        else:
+            replaced[node.output[0]] = first.input[0]
     for node in graph.node:
         for index, name in enumerate(node.input):
             if name in replaced:
                 node.input[index] = replaced[name]
-    while True:  # Casts whose outputs nobody reads
-        read = {i for n in graph.node for i in n.input} | outputs
+    while True:  # Casts whose outputs nobody reads, in the graph or in a subgraph
+        read = {i for n in graph.node for i in node_reads(n)} | outputs
         dead = [
             n for n in graph.node if n.op_type == "Cast" and not any(o in read for o in n.output)
         ]
@@ -208,7 +312,7 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
             break
         for node in dead:
             graph.node.remove(node)
-    return len(replaced)
+    return len(replaced) + outputs_rewired
 
 
 def half_nodes(proto: onnx.ModelProto) -> int:
@@ -233,21 +337,35 @@ def full_names(proto: onnx.ModelProto, names: Collection[str]) -> set[str]:
 
 CPU_SLOWER = (
     "ONNX Runtime's CPU provider has float16 kernels for few operators and runs the others in "
-    "float32 between inserted casts; fp16 pays on GPUs (CUDA, TensorRT, WebGPU) and in size"
+    "float32 between inserted casts; fp16 is expected to pay on GPUs (CUDA, TensorRT, WebGPU), "
+    "not measured here"
 )
 
 
+SHRINKS_BELOW = 0.9
+"""A size ratio below this is a gain in size; above it the file did not shrink to speak of."""
+
+
 def gain(to: str, speed: SpeedGate, size_ratio: float) -> str:
-    """Where the 16-bit model pays, with the size ratio and this CPU's speed verdict in words."""
+    """This CPU's speed verdict and the measured size ratio in words; GPU gains as an expectation.
+
+    A file that did not shrink (weights held as graph inputs, which ``keep_io_types`` keeps
+    float32, or kept float32 by the search) is not claimed as a size gain.
+    """
     verdict = {
         "slower": "slower than float32 on this CPU",
         "faster": "faster than float32 on this CPU",
         "within noise": "within noise of float32 on this CPU",
         "inconclusive": "of no proven speed against float32 on this CPU (unreliable timings)",
     }.get(speed.verdict or "", "not timed on this CPU")
+    size = (
+        f"its file is {size_ratio:.2f} of the float32 file's size"
+        if size_ratio < SHRINKS_BELOW
+        else f"its file is {size_ratio:.2f} of the float32 file's size (no gain in size)"
+    )
     return (
-        f"{to} is {verdict}; its gain is on GPUs with float16 units (CUDA, TensorRT, WebGPU) "
-        f"and in size: {size_ratio:.2f} of the float32 file"
+        f"{to} is {verdict}; {size}; a speed gain is expected on GPUs with float16 units "
+        "(CUDA, TensorRT, WebGPU), not measured here"
     )
 
 
@@ -274,6 +392,7 @@ def without_cpu_kernel(
     Only nodes with a float16/bfloat16 tensor, after ``retype`` (element type -> element type,
     e.g. float32 -> bfloat16 to ask about a bf16 model before converting) are looked at.
     """
+    from onnxgate.check import RESOLVED_AT_LOAD
     from onnxgate.compat.versions import normalize_domain
 
     types = _elem_types(proto)
@@ -287,6 +406,8 @@ def without_cpu_kernel(
         if not {_HALF, onnx.TensorProto.BFLOAT16} & {*ins, *outs} or node.op_type == "Cast":
             continue
         domain = normalize_domain(node.domain)
+        if (domain, node.op_type) in RESOLVED_AT_LOAD:  # folded at load: no kernel runs
+            continue
         schema = table.schema(node.op_type, domain, opsets.get(domain, 1))
         if schema is None:
             continue
@@ -321,7 +442,7 @@ def cpu_float32_notice(proto: onnx.ModelProto, where: str) -> str | None:
 
 
 def refuse_bf16_on_cpu(proto: onnx.ModelProto, where: str) -> None:
-    """Refuse bf16 when ONNX Runtime's CPU provider lacks bfloat16 kernels for the model's ops.
+    """Refuse bf16, always: the converter cannot write it; name the ops lacking a CPU kernel too.
 
     Each node that computes in float32 is looked up in the installed runtime's kernel registry
     (probed by ``compat``) with its float32 types widened to bfloat16.
@@ -333,19 +454,19 @@ def refuse_bf16_on_cpu(proto: onnx.ModelProto, where: str) -> None:
     """
     profile, table = _profile_table(where)
     lacking = without_cpu_kernel(proto, table, {_FLOAT: onnx.TensorProto.BFLOAT16})
-    if lacking:
-        raise CompatibilityError(
-            f"{where}: {profile.label}'s CPU provider has no bfloat16 kernel for "
-            f"{counted(lacking)} (read from its kernel registry): a bf16 model would not load "
-            "on it.",
-            hint=f"Use {setting('to', 'fp16')} (float16, which the CPU provider runs, in float32 "
-            "between casts where it lacks a kernel), or convert to bf16 for a GPU provider "
-            "(CUDA, TensorRT) outside onnxgate.",
-        )
+    also = (
+        f" Besides, {profile.label}'s CPU provider has no bfloat16 kernel for "
+        f"{counted(lacking)} (read from its kernel registry): a bf16 model would not load on it."
+        if lacking
+        else ""
+    )
     raise CompatibilityError(
-        f"{where}: bf16 is not gated on {profile.label}'s CPU provider: ONNX Runtime's float16 "
-        "converter writes bfloat16 only for the nodes it keeps out of float16.",
-        hint=f"Use {setting('to', 'fp16')}.",
+        f"{where}: {setting('to', 'bf16')} is always refused: ONNX Runtime's float16 converter "
+        "cannot write a bf16 model (it writes bfloat16 only for the nodes it keeps out of "
+        f"float16).{also}",
+        hint=f"Use {setting('to', 'fp16')} (float16, which the CPU provider runs, in float32 "
+        "between casts where it lacks a kernel), or convert to bf16 for a GPU provider (CUDA, "
+        "TensorRT) outside onnxgate.",
     )
 
 

@@ -569,6 +569,20 @@ def quantise(
                 onnx.save(model, str(target))
 
 
+def load_error(path: Path) -> str | None:
+    """Why ONNX Runtime's CPU provider cannot create a session for ``path``, or None if it can."""
+    import onnxruntime as ort  # noqa: TID251  (a session proves a converted model loads)
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        with quiet():
+            ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # ORT raises its own Fail/InvalidGraph errors
+        return first_line(err)
+    return None
+
+
 def quantised_nodes(proto: onnx.ModelProto) -> int:
     """Nodes of a quantised model that compute in integers or convert to them."""
     return sum(n.op_type in QUANTIZED_OPS for n in proto.graph.node)

@@ -144,12 +144,32 @@ def _reads_dequantised(proto: onnx.ModelProto, names: Sequence[str]) -> list[str
     )
 
 
+def _write_model(shown: Path, out: Path, *, external: bool) -> None:
+    """Write the delivered model to ``out``; its weights in ``OUT.data`` if the source's were."""
+    if not external:
+        atomic_write_bytes(out, shown.read_bytes())
+        return
+    stage = shown.parent / "written"
+    stage.mkdir(exist_ok=True)
+    data = f"{out.name}.data"
+    onnx.save_model(
+        onnx.load(str(shown)),
+        str(stage / out.name),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=data,
+    )
+    if (stage / data).exists():  # written before the model that names it
+        atomic_write_bytes(out.parent / data, (stage / data).read_bytes())
+    atomic_write_bytes(out, (stage / out.name).read_bytes())
+
+
 def _speed_gate(config: QuantizeConfig, delivered: bool) -> SpeedGate | None:
     """The speed gate when the speed is not judged, saying why; None when it is to be timed."""
     if not config.bench:
         return not_gated(
-            f"not gated ({setting('bench', False)}): the quantised model was not timed and may be "
-            "slower than the float model",
+            f"not gated ({setting('bench', False)}): the converted model was not timed and may "
+            "be slower than the float model",
             allow_slower=config.allow_slower,
         )
     if not delivered:
@@ -571,6 +591,17 @@ def _quantize_checked(
             if settings.to == "int8"
             else _float16.candidates(prepared)
         )
+        overflow: dict[str, str] = {}
+        if settings.to != "int8":
+            say("looking for float32 outputs beyond float16's range")
+            overflow = _float16.overflowing(pre, evaluation)
+            nodes = [n for n in nodes if n.name not in overflow]
+            if overflow:
+                notices.append(
+                    f"kept in float32 before the search, their outputs beyond float16's range "
+                    f"on the evaluation data (infinite on float16 hardware, which ONNX "
+                    f"Runtime's CPU provider would not show): {'; '.join(overflow.values())}"
+                )
         say(f"running the float model on {len(evaluation)} evaluation sample(s)")
         judge = Judge(source, signature, evaluation, rules, max_drop=config.max_drop, labels=labels)
         cache = tmp / "calibration.json" if settings.mode == "static" else None
@@ -578,7 +609,8 @@ def _quantize_checked(
         def make(exclude: Sequence[str], only: Sequence[str] | None) -> Path:
             target = tmp / "candidate.onnx"
             if settings.to != "int8":
-                _float16.convert(pre, target, exclude=exclude, only=only)
+                only = None if only is None else [n for n in only if n not in overflow]
+                _float16.convert(pre, target, exclude=[*overflow, *exclude], only=only)
                 return target
             quantise(
                 pre,
@@ -665,12 +697,14 @@ def _quantize_checked(
             elif speed.verdict == "slower" and settings.to == "int8":
                 warnings.append(f"the quantised model is {speed.note}")
             elif speed.verdict == "inconclusive":
-                warnings.append(f"the quantised model's {speed.note}")
+                noun = "quantised" if settings.to == "int8" else settings.to
+                warnings.append(f"the {noun} model's {speed.note}")
         if any(r.noisy for r in latency):
             warnings.append(
                 "some latencies vary by more than 10% (CV): the machine is busy, so the "
                 "intervals are wide"
             )
+        size_before = loaded.size_bytes + loaded.external_bytes  # the weights in side files too
         report = QuantizeReport(
             passed=best is not None,
             model=str(loaded.path),
@@ -694,12 +728,12 @@ def _quantize_checked(
             if settings.to == "int8"
             else _float16.half_nodes(shown_proto),
             float_ops=float_ops,
-            size_before=loaded.size_bytes,
+            size_before=size_before,
             size_after=shown.stat().st_size,
-            size_ratio=shown.stat().st_size / loaded.size_bytes,
+            size_ratio=shown.stat().st_size / size_before,
             gain=None
             if settings.to == "int8"
-            else _float16.gain(settings.to, speed, shown.stat().st_size / loaded.size_bytes),
+            else _float16.gain(settings.to, speed, shown.stat().st_size / size_before),
             ops_before=_ops(loaded.proto),
             ops_after=_ops(shown_proto),
             latency=latency,
@@ -720,5 +754,5 @@ def _quantize_checked(
                 # before anything is written: golden outputs a second runner disputes are not kept
                 opinion = second_opinion(loaded, judge, signature, evaluation[:GOLDEN_SAMPLES], say)
         say(f"writing {out}")
-        atomic_write_bytes(out, shown.read_bytes())
+        _write_model(shown, out, external=bool(loaded.external_data))
     return _write_contract(out, loaded, judge, evaluation, report, contract_config, opinion, config)
