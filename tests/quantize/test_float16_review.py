@@ -237,3 +237,22 @@ def test_the_gate_pages_plots_name_fp16_not_int8():
     }
     for svg in (ranking_plot(report), quantize_latency_plot(report)):
         assert svg and "fp16" in svg and "int8" not in svg
+
+
+def test_a_rounding_the_model_itself_makes_is_kept() -> None:
+    from onnx import TensorProto, helper
+
+    from onnxgate.quantize._float16 import drop_round_trips
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], name="mine_down", to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["h"], ["f"], name="mine_up", to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["f"], ["y"], name="relu"),
+    ]
+    proto = helper.make_model(helper.make_graph(nodes, "g", [x], [y]))
+    assert drop_round_trips(proto, keep={"mine_down", "mine_up"}) == 0
+    assert [n.name for n in proto.graph.node] == ["mine_down", "mine_up", "relu"]
+    assert drop_round_trips(proto) == 1  # the same pair, inserted by the converter, goes
+    assert [n.name for n in proto.graph.node] == ["relu"]

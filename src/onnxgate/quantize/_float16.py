@@ -198,6 +198,7 @@ def convert(
     """
     float16 = _converter()
     model = onnx.load(str(source))
+    own_casts = {n.name for n in model.graph.node if n.op_type == "Cast" and n.name}
     holders = {n.name for n in model.graph.node if any(subgraphs_of(n))}
     if only is not None:
         keep = set(only)
@@ -222,7 +223,7 @@ def convert(
             hint="Run with -vv for its traceback; quantize to int8 instead, or keep the "
             "float model.",
         ) from err
-    dropped = drop_round_trips(converted)
+    dropped = drop_round_trips(converted, keep=own_casts)
     log.debug("%d float32 -> float16 -> float32 cast pair(s) removed", dropped)
     sort_nodes(converted.graph)
     onnx.save(converted, str(target))
@@ -270,7 +271,7 @@ def _cast_to(node: onnx.NodeProto) -> int | None:
     return next((a.i for a in node.attribute if a.name == "to"), None)
 
 
-def drop_round_trips(proto: onnx.ModelProto) -> int:
+def drop_round_trips(proto: onnx.ModelProto, keep: Collection[str] = ()) -> int:
     """Remove float32 -> float16 -> float32 Cast pairs (in place); how many readers were rewired.
 
     ONNX Runtime's converter gives every float tensor a float16 type and puts a Cast before and
@@ -280,7 +281,8 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
     ``Cast(to=FLOAT16)`` of a float32 tensor is replaced by that tensor, and Casts nobody reads
     any more are removed (a graph output's Cast then casts float32 to itself, a no-op that keeps
     the output's name). Only the main graph's nodes are rewired; a Cast an If or Loop body
-    reads is kept.
+    reads is kept, and so is a pair either of whose Casts is named in ``keep`` (the model's own
+    Casts: a rounding its author put there is part of what the model computes).
     """
     graph = proto.graph
     types = _elem_types(proto)
@@ -293,6 +295,8 @@ def drop_round_trips(proto: onnx.ModelProto) -> int:
             continue
         first = producers.get(node.input[0])
         if first is None or _cast_to(first) != _HALF or types.get(first.input[0]) != _FLOAT:
+            continue
+        if node.name in keep or first.name in keep:
             continue
         if node.output[0] in outputs:  # the graph output keeps its name: cast float32 to itself
             node.input[0] = first.input[0]
