@@ -17,7 +17,7 @@ from pathlib import Path
 from onnxgate._words import setting
 from onnxgate.deploy._gated import open_gated
 from onnxgate.errors import ConfigError
-from onnxgate.mobile import MobileConfig, MobileReport, mobile_target
+from onnxgate.mobile import MobileConfig, MobileReport, mobile_target, stale_staging
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ def deploy_mobile(
     out = config.out.expanduser()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out} is a file.", hint=f"Give another {setting('out')}.", field="out")
-    if out.is_dir() and any(out.iterdir()):
+    leftovers = set(stale_staging(out))  # a killed run's staging folder: removed, not refused
+    if out.is_dir() and any(p not in leftovers for p in out.iterdir()):
         raise ConfigError(
             f"{out} exists and is not empty.",
             hint=f"Give another {setting('out')}, or remove it: it holds exactly one deployment.",
