@@ -53,6 +53,16 @@ _EXHAUSTED: dict[int, tuple[str, str]] = {
         "cannot write {path}: the folder is read-only",
         "Remount {folder} read-write or point onnxgate at a writable folder; nothing was written.",
     ),
+    errno.EACCES: (
+        "permission denied for {path}",
+        "Choose a folder you may write to (or have {folder}'s permissions changed) and run "
+        "again; nothing was half-written.",
+    ),
+    errno.EPERM: (
+        "operation not permitted on {path}",
+        "Choose a folder you may write to (or have {folder}'s permissions changed) and run "
+        "again; nothing was half-written.",
+    ),
     errno.EMFILE: (
         "too many open files while opening {path}",
         "Raise this process's open-file limit (ulimit -n) and run again; nothing was half-written.",
@@ -63,7 +73,8 @@ _EXHAUSTED: dict[int, tuple[str, str]] = {
         "was half-written.",
     ),
 }
-"""The errnos that mean the machine ran out of something, not that onnxgate failed."""
+"""The errnos that mean the machine ran out of something or refuses the user, not that onnxgate
+failed: the user's condition to fix (exit 3)."""
 
 
 def resource_error(
@@ -231,7 +242,7 @@ def is_stale(path: Path, *, now: float | None = None) -> bool:
         age = (time.time() if now is None else now) - path.stat().st_mtime
     except OSError:
         return False
-    return age > STALE_AFTER_S or not _alive(int(match.group("pid")))
+    return age > STALE_AFTER_S or not alive(int(match.group("pid")))
 
 
 def stale_partials(folder: str | os.PathLike[str]) -> list[Path]:
@@ -270,7 +281,8 @@ def _locked(path: Path) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process with this pid runs (this one does; one owned by another user too)."""
     if pid == os.getpid():
         return True
     try:
