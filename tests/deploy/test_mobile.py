@@ -223,7 +223,7 @@ def test_a_converter_that_takes_too_long_is_stopped_naming_the_model_and_limit(
     said = " ".join(result.output.split())
     assert str(model) in said and f"within {_convert.CONVERT_TIMEOUT_S:g} s" in said
     assert "hint:" in said and ".onnxgate-ort-" not in said
-    assert list(out.iterdir()) == []
+    assert not out.exists()  # made by this run, which wrote nothing: removed again
 
 
 def test_runtime_style_with_type_reduction_names_files_not_the_staging_folder(tmp_path):

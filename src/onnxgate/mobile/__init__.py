@@ -13,7 +13,6 @@ from onnxgate.mobile._target import (
     MobileReport,
     judge_budgets,
     mobile_target,
-    stale_staging,
 )
 
 __all__ = [
@@ -24,5 +23,4 @@ __all__ = [
     "mobile_target",
     "render_mobile",
     "required_operators",
-    "stale_staging",
 ]

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import statistics
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from onnxgate._fs import alive, atomic_write_text, fsync_file, public_mode
+from onnxgate._fs import atomic_write_text, fsync_file, public_mode, staging
 from onnxgate._pathtext import shown
 from onnxgate._words import setting
 from onnxgate.errors import GateError, SessionFailed
@@ -35,11 +33,6 @@ from onnxgate.settings import Part
 log = logging.getLogger(__name__)
 
 MB = 1e6
-
-STAGING = ".onnxgate-ort-"
-"""The start of the name of the staging folder the converter writes in, inside the output
-folder: ``.onnxgate-ort-<pid>-<random>``, removed when the files are in place. One left by a
-killed run is recognised by its pid, which no longer runs, and removed by the next run."""
 
 
 class MobileConfig(Part):
@@ -173,20 +166,16 @@ def mobile_target(
     _refuse_unloadable(loaded)  # by node and operator, before its contract is asked for
     contract, admission = admitted(loaded)
     stem = name or loaded.path.stem
-    out.mkdir(parents=True, exist_ok=True)
     say(f"converting {loaded.path.name} to the ORT format ({config.optimization_style})")
-    for left in stale_staging(out):
-        log.info("removing %s, left by an interrupted run", left)
-        shutil.rmtree(left, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=f"{STAGING}{os.getpid()}-", dir=out) as folder:
+    with staging(out, "ort") as folder:
         made = convert(
             loaded,
-            Path(folder),
+            folder,
             name=stem,
             style=config.optimization_style,
             type_reduction=config.enable_type_reduction,
         )
-        files = _move_into(made, out, staged=Path(folder, "out").resolve())
+        files = _move_into(made, out, staged=(folder / "out").resolve())
     ort_file = next(p for p in files if p.suffix == ".ort")
     operators_file = next(p for p in files if p.suffix == ".config")
 
@@ -255,20 +244,6 @@ def mobile_target(
         undecided=undecided,
         notes=notes,
     )
-
-
-def stale_staging(out: Path) -> list[Path]:
-    """The staging folders in ``out`` left by runs that no longer run (killed, say)."""
-    try:
-        names = os.listdir(out)
-    except OSError:
-        return []
-    stale = []
-    for name in names:
-        pid, _, rest = name.removeprefix(STAGING).partition("-")
-        if name.startswith(STAGING) and pid.isdigit() and rest and not alive(int(pid)):
-            stale.append(out / name)
-    return sorted(stale)
 
 
 def _refuse_unloadable(loaded: LoadedModel) -> None:
