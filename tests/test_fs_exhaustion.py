@@ -121,3 +121,23 @@ def test_sqlite_full_is_exhaustion_naming_the_database(tmp_path):
     assert str(tmp_path / "registry.db") in error.message
     locked = OperationalError("INSERT", {}, sqlite3.OperationalError("database is locked"))
     assert not isinstance(_db.unreachable(url, locked), ResourceExhausted)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        PermissionError(errno.EACCES, "Permission denied", "/srv/ro/out"),
+        PermissionError(errno.EPERM, "Operation not permitted", "/srv/ro/out"),
+    ],
+)
+def test_a_write_the_user_may_not_make_is_their_condition_exit_3(capsys, error):
+    @handles_errors
+    def command(fmt: str = "json") -> None:
+        raise error
+
+    with pytest.raises(typer.Exit) as caught:
+        command(fmt="json")
+    assert caught.value.exit_code == 3
+    document = json.loads(capsys.readouterr().out)
+    assert document["path"] == "/srv/ro/out"
+    assert "/srv/ro/out" in document["message"] and "folder you may write to" in document["hint"]

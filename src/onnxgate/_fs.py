@@ -7,10 +7,11 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import platformdirs
@@ -53,6 +54,16 @@ _EXHAUSTED: dict[int, tuple[str, str]] = {
         "cannot write {path}: the folder is read-only",
         "Remount {folder} read-write or point onnxgate at a writable folder; nothing was written.",
     ),
+    errno.EACCES: (
+        "permission denied for {path}",
+        "Choose a folder you may write to (or have {folder}'s permissions changed) and run "
+        "again; nothing was half-written.",
+    ),
+    errno.EPERM: (
+        "operation not permitted on {path}",
+        "Choose a folder you may write to (or have {folder}'s permissions changed) and run "
+        "again; nothing was half-written.",
+    ),
     errno.EMFILE: (
         "too many open files while opening {path}",
         "Raise this process's open-file limit (ulimit -n) and run again; nothing was half-written.",
@@ -63,7 +74,8 @@ _EXHAUSTED: dict[int, tuple[str, str]] = {
         "was half-written.",
     ),
 }
-"""The errnos that mean the machine ran out of something, not that onnxgate failed."""
+"""The errnos that mean the machine ran out of something or refuses the user, not that onnxgate
+failed: the user's condition to fix (exit 3)."""
 
 
 def resource_error(
@@ -231,7 +243,7 @@ def is_stale(path: Path, *, now: float | None = None) -> bool:
         age = (time.time() if now is None else now) - path.stat().st_mtime
     except OSError:
         return False
-    return age > STALE_AFTER_S or not _alive(int(match.group("pid")))
+    return age > STALE_AFTER_S or not alive(int(match.group("pid")))
 
 
 def stale_partials(folder: str | os.PathLike[str]) -> list[Path]:
@@ -270,7 +282,8 @@ def _locked(path: Path) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process with this pid runs (this one does; one owned by another user too)."""
     if pid == os.getpid():
         return True
     try:
@@ -282,18 +295,94 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def fresh_folder(out: Path) -> Path:
+STAGING = ".onnxgate-"
+"""The start of a staging folder's name: ``.onnxgate-<kind>-<pid>-<random>``, inside the folder
+a command fills (``deploy web``, ``deploy mobile``). Its files are renamed into place when they
+are complete and the staging folder removed; one left by a killed run is recognised by its pid,
+which no longer runs, and removed by the next run (see :func:`stale_staging`)."""
+
+_STAGING = re.compile(rf"^{re.escape(STAGING)}[a-z]+-(?P<pid>\d+)-.+$")
+
+
+def stale_staging(folder: str | os.PathLike[str]) -> list[Path]:
+    """The staging folders in ``folder`` left by runs that no longer run (killed, say)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = [(name, _STAGING.match(name)) for name in names]
+    return sorted(
+        Path(folder, name) for name, match in found if match and not alive(int(match["pid"]))
+    )
+
+
+def remove_stale_staging(folder: str | os.PathLike[str]) -> None:
+    """Remove the staging folders in ``folder`` that killed runs left."""
+    for left in stale_staging(folder):
+        log.info("removing %s, left by an interrupted run", left)
+        shutil.rmtree(left, ignore_errors=True)
+
+
+def fresh_folder(
+    out: Path, *, what: str = "", holds: str = "it holds exactly one deployment"
+) -> Path:
     """``out``, when it is new or an empty folder: what is in it is exactly one deployment.
 
+    Checked before any work: the nearest folder that exists on the way to ``out`` must be a
+    folder this process may write in. Staging folders of killed runs in ``out`` are removed
+    first (they are no one's work). ``what`` names the folder in messages (``the run folder
+    ``), ``holds`` says why it must be empty.
+
     Raises:
-        ConfigError: ``out`` is a file, or a folder that is not empty.
+        ConfigError: ``out``, or a folder on the way to it, is a file; ``out`` is a folder
+            that is not empty.
+        ResourceExhausted: the folder that would hold ``out`` may not be written (exit 3).
+
+    The errors name the setting through ``setting('out')`` as they are raised and declare no
+    ``field`` for ``renamed`` to rewrite afterwards: the word ``out`` in the user's path
+    (``-o out``, ``../out/mnist``) is a path, not the setting.
     """
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} is a file.", hint=f"Give another {setting('out')}.", field="out")
-    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"{what}{out} is a file.", hint=f"Give another {setting('out')}.")
+    if out.is_dir():
+        remove_stale_staging(out)
+        if any(out.iterdir()):
+            raise ConfigError(
+                f"{what}{out} exists and is not empty.",
+                hint=f"Give another {setting('out')}, or remove it: {holds}.",
+            )
+    nearest = out
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not nearest.is_dir():
         raise ConfigError(
-            f"{out} exists and is not empty.",
-            hint=f"Give another {setting('out')}, or remove it: it holds exactly one deployment.",
-            field="out",
+            f"{out}: {nearest} is a file, not a folder.",
+            hint=f"Give another {setting('out')}.",
         )
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        denied = resource_error(PermissionError(errno.EACCES, os.strerror(errno.EACCES)), out)
+        assert denied is not None
+        raise denied
     return out
+
+
+@contextmanager
+def staging(out: Path, kind: str) -> Iterator[Path]:
+    """A staging folder inside ``out`` (made if missing), removed when the block ends.
+
+    The caller renames the finished files from it into ``out``: ``out`` itself, which may be
+    the caller's working folder, is never replaced. When ``out`` was made here and nothing was
+    renamed into it, it is removed again: a run that wrote nothing leaves nothing.
+    """
+    made = not out.exists()
+    with exhaustion_as_error(out):
+        out.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(out)
+        folder = Path(tempfile.mkdtemp(prefix=f"{STAGING}{kind}-{os.getpid()}-", dir=out))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if made:
+            with suppress(OSError):  # not empty: the files are in place
+                out.rmdir()

@@ -174,7 +174,8 @@ def speaking(words: Words, offers: Offers | None = None) -> Iterator[None]:
 
 
 def _named(path: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w.-]){re.escape(path)}(?![\w-]|\.\w)")
+    # not a word inside a path (``../out/mnist``): a folder separator on either side keeps it
+    return re.compile(rf"(?<![\w./\\-]){re.escape(path)}(?![\w/\\-]|\.\w)")
 
 
 def renamed(error: ConfigError, name: Callable[[str], str | None]) -> ConfigError:

@@ -125,9 +125,9 @@ class EnvironmentProblem(GateError):
 
 
 class ResourceExhausted(EnvironmentProblem):
-    """A write met a full disk, a full quota, a read-only folder or the open-file limit.
+    """A write met a full disk, a full quota, a read-only or forbidden folder or the open-file limit.
 
-    ENOSPC, EDQUOT, EROFS, EMFILE, ENFILE, or SQLite's "database or disk is full": the user's
+    ENOSPC, EDQUOT, EROFS, EACCES, EPERM, EMFILE, ENFILE, or SQLite's "database or disk is full": the user's
     condition to fix, not a bug (exit 3). Raised where onnxgate writes (``onnxgate._fs.resource_error`` builds it from an ``OSError``),
     after the write is undone: temporary files removed, the database transaction rolled back.
     ``path`` is the file or folder being written.

@@ -166,3 +166,87 @@ def test_a_folder_that_is_not_empty_and_a_runtime_that_is_no_browser_are_refused
     )
     assert result.exit_code == 2, result.output
     assert "is not a release of onnxruntime-web" in json.loads(result.stdout)["message"]
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@needs_browser
+def test_into_the_callers_empty_working_folder_past_a_killed_runs_staging(
+    batched, tmp_path, monkeypatch
+) -> None:
+    import os
+
+    here = tmp_path / "here"
+    left = here / ".onnxgate-web-999999999-abc123"  # a killed run's: a pid that cannot run
+    left.mkdir(parents=True)
+    (left / "mlp.onnx").write_bytes(b"half")
+    monkeypatch.chdir(here)
+    inode = os.stat(here).st_ino
+    result = CliRunner().invoke(
+        app,
+        ["deploy", "web", str(batched), "-o", ".", "--ort", "--allow-ungated", "--format", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    assert os.stat(here).st_ino == inode  # the folder is the caller's, not replaced
+    names = sorted(p.name for p in here.iterdir())
+    assert names == sorted(json.loads(result.stdout)["files"])
+    assert not [p for p in tmp_path.iterdir() if "onnxgate-web" in p.name]
+    # the files say what stdout says, with no path outside the folder, and the written file's hash
+    proof = json.loads((here / "mlp.proof.json").read_text())
+    said = json.loads(result.stdout)
+    assert proof["gate"] == said["gate"] and proof["source"] == said["source"] == str(batched)
+    assert "out" not in proof and str(tmp_path) not in json.dumps(proof).replace(str(batched), "")
+    spec = json.loads((here / "mlp.inputs.json").read_text())
+    assert spec["sha256"] == proof["sha256"] == _sha256(here / "mlp.ort")
+    assert spec["contract_sha256"] == SIDECAR.read(batched).identity.model.sha256
+    assert spec["contract_sha256"] != spec["sha256"]
+
+
+@pytest.mark.parametrize("command", ["web", "mobile"])
+def test_an_out_folder_under_a_file_or_named_out_is_said_as_given(
+    batched, tmp_path, monkeypatch, command
+) -> None:
+    (tmp_path / "afile").write_text("x")
+    full = tmp_path / "out" / "mnist"
+    full.mkdir(parents=True)
+    (full / "x").write_text("x")
+    monkeypatch.chdir(tmp_path / "src")
+    for out, said in [
+        ("../afile/sub", "../afile/sub: ../afile is a file, not a folder"),
+        ("../out/mnist", "../out/mnist exists and is not empty"),
+    ]:
+        args = ["deploy", command, str(batched), "-o", out, "--allow-ungated"]
+        result = CliRunner().invoke(app, args)
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2, text
+        assert said in text and "--out/" not in text, text
+    assert not (tmp_path / "src" / ".onnxgate-web").exists()
+
+
+def test_the_input_spec_gives_integer_bounds_as_integers_high_excluded(tmp_path) -> None:
+    from types import SimpleNamespace as NS
+
+    from onnxgate.web import input_spec
+
+    ids = NS(name="ids", dtype="int64", type=None, shape=[1, "seq"])
+    x = NS(name="x", dtype="float32", type=None, shape=[2])
+    signature = NS(
+        inputs=[ids, x],
+        dims={},
+        values={"ids": NS(low=0.0, high=30522.0), "x": NS(low=-1.0, high=1.0)},
+        served_outputs=lambda: [],
+    )
+    contract = NS(signature=signature, identity=NS(model=NS(sha256="c" * 64)))
+    (tmp_path / "m.onnx").write_bytes(b"model")
+    spec = input_spec(contract, "m", tmp_path / "m.onnx")
+    values = [entry["values"] for entry in spec["inputs"]]
+    assert values == [
+        {"low": 0, "high": 30522, "high_exclusive": True},
+        {"low": -1.0, "high": 1.0, "high_exclusive": True},
+    ]
+    assert all(type(v) is int for v in values[0].values() if v is not True)
+    assert spec["sha256"] == _sha256(tmp_path / "m.onnx") and spec["contract_sha256"] == "c" * 64

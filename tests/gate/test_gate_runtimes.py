@@ -62,6 +62,9 @@ def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> N
         "mnist.proof.json",
         "mnist.required_operators.config",
     ]
+    # the proof names no path of this run's folder: a cached step restores it into another one
+    proof = (folder / "mnist.proof.json").read_text()
+    assert str(report.run_dir) not in proof and json.loads(proof)["source"] == "mnist.onnx"
     html = (Path(report.run_dir) / "report.html").read_text()
     assert "on the other target runtimes" in html and f"<strong>{NODE}</strong>" in html
     assert f'<strong>{WEB}</strong><div class="muted">backend wasm, 1 thread(s)</div>' in html
@@ -114,3 +117,83 @@ def test_the_web_step_fails_when_the_browser_breaks_the_contract(tmp_path, monke
     assert "the browser breaks the contract on onnxruntime-web 1.30.0 (wasm" in reason
     assert "Plus214_Output_0:" in reason and "max_abs" in reason
     assert not (Path(report.run_dir) / "web").exists()
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gate.toml"
+    path.write_text('version = 1\n[model]\nname = "mnist"\nsource = "mnist.onnx"\n' + text)
+    return path
+
+
+def test_the_bench_cache_key_holds_the_runtimes_timed_besides_the_installed_one(
+    tmp_path, monkeypatch
+) -> None:
+    from types import SimpleNamespace
+
+    from onnxgate.gate import _pipeline, load_config
+
+    keys: list[dict] = []
+    real = _pipeline.config_hash
+    monkeypatch.setattr(_pipeline, "config_hash", lambda v: keys.append(v) or real(v))
+    ctx = SimpleNamespace(run_dir=tmp_path / "run", passed={})
+    env = SimpleNamespace(fingerprint="m")
+    (tmp_path / "run").mkdir()
+
+    def key(text: str) -> dict:
+        config = load_config(_config(tmp_path, text))
+        _pipeline._cache_key("bench", config.steps.bench, ctx, env, config)
+        return keys[-1]
+
+    # unset steps.bench.runtimes: the targets are timed, and a result cached before bench timed
+    # them (same settings hash, same targets) is not taken for one that has their figures
+    assert key(f'[targets]\nruntimes = ["installed", "{WEB}"]\n')["timed"] == [WEB]
+    assert key(f'[steps.bench]\nruntimes = ["installed", "{NODE}"]\n')["timed"] == [NODE]
+    assert "timed" not in key("")  # only the installed one: keys cached before stay valid
+
+
+@pytest.mark.parametrize(
+    ("where", "runtime"),
+    [("targets", "onnxruntime-web"), ("steps.bench", "tensorflow==2.0.0")],
+)
+def test_a_runtime_that_is_no_runtime_is_refused_naming_its_key_as_the_config_loads(
+    tmp_path, where, runtime
+) -> None:
+    from onnxgate.errors import ConfigError
+    from onnxgate.gate import load_config
+
+    path = _config(tmp_path, f'[{where}]\nruntimes = ["installed", "{runtime}"]\n')
+    with pytest.raises(ConfigError, match=rf"{where}\.runtimes\.1: runtime") as caught:
+        load_config(path)
+    assert runtime in caught.value.message
+
+
+@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_corpus(MNIST)
+def test_a_runtime_bench_cannot_time_fails_the_step_by_name_keeping_the_installed_figures(
+    tmp_path, monkeypatch
+) -> None:
+    import onnxgate.perf
+    from onnxgate.errors import RuntimeEnvError
+
+    real = onnxgate.perf.bench
+
+    def bench(model, config, **kwargs):
+        if config.runtime == "onnxruntime-web==9.9.9":
+            raise RuntimeEnvError("npm cannot install onnxruntime-web@9.9.9: no such version.")
+        return real(model, config, **kwargs)
+
+    monkeypatch.setattr(onnxgate.perf, "bench", bench)
+    shutil.copyfile(MNIST, tmp_path / "mnist.onnx")
+    path = _config(
+        tmp_path,
+        "[steps.tune]\nenabled = false\n[steps.bench]\nbudget = 0.2\n"
+        f'runtimes = ["installed", "onnxruntime-web==9.9.9", "{NODE}"]\n',
+    )
+    report = run_gate(path)
+    bench = next(s for s in report.steps if s.name == "bench")
+    assert bench.status == "failed"
+    assert "onnxruntime-web==9.9.9 (in steps.bench.runtimes) could not be timed" in bench.reason
+    assert "no such version" in bench.reason
+    assert bench.figures["p50_ms"] > 0 and bench.figures[f"{NODE}.p50_ms"] > 0
+    assert "no such version" in bench.report["runtimes"]["onnxruntime-web==9.9.9"]["error"]
+    assert bench.report["runtimes"][NODE]["results"]

@@ -49,8 +49,13 @@ def test_the_step_writes_the_ort_format_proves_it_and_is_cached(tmp_path, monkey
     assert "single-thread p50" in step.summary
     page = (Path(report.run_dir) / "report.html").read_text()
     assert "mlp.ort" in page and "domain;opset" in page and "single-thread p50" in page
+    config = Path(report.run_dir) / "mlp.required_operators.config"
+    assert "# - mlp.ort\n" in config.read_text() and str(tmp_path) not in config.read_text()
     again = run_gate(path)
     assert again.step("mobile").cached and again.passed
+    # restored from the cache, the config is the same file: it names no run folder
+    restored = Path(again.run_dir) / config.name
+    assert restored.read_text() == config.read_text()
 
 
 def test_a_budget_missed_fails_the_gate_with_the_figure_and_the_key(tmp_path, monkeypatch):
@@ -72,3 +77,19 @@ def test_a_p50_budget_on_a_busy_machine_is_inconclusive(tmp_path, monkeypatch, o
     assert step.status == "inconclusive"
     assert "other processes took 70%" in step.summary
     assert report.passed is (on_unreliable == "warn")
+
+
+def test_a_size_miss_on_a_busy_machine_does_not_blame_the_timings(tmp_path, monkeypatch):
+    _machine(monkeypatch, 0.7)
+    report = run_gate(_config(tmp_path, "max_size_mb = 0.0001\n"))
+    step = report.step("mobile")
+    assert step.status == "failed" and "max_size_mb" in step.reason
+    assert "timings" not in step.reason and "unreliable" not in step.reason
+
+
+@pytest.mark.parametrize("key", ["max_size_mb", "max_peak_rss_mb", "max_p50_ms"])
+def test_a_budget_of_inf_is_refused_naming_the_key(tmp_path, key):
+    from onnxgate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"steps.mobile.{key}"):
+        run_gate(_config(tmp_path, f"{key} = inf\n"))

@@ -10,6 +10,7 @@ import typer
 from onnxgate.cli._common import FORMAT_HELP, Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import build
+from onnxgate.web import WEB_RELEASE  # gate's config imports it too: no cost at start
 
 deploy_app = typer.Typer(
     name="deploy",
@@ -419,7 +420,7 @@ def web_command(
         typer.Option(
             "--runtime", "-r", help="The browser runtime that proves it: onnxruntime-web==X.Y.Z."
         ),
-    ] = "onnxruntime-web==1.30.0",
+    ] = f"onnxruntime-web=={WEB_RELEASE}",
     threads: Annotated[
         int, typer.Option("--threads", help="wasm threads the proof runs with.")
     ] = 1,

@@ -54,6 +54,13 @@ def deploy_web(
         say=say,
     )
     options = WebOptions(**{k: getattr(config, k) for k in WebOptions.model_fields})
-    report = web_target(source.model, options, out=out, name=source.name, progress=say)
-    notes = [*source.notes, *report.notes]
-    return report.model_copy(update={"source": source.ref, "gate": source.gate, "notes": notes})
+    return web_target(
+        source.model,
+        options,
+        out=out,
+        name=source.name,
+        progress=say,
+        source=source.ref,
+        gate=source.gate,
+        notes=list(source.notes),
+    )

@@ -13,7 +13,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from onnxgate.errors import ConfigError
 from onnxgate.settings import (
@@ -178,10 +185,28 @@ class FeedsSection(Part):
         )
 
 
+def _runtime_spec(text: str) -> str:
+    """A runtime the gate can install and run (``RuntimeSpec.parse``), checked on load.
+
+    A mistyped one is named with its key, not found after the other steps ran.
+    """
+    from onnxgate.runners.runtimes import RuntimeSpec
+
+    try:
+        RuntimeSpec.parse(text)
+    except ConfigError as error:
+        raise ValueError(f"{error.message} {error.hint or ''}".strip()) from None
+    return text
+
+
+RuntimeText = Annotated[str, AfterValidator(_runtime_spec)]
+"""``installed``, ``X.Y.Z`` or ``PACKAGE==X.Y.Z`` of a registered runtime package."""
+
+
 class TargetsSection(Part):
     """``[targets]``: where the model must run."""
 
-    runtimes: list[str] = ["installed"]
+    runtimes: list[RuntimeText] = ["installed"]
     """``installed`` and/or releases or packages (``onnxruntime==1.20.1``,
     ``onnxruntime-openvino==1.24.1``), each installed once into an isolated environment."""
     providers: list[str] = []
@@ -241,7 +266,7 @@ class CompareStep(Step):
 class VerifyStep(Step):
     """``[steps.verify]``: the contract's golden samples on every runtime of the release matrix."""
 
-    runtimes: list[str] | None = None
+    runtimes: list[RuntimeText] | None = None
     """Default: ``targets.runtimes``."""
 
 
@@ -371,13 +396,14 @@ class BenchStep(Step):
     """A contender: ``torch:package.module:factory`` or another .onnx file."""
     tuned: bool = True
     """Use what ``tune`` recorded for this machine, when the tune step ran."""
-    runtimes: list[str] | None = Field(None, exclude_if=lambda value: value is None)
+    runtimes: list[RuntimeText] | None = Field(None, exclude_if=lambda value: value is None)
     """Default: ``targets.runtimes`` (left out of the step's hash when unset, so cached results
     of configs without it stay valid). The model is timed on the installed ONNX Runtime (the
     figures the thresholds judge, with ``vs`` and ``tuned``), then on each other runtime listed
     (``onnxruntime==X``, ``onnxruntime-web==X``, ``onnxruntime-node==X``) with the same session
     settings, each in its own worker: their p50 and p99 are figures (``RUNTIME.p50_ms``), not
-    judged."""
+    judged. One that cannot be timed fails the step, named with its error; the other figures
+    are kept."""
     session: SessionSettings = SessionSettings()
     """How the timed session is built (providers default to ``targets.providers``); when
     ``tuned`` applies, the settings ``tune`` recorded replace these."""
@@ -414,12 +440,14 @@ class MobileStep(Step):
     """The operators config lists the types each operator needs, for a smaller minimal build."""
     budget: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Seconds of timed single-thread runs per golden sample."""
-    max_size_mb: float | None = Field(None, gt=0)
+    max_size_mb: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Fail when the ``.ort`` file is larger than this (MB)."""
-    max_peak_rss_mb: float | None = Field(None, gt=0)
-    """Fail when the peak resident memory of the process that loaded the ``.ort`` file and ran
-    the golden samples is above this (MB; the interpreter and ONNX Runtime included)."""
-    max_p50_ms: float | None = Field(None, gt=0)
+    max_peak_rss_mb: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Fail when the model's share of peak resident memory is above this (MB): the peak of the
+    worker that loaded the ``.ort`` file and ran the golden samples, less its peak before it
+    opened the session (the interpreter, numpy and ONNX Runtime's library, which an app's
+    process holds anyway). Both figures are reported."""
+    max_p50_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Fail when the single-thread median latency of any golden sample is above this."""
     on_unreliable: Literal["warn", "fail"] = "warn"
     """What the gate does when other load spoiled the timings ``max_p50_ms`` is judged on, even

@@ -579,7 +579,11 @@ def mobile(report: Mapping[str, Any], fig: Figures) -> str:
                     f".onnx {num(report.get('onnx_mb'))} MB, .ort {num(report.get('ort_mb'))} MB",
                 ),
                 ("golden samples", report.get("parity")),
-                ("peak RSS", f"{num(report.get('peak_rss_mb'))} MB"),
+                (
+                    "peak RSS",
+                    f"{num(report.get('model_rss_mb'))} MB the model's, "
+                    f"{num(report.get('peak_rss_mb'))} MB the whole process's",
+                ),
                 ("single-thread p50", ", ".join(f"{k} {ms_text(v)}" for k, v in p50.items())),
             ]
         ),

@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from onnxgate._fs import atomic_write_text, cache_dir, resource_error, staged_file
+from onnxgate._fs import atomic_write_text, cache_dir, fresh_folder, resource_error, staged_file
 from onnxgate._version import __version__
-from onnxgate._words import gate_key, gate_offers, gate_words, renamed, setting, speaking
+from onnxgate._words import gate_key, gate_offers, gate_words, renamed, speaking
 from onnxgate.contract_store import sha256_file, signature_required, signer, verifiers
 from onnxgate.data import Synthesized, listen_synthetic
 from onnxgate.errors import (
@@ -38,7 +38,7 @@ from onnxgate.errors import (
     RunFailed,
 )
 from onnxgate.gate import _steps
-from onnxgate.gate._config import GateConfig, Step, load_config
+from onnxgate.gate._config import BenchStep, GateConfig, Step, load_config
 from onnxgate.gate._records import BY_NAME, NEEDS, ORDER, RUNNERS
 from onnxgate.gate._report import (
     Artefact,
@@ -286,6 +286,12 @@ def _cache_key(
         "tuned": ctx.passed.get("tune") if name == "bench" else None,
         "keys": _contract_keys(),
     }
+    if name == "bench" and isinstance(section, BenchStep):
+        # the runtimes timed besides the installed one, when there are any: a result cached
+        # before bench timed them (or for other ones) is not taken for theirs
+        timed = _steps.bench_runtimes(section, list(config.targets.runtimes))
+        if timed:
+            key["timed"] = timed
     return config_hash(key)
 
 
@@ -355,15 +361,7 @@ def _run_dir(config: GateConfig, out: Path | None) -> Path:
         while folder.exists():
             n += 1
             folder = config.output.dir / f"{config.model.name}-{stamp}-{n}"
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(
-            f"the run folder {folder} is a file.", hint=f"Give another {setting('out')}."
-        )
-    if folder.exists() and any(folder.iterdir()):
-        raise ConfigError(
-            f"the run folder {folder} exists and is not empty.",
-            hint=f"Give another {setting('out')}, or remove it: a run folder holds exactly one run.",
-        )
+    fresh_folder(folder, what="the run folder ", holds="a run folder holds exactly one run")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import BaseModel
 
 from onnxgate.compat.providers import short_name
-from onnxgate.errors import ConfigError, ParityError
+from onnxgate.errors import ConfigError, GateError, ParityError, ResourceExhausted
 from onnxgate.gate._record import library_config
 
 if TYPE_CHECKING:
@@ -542,7 +542,9 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     worst_p99 = max(r.p99_ms for r in report.results)
     size = _size_mb(ctx.model)
     figures: dict[str, Any] = {"p50_ms": worst_p50, "p99_ms": worst_p99, "size_mb": round(size, 3)}
-    for runtime, other in elsewhere.items():
+    timed = {r: other for r, other in elsewhere.items() if not isinstance(other, GateError)}
+    failed = {r: error for r, error in elsewhere.items() if isinstance(error, GateError)}
+    for runtime, other in timed.items():
         figures[f"{runtime}.p50_ms"] = max(r.p50_ms for r in other.results)
         figures[f"{runtime}.p99_ms"] = max(r.p99_ms for r in other.results)
     spoiled = list(report.conditions.reasons) if report.conditions is not None else []
@@ -555,6 +557,10 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
     misses: list[str] = []
     undecided: list[str] = []
     timing = undecided if spoiled else misses
+    key = "steps.bench.runtimes" if step.runtimes is not None else "targets.runtimes"
+    for runtime, error in failed.items():
+        # a target asked for that cannot run is a miss; the installed runtime's figures stay
+        misses.append(f"{runtime} (in {key}) could not be timed: {error.message}")
     if step.max_p50_ms is not None and worst_p50 > step.max_p50_ms:
         timing.append(f"p50 {worst_p50:.2f} ms > {step.max_p50_ms:g} ms")
     if step.max_p99_ms is not None and worst_p99 > step.max_p99_ms:
@@ -591,25 +597,45 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
             shown += f"; speed-up vs {name} unreliable ({figures['speedup']:.2f}x measured)"
         else:
             shown += f", {figures['speedup']:.2f}x vs {name}"
-    for runtime, other in elsewhere.items():
+    for runtime, other in timed.items():
         ran = other.session or {}
         shown += (
             f"; {runtime} p50 {figures[f'{runtime}.p50_ms']:.2f} ms "
             f"({ran.get('backend') or ', '.join(other.providers)}, "
             f"{ran.get('intra_op_threads') or 'default'} thread(s))"
         )
+        if other.doubts:
+            shown += " (unreliable)"
     document: BaseModel | dict[str, Any] = report
     if elsewhere:
         document = report.model_dump(mode="json") | {
-            "runtimes": {r: other.model_dump(mode="json") for r, other in elsewhere.items()}
+            "runtimes": {
+                r: (
+                    {"error": other.message, "hint": other.hint}
+                    if isinstance(other, GateError)
+                    else other.model_dump(mode="json")
+                )
+                for r, other in elsewhere.items()
+            }
         }
     return _timed_verdict(
         "bench", step.on_unreliable, misses, undecided, report.doubts, shown, figures, document
     )
 
 
+def bench_runtimes(step: BenchStep, targets: list[str]) -> list[str]:
+    """The runtimes bench times besides the installed one, each once.
+
+    They are ``steps.bench.runtimes``, or the targets when it is unset.
+    """
+    runtimes = step.runtimes if step.runtimes is not None else targets
+    return list(dict.fromkeys(r for r in runtimes if r != "installed"))
+
+
 def _bench_elsewhere(ctx: Context, step: BenchStep, config: Any) -> dict[str, Any]:
     """The same timing on each target runtime but the installed one: runtime -> BenchReport.
+
+    A runtime that cannot be timed maps to its GateError: reported for that runtime alone.
 
     Each runs in its own worker with the step's session settings, without the contender and the
     tuned settings (both are the installed runtime's); their figures inform, thresholds judge
@@ -617,14 +643,18 @@ def _bench_elsewhere(ctx: Context, step: BenchStep, config: Any) -> dict[str, An
     """
     from onnxgate.perf import bench as run_bench
 
-    others = [r for r in (step.runtimes or ctx.runtimes) if r != "installed"]
     found: dict[str, Any] = {}
-    for runtime in dict.fromkeys(others):
+    for runtime in bench_runtimes(step, ctx.runtimes):
         ctx.progress(f"bench on {runtime}")
         elsewhere = config.model_copy(update={"runtime": runtime, "vs": None, "tuned": False})
-        found[runtime] = run_bench(
-            ctx.model, elsewhere, progress=lambda message, fraction=None: ctx.progress(message)
-        )
+        try:
+            found[runtime] = run_bench(
+                ctx.model, elsewhere, progress=lambda message, fraction=None: ctx.progress(message)
+            )
+        except GateError as error:
+            if isinstance(error, ResourceExhausted):
+                raise  # the machine ran out of something: every step's condition, not this one's
+            found[runtime] = error
     return found
 
 
@@ -680,22 +710,29 @@ def mobile(ctx: Context, step: MobileStep) -> Outcome:
         "onnx_mb": round(report.onnx_mb, 3),
         "ort_mb": round(report.ort_mb, 3),
         "peak_rss_mb": report.peak_rss_mb,
+        "model_rss_mb": report.model_rss_mb,
         "p50_ms": p50,
     }
     shown = f".ort {report.ort_mb:.3f} MB (.onnx {report.onnx_mb:.3f} MB)"
-    if report.peak_rss_mb is not None:
-        shown += f", peak RSS {report.peak_rss_mb:.1f} MB"
+    if report.peak_rss_mb is not None and report.model_rss_mb is not None:
+        shown += (
+            f", the model's peak RSS {report.model_rss_mb:.1f} MB "
+            f"(the process's {report.peak_rss_mb:.1f} MB)"
+        )
     if p50 is not None:
         shown += f", single-thread p50 {p50:.3f} ms"
     if report.unreliable:
         figures["reliable"] = False
         figures["unreliable"] = "; ".join(report.unreliable)
+    # only a p50 hangs on the timings: a size or memory miss is not excused by, nor blamed on,
+    # other load
+    timed = step.max_p50_ms is not None and p50 is not None and p50 > step.max_p50_ms
     return _timed_verdict(
         "mobile",
         step.on_unreliable,
         report.misses,
         report.undecided,
-        report.unreliable,
+        report.unreliable if timed or not report.misses else [],
         shown,
         figures,
         report,

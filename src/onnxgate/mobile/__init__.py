@@ -8,7 +8,12 @@ The gate's ``[steps.mobile]`` and ``deploy mobile`` both call it.
 
 from onnxgate.mobile._convert import convert, required_operators
 from onnxgate.mobile._render import render_mobile
-from onnxgate.mobile._target import MobileConfig, MobileReport, judge_budgets, mobile_target
+from onnxgate.mobile._target import (
+    MobileConfig,
+    MobileReport,
+    judge_budgets,
+    mobile_target,
+)
 
 __all__ = [
     "MobileConfig",

@@ -25,6 +25,9 @@ Style = Literal["Fixed", "Runtime"]
 
 CONVERTER = "onnxruntime.tools.convert_onnx_models_to_ort"
 
+CONVERT_TIMEOUT_S = 600.0
+"""Longest ONNX Runtime's converter may take on one model (seconds) before it is stopped."""
+
 
 def _place(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -38,7 +41,7 @@ def convert(
     name: str,
     style: Style,
     type_reduction: bool,
-    timeout_s: float = 600.0,
+    timeout_s: float = CONVERT_TIMEOUT_S,
 ) -> list[Path]:
     """Convert ``loaded`` in ``staging``; the ``.ort`` file and the operators config written.
 
@@ -51,7 +54,8 @@ def convert(
         timeout_s: longest the converter may take.
 
     Raises:
-        SessionFailed: the converter failed; the message carries ONNX Runtime's line.
+        SessionFailed: the converter failed (the message carries ONNX Runtime's line) or
+            took longer than ``timeout_s``.
     """
     source = staging / "source"
     out = staging / "out"
@@ -71,7 +75,17 @@ def convert(
     ]
     if type_reduction:
         command.append("--enable_type_reduction")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise SessionFailed(
+            f"{loaded.path}: ONNX Runtime's converter to the ORT format did not finish within "
+            f"{timeout_s:g} s; it was stopped.",
+            hint="Run it again on a less busy machine, or convert it by hand (`python -m "
+            f"{CONVERTER} MODEL.onnx`) to see where the converter spends its time.",
+        ) from None
     if done.returncode != 0:
         said = (done.stdout + "\n" + done.stderr).splitlines()
         line = next((s for s in said if s.startswith("Error converting")), None)

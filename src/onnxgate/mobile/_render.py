@@ -27,8 +27,9 @@ def render_mobile(report: MobileReport) -> Lines:
     if report.peak_rss_mb is not None:
         lines.append(
             line(
-                f"  peak RSS {report.peak_rss_mb:.1f} MB running the golden samples "
-                f"({report.baseline_rss_mb:.1f} MB before the session)"
+                f"  peak RSS running the golden samples: {report.model_rss_mb:.1f} MB the "
+                f"model's share ({report.peak_rss_mb:.1f} MB the whole process, "
+                f"{report.baseline_rss_mb:.1f} MB before the session)"
             )
         )
     if report.p50_ms:

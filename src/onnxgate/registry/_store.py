@@ -100,7 +100,8 @@ class Store:
             self.blobs.mkdir(parents=True, exist_ok=True)
             self.tmp.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            if (exhausted := resource_error(err, self.root)) is not None:
+            denied = isinstance(err, PermissionError)  # --store names the way out here
+            if not denied and (exhausted := resource_error(err, self.root)) is not None:
                 raise exhausted from err
             raise RegistryUnreachable(
                 f"cannot create the registry's artefact store at {self.root}: {err.strerror}.",

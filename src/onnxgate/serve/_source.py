@@ -96,6 +96,8 @@ def from_file(ref: str, name: str | None = None) -> Source:
         ConfigError: the file does not exist.
     """
     path = Path(ref)
+    if path.is_dir():
+        raise _a_folder(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such model file.", hint="Give a path or NAME@ALIAS.")
     served = name or path.name.removesuffix(".onnx")
@@ -182,7 +184,20 @@ def resolve(
         if variant:
             raise ConfigError(f"--variant applies to registry references, not to the file {ref}.")
         return from_file(ref, name)
-    return from_registry(ref, registry, variant=variant, name=name, store=store)
+    try:
+        return from_registry(ref, registry, variant=variant, name=name, store=store)
+    except NotFound:
+        if Path(ref).is_dir():  # a folder beside no registered model of its name
+            raise _a_folder(Path(ref)) from None
+        raise
+
+
+def _a_folder(path: Path) -> ConfigError:
+    return ConfigError(
+        f"{path} is a folder, not a model file (nor a registered model's name).",
+        hint="Give a model file beside its contract (`DIR/model.onnx`: name the .onnx file "
+        "inside the folder) or a registry version (`NAME@3`, `NAME:3`, `NAME@ALIAS`).",
+    )
 
 
 def current_number(ref: str, registry: str | None, store: str | None = None) -> tuple[int, bool]:

@@ -14,8 +14,8 @@
   ``verify`` and ``deploy mobile`` judge); with the size, the runtime, the backend and the
   threads that really ran (as the page reported them, not as asked).
 
-Everything is made in a staging folder beside the target folder and renamed into place only
-when the proof passed: a web app never picks up a folder holding a model the browser did not
+Everything is made in a staging folder inside the target folder (``_fs.staging``) and renamed
+into it only when the proof passed: a web app never picks up a folder holding a model the browser did not
 prove. A proof that fails leaves nothing behind and says which output missed by how much.
 """
 
@@ -33,7 +33,7 @@ from typing import Any, Literal
 import onnx
 from pydantic import BaseModel, ConfigDict, Field
 
-from onnxgate._fs import fresh_folder, fsync_file, public_mode
+from onnxgate._fs import fresh_folder, fsync_file, public_mode, staging
 from onnxgate._pathtext import shown
 from onnxgate._words import setting
 from onnxgate.errors import ConfigError, SessionFailed
@@ -79,6 +79,8 @@ class WebReport(BaseModel):
     files: list[str]
     model_file: str
     model_format: Literal["onnx", "ort"]
+    sha256: str = ""
+    """The model file written's (the contract names the gated model's)."""
     size_mb: float
     """The model file the page fetches."""
     runtime: str
@@ -100,15 +102,19 @@ def _dtype(spec: Any) -> str:
     return str(spec.dtype or spec.type or "unknown")
 
 
-def input_spec(contract: Any, name: str, model_file: str) -> dict[str, Any]:
+def input_spec(contract: Any, name: str, model_file: Path) -> dict[str, Any]:
     """The contract's signature as a front-end developer reads it (``SPEC_FORMAT``).
 
     Each input: ``name``, ``dtype`` (``ort.Tensor``'s type string), ``shape`` (an int for a
     fixed dim, the dim's name for a symbolic one), ``dims`` (each symbolic dim's proven
     ``min``/``max``: the sizes the golden samples ran at) and, where the contract bounds it,
-    ``values`` (``low``/``high``: token ids below the vocabulary). Each output: name, dtype,
-    shape.
+    ``values`` (``low`` to ``high``, ``high`` excluded: token ids below the vocabulary; integers
+    for an integer input). Each output: name, dtype, shape. ``sha256`` is the file written's,
+    ``contract_sha256`` the gated model's its contract names (they differ when the file is
+    converted or its external data embedded).
     """
+    from onnxgate.contract import sha256_file
+
     signature = contract.signature
 
     def shape(spec: Any) -> list[int | str] | None:
@@ -128,7 +134,9 @@ def input_spec(contract: Any, name: str, model_file: str) -> dict[str, Any]:
             entry["dims"] = dims
         bound = signature.values.get(spec.name)
         if bound is not None:
-            entry["values"] = {"low": bound.low, "high": bound.high}
+            whole = entry["dtype"].startswith(("int", "uint"))
+            low, high = (int(bound.low), int(bound.high)) if whole else (bound.low, bound.high)
+            entry["values"] = {"low": low, "high": high, "high_exclusive": True}
         inputs.append(entry)
     outputs = [
         {"name": spec.name, "dtype": _dtype(spec), "shape": shape(spec)}
@@ -136,8 +144,9 @@ def input_spec(contract: Any, name: str, model_file: str) -> dict[str, Any]:
     ]
     return {
         "format": SPEC_FORMAT,
-        "model": model_file,
-        "sha256": contract.identity.model.sha256,
+        "model": model_file.name,
+        "sha256": sha256_file(model_file),
+        "contract_sha256": contract.identity.model.sha256,
         "inputs": inputs,
         "outputs": outputs,
     }
@@ -150,16 +159,23 @@ def web_target(
     out: Path,
     name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    source: str | None = None,
+    gate: str | None = None,
+    notes: list[str] | None = None,
 ) -> WebReport:
     """Write ``model`` for a web app into ``out``, proven on ``onnxruntime-web`` in Chromium.
 
     Args:
         model: an ONNX model beside its contract.
         options: the file written and the runtime that proves it.
-        out: a folder that does not exist yet, or is empty (it is replaced by the staging
-            folder).
+        out: a folder that does not exist yet, or is empty (the files are renamed into it from
+            a staging folder inside it; the folder itself is never replaced).
         name: the stem of the files written; default the model's.
         progress: called with a short message before slow steps.
+        source: where the model came from, as the report and the proof name it (``deploy
+            web``: the reference deployed); default the model file.
+        gate: the source's gate verdict, when known.
+        notes: notes about the source, said before the target's own.
 
     Raises:
         ConfigError: the runtime is not an ``onnxruntime-web`` release; the model does not fit
@@ -186,24 +202,24 @@ def web_target(
     loaded = load_model(model)
     contract, admission = admitted(loaded)
     stem = name or loaded.path.stem
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.onnxgate-web-", dir=out.parent))
-    try:
-        notes: list[str] = []
-        model_file = _write_model(loaded, staging, stem, options, notes, say)
-        spec_doc = input_spec(contract, stem, model_file.name)
-        (staging / f"{stem}.inputs.json").write_text(json.dumps(spec_doc, indent=2) + "\n")
+    with staging(out, "web") as folder:
+        notes = list(notes or [])
+        model_file = _write_model(loaded, folder, stem, options, notes, say)
+        spec_doc = input_spec(contract, stem, model_file)
+        (folder / f"{stem}.inputs.json").write_text(json.dumps(spec_doc, indent=2) + "\n")
         say(f"proving {model_file.name} on {spec} in Chromium ({options.threads} wasm thread(s))")
         proof = prove_in_browser(model_file, loaded, admission, contract, spec, options.threads)
-        files = sorted([*(p.name for p in staging.iterdir()), f"{stem}.proof.json"])
+        files = sorted([*(p.name for p in folder.iterdir()), f"{stem}.proof.json"])
         report = WebReport(
             passed=proof["passed"],
-            source=shown(loaded.path),
+            source=source or shown(loaded.path),
+            gate=gate,
             out=shown(out),
             written=False,
             files=files,
             model_file=model_file.name,
             model_format=options.format,
+            sha256=spec_doc["sha256"],
             size_mb=round(model_file.stat().st_size / MB, 6),
             runtime=proof["runtime"],
             backend=proof["backend"],
@@ -217,13 +233,16 @@ def web_target(
         if not report.passed:
             return report  # nothing is written: the staging folder goes
         report = report.model_copy(update={"written": True})
-        document = {"format": PROOF_FORMAT, **report.model_dump(mode="json")}
-        (staging / f"{stem}.proof.json").write_text(json.dumps(document, indent=2) + "\n")
-        _publish(staging, out)
+        # the folder's own record: no path outside it (a gate's cached step restores it into
+        # another run's folder), the source named as given, or by the model file's name
+        document = {
+            "format": PROOF_FORMAT,
+            **report.model_dump(mode="json", exclude={"out"}),
+            "source": source or loaded.path.name,
+        }
+        (folder / f"{stem}.proof.json").write_text(json.dumps(document, indent=2) + "\n")
+        _publish(folder, out)
         return report
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _write_model(
@@ -333,12 +352,9 @@ def prove_in_browser(
     }
 
 
-def _publish(staging: Path, out: Path) -> None:
-    """``staging`` renamed to ``out`` (an empty ``out`` is replaced), each file synced first."""
-    for path in staging.iterdir():
+def _publish(folder: Path, out: Path) -> None:
+    """Each file of the staging ``folder`` synced and renamed into ``out``; the proof last."""
+    for path in sorted(folder.iterdir(), key=lambda p: p.name.endswith(".proof.json")):
         public_mode(path)
         fsync_file(path)
-    public_mode(staging, folder=True)
-    if out.is_dir():
-        out.rmdir()  # empty (fresh_folder checked); rename(2) would replace it too
-    os.replace(staging, out)
+        os.replace(path, out / path.name)
