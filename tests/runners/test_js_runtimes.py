@@ -433,3 +433,297 @@ def test_check_measures_the_limits_of_a_javascript_runtime_through_its_probe(spe
     assert profile.max_ir >= 10 and profile.max_opsets["ai.onnx"] >= 21
     assert profile.kernels is None
     assert profile.loads["ai.onnx:13"] is None
+
+
+# --- a model that never ends, a refused output, broken containers --------------------------------
+
+
+def _endless(path: Path) -> Path:
+    """A Loop of 2**62 trips: it runs for ever on every runtime."""
+    from onnx import numpy_helper
+
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
+        ],
+        [numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)],
+        "endless",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [
+            numpy_helper.from_array(np.array(2**62, np.int64), "M"),
+            numpy_helper.from_array(np.array(True), "c"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _gone(pid: int, seconds: float = 30) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie) within ``seconds``: a bound, not a timing."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in "ZX":
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@needs_js
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_a_request_that_never_ends_is_stopped_at_the_limit_with_its_driver(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.model import load_model
+    from onnxgate.runners import _js
+    from onnxgate.runners.runtimes import RuntimeSpec
+
+    model = _endless(tmp_path / "endless.onnx")
+    monkeypatch.setenv("ONNXGATE_JS_TIMEOUT_S", "3")
+    with _js.JsRunner(load_model(model), RuntimeSpec.parse(spec)) as runner:
+        assert runner._driver is not None
+        driver = runner._driver.proc
+        with pytest.raises(RunFailed) as caught:
+            runner.infer({"x": np.zeros(1, np.float32)})
+        # killed at the limit, not asked to quit (a busy driver reads no quit)
+        assert driver.poll() is not None
+    message = caught.value.message
+    assert str(model) in message and spec in message and "within 3 s" in message, message
+    assert "ONNXGATE_JS_TIMEOUT_S" in (caught.value.hint or "")
+
+
+def test_a_request_limit_that_is_no_number_of_seconds_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from onnxgate.errors import ConfigError
+    from onnxgate.runners._js import request_timeout
+
+    monkeypatch.setenv("ONNXGATE_JS_TIMEOUT_S", "soon")
+    with pytest.raises(ConfigError, match="ONNXGATE_JS_TIMEOUT_S"):
+        request_timeout()
+
+
+HANGING_CHILD = """
+import sys
+import numpy as np
+from onnxgate.model import load_model
+from onnxgate.runners._js import JsRunner
+from onnxgate.runners.runtimes import RuntimeSpec
+
+with JsRunner(load_model(sys.argv[1]), RuntimeSpec.parse(sys.argv[2])) as runner:
+    print(runner._driver.proc.pid, flush=True)
+    runner.infer({"x": np.zeros(1, np.float32)})
+"""
+
+
+@needs_js
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_the_driver_dies_with_onnxgate_killed_during_a_request(spec: str, tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    model = _endless(tmp_path / "endless.onnx")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", HANGING_CHILD, str(model), spec],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdout is not None
+    driver = int(child.stdout.readline())
+    browser = _descendants(driver)
+    try:
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=60)
+        assert _gone(driver), f"the driver {driver} outlived onnxgate"
+        assert all(_gone(pid) for pid in browser), "the browser outlived onnxgate"
+    finally:
+        for pid in [driver, *browser]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (the browser the driver started), from /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        below = [p for p, parent in parents.items() if parent in frontier]
+        found += below
+        frontier = below
+    return found
+
+
+@needs_js
+def test_the_web_driver_keeps_no_input_it_served(tmp_path: Path) -> None:
+    from onnxgate.model import load_model
+    from onnxgate.runners._js import JsRunner
+    from onnxgate.runners.runtimes import RuntimeSpec
+
+    model = _relu(tmp_path / "relu.onnx", 13)
+    with JsRunner(load_model(model), RuntimeSpec.parse(WEB)) as runner:
+        assert runner._driver is not None
+        for _ in range(3):
+            runner.infer({"x": np.array([-1, 2], np.float32)})
+        state = runner._driver.ask({"op": "state"}, "state")
+    assert state == {"served": 0}
+
+
+def _zipmap(path: Path) -> Path:
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "ZipMap", ["x"], ["z"], domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2]
+            )
+        ],
+        "zm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [
+            helper.make_value_info(
+                "z",
+                helper.make_sequence_type_proto(
+                    helper.make_map_type_proto(
+                        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+                    )
+                ),
+            )
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("spec", [WEB, NODE])
+def test_an_output_that_is_no_tensor_is_refused_by_name_before_the_driver_starts(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.errors import SessionFailed
+    from onnxgate.model import load_model
+    from onnxgate.runners import _js
+    from onnxgate.runners.runtimes import RuntimeSpec
+
+    def no_driver(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the driver started")
+
+    monkeypatch.setattr(_js, "Driver", no_driver)
+    runner = _js.JsRunner(load_model(_zipmap(tmp_path / "zipmap.onnx")), RuntimeSpec.parse(spec))
+    with pytest.raises(SessionFailed, match="output 'z' is a sequence: onnxgate compares tensors"):
+        runner.__enter__()
+
+
+def test_the_synthetic_inputs_hint_is_left_out_of_a_model_the_runtime_refuses() -> None:
+    from onnxgate.data import Synthesized
+    from onnxgate.errors import SessionFailed
+
+    assert Synthesized.may_explain(RunFailed("a run failed"))
+    assert not Synthesized.may_explain(SessionFailed("no kernel for BertTokenizer"))
+
+
+def _container(tmp_path: Path, entry: dict, data: bytes = b"\0" * 8, length: int = 0) -> Path:
+    import struct
+
+    header = json.dumps({"tensors": [entry]}).encode()
+    raw = b"OGTNSR01" + struct.pack("<I", length or len(header)) + header
+    raw += b"\0" * (-len(raw) % 8) + data
+    (tmp_path / "t.ogt").write_bytes(raw)
+    return tmp_path / "t.ogt"
+
+
+BROKEN = {
+    "nbytes beyond the file": ({"offset": 0, "nbytes": 4_000_000_000, "shape": [10**9]}, 0),
+    "negative offset": ({"offset": -8, "nbytes": 8, "shape": [2]}, 0),
+    "nbytes not the shape's": ({"offset": 0, "nbytes": 8, "shape": [3]}, 0),
+    "header beyond the file": ({"offset": 0, "nbytes": 8, "shape": [2]}, 2**32 - 16),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_tensor_container_is_an_internal_error_in_python(
+    case: str, tmp_path: Path
+) -> None:
+    from onnxgate.errors import InternalError
+
+    fields, length = BROKEN[case]
+    path = _container(tmp_path, {"name": "a", "dtype": "float32", **fields}, length=length)
+    with pytest.raises(InternalError, match="not a valid onnxgate tensor container"):
+        read_tensors(path)
+
+
+@needs_js
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_tensor_container_is_an_internal_error_in_javascript(
+    case: str, tmp_path: Path
+) -> None:
+    from onnxgate.runners._js import DRIVER
+    from onnxgate.runners._jsenv import node_binary
+
+    fields, length = BROKEN[case]
+    path = _container(tmp_path, {"name": "a", "dtype": "float32", **fields}, length=length)
+    script = (
+        f"import {{ decode }} from {json.dumps((DRIVER.parent / 'core.mjs').as_uri())};\n"
+        "import { readFileSync } from 'node:fs';\n"
+        f"try {{ decode(new Uint8Array(readFileSync({json.dumps(str(path))}))); "
+        "console.log('decoded'); }\n"
+        "catch (err) { console.log(err.kind, err.message); }\n"
+    )
+    done = subprocess.run(
+        [str(node_binary()), "--input-type=module", "-e", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.startswith("InternalError not a valid onnxgate tensor container"), done
+
+
+def test_the_last_words_of_a_dead_driver_carry_no_javascript_stack() -> None:
+    from onnxgate.runners._js import last_words
+
+    stderr = (
+        "node:internal/process/promises:289\n"
+        "            triggerUncaughtException(err, true /* fromPromise */);\n"
+        "            ^\n\n"
+        "browserContext.waitForEvent: Target page, context or browser has been closed\n"
+        "    at Object.call (/x/driver.mjs:304:33)\n"
+        "    at main (/x/driver.mjs:356:35) {\n"
+        "  log: []\n"
+        "}\n\n"
+        "Node.js v20.20.2\n"
+    )
+    words = last_words(stderr)
+    assert "browserContext.waitForEvent: Target page, context or browser has been closed" in words
+    assert words == ["browserContext.waitForEvent: Target page, context or browser has been closed"]

@@ -24,7 +24,7 @@ from onnxgate._rich import Scrub
 from onnxgate._words import speaking
 from onnxgate.cli._flags import cli_offers, cli_words, translated
 from onnxgate.data import Synthesized, listen_synthetic
-from onnxgate.errors import ConfigError, ExitCode, GateError, ReferenceFailed, RunFailed
+from onnxgate.errors import ConfigError, ExitCode, GateError
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
             ):
                 return func(*args, **kwargs)
         except GateError as error:
-            if heard and isinstance(error, RunFailed | ReferenceFailed):
+            if heard and Synthesized.may_explain(error):
                 # a run on made-up inputs failed: say which, and how to give ones that fit
                 with speaking(cli_words, cli_offers):
                     error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))

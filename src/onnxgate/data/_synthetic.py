@@ -34,7 +34,14 @@ from onnxgate.data._dims import (
     unnamed_label,
 )
 from onnxgate.data._feeds import Sample, describe_spec, numpy_dtype
-from onnxgate.errors import ConfigError, FeedError
+from onnxgate.errors import (
+    ConfigError,
+    FeedError,
+    GateError,
+    ReferenceFailed,
+    RunFailed,
+    SessionFailed,
+)
 from onnxgate.model import Signature, TensorSpec
 
 DEFAULT_DIM = BATCH_SIZE
@@ -288,6 +295,17 @@ class Synthesized:
     """Free dimensions the user can size (``feeds.dims``), batches left out if there are others."""
     fits: bool | None
     problem: str
+
+    @staticmethod
+    def may_explain(error: GateError) -> bool:
+        """Whether these feeds may be why ``error`` happened: a run failed, not a session.
+
+        A runtime that refuses the model (an operator it lacks, an output it cannot return)
+        refuses it whatever the inputs; real data would change nothing.
+        """
+        return isinstance(error, RunFailed | ReferenceFailed) and not isinstance(
+            error, SessionFailed
+        )
 
     def hint(self) -> str:
         """What to try after a run on these feeds failed."""

@@ -33,9 +33,7 @@ from onnxgate.errors import (
     ConfigError,
     ExitCode,
     GateError,
-    ReferenceFailed,
     ResourceExhausted,
-    RunFailed,
 )
 from onnxgate.gate import _steps
 from onnxgate.gate._config import BenchStep, GateConfig, Step, load_config
@@ -534,7 +532,7 @@ def _run_step(
             error = renamed(
                 error, functools.partial(gate_key, step=name, own_feeds=own, from_feeds=taken)
             )
-        if heard and isinstance(error, RunFailed | ReferenceFailed):
+        if heard and Synthesized.may_explain(error):
             # a run on made-up inputs failed: say which, and the keys that give ones that fit
             with speaking(words, offers):
                 error.hint = " ".join(filter(None, (heard[-1].hint(), error.hint)))

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -27,7 +29,7 @@ from typing import IO, Any, Self
 import onnx
 
 from onnxgate import errors
-from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed
+from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed, SessionFailed
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners._base import Inference, Runner, RunnerInfo
 from onnxgate.runners._jsenv import NODE, WEB, chromium_binary, ensure_js_env, node_binary
@@ -36,11 +38,35 @@ from onnxgate.runners.runtimes import RunExtras, Runtime, RuntimeSpec, Script
 
 DRIVER = Path(__file__).with_name("js") / "driver.mjs"
 TIMEOUT = 900
-"""Seconds the driver may take to answer one request (a session on a large model in wasm)."""
+"""Seconds the driver may take to answer one request (a session on a large model in wasm),
+unless ``ONNXGATE_JS_TIMEOUT_S`` says otherwise."""
+TIMEOUT_ENV = "ONNXGATE_JS_TIMEOUT_S"
 CPU = "CPUExecutionProvider"
 PROVIDERS = ("WebGpuExecutionProvider", CPU)
 """What these runtimes run on, in ONNX Runtime's names: CPU is the web's ``wasm`` backend and
 Node's ``cpu``; WebGPU is ``webgpu`` in both."""
+
+
+def request_timeout() -> float:
+    """Seconds one request may take: ``ONNXGATE_JS_TIMEOUT_S``, or 900.
+
+    Raises:
+        ConfigError: the variable is set and is not a positive number.
+    """
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0
+    if not value > 0:
+        raise ConfigError(
+            f"{TIMEOUT_ENV}={text!r} is not a positive number of seconds.",
+            hint=f"Set {TIMEOUT_ENV} to the seconds one request to a JavaScript runtime may "
+            f"take, or unset it for {TIMEOUT}.",
+        )
+    return value
 
 
 def driver_command(
@@ -71,6 +97,7 @@ class Driver:
         env = dict(os.environ)
         command = driver_command(spec, env, progress)
         self.label = str(spec)
+        self.timeout = request_timeout()
         self.log: IO[bytes] = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
@@ -81,6 +108,8 @@ class Driver:
                 text=True,
                 encoding="utf-8",
                 env=env,
+                # its own process group: the browser it starts is killed with it
+                start_new_session=True,
             )
         except OSError as err:
             raise errors.RuntimeEnvError(
@@ -114,15 +143,18 @@ class Driver:
         except OSError:
             pass  # the reader sees the end of the stream
         try:
-            line = self.answers.get(timeout=TIMEOUT)
+            line = self.answers.get(timeout=self.timeout)
         except queue.Empty:
-            self.close()
+            self.kill()  # busy: it would not read a quit
             raise RunFailed(
-                f"{self.label} did not answer {request.get('op')!r} on {what} within {TIMEOUT} s."
+                f"{self.label} did not answer {request.get('op')!r} on {what} within "
+                f"{self.timeout:g} s; onnxgate stopped it.",
+                hint=f"The model may never finish on this runtime (a loop without end); if it "
+                f"is only slow, allow more seconds with {TIMEOUT_ENV}.",
             ) from None
         if line is None:
             code = self.proc.wait()
-            tail = " | ".join(self._stderr().strip().splitlines()[-6:])
+            tail = " | ".join(last_words(self._stderr()))
             raise RunFailed(
                 f"{self.label}'s driver ended (exit code {code}) during {request.get('op')!r} "
                 f"on {what}; its last words: {tail or 'none'}",
@@ -140,6 +172,14 @@ class Driver:
                 hint="This is a bug in onnxgate, not a verdict on the model; please report it.",
             ) from err
 
+    def kill(self) -> None:
+        """End the driver and the browser it started (its process group) at once."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.proc.kill()
+        self.proc.wait()
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -148,9 +188,20 @@ class Driver:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
         self.log.close()
+
+
+STACK_FRAME = re.compile(
+    r"^(at\s|\^+$|[{}]$|Node\.js v|node:internal/|triggerUncaughtException\(|\S+\.m?js:\d+$|log: \[\]$)"
+)
+"""Lines of a JavaScript stack trace (frames, source excerpts, Node.js's banner): not for users."""
+
+
+def last_words(stderr: str, count: int = 6) -> list[str]:
+    """The last lines the driver wrote, without stack traces: what a user may read."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    return [line for line in lines if line and not STACK_FRAME.match(line)][-count:]
 
 
 def as_error(answer: Mapping[str, Any], label: str) -> GateError:
@@ -202,6 +253,7 @@ class JsRunner:
         self._count = 0
 
     def __enter__(self) -> Self:
+        tensors_only(self.model, self.spec)
         self._tmp = tempfile.TemporaryDirectory(prefix="onnxgate-js-")
         self._driver = Driver(self.spec, self.progress)
         try:
@@ -297,6 +349,25 @@ class JsRunner:
     def sibling(self, model: LoadedModel) -> JsRunner:
         """The same runtime and settings on another model (a node replayed alone)."""
         return JsRunner(model, self.spec, self.settings, progress=self.progress)
+
+
+def tensors_only(model: LoadedModel, spec: RuntimeSpec) -> None:
+    """Refuse a model with an output that is no tensor (a sequence, a map), by its name.
+
+    Raises:
+        SessionFailed: naming the output, its kind and the runtime.
+    """
+    for output in model.proto.graph.output:
+        kind = output.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            what = kind.removesuffix("_type").replace("sparse_tensor", "sparse tensor")
+            raise SessionFailed(
+                f"{model.path}: output {output.name!r} is a {what}: onnxgate compares tensors "
+                f"only, and {spec} (like all of ONNX Runtime's JavaScript runtimes) returns no "
+                "sequences or maps.",
+                hint="Compare this model on a Python build of ONNX Runtime (the installed one, "
+                "or onnxruntime==X.Y.Z), or expose the tensors before that output.",
+            )
 
 
 def _beside(source: Path, target: Path) -> None:

@@ -11,6 +11,7 @@ same format.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxgate.errors import RunFailed
+from onnxgate.errors import InternalError, RunFailed
 
 MAGIC = b"OGTNSR01"
 DTYPES = frozenset(
@@ -88,21 +89,54 @@ def write_tensors(path: Path, arrays: Mapping[str, Any], *, runtime: str) -> Non
 
 
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
-    """The tensors of a container, by name, in its order (strings as object arrays)."""
+    """The tensors of a container, by name, in its order (strings as object arrays).
+
+    Raises:
+        InternalError: the file is no container, or its header does not fit its bytes (only
+            onnxgate writes these files).
+    """
     raw = path.read_bytes()
-    if raw[:8] != MAGIC:
-        raise ValueError(f"{path} is not an onnxgate tensor container")
+
+    def broken(why: str) -> InternalError:
+        return InternalError(
+            f"{path} is not a valid onnxgate tensor container: {why}.",
+            hint="This is a bug in onnxgate, not a verdict on the model; please report it.",
+        )
+
+    if raw[:8] != MAGIC or len(raw) < 12:
+        raise broken("it does not start with OGTNSR01")
     (length,) = struct.unpack_from("<I", raw, 8)
-    header = json.loads(raw[12 : 12 + length])
+    if 12 + length > len(raw):
+        raise broken(f"its header says {length} bytes, the file has {len(raw) - 12} after it")
+    try:
+        header = json.loads(raw[12 : 12 + length])
+        entries = list(header["tensors"])
+    except (ValueError, TypeError, KeyError) as err:
+        raise broken(f"its header is not the container's JSON ({err})") from err
     start = _align(12 + length)
     out: dict[str, np.ndarray] = {}
-    for entry in header["tensors"]:
-        shape = tuple(entry["shape"])
-        if entry["dtype"] == "string":
-            out[entry["name"]] = np.array(entry["strings"], dtype=object).reshape(shape)
-            continue
-        begin = start + entry["offset"]
-        data = raw[begin : begin + entry["nbytes"]]
-        dtype = np.dtype(entry["dtype"]).newbyteorder("<")
-        out[entry["name"]] = np.frombuffer(data, dtype=dtype).reshape(shape).astype(entry["dtype"])
+    for entry in entries:
+        try:
+            out[entry["name"]] = _tensor(raw, start, entry)
+        except (ValueError, TypeError, KeyError) as err:
+            raise broken(f"tensor {entry.get('name')!r}: {err}") from err
     return out
+
+
+def _tensor(raw: bytes, start: int, entry: Mapping[str, Any]) -> np.ndarray:
+    """One tensor of a container, its offset and size checked against the file and its shape."""
+    shape = tuple(int(d) for d in entry["shape"])
+    if any(d < 0 for d in shape):
+        raise ValueError(f"negative dimension in {list(shape)}")
+    if entry["dtype"] == "string":
+        return np.array(entry["strings"], dtype=object).reshape(shape)
+    if entry["dtype"] not in DTYPES:
+        raise ValueError(f"unknown dtype {entry['dtype']!r}")
+    dtype = np.dtype(entry["dtype"]).newbyteorder("<")
+    offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
+    if nbytes != math.prod(shape) * dtype.itemsize:
+        raise ValueError(f"{nbytes} bytes for {entry['dtype']} {list(shape)}")
+    if offset < 0 or start + offset + nbytes > len(raw):
+        raise ValueError(f"bytes {offset}..{offset + nbytes} lie outside the data section")
+    data = raw[start + offset : start + offset + nbytes]
+    return np.frombuffer(data, dtype=dtype).reshape(shape).astype(entry["dtype"])

@@ -40,20 +40,39 @@ const align8 = (n) => (n + 7) & ~7;
 
 /** The tensors of a container: [{name, dtype, shape, data}] (data a typed array or strings). */
 export function decode(bytes) {
+  const broken = (why) => new Failure('InternalError', `not a valid onnxgate tensor container: ${why}`,
+    'This is a bug in onnxgate, not a verdict on the model; please report it.');
   const magic = new TextDecoder().decode(bytes.subarray(0, 8));
-  if (magic !== MAGIC) throw new Failure('InternalError', `not an onnxgate tensor container (${magic})`);
+  if (magic !== MAGIC || bytes.byteLength < 12) throw broken(`it starts with ${JSON.stringify(magic)}, not ${MAGIC}`);
   const length = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(8, true);
-  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(12, 12 + length)));
+  if (12 + length > bytes.byteLength) throw broken(`its header says ${length} bytes, the file has ${bytes.byteLength - 12} after it`);
+  let header;
+  try {
+    header = JSON.parse(new TextDecoder().decode(bytes.subarray(12, 12 + length)));
+  } catch (err) {
+    throw broken(`its header is not JSON (${oneLine(err)})`);
+  }
+  if (!header || !Array.isArray(header.tensors)) throw broken('its header has no tensors');
   const start = align8(12 + length);
   return header.tensors.map((t) => {
-    if (t.dtype === 'string') return { name: t.name, dtype: t.dtype, shape: t.shape, data: t.strings };
+    const shape = Array.isArray(t.shape) ? t.shape : [];
+    if (!Array.isArray(t.shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) throw broken(`tensor ${t.name} has shape ${JSON.stringify(t.shape)}`);
+    if (t.dtype === 'string') {
+      if (!Array.isArray(t.strings)) throw broken(`string tensor ${t.name} has no strings`);
+      return { name: t.name, dtype: t.dtype, shape: t.shape, data: t.strings };
+    }
     const kind = ARRAYS[t.dtype];
     if (!kind) {
       throw new Failure('RunFailed', `input ${t.name}: ONNX Runtime's JavaScript API has no ${t.dtype} tensors`,
         'Feed a type it has (float32, float16, int64, bool, string ...).');
     }
+    const count = shape.reduce((a, b) => a * b, 1);
+    if (t.nbytes !== count * kind.BYTES_PER_ELEMENT) throw broken(`tensor ${t.name}: ${t.nbytes} bytes for ${t.dtype} ${JSON.stringify(shape)}`);
+    if (!Number.isInteger(t.offset) || t.offset < 0 || start + t.offset + t.nbytes > bytes.byteLength) {
+      throw broken(`tensor ${t.name}: bytes ${t.offset}..${t.offset + t.nbytes} lie outside the data section`);
+    }
     const raw = bytes.slice(start + t.offset, start + t.offset + t.nbytes); // a fresh, aligned copy
-    return { name: t.name, dtype: t.dtype, shape: t.shape, data: new kind(raw.buffer, 0, t.nbytes / kind.BYTES_PER_ELEMENT) };
+    return { name: t.name, dtype: t.dtype, shape: t.shape, data: new kind(raw.buffer, 0, count) };
   });
 }
 

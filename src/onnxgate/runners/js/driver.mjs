@@ -23,12 +23,20 @@
 //   probe  {"models": [paths], "settings": {...}} -> {"loads": {path: null | "error, one line"}}:
 //          a session created (and dropped) per file.
 //   drop   {"key": slot} -> {}
+//   state  {} -> {"served": n}: the files the web driver's server still offers (0 between requests).
 //   quit   ends the driver.
+//
+// The driver dies with its parent: a watchdog thread (its own event loop, so a model hanging in
+// this process's loop cannot stop it) checks every second whether the parent changed (onnxgate
+// was killed and the driver was reparented); the driver then closes the browser and exits, and
+// is killed outright 5 s later if that does not happen. (stdin's end is no such sign: a caller
+// may write all its requests and close it, then read the answers.)
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
+import { Worker } from 'node:worker_threads';
 import { dirname, extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Engine, Failure, encode, oneLine } from './core.mjs';
@@ -175,6 +183,7 @@ function nodeBackend() {
         case 'run': return engine.run(request);
         case 'probe': return engine.probe(request);
         case 'drop': await engine.drop(request.key); return {};
+        case 'state': return { served: 0 };
         default: return undefined;
       }
     },
@@ -191,7 +200,7 @@ function webBackend() {
   const dist = join(folder, 'dist');
   const { version } = JSON.parse(readFileSync(join(folder, 'package.json'), 'utf8'));
   const runtime = `onnxruntime-web ${version}`;
-  const files = new Map(); // token -> a file path or bytes the page may fetch
+  const files = new Map(); // token -> a file path or bytes the page may fetch during one request
   const offer = (what) => {
     const token = randomUUID();
     files.set(token, what);
@@ -287,34 +296,11 @@ function webBackend() {
 
   return {
     async call(request) {
-      const wanted = Number((request.settings || {}).intra_op_threads || 0);
-      if (request.op === 'load' || request.op === 'probe') await open(wanted);
-      else if (!page) throw new Failure('ConfigError', 'the driver was asked to run before anything was loaded');
-      switch (request.op) {
-        case 'load': {
-          const externalData = (request.external || []).map((e) => ({ path: e.path, data: offer(e.file) }));
-          return inPage({ ...request, onnx: offer(request.onnx), name: request.name || request.onnx, externalData });
-        }
-        case 'probe': {
-          const urls = request.models.map((path) => offer(path));
-          const { loads } = await inPage({ ...request, models: urls });
-          return { loads: Object.fromEntries(request.models.map((path, i) => [path, loads[urls[i]]])) };
-        }
-        case 'infer': {
-          const download = page.waitForEvent('download', { timeout: 0 });
-          await inPage({ ...request, feeds: offer(containerOf(request.feeds)), name: request.name || request.feeds });
-          const saved = await download;
-          await saved.saveAs(request.outputs);
-          await saved.delete();
-          return {};
-        }
-        case 'feeds':
-          return inPage({ op: 'feeds', path: offer(containerOf(request.path)) });
-        case 'run':
-        case 'drop':
-          return inPage(request);
-        default:
-          return undefined;
+      if (request.op === 'state') return { served: files.size };
+      try {
+        return await serving(request);
+      } finally {
+        files.clear(); // what a request offered is fetched by its end: never kept
       }
     },
     async close() {
@@ -322,6 +308,39 @@ function webBackend() {
       server.close();
     },
   };
+
+  async function serving(request) {
+    const wanted = Number((request.settings || {}).intra_op_threads || 0);
+    if (request.op === 'load' || request.op === 'probe') await open(wanted);
+    else if (!page) throw new Failure('ConfigError', 'the driver was asked to run before anything was loaded');
+    switch (request.op) {
+      case 'load': {
+        const externalData = (request.external || []).map((e) => ({ path: e.path, data: offer(e.file) }));
+        return inPage({ ...request, onnx: offer(request.onnx), name: request.name || request.onnx, externalData });
+      }
+      case 'probe': {
+        const urls = request.models.map((path) => offer(path));
+        const { loads } = await inPage({ ...request, models: urls });
+        return { loads: Object.fromEntries(request.models.map((path, i) => [path, loads[urls[i]]])) };
+      }
+      case 'infer': {
+        const download = page.waitForEvent('download', { timeout: 0 });
+        download.catch(() => {}); // rejected when the page call fails and the page closes
+        await inPage({ ...request, feeds: offer(containerOf(request.feeds)), name: request.name || request.feeds });
+        const saved = await download;
+        await saved.saveAs(request.outputs);
+        await saved.delete();
+        return {};
+      }
+      case 'feeds':
+        return inPage({ op: 'feeds', path: offer(containerOf(request.path)) });
+      case 'run':
+      case 'drop':
+        return inPage(request);
+      default:
+        return undefined;
+    }
+  }
 }
 
 // ---- the loop --------------------------------------------------------------------------------
@@ -337,8 +356,46 @@ function backend() {
   throw new Failure('InternalError', `the driver runs onnxruntime-node or onnxruntime-web, not ${PACKAGE}`);
 }
 
+// The watchdog's thread: its own event loop, alive while the model blocks the driver's.
+const WATCHDOG = `
+const { parentPort, workerData } = require('node:worker_threads');
+const timer = setInterval(() => {
+  if (process.ppid === workerData.parent) return;
+  clearInterval(timer);
+  parentPort.postMessage('orphaned');
+  setTimeout(() => process.kill(process.pid, 'SIGKILL'), 5000);
+}, 1000);
+`;
+
+let engine = null;
+let stopping = false;
+
+/** Close the browser (5 s at most) and exit. */
+async function stop(code, why) {
+  if (stopping) return;
+  stopping = true;
+  if (why) process.stderr.write(`onnxgate driver: ${why}; closing\n`);
+  setTimeout(() => process.exit(code), 5000).unref();
+  if (engine) await engine.close().catch(() => {});
+  process.exit(code);
+}
+
+function watch() {
+  const watchdog = new Worker(WATCHDOG, { eval: true, workerData: { parent: process.ppid } });
+  watchdog.on('message', () => stop(1, 'the parent process is gone'));
+  watchdog.on('error', (err) => process.stderr.write(`onnxgate driver: watchdog: ${oneLine(err)}\n`));
+  watchdog.unref();
+  const broken = (err) => {
+    // a promise nobody awaited failed: say so as an answer, never as a stack
+    answer({ error: 'InternalError', message: `the JavaScript driver failed: ${oneLine(err)}`, runtime: PACKAGE });
+    stop(1, `unexpected failure: ${oneLine(err)}`);
+  };
+  process.on('unhandledRejection', broken);
+  process.on('uncaughtException', broken);
+}
+
 async function main() {
-  let engine = null;
+  watch();
   let failure = null;
   try {
     engine = backend();
@@ -364,11 +421,7 @@ async function main() {
       }
     }
   }
-  if (engine) await engine.close();
-  process.exit(0);
+  await stop(0);
 }
 
-main().catch((err) => {
-  process.stderr.write(`onnxgate driver: ${err && err.stack ? err.stack : err}\n`);
-  process.exit(1);
-});
+main().catch((err) => stop(1, oneLine(err)));
