@@ -7,22 +7,17 @@ except under CI, where they fail.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import CORPUS, ON_CI, needs_corpus
+from conftest import CORPUS, needs_corpus, needs_js
 from onnxgate.check import CheckConfig, check_model
 
 WEB = "onnxruntime-web==1.30.0"
 NODE = "onnxruntime-node==1.30.0"
-HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
-needs_js = pytest.mark.skipif(
-    not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed"
-)
 
 
 def _one_node(

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from conftest import CORPUS, ON_CI, needs_corpus
+from conftest import CORPUS, needs_corpus, needs_js
 from models import mlp, save
 from onnxgate.cli import app
 from onnxgate.contract import SIDECAR, ContractConfig, init_contract
@@ -25,10 +25,6 @@ from onnxgate.settings import FeedSettings
 from web_proof import before_proof, perturb
 
 MNIST = CORPUS / "mnist.onnx"
-HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
-needs_browser = pytest.mark.skipif(
-    not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed"
-)
 
 
 @pytest.fixture
@@ -50,7 +46,7 @@ def batched(tmp_path: Path) -> Path:
     return path
 
 
-@needs_browser
+@needs_js
 @needs_corpus(MNIST)
 def test_mnist_is_written_with_its_spec_and_proven_in_the_browser(mnist, tmp_path) -> None:
     out = tmp_path / "web"
@@ -79,7 +75,7 @@ def test_mnist_is_written_with_its_spec_and_proven_in_the_browser(mnist, tmp_pat
     assert proof["size_mb"] == pytest.approx(mnist.stat().st_size / 1e6, abs=1e-6)
 
 
-@needs_browser
+@needs_js
 def test_the_ort_format_with_two_threads_and_the_proven_ranges_from_the_cli(
     batched, tmp_path
 ) -> None:
@@ -101,7 +97,7 @@ def test_the_ort_format_with_two_threads_and_the_proven_ranges_from_the_cli(
     assert entry["dims"] == {"batch": {"min": 1, "max": 7}}
 
 
-@needs_browser
+@needs_js
 @needs_corpus(MNIST)
 def test_a_model_the_browser_runs_differently_fails_naming_the_output_and_writes_nothing(
     mnist, tmp_path, monkeypatch
@@ -121,7 +117,7 @@ def test_a_model_the_browser_runs_differently_fails_naming_the_output_and_writes
     assert not [p for p in tmp_path.iterdir() if "onnxgate-web" in p.name]  # no staging left
 
 
-@needs_browser
+@needs_js
 @needs_corpus(MNIST)
 def test_a_model_the_browser_cannot_load_names_the_runtime_and_its_error(
     mnist, tmp_path, monkeypatch
@@ -132,7 +128,7 @@ def test_a_model_the_browser_cannot_load_names_the_runtime_and_its_error(
     assert not (tmp_path / "web").exists()
 
 
-@needs_browser
+@needs_js
 def test_weights_in_external_data_are_embedded_in_the_one_file_a_page_fetches(tmp_path) -> None:
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "mlp.onnx"
@@ -174,7 +170,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@needs_browser
+@needs_js
 def test_into_the_callers_empty_working_folder_past_a_killed_runs_staging(
     batched, tmp_path, monkeypatch
 ) -> None:

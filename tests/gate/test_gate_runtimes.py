@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, ON_CI, needs_corpus
+from conftest import CORPUS, needs_corpus, needs_js
 from onnxgate.gate import run_gate
 
 MNIST = CORPUS / "mnist.onnx"
 WEB = "onnxruntime-web==1.30.0"
 NODE = "onnxruntime-node==1.30.0"
-HAVE_JS = bool(shutil.which("node") and shutil.which("npm") and shutil.which("chromium"))
 
 
-@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_js
 @needs_corpus(MNIST)
 def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> None:
     shutil.copyfile(MNIST, tmp_path / "mnist.onnx")
@@ -70,7 +69,7 @@ def test_mnist_passes_a_gate_targeting_the_browser_and_node(tmp_path: Path) -> N
     assert f'<strong>{WEB}</strong><div class="muted">backend wasm, 1 thread(s)</div>' in html
 
 
-@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_js
 @needs_corpus(MNIST)
 def test_verify_on_web_and_node_from_the_cli_records_what_ran(tmp_path: Path) -> None:
     from typer.testing import CliRunner
@@ -98,7 +97,7 @@ def test_verify_on_web_and_node_from_the_cli_records_what_ran(tmp_path: Path) ->
     assert "ran: backend wasm, 2 thread(s)" in text and "ran: backend cpu, 2 thread(s)" in text
 
 
-@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_js
 @needs_corpus(MNIST)
 def test_the_web_step_fails_when_the_browser_breaks_the_contract(tmp_path, monkeypatch) -> None:
     from web_proof import before_proof, perturb
@@ -167,7 +166,7 @@ def test_a_runtime_that_is_no_runtime_is_refused_naming_its_key_as_the_config_lo
     assert runtime in caught.value.message
 
 
-@pytest.mark.skipif(not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed")
+@needs_js
 @needs_corpus(MNIST)
 def test_a_runtime_bench_cannot_time_fails_the_step_by_name_keeping_the_installed_figures(
     tmp_path, monkeypatch

@@ -18,31 +18,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import CORPUS, ON_CI, needs_corpus
+from conftest import CORPUS, ON_CI, needs_corpus, needs_js
 from onnxgate.errors import RunFailed
 from onnxgate.runners._jstensors import read_tensors, write_tensors
 
 WEB = "onnxruntime-web==1.30.0"
 NODE = "onnxruntime-node==1.30.0"
 MNIST = CORPUS / "mnist.onnx"
-
-
-def _have_js() -> bool:
-    from onnxgate.errors import RuntimeEnvError
-    from onnxgate.runners._jsenv import chromium_binary, npm_binary
-
-    try:
-        npm_binary()  # and Node.js
-        chromium_binary()
-    except RuntimeEnvError:
-        return False
-    return True
-
-
-HAVE_JS = _have_js()
-needs_js = pytest.mark.skipif(
-    not HAVE_JS and not ON_CI, reason="Node.js, npm or Chromium is not installed"
-)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
