@@ -20,22 +20,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import signal
-import subprocess
 import tempfile
-import threading
 import time
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import Any, Self
 
 import numpy as np
 
 from onnxgate import errors
 from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed
+from onnxgate.runners import Channel
 
 log = logging.getLogger(__name__)
 
@@ -186,39 +184,17 @@ def _death(label: str, op: object, code: int, stderr: str) -> GateError:
     )
 
 
-class _Process:
-    """One worker process and the thread that reads its answers."""
+class _Process(Channel):
+    """One worker process, its answers read by a thread (``runners._channel``)."""
 
     def __init__(self, label: str, timeout_s: float, runtime: str | None = None) -> None:
         self.label = label
         self.timeout_s = timeout_s
-        self.log: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         from onnxgate.runners import worker_command
 
-        command = worker_command(runtime, env)
-        self.proc = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            encoding="utf-8",
-            env=env,
-        )
-        self.answers: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.answers.put(line)
-        self.answers.put(None)
-
-    def _stderr(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")
+        super().__init__(worker_command(runtime, env), env)
 
     def ask(self, request: Mapping[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """Send a request and wait for its answer.
@@ -229,15 +205,9 @@ class _Process:
             InternalError: onnxgate's own code failed in the worker, or the answer is garbled.
             GateError: the worker answered with an error (its class is kept).
         """
-        assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the reader sees the end of the stream and reports how the worker died
-        try:
-            line = self.answers.get(timeout=timeout_s or self.timeout_s)
-        except queue.Empty:
+            line = self.exchange(request, timeout_s or self.timeout_s)
+        except TimeoutError:
             self.kill()
             raise RunFailed(
                 f"{self.label}: the worker did not answer {request.get('op')!r} within "
@@ -246,7 +216,7 @@ class _Process:
             ) from None
         if line is None:
             code = self.proc.wait()
-            raise _death(self.label, request.get("op"), code, self._stderr())
+            raise _death(self.label, request.get("op"), code, self.stderr())
         try:
             answer = json.loads(line)
             if "error" in answer:
@@ -258,22 +228,6 @@ class _Process:
                 f"what the protocol says: {line[:200]!r}",
                 hint=_BUG_HINT,
             ) from err
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write('{"op": "quit"}\n')
-                self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
-        self.log.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 class Contest:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxgate.runners import _js, _onnxruntime, _openvino
 from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
+from onnxgate.runners._channel import Channel
 from onnxgate.runners._protocol import UnknownRequest, private_stdout
 from onnxgate.runners._protocol import serve as serve_requests
 from onnxgate.runners._reference import ReferenceRunner
@@ -51,6 +52,7 @@ __all__ = [
     "PRECISIONS",
     "SPEC_HELP",
     "WORKSPACE_MB",
+    "Channel",
     "Inference",
     "IsolatedOrtRunner",
     "OrtFormatRunner",

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import Any, Self
 
 import onnx
 
@@ -32,6 +29,7 @@ from onnxgate import errors
 from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed, SessionFailed
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners._base import Inference, Runner, RunnerInfo
+from onnxgate.runners._channel import Channel
 from onnxgate.runners._jsenv import NODE, WEB, chromium_binary, ensure_js_env, node_binary
 from onnxgate.runners._jstensors import read_tensors, write_tensors
 from onnxgate.runners.runtimes import RunExtras, Runtime, RuntimeSpec, Script
@@ -90,7 +88,7 @@ def driver_command(
     return [str(node), str(DRIVER), spec.package, str(folder), *browser]
 
 
-class Driver:
+class Driver(Channel):
     """One driver process: requests out, answers (or its death) back as GateErrors."""
 
     def __init__(self, spec: RuntimeSpec, progress: Callable[[str], None] | None = None) -> None:
@@ -98,36 +96,14 @@ class Driver:
         command = driver_command(spec, env, progress)
         self.label = str(spec)
         self.timeout = request_timeout()
-        self.log: IO[bytes] = tempfile.TemporaryFile()
         try:
-            self.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self.log,
-                text=True,
-                encoding="utf-8",
-                env=env,
-                # its own process group: the browser it starts is killed with it
-                start_new_session=True,
-            )
+            # its own process group: the browser it starts is killed with it
+            super().__init__(command, env, own_session=True)
         except OSError as err:
             raise errors.RuntimeEnvError(
                 f"cannot start Node.js for {spec}: {err.strerror or err}.",
                 hint="Point ONNXGATE_NODE at a working node binary.",
             ) from err
-        self.answers: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.answers.put(line)
-        self.answers.put(None)
-
-    def _stderr(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")
 
     def ask(self, request: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Send one request; its answer, or the GateError it is.
@@ -136,15 +112,9 @@ class Driver:
             RunFailed: the driver died or did not answer in time.
             GateError: the driver answered an error (its class kept).
         """
-        assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            pass  # the reader sees the end of the stream
-        try:
-            line = self.answers.get(timeout=self.timeout)
-        except queue.Empty:
+            line = self.exchange(request, self.timeout)
+        except TimeoutError:
             self.kill()  # busy: it would not read a quit
             raise RunFailed(
                 f"{self.label} did not answer {request.get('op')!r} on {what} within "
@@ -154,7 +124,7 @@ class Driver:
             ) from None
         if line is None:
             code = self.proc.wait()
-            tail = " | ".join(last_words(self._stderr()))
+            tail = " | ".join(last_words(self.stderr()))
             raise RunFailed(
                 f"{self.label}'s driver ended (exit code {code}) during {request.get('op')!r} "
                 f"on {what}; its last words: {tail or 'none'}",
@@ -180,16 +150,9 @@ class Driver:
             self.proc.kill()
         self.proc.wait()
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write('{"op": "quit"}\n')
-                self.proc.stdin.close()
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
-        self.log.close()
+    def close(self, wait_s: float = 30) -> None:
+        """Ask the driver to quit (closing its browser); kill its group when it does not."""
+        super().close(wait_s)
 
 
 STACK_FRAME = re.compile(
