@@ -342,7 +342,10 @@ def mobile_command(
         flag_option(
             "max_peak_rss_mb",
             "--max-peak-rss-mb",
-            help="Fail when the peak resident memory running the golden samples is above (MB).",
+            help=(
+                "Fail when the model's share of the peak resident memory running the golden "
+                "samples (the peak less the worker's before the session) is above (MB)."
+            ),
             show_default=False,
             rich_help_panel=MOBILE,
         ),

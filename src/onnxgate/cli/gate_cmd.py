@@ -31,7 +31,7 @@ gate_app = typer.Typer(
     cls=_RunByDefault,
     help=(
         "The main job: run every step of a gate.toml (export, check, compare, verify, "
-        "placement, tune, quantize, bench), write one report, and register the version when "
+        "placement, tune, quantize, bench, mobile, web), write one report, and register the version when "
         "all passed.\n\n"
         "`onnxgate gate gate.toml` runs a config; `onnxgate gate init MODEL` writes one.\n\n"
         "Exit codes: 0 every step passed (a bench left inconclusive by a busy machine counts as "

@@ -17,6 +17,7 @@ from pathlib import Path
 from onnxgate._words import toml_key
 from onnxgate.gate._config import CONFIG_VERSION
 from onnxgate.gate._probe import Probe
+from onnxgate.web import WEB_RELEASE
 
 
 def _toml(value: object) -> str:
@@ -403,8 +404,9 @@ max_runs = 30
 # batch = 1                  # default: a golden sample of the contract, a size it proves
 
 [steps.quantize]
-# int8 inside an accuracy budget on held-apart data, and not slower than float
+# int8 (or fp16) inside an accuracy budget on held-apart data, and not slower than float
 enabled = false                # turn on with your evaluation data
+# to = "int8"                  # or "fp16" (NAME.fp16.onnx, the worst nodes kept in float32)
 mode = "dynamic"
 max_drop = 0.01                # 1 - cosine (or accuracy points with labels)
 # eval = "heldout.npz"
@@ -414,6 +416,7 @@ max_drop = 0.01                # 1 - cosine (or accuracy points with labels)
 # batches = [1]              # default: the contract's golden samples, the sizes it proves
 {bench_dims}budget = 2.0                   # seconds of timed runs per configuration
 # vs = "torch:package.module:factory"   # a contender, each in its own process, interleaved
+# runtimes = ["installed"]     # default: targets.runtimes; each other one timed as a figure
 # min_speedup = 1.0            # fail unless at least this many times faster than `vs`
 # max_p50_ms = 20.0
 # max_p99_ms = 50.0
@@ -425,7 +428,7 @@ max_drop = 0.01                # 1 - cosine (or accuracy points with labels)
 enabled = false
 optimization_style = "Fixed"   # or "Runtime" (NNAPI, CoreML)
 # max_size_mb = 10.0           # the .ort file
-# max_peak_rss_mb = 200.0      # peak resident memory running the golden samples
+# max_peak_rss_mb = 200.0      # the model's share: peak RSS less the worker's before loading it
 # max_p50_ms = 20.0            # single-thread p50 of the slowest golden sample
 
 [steps.web]
@@ -433,7 +436,7 @@ optimization_style = "Fixed"   # or "Runtime" (NNAPI, CoreML)
 # only when the golden samples pass on it in onnxruntime-web in a headless Chromium
 enabled = false
 format = "onnx"                # or "ort"
-# runtime = "onnxruntime-web==1.30.0"
+# runtime = "onnxruntime-web=={WEB_RELEASE}"
 # threads = 1                  # wasm threads of the proof
 
 [register]
