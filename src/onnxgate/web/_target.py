@@ -255,13 +255,12 @@ def _write_model(
 ) -> Path:
     """The model file the page fetches, in ``staging``: ``NAME.onnx`` or ``NAME.ort``."""
     if options.format == "ort":
-        from onnxgate.mobile import convert
+        from onnxgate.mobile import convert, place_converted
 
         say(f"converting {loaded.path.name} to the ORT format")
         with tempfile.TemporaryDirectory(prefix=".convert-", dir=staging) as folder:
             made = convert(loaded, Path(folder), name=name, style="Fixed", type_reduction=False)
-            for path in made:
-                os.replace(path, staging / path.name)
+            place_converted(made, staging, converted_in=Path(folder))
         notes.append(
             "ORT format (Fixed optimisation style, for the wasm backend); "
             f"{name}.required_operators.config lists the operators a minimal build needs"
