@@ -166,6 +166,21 @@ def test_a_runtime_that_is_no_runtime_is_refused_naming_its_key_as_the_config_lo
     assert runtime in caught.value.message
 
 
+@pytest.mark.parametrize("runtime", [NODE, "onnxruntime-web", "tensorflow==2.0.0"])
+def test_a_web_runtime_that_is_no_onnxruntime_web_release_is_refused_as_the_config_loads(
+    tmp_path, runtime
+) -> None:
+    from onnxgate.errors import ConfigError
+    from onnxgate.gate import load_config
+
+    path = _config(tmp_path, f'[steps.web]\nenabled = true\nruntime = "{runtime}"\n')
+    with pytest.raises(ConfigError, match=r"steps\.web\.runtime") as caught:
+        load_config(path)
+    assert runtime in caught.value.message
+    if runtime == NODE:  # a runtime, but not the browser's: the value to give is named
+        assert 'Give steps.web.runtime = "onnxruntime-web==' in caught.value.message
+
+
 @needs_js
 @needs_corpus(MNIST)
 def test_a_runtime_bench_cannot_time_fails_the_step_by_name_keeping_the_installed_figures(
