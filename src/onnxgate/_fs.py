@@ -16,7 +16,7 @@ from pathlib import Path
 
 import platformdirs
 
-from onnxgate._words import setting
+from onnxgate._words import offered, setting
 from onnxgate.errors import ConfigError, ResourceExhausted
 
 log = logging.getLogger(__name__)
@@ -340,16 +340,18 @@ def fresh_folder(
 
     The errors name the setting through ``setting('out')`` as they are raised and declare no
     ``field`` for ``renamed`` to rewrite afterwards: the word ``out`` in the user's path
-    (``-o out``, ``../out/mnist``) is a path, not the setting.
+    (``-o out``, ``../out/mnist``) is a path, not the setting. Where the interface has no such
+    setting (a gate's step writes in its run folder: ``offered``), the hint names none.
     """
+    other = f"Give another {setting('out')}" if offered("out") else ""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"{what}{out} is a file.", hint=f"Give another {setting('out')}.")
+        raise ConfigError(f"{what}{out} is a file.", hint=f"{other or 'Move or remove it'}.")
     if out.is_dir():
         remove_stale_staging(out)
         if any(out.iterdir()):
             raise ConfigError(
                 f"{what}{out} exists and is not empty.",
-                hint=f"Give another {setting('out')}, or remove it: {holds}.",
+                hint=f"{other}, or remove it: {holds}." if other else f"Remove it: {holds}.",
             )
     nearest = out
     while not nearest.exists() and nearest != nearest.parent:
@@ -357,7 +359,7 @@ def fresh_folder(
     if not nearest.is_dir():
         raise ConfigError(
             f"{out}: {nearest} is a file, not a folder.",
-            hint=f"Give another {setting('out')}.",
+            hint=f"{other or f'Move or remove {nearest}'}.",
         )
     if not os.access(nearest, os.W_OK | os.X_OK):
         denied = resource_error(PermissionError(errno.EACCES, os.strerror(errno.EACCES)), out)

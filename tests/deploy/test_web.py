@@ -91,6 +91,9 @@ def test_the_ort_format_with_two_threads_and_the_proven_ranges_from_the_cli(
     assert (report["backend"], report["threads"]) == ("wasm", 2)
     assert report["cross_origin_isolated"] is True
     assert {"mlp.ort", "mlp.required_operators.config"} <= {p.name for p in out.iterdir()}
+    # the config names the model by file name, as mobile's does: not the gone staging folder
+    config = (out / "mlp.required_operators.config").read_text()
+    assert "# - mlp.ort\n" in config and str(tmp_path) not in config
     spec = json.loads((out / "mlp.inputs.json").read_text())
     (entry,) = spec["inputs"]
     assert entry["shape"][0] == "batch"

@@ -166,6 +166,21 @@ def test_a_runtime_that_is_no_runtime_is_refused_naming_its_key_as_the_config_lo
     assert runtime in caught.value.message
 
 
+@pytest.mark.parametrize("runtime", [NODE, "onnxruntime-web", "tensorflow==2.0.0"])
+def test_a_web_runtime_that_is_no_onnxruntime_web_release_is_refused_as_the_config_loads(
+    tmp_path, runtime
+) -> None:
+    from onnxgate.errors import ConfigError
+    from onnxgate.gate import load_config
+
+    path = _config(tmp_path, f'[steps.web]\nenabled = true\nruntime = "{runtime}"\n')
+    with pytest.raises(ConfigError, match=r"steps\.web\.runtime") as caught:
+        load_config(path)
+    assert runtime in caught.value.message
+    if runtime == NODE:  # a runtime, but not the browser's: the value to give is named
+        assert 'Give steps.web.runtime = "onnxruntime-web==' in caught.value.message
+
+
 @needs_js
 @needs_corpus(MNIST)
 def test_a_runtime_bench_cannot_time_fails_the_step_by_name_keeping_the_installed_figures(
@@ -196,3 +211,34 @@ def test_a_runtime_bench_cannot_time_fails_the_step_by_name_keeping_the_installe
     assert bench.figures["p50_ms"] > 0 and bench.figures[f"{NODE}.p50_ms"] > 0
     assert "no such version" in bench.report["runtimes"]["onnxruntime-web==9.9.9"]["error"]
     assert bench.report["runtimes"][NODE]["results"]
+
+
+@needs_js
+def test_a_fetched_version_keeps_the_web_and_mobile_files_apart(tmp_path: Path) -> None:
+    """``registry fetch`` writes ``web/`` as the run folder had it, beside mobile's own files."""
+    from models import mlp, save
+    from onnxgate.registry import open_registry
+
+    save(mlp(), tmp_path / "mlp.onnx")
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        'version = 1\n[model]\nname = "mlp"\nsource = "mlp.onnx"\n'
+        "[steps.tune]\nenabled = false\n[steps.bench]\nenabled = false\n"
+        "[steps.mobile]\nenabled = true\nbudget = 0.2\n"
+        '[steps.web]\nenabled = true\nformat = "ort"\n[register]\n'
+    )
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    report = run_gate(path, registry=url)
+    assert report.passed, [(s.name, s.status, s.reason) for s in report.steps]
+    out = tmp_path / "fetched"
+    with open_registry(url) as registry:
+        registry.fetch("mlp@1", out)
+    run = Path(report.run_dir)
+    web = sorted(p.name for p in (run / "web").iterdir())
+    assert sorted(p.name for p in (out / "web").iterdir()) == web
+    for name in web:
+        assert (out / "web" / name).read_bytes() == (run / "web" / name).read_bytes()
+    mobile = run / "mlp.required_operators.config"
+    assert (out / mobile.name).read_bytes() == mobile.read_bytes()  # not the web one's
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["web"]
+    assert not [p for p in out.iterdir() if p.name.endswith((".proof.json", ".inputs.json"))]

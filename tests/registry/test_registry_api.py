@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -340,3 +341,30 @@ def test_timings_other_load_spoiled_are_not_recorded_as_the_versions_speed(regis
     assert [(p.fingerprint, p.figures["p50_ms"]) for p in detail.performance] == [
         (FINGERPRINT, 1.25)
     ]
+
+
+def test_fetch_keeps_a_step_folder_s_files_in_that_folder_and_never_outside(registry, tmp_path):
+    files = make_files(tmp_path / "run")
+    # [steps.web] and [steps.mobile] register their folders' files by their path in the run folder
+    for role, body in {
+        "web/m.onnx": b"web model",
+        "web/m.required_operators.config": b"web ops",
+        "mobile/m.required_operators.config": b"mobile ops",
+        "../escape.bin": b"outside",
+        "/abs/escape.bin": b"absolute",
+    }.items():
+        path = tmp_path / "run" / role.replace("/", "_")
+        path.write_bytes(body)
+        files[role] = path
+    registry.register("m", files, gate_report(files))
+
+    out = tmp_path / "out"
+    registry.fetch("m@1", out)
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert "web/m.onnx" in written and (out / "web" / "m.onnx").read_bytes() == b"web model"
+    assert (out / "web" / "m.required_operators.config").read_bytes() == b"web ops"
+    assert (out / "mobile" / "m.required_operators.config").read_bytes() == b"mobile ops"
+    assert (out / "m.onnx").read_bytes() == files["model"].read_bytes()  # the gated model
+    assert not (tmp_path / "escape.bin").exists()
+    assert not Path("/abs/escape.bin").exists()
+    assert len(written) == len(files)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from onnxgate._words import gate_words, speaking
 from onnxgate.errors import ConfigError
 from onnxgate.settings import (
     FeedSettings,
@@ -201,6 +203,18 @@ def _runtime_spec(text: str) -> str:
 
 RuntimeText = Annotated[str, AfterValidator(_runtime_spec)]
 """``installed``, ``X.Y.Z`` or ``PACKAGE==X.Y.Z`` of a registered runtime package."""
+
+
+def _web_runtime(text: str) -> str:
+    """A release of ``onnxruntime-web`` (``web_runtime``), checked on load like ``RuntimeText``."""
+    from onnxgate.web import web_runtime
+
+    try:
+        with speaking(partial(gate_words, step="web")):
+            web_runtime(text)
+    except ConfigError as error:
+        raise ValueError(f"{error.message} {error.hint or ''}".strip()) from None
+    return text
 
 
 class TargetsSection(Part):
@@ -466,7 +480,7 @@ class WebStep(Step):
     format: Literal["onnx", "ort"] = "onnx"
     """``onnx``: the model as gated; ``ort``: ONNX Runtime's ORT format, with its
     required-operators config."""
-    runtime: str = f"onnxruntime-web=={WEB_RELEASE}"
+    runtime: Annotated[str, AfterValidator(_web_runtime)] = f"onnxruntime-web=={WEB_RELEASE}"
     """The browser runtime the proof runs on: ``onnxruntime-web==X.Y.Z``."""
     threads: int = Field(1, ge=1, le=64)
     """wasm threads the proof runs with."""

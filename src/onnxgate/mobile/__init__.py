@@ -6,7 +6,7 @@ and measures the sizes, the peak resident memory and the single-thread p50 an ed
 The gate's ``[steps.mobile]`` and ``deploy mobile`` both call it.
 """
 
-from onnxgate.mobile._convert import convert, required_operators
+from onnxgate.mobile._convert import convert, place_converted, required_operators
 from onnxgate.mobile._render import render_mobile
 from onnxgate.mobile._target import (
     MobileConfig,
@@ -21,6 +21,7 @@ __all__ = [
     "convert",
     "judge_budgets",
     "mobile_target",
+    "place_converted",
     "render_mobile",
     "required_operators",
 ]

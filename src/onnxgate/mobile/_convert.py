@@ -12,12 +12,14 @@ a hard link, which would change the inode (its ctime) of a file the gate's cache
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Literal
 
+from onnxgate._fs import atomic_write_text, fsync_file, public_mode
 from onnxgate.errors import SessionFailed
 from onnxgate.model import LoadedModel
 
@@ -97,6 +99,48 @@ def convert(
             "load in ONNX Runtime first (`onnxgate check` names what blocks it).",
         )
     return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def place_converted(made: list[Path], out: Path, *, converted_in: Path) -> list[Path]:
+    """Each file ``convert(loaded, converted_in, ...)`` made renamed into ``out``: the placed paths.
+
+    ``converted_in`` is on ``out``'s file system (a staging folder inside it). The operators
+    config names the models it was made from in a comment: by file name (see
+    ``_sources_by_name``), so that it is the same wherever and whenever it was written. Both the
+    mobile and the web target place their files through here.
+    """
+    staged = (converted_in / "out").resolve()
+    placed = []
+    for path in made:
+        target = out / path.name
+        if path.suffix == ".config":
+            text = path.read_text(encoding="utf-8")
+            atomic_write_text(target, _sources_by_name(text, staged))
+        else:
+            public_mode(path)
+            fsync_file(path)
+            os.replace(path, target)
+        placed.append(target)
+    return placed
+
+
+def _sources_by_name(text: str, staged: Path) -> str:
+    """The config's ``# - PATH`` comment lines with each model file named by its name alone.
+
+    The paths are the staging folder's, which is gone once the files are in place and differs
+    run to run (a gate's cached step would restore a config naming another run's folder). The
+    Runtime style's converter also lists the ``.ort`` file it made without the saved
+    optimisations, in a temporary folder of its own, and removed: said so.
+    """
+    lines = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("# - "):
+            path = Path(line[4:].strip())
+            kept = path.parent.resolve() == staged
+            line = f"# - {path.name}" + ("" if kept else " (an intermediate file, not kept)")
+            line += "\n"
+        lines.append(line)
+    return "".join(lines)
 
 
 def _plain(line: str, staged: Path, original: Path) -> str:

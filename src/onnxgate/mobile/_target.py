@@ -14,7 +14,6 @@ more first), never a failure by itself.
 from __future__ import annotations
 
 import logging
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +21,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from onnxgate._fs import atomic_write_text, fsync_file, public_mode, staging
+from onnxgate._fs import staging
 from onnxgate._pathtext import shown
 from onnxgate._words import setting
 from onnxgate.errors import GateError, SessionFailed
-from onnxgate.mobile._convert import Style, convert, required_operators
+from onnxgate.mobile._convert import Style, convert, place_converted, required_operators
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.settings import Part
 
@@ -175,7 +174,7 @@ def mobile_target(
             style=config.optimization_style,
             type_reduction=config.enable_type_reduction,
         )
-        files = _move_into(made, out, staged=(folder / "out").resolve())
+        files = place_converted(made, out, converted_in=folder)
     ort_file = next(p for p in files if p.suffix == ".ort")
     operators_file = next(p for p in files if p.suffix == ".config")
 
@@ -268,45 +267,6 @@ def _refuse_unloadable(loaded: LoadedModel) -> None:
             "finds (a custom domain's operator needs a build with its kernels; replace or "
             "remove those nodes).",
         )
-
-
-def _move_into(made: list[Path], out: Path, *, staged: Path) -> list[Path]:
-    """Each file renamed into ``out`` (same file system: the staging folder is inside it).
-
-    The operators config names the models it was made from in a comment: by file name (see
-    ``_sources_by_name``), so that it is the same wherever and whenever it was written.
-    """
-    placed = []
-    for path in made:
-        target = out / path.name
-        if path.suffix == ".config":
-            text = path.read_text(encoding="utf-8")
-            atomic_write_text(target, _sources_by_name(text, staged))
-        else:
-            public_mode(path)
-            fsync_file(path)
-            os.replace(path, target)
-        placed.append(target)
-    return placed
-
-
-def _sources_by_name(text: str, staged: Path) -> str:
-    """The config's ``# - PATH`` comment lines with each model file named by its name alone.
-
-    The paths are the staging folder's, which is gone once the files are in place and differs
-    run to run (a gate's cached step would restore a config naming another run's folder). The
-    Runtime style's converter also lists the ``.ort`` file it made without the saved
-    optimisations, in a temporary folder of its own, and removed: said so.
-    """
-    lines = []
-    for line in text.splitlines(keepends=True):
-        if line.startswith("# - "):
-            path = Path(line[4:].strip())
-            kept = path.parent.resolve() == staged
-            line = f"# - {path.name}" + ("" if kept else " (an intermediate file, not kept)")
-            line += "\n"
-        lines.append(line)
-    return "".join(lines)
 
 
 def _measure(

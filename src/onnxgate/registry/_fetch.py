@@ -6,7 +6,8 @@ Names follow the contract's convention (``contract_paths``): ``<name>.onnx`` wit
 is what the registry vouches for), so when it names its golden file differently (a model
 registered under another name than the one it was exported as), the golden file is written
 under that name too, and ``onnxgate verify OUT/<name>.onnx`` finds it. Other artefacts (external
-data) keep the file name they were registered with, which is what the model refers to.
+data) keep the file name they were registered with, which is what the model refers to; a step
+folder's files (``web/mnist.ort``) keep their path in the run folder, checked to stay inside ``out``.
 
 Every file is copied through a temporary file while its sha256 is checked against the
 registry's, renamed into place, then read back and hashed again.
@@ -33,16 +34,26 @@ def _plain(name: str) -> bool:
     return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
 
 
+def _relative(role: str) -> bool:
+    """``web/mnist.ort``: a path inside the output folder (no ``..``, not absolute, no backslash)."""
+    parts = role.split("/")
+    return len(parts) > 1 and ":" not in role and all(_plain(part) for part in parts)
+
+
 def file_name(name: str, role: str, registered: str) -> str:
     """The file name of an artefact under the output folder.
 
-    ``model`` → ``NAME.onnx``, ``contract.int8`` → ``NAME.int8.contract.json``; a role outside the
-    three kinds keeps its registered file name (or the role itself when that is not a plain name).
+    ``model`` → ``NAME.onnx``, ``contract.int8`` → ``NAME.int8.contract.json``; a role that is a
+    path in the run folder (``web/mnist.ort``, a step's folder) keeps that path, so that the files
+    of two steps' folders neither collide nor land beside the gated model; another role keeps its
+    registered file name (or the role itself, flattened, when that is not a plain name).
     """
     kind, _, variant = role.partition(".")
     if kind in SUFFIXES:
         return (f"{name}.{variant}" if variant else name) + SUFFIXES[kind]
-    return registered if _plain(registered) else role.replace("/", "_")
+    if _relative(role):
+        return role
+    return registered if _plain(registered) else role.replace("/", "_").replace("\\", "_")
 
 
 def _golden_name(store: Store, sha256: str, size: int) -> str | None:
@@ -72,7 +83,7 @@ def materialise(store: Store, detail: VersionDetail, out: Path) -> FetchResult:
     for artefact in detail.artefacts:
         target = file_name(version.name, artefact.role, artefact.filename)
         if target in taken:
-            target = f"{version.name}.{artefact.role}"
+            target = f"{version.name}.{artefact.role}".replace("/", "_").replace("\\", "_")
         taken.add(target)
         plan.append((artefact.role, target))
     for role, _ in list(plan):

@@ -13,6 +13,7 @@ from onnxgate.web._target import (
     WebOptions,
     WebReport,
     input_spec,
+    web_runtime,
     web_target,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "WebReport",
     "input_spec",
     "render_web",
+    "web_runtime",
     "web_target",
 ]

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import onnx
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +39,9 @@ from onnxgate._words import setting
 from onnxgate.errors import ConfigError, SessionFailed
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.settings import Part
+
+if TYPE_CHECKING:
+    from onnxgate.runners.runtimes import RuntimeSpec
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +155,27 @@ def input_spec(contract: Any, name: str, model_file: Path) -> dict[str, Any]:
     }
 
 
+def web_runtime(text: str) -> RuntimeSpec:
+    """``text`` as a release of ``onnxruntime-web``: the only runtime the web target runs on.
+
+    ``deploy web`` checks it before any work, the gate as its config loads
+    (``[steps.web] runtime``).
+
+    Raises:
+        ConfigError: ``text`` is no runtime, or not a release of ``onnxruntime-web``.
+    """
+    from onnxgate.runners.runtimes import RuntimeSpec
+
+    spec = RuntimeSpec.parse(text)
+    if spec.package != "onnxruntime-web" or spec.version is None:
+        raise ConfigError(
+            f"the web target is proven in a browser: {text} is not a release of onnxruntime-web.",
+            hint=f"Give {setting('runtime', f'onnxruntime-web=={WEB_RELEASE}')}.",
+            field="runtime",
+        )
+    return spec
+
+
 def web_target(
     model: str | Path,
     options: WebOptions | None = None,
@@ -186,19 +210,11 @@ def web_target(
         RuntimeEnvError: Node.js, npm or Chromium is missing (exit 3, with the install line).
     """
     from onnxgate.contract import admitted
-    from onnxgate.runners.runtimes import RuntimeSpec
 
     options = options or WebOptions()
     out = fresh_folder(out)
     say = progress or (lambda message: log.info("%s", message))
-    spec = RuntimeSpec.parse(options.runtime)
-    if spec.package != "onnxruntime-web" or spec.version is None:
-        raise ConfigError(
-            f"the web target is proven in a browser: {options.runtime} is not a release of "
-            "onnxruntime-web.",
-            hint=f"Give {setting('runtime', f'onnxruntime-web=={WEB_RELEASE}')}.",
-            field="runtime",
-        )
+    spec = web_runtime(options.runtime)
     loaded = load_model(model)
     contract, admission = admitted(loaded)
     stem = name or loaded.path.stem
@@ -255,13 +271,12 @@ def _write_model(
 ) -> Path:
     """The model file the page fetches, in ``staging``: ``NAME.onnx`` or ``NAME.ort``."""
     if options.format == "ort":
-        from onnxgate.mobile import convert
+        from onnxgate.mobile import convert, place_converted
 
         say(f"converting {loaded.path.name} to the ORT format")
         with tempfile.TemporaryDirectory(prefix=".convert-", dir=staging) as folder:
             made = convert(loaded, Path(folder), name=name, style="Fixed", type_reduction=False)
-            for path in made:
-                os.replace(path, staging / path.name)
+            place_converted(made, staging, converted_in=Path(folder))
         notes.append(
             "ORT format (Fixed optimisation style, for the wasm backend); "
             f"{name}.required_operators.config lists the operators a minimal build needs"
