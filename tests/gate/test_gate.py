@@ -110,8 +110,10 @@ def test_paths_are_relative_to_the_config(tmp_path: Path) -> None:
 
 
 def test_a_healthy_model_passes_every_step_and_the_second_run_is_cached(
-    tmp_path: Path, quiet
+    tmp_path: Path, quiet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a cache of its own: another test of the session may have gated the same model already
+    monkeypatch.setenv("ONNXGATE_CACHE_DIR", str(tmp_path / "cache"))
     path = _config(tmp_path)
     seen: list[str] = []
     report = run_gate(path, on_step=lambda result: seen.append(result.name))
