@@ -17,6 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_install",
         "errors",
         "_fs",
+        "_opslib",
         "_native",
         "_pathtext",
         "_cgroup",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from onnxgate._opslib import library_spec
 from onnxgate._words import setting
 from onnxgate.compat.providers import parse_providers
 from onnxgate.errors import ConfigError
@@ -145,14 +147,29 @@ class SessionSettings(Part):
     mem_pattern: bool = True
     """Memory pattern planning: allocations of the first run reused by later runs (``tune``
     turns it off with the arena)."""
+    ops_libraries: tuple[str, ...] = ()
+    """Custom operator libraries registered in every session, in order: shared-library paths
+    (made absolute) or ``onnxruntime-extensions`` (the library that package ships)."""
+
+    @field_validator("ops_libraries", mode="before")
+    @classmethod
+    def _libraries(cls, value: Any) -> Any:
+        if isinstance(value, str | os.PathLike):
+            value = [value]
+        if isinstance(value, list | tuple):
+            return tuple(dict.fromkeys(library_spec(item) for item in value))
+        return value
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # mem_pattern came after config hashes were recorded: at its default it is left out of
         # a dump, so the hash of every config that holds a session stays what it was
+        # (as are ops_libraries, which came later still, when none are named)
         data = handler(self)
         if self.mem_pattern and isinstance(data, dict):
             data.pop("mem_pattern", None)
+        if not self.ops_libraries and isinstance(data, dict):
+            data.pop("ops_libraries", None)
         return data
 
     def wire(self) -> dict[str, Any]:
@@ -169,7 +186,7 @@ class SessionSettings(Part):
         options = {name: dict(pairs) for name, pairs in inline.items()}
         for provider, pairs in self.provider_options.items():
             options.setdefault(provider, {}).update(pairs)
-        return {
+        wire = {
             "providers": list(names),
             "provider_options": options,
             "optimization": self.opt_level,
@@ -180,6 +197,9 @@ class SessionSettings(Part):
             "mem_pattern": self.mem_pattern,
             "config": dict(self.session_config),
         }
+        if self.ops_libraries:  # left out when none, so records written before them are alike
+            wire["ops_libraries"] = list(self.ops_libraries)
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> SessionSettings:
@@ -206,6 +226,8 @@ class SessionSettings(Part):
         fields = {WIRE_FIELDS[key]: value for key, value in wire.items()}
         if "providers" in fields:
             fields["providers"] = tuple(str(p) for p in fields["providers"])
+        if "ops_libraries" in fields:
+            fields["ops_libraries"] = tuple(str(item) for item in fields["ops_libraries"])
         if "session_config" in fields:
             fields["session_config"] = {str(k): str(v) for k, v in fields["session_config"].items()}
         if "provider_options" in fields:
@@ -240,6 +262,7 @@ WIRE_FIELDS: dict[str, str] = {
     "cpu_mem_arena": "cpu_mem_arena",
     "mem_pattern": "mem_pattern",
     "config": "session_config",
+    "ops_libraries": "ops_libraries",
 }
 """Each key of ``SessionSettings.wire()`` and the field it holds (ONNX Runtime's words there)."""
 WIRE_KINDS: dict[str, type] = {
@@ -252,6 +275,7 @@ WIRE_KINDS: dict[str, type] = {
     "cpu_mem_arena": bool,
     "mem_pattern": bool,
     "config": dict,
+    "ops_libraries": list,
 }
 """The JSON type of each key of ``SessionSettings.wire()``."""
 

@@ -483,9 +483,12 @@ def test_a_request_that_never_ends_is_stopped_at_the_limit_with_its_driver(
     from onnxgate.runners.runtimes import RuntimeSpec
 
     model = _endless(tmp_path / "endless.onnx")
-    monkeypatch.setenv("ONNXGATE_JS_TIMEOUT_S", "3")
     with _js.JsRunner(load_model(model), RuntimeSpec.parse(spec)) as runner:
         assert runner._driver is not None
+        # the limit as ONNXGATE_JS_TIMEOUT_S=3 sets it, once loaded: starting Chromium may take
+        # longer than that on a busy machine
+        monkeypatch.setenv("ONNXGATE_JS_TIMEOUT_S", "3")
+        runner._driver.timeout = _js.request_timeout()
         driver = runner._driver.proc
         with pytest.raises(RunFailed) as caught:
             runner.infer({"x": np.zeros(1, np.float32)})

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -309,14 +309,15 @@ def _needs_numpy_1(version: str) -> bool:
     return release_key(version) < Version("1.19.dev0")
 
 
-def env_path(spec: RuntimeSpec) -> Path:
-    """Folder of the isolated environment for a release.
-
-    Under ``$ONNXGATE_ENV_DIR`` when set, else in the cache folder's ``envs``.
-    """
+def env_root() -> Path:
+    """Where isolated environments live: ``$ONNXGATE_ENV_DIR`` when set, else the cache's ``envs``."""
     root = os.environ.get("ONNXGATE_ENV_DIR")
-    base = Path(root) if root else cache_dir() / "envs"
-    return base / f"{spec.package}-{spec.version}-{_pytag()}"
+    return Path(root) if root else cache_dir() / "envs"
+
+
+def env_path(spec: RuntimeSpec) -> Path:
+    """Folder of the isolated environment for a release."""
+    return env_root() / f"{spec.package}-{spec.version}-{_pytag()}"
 
 
 def env_python(env: Path) -> Path:
@@ -329,13 +330,11 @@ def ensure_env(
 ) -> Path:
     """Create (once) an isolated virtual environment holding exactly ``spec``.
 
-    The environment is built under a temporary name and renamed into place when complete, so an
-    interrupted build never leaves a half-made environment that looks ready.
-
     Returns:
         The environment's Python interpreter.
 
     Raises:
+        ConfigError: ``spec`` is a runtime with no Python (ONNX Runtime's JavaScript packages).
         RuntimeEnvError: the environment or the install failed (unknown release, no wheel for
             this Python, registry unreachable).
     """
@@ -349,7 +348,76 @@ def ensure_env(
             f"{spec} runs models through compare, verify, check and bench.",
             field="runtime",
         )
-    env = env_path(spec)
+    requirements = [f"{spec.package}=={spec.version}"]
+    if _needs_numpy_1(spec.version or "0"):
+        requirements.append("numpy<2")
+    hint = (
+        f"Check that {spec} exists for Python {sys.version_info.major}.{sys.version_info.minor} "
+        f"on this platform ('pip index versions {spec.package}') and that the package "
+        "registry is reachable; a release probed once before works offline from the cache."
+    )
+    return build_env(
+        env_path(spec), requirements, str(spec), hint=hint, refresh=refresh, progress=progress
+    )
+
+
+def ensure_tool_env(
+    name: str,
+    requirements: Sequence[str],
+    *,
+    refresh: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Create (once) an isolated environment for a tool that cannot share onnxgate's own.
+
+    TensorFlow and its converters bring protobuf 7, which tritonclient refuses, for one.
+
+    ``name`` names the folder (with the Python tag), so it should carry every pinned version:
+    ``tensorflow-cpu-2.21.0+tf2onnx-1.17.0+keras-3.15.1``.
+
+    Returns:
+        The environment's Python interpreter.
+
+    Raises:
+        RuntimeEnvError: the environment or the install failed.
+    """
+    label = " ".join(requirements)
+    hint = (
+        f"Check that these releases exist for Python {sys.version_info.major}."
+        f"{sys.version_info.minor} on this platform and work together, and that the package "
+        "registry is reachable; an environment built once is reused offline."
+    )
+    return build_env(
+        env_root() / f"{name}-{_pytag()}",
+        list(requirements),
+        label,
+        hint=hint,
+        refresh=refresh,
+        progress=progress,
+    )
+
+
+def build_env(
+    env: Path,
+    requirements: list[str],
+    label: str,
+    *,
+    hint: str,
+    refresh: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Create (once) the virtual environment ``env`` holding ``requirements``.
+
+    The environment is built under a temporary name and renamed into place when complete, so an
+    interrupted build never leaves a half-made environment that looks ready; a build that loses
+    a race to another process uses the winner's.
+
+    Returns:
+        The environment's Python interpreter.
+
+    Raises:
+        RuntimeEnvError: the environment or the install failed.
+    """
     if env.exists() and not refresh and (env / ".onnxgate-ready").exists():
         return env_python(env)
     try:
@@ -357,16 +425,18 @@ def ensure_env(
         build = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
     except OSError as err:
         raise RuntimeEnvError(
-            f"cannot create an environment for {spec} under {env.parent} ({err.strerror or err}).",
-            hint="Point ONNXGATE_CACHE_DIR at a writable folder.",
+            f"cannot create an environment for {label} under {env.parent} ({err.strerror or err}).",
+            hint="Point ONNXGATE_CACHE_DIR (or ONNXGATE_ENV_DIR) at a writable folder.",
         ) from err
     say = progress or (lambda _msg: None)
     try:
-        say(f"creating an isolated environment for {spec}")
-        _run([sys.executable, "-m", "venv", str(build)], spec, "creating the virtual environment")
-        requirements = [f"{spec.package}=={spec.version}"]
-        if _needs_numpy_1(spec.version or "0"):
-            requirements.append("numpy<2")
+        say(f"creating an isolated environment for {label}")
+        _run(
+            [sys.executable, "-m", "venv", str(build)],
+            label,
+            "creating the virtual environment",
+            hint,
+        )
         say(f"installing {' '.join(requirements)}")
         _run(
             [
@@ -378,8 +448,9 @@ def ensure_env(
                 "--disable-pip-version-check",
                 *requirements,
             ],
-            spec,
+            label,
             "installing it",
+            hint,
         )
         (build / ".onnxgate-ready").write_text(" ".join(requirements) + "\n")
         if (env / ".onnxgate-ready").exists() and not refresh:
@@ -399,23 +470,18 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _run(cmd: list[str], spec: RuntimeSpec, what: str) -> None:
+def _run(cmd: list[str], label: str, what: str, hint: str) -> None:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise RuntimeEnvError(f"{what} for {spec} failed: {err}.") from err
+        raise RuntimeEnvError(f"{what} for {label} failed: {err}.") from err
     if done.returncode != 0:
         lines = [
             ln
             for ln in (done.stderr + done.stdout).splitlines()
             if ln.strip() and "WARNING" not in ln
         ]
-        raise RuntimeEnvError(
-            f"{what} for {spec} failed: {' | '.join(lines[-3:])}",
-            hint=f"Check that {spec} exists for Python {sys.version_info.major}.{sys.version_info.minor} "
-            f"on this platform ('pip index versions {spec.package}') and that the package "
-            "registry is reachable; a release probed once before works offline from the cache.",
-        )
+        raise RuntimeEnvError(f"{what} for {label} failed: {' | '.join(lines[-3:])}", hint=hint)
 
 
 def _profile_cache_path(spec: RuntimeSpec, version: str) -> Path:

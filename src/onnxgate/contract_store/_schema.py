@@ -119,6 +119,16 @@ class SignatureContract(_Strict):
     out of the file when unset, so contracts without it read as before."""
 
 
+class OpsLibraryRequirement(_Strict):
+    """A custom operator library the model needs, as it was when the contract was written."""
+
+    name: str
+    """``onnxruntime-extensions``, or the shared library's file name."""
+    version: str | None = None
+    """The package's version; None for a bare file."""
+    sha256: str
+
+
 class Requirements(_Strict):
     """What a runtime needs to load the model."""
 
@@ -127,6 +137,8 @@ class Requirements(_Strict):
     custom_domains: list[str] = []
     min_runtime: str | None = None
     """The oldest ONNX Runtime release whose limits admit the model, e.g. ``1.16``."""
+    ops_libraries: list[OpsLibraryRequirement] = []
+    """Custom operator libraries registered in every session, in order."""
 
 
 class Lineage(_Strict):

@@ -20,6 +20,7 @@ from onnxgate.runners._refusal import refusal
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
 from onnxgate.runners._spec import SPEC_HELP, make_runner
 from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB, triton_parameters
+from onnxgate.runners._tfenv import DEFAULT_TOOLCHAIN, TfToolchain, tf_python
 from onnxgate.runners._torch import TorchRunner, import_root, load_entry
 from onnxgate.runners.runtimes import (
     RunExtras,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "DEFAULT_TOOLCHAIN",
     "PRECISIONS",
     "SPEC_HELP",
     "WORKSPACE_MB",
@@ -66,6 +68,7 @@ __all__ = [
     "Script",
     "SklearnRunner",
     "TensorTap",
+    "TfToolchain",
     "TorchRunner",
     "UnknownRequest",
     "check_session",
@@ -85,6 +88,7 @@ __all__ = [
     "runtime_version",
     "schema_version",
     "serve_requests",
+    "tf_python",
     "triton_parameters",
     "with_tensorrt",
     "worker_command",

@@ -18,6 +18,7 @@ from onnxgate.errors import (
     ProviderFailed,
     ProviderUnavailable,
     RunFailed,
+    RuntimeEnvError,
     SessionFailed,
 )
 
@@ -33,7 +34,7 @@ def refusal(
 
     Args:
         answer: ``{"error": KIND, "message": ..., "provider": ...}``; kinds ``unavailable``,
-            ``provider``, ``level``, ``session``, ``run``.
+            ``provider``, ``level``, ``library``, ``session``, ``run``.
         runtime: ``onnxruntime 1.24.1`` or ``onnxruntime-openvino 1.24.1``, for messages.
         what: the model, for messages.
         providers: the providers asked for, for messages.
@@ -57,6 +58,12 @@ def refusal(
     if kind == "level":
         return ConfigError(
             f"{message}.", hint="Use --opt-level extended, or all (which includes layout)."
+        )
+    if kind == "library":
+        return RuntimeEnvError(
+            f"{runtime}: {message}.",
+            hint="Give a library built for this platform and ONNX Runtime release "
+            "(ops_libraries), or install the package that ships it in the runtime's environment.",
         )
     if kind == "session":
         return SessionFailed(

@@ -60,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "cpu_mem_arena": True,
     "mem_pattern": True,
     "config": {},
+    "ops_libraries": [],
 }
 """ONNX Runtime's own defaults, in the settings' shape."""
 
@@ -69,18 +70,30 @@ class Refused(Exception):
 
     Kinds: ``unavailable`` (a provider is not in this build), ``level`` (no such optimisation level
     in this release), ``provider`` (a provider failed to start, so ONNX Runtime would run without
-    it), ``session`` (the model is refused).
+    it), ``library`` (a custom operator library cannot be loaded), ``session`` (the model is
+    refused).
     """
 
-    def __init__(self, kind: str, message: str, *, provider: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        provider: str | None = None,
+        library: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.provider = provider
+        self.library = library
 
     def to_dict(self) -> dict[str, Any]:
         """The refusal as a JSON answer of a script."""
-        return {"error": self.kind, "message": self.message, "provider": self.provider}
+        answer = {"error": self.kind, "message": self.message, "provider": self.provider}
+        if self.library is not None:
+            answer["library"] = self.library
+        return answer
 
 
 def complete(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,7 +135,51 @@ def session_options(settings: Mapping[str, Any], *, log_severity: int = 3) -> An
     so.log_severity_level = log_severity  # failures reach the caller as exceptions
     for key, value in settings["config"].items():
         so.add_session_config_entry(str(key), str(value))
+    for spec in settings["ops_libraries"]:
+        register_library(so, str(spec))
     return so
+
+
+EXTENSIONS = "onnxruntime-extensions"
+"""The package whose library ``ops_libraries`` may name instead of a path."""
+
+
+def library_file(spec: str) -> str:
+    """The shared library a ``ops_libraries`` item names, in this environment.
+
+    Raises:
+        Refused: ``library`` when the named package is not installed here.
+    """
+    if spec != EXTENSIONS:
+        return spec
+    try:
+        import onnxruntime_extensions
+    except ImportError as err:
+        raise Refused(
+            "library",
+            f"{EXTENSIONS} is not installed beside onnxruntime {ort.__version__} ({err})",
+            library=spec,
+        ) from err
+    return str(onnxruntime_extensions.get_library_path())
+
+
+def register_library(so: Any, spec: str) -> None:
+    """Register one custom operator library in session options.
+
+    Raises:
+        Refused: ``library`` when the file is missing or ONNX Runtime cannot load it (built for
+            another platform, or against a newer ONNX Runtime API than this release has).
+    """
+    path = library_file(spec)
+    try:
+        so.register_custom_ops_library(path)
+    except Exception as err:  # ORT raises its own exception types, not a shared base
+        text = " ".join(str(err).split()) or type(err).__name__
+        raise Refused(
+            "library",
+            f"cannot load the custom operator library {path}: {_after_source(text)}",
+            library=spec,
+        ) from err
 
 
 def provider_arguments(settings: Mapping[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
