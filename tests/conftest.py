@@ -125,6 +125,36 @@ def minilm_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_minilm(tmp_path_factory.mktemp("minilm") / "all-MiniLM-L6-v2.onnx")
 
 
+@pytest.fixture(scope="session")
+def tf_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The TensorFlow export tests' models (tf_models.py), built once per session in TensorFlow's
+    isolated environment (built there on first use, about a minute); nothing is committed.
+
+    Holds cnn/lstm/mha/custom/eig.keras and the SavedModel folder ``scorer``; the custom layers
+    are in tests/tf_layers.py (``TF_LAYERS``).
+    """
+    import subprocess
+    import sys
+
+    from onnxgate.runners import tf_python
+
+    folder = tmp_path_factory.mktemp("tf-models")
+    done = subprocess.run(
+        [str(tf_python()), str(Path(__file__).with_name("tf_models.py")), str(folder)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONNOUSERSITE": "1"},
+    )
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise RuntimeError(f"building the TensorFlow test models failed: {done.stderr[-2000:]}")
+    return folder
+
+
+TF_LAYERS = Path(__file__).with_name("tf_layers.py")
+"""The custom Keras layers of the TensorFlow export tests (``--custom-objects``)."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave the ``idle`` tests out of a run that selects no marker (``make test``, CI).
 

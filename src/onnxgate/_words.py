@@ -74,6 +74,11 @@ GATE_KEYS: dict[str, str] = {
     "opset": "model.opset",
     "exporter": "model.exporter",
     "dtype": "model.dtype",
+    "paths": "model.paths",
+    "custom_objects": "model.custom_objects",
+    "tf_version": "model.tf_version",
+    "tf2onnx_version": "model.tf2onnx_version",
+    "keras_version": "model.keras_version",
 }
 """Settings that belong to one table whichever step meets them (``[model]``'s are the export's)."""
 

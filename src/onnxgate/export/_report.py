@@ -15,8 +15,29 @@ from onnxgate.contract import Contract, Lineage
 from onnxgate.settings import config_hash
 
 
+class TfCandidate(BaseModel):
+    """One conversion path of ``export tf``: what it made and how close it came to TensorFlow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    """``tf2onnx-keras``, ``tf2onnx-saved-model`` or ``keras-onnx``."""
+    exporter: str
+    """The converter and its release: ``tf2onnx 1.17.0 (keras)``."""
+    chosen: bool = False
+    passed: bool | None = None
+    """Parity with TensorFlow at every sample (None: it did not convert)."""
+    max_abs: float | None = None
+    """The largest absolute difference from TensorFlow over every output and sample."""
+    nodes: int | None = None
+    seconds: float = 0.0
+    """How long the conversion took."""
+    error: str | None = None
+    """Why the path did not convert, or its file did not run."""
+
+
 class ExportReport(BaseModel):
-    """The answer of ``onnxgate export torch`` and ``export sklearn``."""
+    """The answer of ``onnxgate export torch``, ``export sklearn`` and ``export tf``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -27,13 +48,16 @@ class ExportReport(BaseModel):
     path: Path
     """The asked path; the model is there only when ``passed``."""
     exporter: str
-    """``dynamo`` or ``torchscript`` (torch.onnx), or ``skl2onnx``."""
+    """``dynamo`` or ``torchscript`` (torch.onnx), ``skl2onnx``, or the TensorFlow path's
+    converter (``tf2onnx 1.17.0 (keras)``)."""
     opset: int
     ir_version: int
     dtype: str | None = None
     """The inputs' element type (scikit-learn exports)."""
     parity: CompareReport
     """ONNX Runtime on the exported model against the source, at every parity sample."""
+    candidates: list[TfCandidate] = []
+    """``export tf``: every conversion path tried, with its figures (one is ``chosen``)."""
     contract: Contract | None = None
     """The contract written beside the model (None with ``contract=False`` or on a miss)."""
     notices: list[str] = []

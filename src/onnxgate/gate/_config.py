@@ -50,7 +50,7 @@ message quotes the value)."""
 MESSAGE = 1000
 """Characters of one refusal's explanation: the library's words are kept whole up to here."""
 
-SourceKind = Literal["onnx", "torch", "sklearn"]
+SourceKind = Literal["onnx", "torch", "sklearn", "tf", "keras"]
 
 
 class ModelSection(Part):
@@ -59,15 +59,30 @@ class ModelSection(Part):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     """The registry's name of the model (letters, digits, ``.``, ``_``, ``-``)."""
     source: str
-    """An ``.onnx`` file, ``torch:package.module:factory``, or ``sklearn:estimator.joblib``."""
+    """An ``.onnx`` file, ``torch:package.module:factory``, ``sklearn:estimator.joblib``,
+    ``tf:saved_model_folder`` (or a Keras file), or ``keras:model.keras``."""
     dynamic: list[str] = []
-    """torch: dynamic axes as ``INPUT:AXIS=LABEL`` (``input_ids:0=batch``)."""
+    """torch: dynamic axes as ``INPUT:AXIS=LABEL`` (``input_ids:0=batch``); tf/keras: labels
+    of the model's dynamic (None) axes (``tokens:1=seq``)."""
     output_names: list[str] = []
     """torch: names of the exported outputs."""
     example_inputs: Path | None = None
-    """torch: an .npz of example inputs when the factory does not return them."""
+    """torch: an .npz of example inputs when the factory does not return them; tf/keras: an
+    .npz whose shapes and value ranges (token ids) seed the parity inputs."""
     opset: int | None = None
-    """torch/sklearn: the opset to export at (default: the exporter's, capped by the runtimes)."""
+    """torch/sklearn/tf/keras: the opset to export at (default: the exporter's, 17 for tf/keras,
+    capped by the runtimes)."""
+    paths: list[Literal["tf2onnx-keras", "tf2onnx-saved-model", "keras-onnx"]] = []
+    """tf/keras: the conversion paths to try (default: every one that applies); the one closest
+    to TensorFlow is kept."""
+    custom_objects: list[Path] = []
+    """tf/keras: Python files defining and registering the model's custom Keras layers."""
+    tf_version: str | None = None
+    """tf/keras: the tensorflow-cpu release of TensorFlow's isolated environment."""
+    tf2onnx_version: str | None = None
+    """tf/keras: the tf2onnx release of that environment."""
+    keras_version: str | None = None
+    """tf/keras: the Keras release of that environment."""
     exporter: Literal["dynamo", "torchscript", "auto"] = "dynamo"
     """torch: which ``torch.onnx`` exporter; ``auto`` tries dynamo, then TorchScript."""
     data: Path | None = None
@@ -94,26 +109,40 @@ class ModelSection(Part):
             return "torch"
         if self.source.startswith("sklearn:"):
             return "sklearn"
+        if self.source.startswith("tf:"):
+            return "tf"
+        if self.source.startswith("keras:"):
+            return "keras"
         return "onnx"
 
     @property
     def location(self) -> str:
-        """The source without its ``torch:``/``sklearn:`` prefix."""
+        """The source without its ``torch:``/``sklearn:``/``tf:``/``keras:`` prefix."""
         return self.source.split(":", 1)[1] if self.kind != "onnx" else self.source
 
     @model_validator(mode="after")
     def _source(self) -> ModelSection:
         if self.kind == "onnx" and not self.source.endswith(".onnx"):
             raise ValueError(
-                f"source {self.source!r} is not an .onnx file, torch:package.module:factory "
-                "or sklearn:estimator.joblib"
+                f"source {self.source!r} is not an .onnx file, torch:package.module:factory, "
+                "sklearn:estimator.joblib, tf:saved_model_folder or keras:model.keras"
             )
         if self.kind == "sklearn" and self.data is None:
             raise ValueError("an sklearn source needs data = 'rows.npz' to prove the conversion on")
         if self.kind != "sklearn" and self.dtype is not None:
             raise ValueError("dtype applies to sklearn sources (the type of the exported inputs)")
-        if self.kind != "torch" and (self.dynamic or self.output_names or self.example_inputs):
-            raise ValueError("dynamic, output_names and example_inputs apply to torch sources only")
+        tf = self.kind in ("tf", "keras")
+        if self.kind != "torch" and self.output_names:
+            raise ValueError("output_names applies to torch sources only")
+        if self.kind != "torch" and not tf and (self.dynamic or self.example_inputs):
+            raise ValueError("dynamic and example_inputs apply to torch, tf and keras sources")
+        tf_keys = [
+            k
+            for k in ("paths", "custom_objects", "tf_version", "tf2onnx_version", "keras_version")
+            if getattr(self, k)
+        ]
+        if tf_keys and not tf:
+            raise ValueError(f"{', '.join(tf_keys)} apply to tf and keras sources only")
         if self.kind != "onnx" and self.batch_axis is not None:
             raise ValueError(
                 "batch_axis applies to .onnx sources; an export names its own dims (dynamic)"
@@ -703,11 +732,12 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
     source = model.source
     if model.kind == "onnx":
         source = str(fix(Path(source)))
-    elif model.kind == "sklearn":
-        source = f"sklearn:{fix(Path(model.location))}"
+    elif model.kind in ("sklearn", "tf", "keras"):
+        source = f"{model.kind}:{fix(Path(model.location))}"
     model = model.model_copy(
         update={
             "source": source,
+            "custom_objects": [fix(p) for p in model.custom_objects],
             "example_inputs": fix(model.example_inputs),
             "data": fix(model.data),
             # a torch entry point imports from the config's folder, wherever the gate runs from

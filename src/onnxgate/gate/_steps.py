@@ -133,6 +133,8 @@ def export(ctx: Context, step: ExportStep) -> Outcome:
         return _export_torch(ctx, step)
     if source.kind == "sklearn":
         return _export_sklearn(ctx, step)
+    if source.kind in ("tf", "keras"):
+        return _export_tf(ctx, step)
     return _adopt_onnx(ctx, step)
 
 
@@ -221,6 +223,34 @@ def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
         model.location, config, trust_pickle=model.trust_pickle, progress=ctx.progress
     )
     return _exported(report, "scikit-learn")
+
+
+def _export_tf(ctx: Context, step: ExportStep) -> Outcome:
+    from onnxgate.export import TfExportConfig, export_tf, parse_dynamic
+    from onnxgate.runners import DEFAULT_TOOLCHAIN
+
+    model = ctx.config.model
+    data = ctx.config.feeds.inputs
+    config = library_config(
+        step,
+        TfExportConfig,
+        out=ctx.model,
+        format="keras" if model.kind == "keras" else "auto",
+        opset=model.opset or 17,
+        paths=tuple(model.paths),
+        dynamic=parse_dynamic(model.dynamic),
+        # [feeds] inputs, an .npz of the model's inputs by name, are examples too
+        example_inputs=model.example_inputs
+        or (data if data is not None and data.suffix == ".npz" else None),
+        custom_objects=tuple(model.custom_objects),
+        runtime=_oldest_release(ctx.runtimes),
+        tf_version=model.tf_version or DEFAULT_TOOLCHAIN.tensorflow,
+        tf2onnx_version=model.tf2onnx_version or DEFAULT_TOOLCHAIN.tf2onnx,
+        keras_version=model.keras_version or DEFAULT_TOOLCHAIN.keras,
+        dims=ctx.config.feeds.bounds(),
+    )
+    report = export_tf(model.location, config, progress=ctx.progress)
+    return _exported(report, "TensorFlow")
 
 
 def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
