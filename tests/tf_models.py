@@ -86,7 +86,9 @@ def main(folder: Path) -> None:
     for build in (cnn, lstm, mha, custom, eig, bits):
         build().save(folder / f"{build.__name__}.keras")
     scorer = Scorer()
-    tf.saved_model.save(scorer, str(folder / "scorer"), signatures={"serving_default": scorer.__call__})
+    tf.saved_model.save(
+        scorer, str(folder / "scorer"), signatures={"serving_default": scorer.__call__}
+    )
 
 
 if __name__ == "__main__":
