@@ -93,7 +93,8 @@ def _show(report: ExportReport, fmt: Format) -> None:
             report.opset,
             report.parity,
             report.contract,
-            report.notices,
+            # export tf's first notice says which path was chosen: the candidate lines show it
+            report.notices[1:] if report.candidates else report.notices,
             report.candidates,
         )
     else:
