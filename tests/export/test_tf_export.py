@@ -86,12 +86,12 @@ def test_multi_head_attention_passes_at_three_batches_and_sequence_lengths(
     tf_models, tmp_path
 ) -> None:
     out = tmp_path / "mha.onnx"
-    report = export_tf(
-        tf_models / "mha.keras", TfExportConfig(out=out, paths=("tf2onnx-keras", "keras-onnx"))
-    )
+    # Keras' own exporter alone: tf2onnx-keras takes 3x longer on this model for the same graph
+    report = export_tf(tf_models / "mha.keras", TfExportConfig(out=out, paths=("keras-onnx",)))
     assert report.passed, report.reason
     assert _sizes(report, "batch") == {1, 7, 32} and _sizes(report, "tokens_1") == {1, 10, 19}
-    assert [c.path for c in report.candidates] == ["tf2onnx-keras", "keras-onnx"]
+    assert [c.path for c in report.candidates] == ["keras-onnx"]
+    assert report.exporter == "keras 3.15.1 (model.export onnx)"
 
 
 def test_a_custom_layer_is_loaded_from_the_file_that_registers_it(tf_models, tmp_path) -> None:
@@ -180,3 +180,22 @@ def test_a_folder_is_not_a_keras_file_and_a_saved_model_has_one_path(tmp_path) -
     )
     assert result.exit_code == 2
     assert "'tf2onnx' is not one of 'tf2onnx-keras', 'tf2onnx-saved-model'" in result.output
+
+
+def test_an_environment_that_cannot_be_built_is_exit_3_naming_the_toolchain(
+    tmp_path, monkeypatch
+) -> None:
+    (tmp_path / "sm").mkdir()
+    (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ONNXGATE_ENV_DIR", str(blocker / "envs"))
+    result = runner.invoke(
+        app,
+        ["export", "tf", str(tmp_path / "sm"), "-o", str(tmp_path / "m.onnx")]
+        + ["--tf-version", "2.20.0"],
+    )
+    assert result.exit_code == 3, result.output
+    text = " ".join(result.output.split())
+    assert "tensorflow-cpu==2.20.0 tf2onnx==1.17.0 keras==3.15.1" in text
+    assert "ONNXGATE_ENV_DIR" in text

@@ -294,11 +294,7 @@ def _labels(
     return labels
 
 
-def _examples(
-    inputs: Sequence[Mapping[str, Any]],
-    labels: Mapping[str, Mapping[int, str]],
-    config: TfExportConfig,
-) -> dict[str, np.ndarray]:
+def _examples(inputs: Sequence[Mapping[str, Any]], config: TfExportConfig) -> dict[str, np.ndarray]:
     """Example inputs the parity samples follow: the given ones, or synthesized by the signature."""
     if config.example_inputs is not None:
         given = dict(load_feeds(config.example_inputs)[0].feeds)
@@ -324,7 +320,6 @@ def _examples(
             examples[spec["name"]] = rng.integers(0, 10, size=shape).astype(dtype)
         else:
             examples[spec["name"]] = rng.normal(0, 1, size=shape).astype(dtype)
-    del labels
     return examples
 
 
@@ -612,7 +607,7 @@ def export_tf(
         inputs, tf_outputs = loaded_answer["inputs"], loaded_answer["outputs"]
         versions = loaded_answer["versions"]
         labels = _labels(inputs, config.dynamic)
-        examples = _examples(inputs, labels, config)
+        examples = _examples(inputs, config)
         samples = parity_samples(examples, labels, seed=config.seed, ranges=config.dims)
         say(f"converting at opset {opset}: {', '.join(paths)}")
         converted = process.ask(

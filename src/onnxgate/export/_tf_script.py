@@ -144,11 +144,28 @@ class _Captured(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+def _called(model: Any) -> None:
+    """Call a loaded Keras model once, on zeros with dynamic axes at 1.
+
+    Keras' own exporters refuse a model that "has never called" (a loaded MultiHeadAttention
+    model, for one).
+    """
+    if STATE.get("called"):
+        return
+    zeros = [
+        np.zeros([1 if d is None else d for d in i["shape"]], i["dtype"]) for i in STATE["inputs"]
+    ]
+    model(zeros[0] if len(zeros) == 1 else zeros, training=False)
+    STATE["called"] = True
+
+
 def _convert_one(path: str, opset: int, target: Path) -> None:
     import tensorflow as tf
     import tf2onnx
 
     model = STATE["model"]
+    if STATE["kind"] == "keras" and path != "tf2onnx-keras":
+        _called(model)
     if path == "tf2onnx-keras":
         tf2onnx.convert.from_keras(
             model, input_signature=_specs(), opset=opset, output_path=str(target)
