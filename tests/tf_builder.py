@@ -5,6 +5,8 @@ model (TensorFlow takes seconds to start) and converts with tf2onnx's command li
 (``python -m tf2onnx.convert --saved-model DIR --opset 17 --output X.onnx``, called in-process):
 - ``sm/`` a SavedModel (x[N,4] -> MatMul, Add, Relu, MatMul -> logits) and ``sm.onnx``;
 - ``renamed/`` the same function whose signature input is ``features`` (no ONNX file);
+- ``cnn/`` a SavedModel of two channels-last convolutions (image[N,10,12,3] -> Conv2D 3x3x5,
+  Relu, Conv2D 3x3x4 -> features[N,6,8,4]), which tf2onnx runs channels-first, and ``cnn.onnx``;
 - ``model.keras`` a Keras Sequential model, exported as ``keras_sm/`` and converted to
   ``keras.onnx``.
 """
@@ -30,6 +32,18 @@ class Mlp(tf.Module):
         return {"logits": tf.matmul(h, self.w2)}
 
 
+class Cnn(tf.Module):
+    def __init__(self) -> None:
+        rng = np.random.default_rng(1)
+        self.k1 = tf.Variable(rng.standard_normal((3, 3, 3, 5)).astype("float32"))
+        self.k2 = tf.Variable(rng.standard_normal((3, 3, 5, 4)).astype("float32"))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 10, 12, 3], tf.float32, name="image")])
+    def forward(self, image: tf.Tensor) -> dict[str, tf.Tensor]:
+        h = tf.nn.relu(tf.nn.conv2d(image, self.k1, 1, "VALID"))
+        return {"features": tf.nn.conv2d(h, self.k2, 1, "VALID")}
+
+
 def convert(saved: Path, out: Path) -> None:
     from tf2onnx import convert as tf2onnx_convert
 
@@ -49,6 +63,9 @@ def main(folder: Path) -> None:
         function = tf.function(mlp.forward, input_signature=[spec])
         tf.saved_model.save(mlp, str(folder / name), signatures={"serving_default": function})
     convert(folder / "sm", folder / "sm.onnx")
+    cnn = Cnn()
+    tf.saved_model.save(cnn, str(folder / "cnn"), signatures={"serving_default": cnn.forward})
+    convert(folder / "cnn", folder / "cnn.onnx")
 
     import keras
 

@@ -54,6 +54,28 @@ def test_a_planted_weight_change_is_localized_to_its_node_by_name(tf_models, tmp
     assert found["chain"] == ["StatefulPartitionedCall/Relu", "StatefulPartitionedCall/MatMul_1"]
 
 
+def test_a_channels_last_convolution_is_localized_with_its_kernel(tf_models, tmp_path):
+    # tf2onnx runs the convolutions channels-first under TensorFlow's channels-last names
+    proto = onnx.load(tf_models / "cnn.onnx")
+    second = [n for n in proto.graph.node if n.op_type == "Conv"][1]
+    kernel = next(t for t in proto.graph.initializer if t.name == second.input[1])
+    changed = numpy_helper.to_array(kernel).copy()
+    assert changed.shape == (4, 5, 3, 3)  # ONNX's (out, in, h, w); TensorFlow holds (h, w, in, out)
+    changed[0, 0, 0, 0] += 0.5
+    kernel.CopyFrom(numpy_helper.from_array(changed, kernel.name))
+    onnx.save(proto, tmp_path / "planted.onnx")
+    result, report = run_json(
+        str(tmp_path / "planted.onnx"), "--against", f"tf:{tf_models / 'cnn'}", "--localize"
+    )
+    assert result.exit_code == 1, result.stdout
+    found = report["first_divergence"]
+    assert found["node"] == second.name
+    inputs = {t["name"]: t for t in found["inputs"]}
+    assert inputs[second.input[0]]["agrees"]  # the first convolution's output, moved to NCHW
+    assert inputs[kernel.name]["mismatches"] == 1 and inputs[kernel.name]["max_abs"] == 0.5
+    assert found["replay"]["verdict"] == "differs on identical inputs"
+
+
 def test_tensorflow_environment_that_cannot_start_is_exit_3(tf_models, monkeypatch):
     import onnxgate.runners._tf as tf_runner
 

@@ -12,7 +12,7 @@ from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, RunFailed
 from onnxgate.model import load_model
 from onnxgate.runners import OrtRunner, make_runner
-from onnxgate.runners._tf import TfRunner
+from onnxgate.runners._tf import TfRunner, in_onnx_layout
 from onnxgate.settings import SessionSettings, Tolerances
 
 X = np.random.default_rng(0).random((3, 4), dtype=np.float32)
@@ -40,6 +40,18 @@ def test_a_path_that_is_no_tensorflow_model_is_refused_by_name(tmp_path):
         make_runner(f"tf:{tmp_path / 'empty'}", loaded)
     with pytest.raises(ConfigError, match=r"relu.onnx is neither a SavedModel folder nor a Keras"):
         make_runner(f"tf:{loaded.path}", loaded)
+
+
+def test_channels_last_tensors_take_the_onnx_layout_only_when_that_alone_fits():
+    nhwc = np.arange(2 * 6 * 7 * 5, dtype=np.float32).reshape(2, 6, 7, 5)
+    moved = in_onnx_layout(nhwc, (None, 5, 6, 7))
+    np.testing.assert_array_equal(moved, nhwc.transpose(0, 3, 1, 2))
+    assert in_onnx_layout(nhwc, (None, 6, 7, 5)) is nhwc  # already the declared shape
+    assert in_onnx_layout(nhwc, (2, 35, 6)) is None  # another tensor by the same name
+    assert in_onnx_layout(nhwc, None) is nhwc  # nothing declared: as it is
+    kernel = np.zeros((3, 3, 5, 4), np.float32)  # TensorFlow's (h, w, in, out)
+    assert in_onnx_layout(kernel, (4, 5, 3, 3)) is None  # only weights are kernels
+    assert in_onnx_layout(kernel, (4, 5, 3, 3), weight=True).shape == (4, 5, 3, 3)
 
 
 @pytest.mark.slow

@@ -213,10 +213,16 @@ def _explain(inputs: list[TensorError], replayed: Replay) -> str:
             + replayed.statement
         )
     if changed and not any(name in replayed.statement for name in changed):
-        # the replay ran the reference side's own weights, which it does not name
+        # one model file: the replay ran each side on its own weights, which it cannot name
+        ran = (
+            f"; replayed alone on identical inputs, each side with its own weights, its outputs "
+            f"differ by max_abs {replayed.output_difference or 0:.3g}"
+            if replayed.verdict == "differs on identical inputs"
+            else f"; {replayed.statement}"
+        )
         return (
             f"its weight(s) {', '.join(changed)} differ from the reference side's tensor(s) of "
-            f"the same name; {replayed.statement}"
+            f"the same name{ran}"
         )
     return replayed.statement
 

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
+import onnx
 
+from onnxgate._native import native_step
 from onnxgate.errors import ConfigError, InternalError, RunFailed, RuntimeEnvError
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners._base import Inference, RunnerInfo
@@ -82,6 +84,53 @@ def _match(onnx_name: str, names: list[str]) -> str | None:
     for candidate in (onnx_name, onnx_name.removesuffix(":0")):
         if candidate in names:
             return candidate
+    return None
+
+
+def declared_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int | None, ...]]:
+    """Each value's shape as the ONNX graph declares or infers it (None for a symbolic dim)."""
+    try:
+        with native_step("onnx shape inference"):
+            graph = onnx.shape_inference.infer_shapes(proto).graph
+    except Exception:  # inference is a help for matching layouts, not a requirement
+        log.debug("shape inference failed while reading TensorFlow tensors", exc_info=True)
+        graph = proto.graph
+    shapes: dict[str, tuple[int | None, ...]] = {t.name: tuple(t.dims) for t in graph.initializer}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if tensor.HasField("shape"):
+            dims = (d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+            shapes[value.name] = tuple(dims)
+    return shapes
+
+
+def _fits(shape: tuple[int, ...], declared: tuple[int | None, ...]) -> bool:
+    if len(shape) != len(declared):
+        return False
+    return all(d is None or d == s for s, d in zip(shape, declared, strict=True))
+
+
+def in_onnx_layout(
+    value: np.ndarray, declared: tuple[int | None, ...] | None, *, weight: bool = False
+) -> Any:
+    """A TensorFlow tensor in the ONNX value's layout, or None when it is another tensor.
+
+    tf2onnx runs convolutions channels-first and keeps TensorFlow's names on their
+    channels-last tensors: such a tensor is moved to channels-first when only that fits the
+    declared shape, and a convolution kernel (``weight``) from TensorFlow's (spatial..., in, out)
+    to ONNX's (out, in, spatial...). A tensor that fits no way was changed by the conversion
+    beyond its layout: it is not compared. (When several fit, as with as many channels as rows
+    and columns, the tensor is taken as it is.)
+    """
+    if declared is None or _fits(value.shape, declared):
+        return value
+    if value.ndim < 3:
+        return None
+    rank = value.ndim
+    kernel = (rank - 1, rank - 2, *range(rank - 2))
+    for moved in (np.moveaxis(value, -1, 1), *([value.transpose(kernel)] if weight else [])):
+        if _fits(moved.shape, declared):
+            return moved
     return None
 
 
@@ -184,6 +233,7 @@ class TfRunner:
         self._worker: _Worker | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._owner: TfRunner | None = None
+        self._shapes: dict[str, tuple[int | None, ...]] | None = None
         self._count = 0
 
     def __enter__(self) -> Self:
@@ -306,7 +356,9 @@ class TfRunner:
         """How ``infer_all`` sees intermediate tensors."""
         return (
             f"{self.name} as the frozen graph tf2onnx converts, every ONNX value name fetched "
-            "from it by tensor name in a TensorFlow session (names it lacks are not compared)"
+            "from it by tensor name in a TensorFlow session, channels-last tensors moved to "
+            "the ONNX graph's channels-first layout (names it lacks, and tensors of another "
+            "shape, are not compared)"
         )
 
     def _tf_name(self, onnx_name: str) -> str:
@@ -314,11 +366,23 @@ class TfRunner:
         return owner._inputs.get(onnx_name) or owner._outputs.get(onnx_name) or onnx_name
 
     def _tensors(self, feeds: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
-        """The tensors of ``names`` (ONNX names) the frozen graph has, fed ``feeds``."""
+        """The tensors of ``names`` (ONNX names) the frozen graph has, fed ``feeds``.
+
+        Fetched tensors come back in the ONNX layout (``in_onnx_layout``); fed ones are moved
+        back to TensorFlow's by the worker.
+        """
+        owner = self._owner or self
+        if owner._shapes is None:
+            owner._shapes = declared_shapes(owner.model.proto)
         wanted = {self._tf_name(name): name for name in names}
         given = {self._tf_name(k): v for k, v in feeds.items()}
         found = self._ask("tensors", given, names=list(wanted))
-        return {wanted[k]: v for k, v in found.items()}
+        weights = {t.name for t in owner.model.proto.graph.initializer}
+        moved = {
+            wanted[k]: in_onnx_layout(v, owner._shapes.get(wanted[k]), weight=wanted[k] in weights)
+            for k, v in found.items()
+        }
+        return {name: value for name, value in moved.items() if value is not None}
 
     def infer_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Every value of the ONNX main graph that the frozen TensorFlow graph has, by name.

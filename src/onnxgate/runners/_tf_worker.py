@@ -230,7 +230,7 @@ class _Worker:
             tensor = self._tensor(name)
             if tensor is None:
                 raise _Failure("RunFailed", f"the frozen graph has no tensor {name!r} to feed")
-            feeds[tensor] = value
+            feeds[tensor] = _tf_layout(value, tensor.shape)
         found, missing = {}, []
         for name in request["names"]:
             tensor = self._tensor(name)
@@ -257,6 +257,17 @@ class _Worker:
             "message": f"the TensorFlow worker failed during {op!r}: {_words(error)} (at "
             f"{os.path.basename(where.filename)}:{where.lineno})",
         }
+
+
+def _tf_layout(value: np.ndarray, shape: Any) -> np.ndarray:
+    """A fed ONNX tensor moved to channels-last when only that fits the graph's tensor.
+
+    tf2onnx runs convolutions channels-first under TensorFlow's tensor names.
+    """
+    if shape.rank is None or value.ndim < 3 or shape.is_compatible_with(value.shape):
+        return value
+    moved = np.moveaxis(value, 1, -1)
+    return moved if shape.is_compatible_with(moved.shape) else value
 
 
 def _read(path: str) -> dict[str, np.ndarray]:
