@@ -155,6 +155,31 @@ TF_LAYERS = Path(__file__).with_name("tf_layers.py")
 """The custom Keras layers of the TensorFlow export tests (``--custom-objects``)."""
 
 
+@pytest.fixture(scope="session")
+def tf_reference_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small TensorFlow models and their tf2onnx conversions, built once per session.
+
+    ``tf_builder.py`` runs in TensorFlow's isolated environment (built on first use): see it for
+    the folder's files. Nothing is committed; the models are made at test time.
+    """
+    import subprocess
+    import sys
+
+    from onnxgate.runners import tf_python
+
+    folder = tmp_path_factory.mktemp("tf-reference-models")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env |= {"PYTHONNOUSERSITE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    builder = Path(__file__).with_name("tf_builder.py")
+    done = subprocess.run(
+        [str(tf_python()), str(builder), str(folder)], env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        sys.stderr.write(done.stderr[-4000:])
+        raise RuntimeError(f"tf_builder.py failed with exit code {done.returncode}")
+    return folder
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave the ``idle`` tests out of a run that selects no marker (``make test``, CI).
 

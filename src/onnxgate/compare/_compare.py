@@ -409,8 +409,9 @@ def _localize_worst(
         return None
     if not isinstance(candidate, TensorTap) or not isinstance(reference, TensorTap):
         notes.append(
-            "localisation needs two ONNX executions (ONNX Runtime or the reference "
-            f"evaluator); {candidate.name} vs {reference.name} has no shared tensor names"
+            "localisation needs two executions that return tensors by name (ONNX Runtime, the "
+            f"reference evaluator, TensorFlow); {candidate.name} vs {reference.name} has no "
+            "shared tensor names"
         )
         return None
     sample = next((s for s in samples if s.label == failed.worst_sample), samples[0])

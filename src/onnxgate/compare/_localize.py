@@ -125,7 +125,8 @@ def localize(
             continue
         if not all(errors[n].agrees for n in computed):
             continue
-        inputs = [errors[n] for n in computed] + _weight_errors(candidate, reference, node, config)
+        inputs = [errors[n] for n in computed]
+        inputs += _weight_errors(candidate, reference, node, b_all, config)
         outputs = [errors[o] for o in node.output if o in errors]
         replayed = replay(
             candidate,
@@ -175,15 +176,26 @@ def localize(
 
 
 def _weight_errors(
-    candidate: TensorTap, reference: TensorTap, node: NodeProto, config: Tolerances
+    candidate: TensorTap,
+    reference: TensorTap,
+    node: NodeProto,
+    b_all: dict[str, Any],
+    config: Tolerances,
 ) -> list[TensorError]:
-    """The node's weights, compared between the two model files when they are two files."""
+    """The node's weights, compared with the reference side's.
+
+    Between the two model files when they are two files; otherwise with the tensors of the same
+    names the reference side returned (a TensorFlow graph whose constants tf2onnx named the
+    initializers after), when their shapes match (a converter may store a weight transposed).
+    """
     mine, theirs = candidate.model, reference.model
-    if mine is theirs or mine.path == theirs.path:
-        return []
+    two_files = not (mine is theirs or mine.path == theirs.path)
     found = []
     for name in node.input:
-        a, b = _weight(mine, name), _weight(theirs, name)
+        a = _weight(mine, name)
+        b = _weight(theirs, name) if two_files else b_all.get(name)
+        if not two_files and (a is None or getattr(b, "shape", None) != a.shape):
+            continue
         if a is not None and b is not None:
             error = _tensor_error(name, a, b, config)
             found.append(error.model_copy(update={"initializer": True}))
@@ -199,6 +211,18 @@ def _explain(inputs: list[TensorError], replayed: Replay) -> str:
             + ", ".join(changed)
             + " differ between the two files; "
             + replayed.statement
+        )
+    if changed and not any(name in replayed.statement for name in changed):
+        # one model file: the replay ran each side on its own weights, which it cannot name
+        ran = (
+            f"; replayed alone on identical inputs, each side with its own weights, its outputs "
+            f"differ by max_abs {replayed.output_difference or 0:.3g}"
+            if replayed.verdict == "differs on identical inputs"
+            else f"; {replayed.statement}"
+        )
+        return (
+            f"its weight(s) {', '.join(changed)} differ from the reference side's tensor(s) of "
+            f"the same name{ran}"
         )
     return replayed.statement
 

@@ -127,8 +127,9 @@ def lone_node_model(
     proto = helper.make_model(lone, opset_imports=list(model.proto.opset_import))
     proto.ir_version = model.proto.ir_version
     proto.functions.extend(model.proto.functions)
+    label = (node.name or node.op_type).replace("/", "_")  # tf2onnx and torch names hold "/"
     return LoadedModel(
-        path=model.path.with_name(f"{model.path.name}#{node.name or node.op_type}"),
+        path=model.path.with_name(f"{model.path.name}#{label}"),
         proto=proto,
         size_bytes=proto.ByteSize(),
     )

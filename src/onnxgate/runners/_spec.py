@@ -15,7 +15,8 @@ SPEC_HELP = (
     "`reference` (the ONNX reference evaluator), `ort` or `ort:ITEMS` (ONNX Runtime with "
     "comma-separated changes: an optimisation level disable/basic/extended/layout/all and/or "
     "providers, e.g. ort:disable or ort:cuda,cpu), `torch:package.module:factory` (a PyTorch "
-    "module), `sklearn:FILE.joblib` (needs --trust-pickle), another .onnx file, or a runtime "
+    "module), `tf:SAVED_MODEL_DIR`, `tf:DIR#SIGNATURE` or `tf:FILE.keras` (TensorFlow, in its "
+    "own environment), `sklearn:FILE.joblib` (needs --trust-pickle), another .onnx file, or a runtime "
     "`PACKAGE==X.Y.Z` (onnxruntime==1.20.1, onnxruntime-web==1.30.0, onnxruntime-node==1.30.0) "
     "running the same model with the same session settings."
 )
@@ -68,6 +69,10 @@ def make_runner(
         from onnxgate.runners._torch import TorchRunner
 
         return TorchRunner(rest, Signature.from_graph(model.proto.graph))
+    if kind == "tf" and rest:
+        from onnxgate.runners._tf import TfRunner
+
+        return TfRunner(rest, model, progress=(extras or RunExtras()).progress)
     if kind == "sklearn" and rest:
         from onnxgate.runners._sklearn import SklearnRunner
 
