@@ -685,7 +685,9 @@ def test_localize_needs_two_onnx_executions(tmp_path):
     candidate = FakeRunner("cand", fixed({"logits": LOGITS + 1, "emb": EMB}), SIGNATURE)
     report = compare_runners(candidate, reference, SAMPLES, signature=SIGNATURE, localize=True)
     assert not report.passed and report.first_divergence is None
-    assert any("localisation needs two executions that return tensors" in note for note in report.notes)
+    assert any(
+        "localisation needs two executions that return tensors" in note for note in report.notes
+    )
 
 
 # --- scikit-learn -------------------------------------------------------------------------------

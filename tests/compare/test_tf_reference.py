@@ -22,7 +22,9 @@ def run_json(*args: str):
 
 
 def test_a_converted_saved_model_agrees_with_tensorflow(tf_reference_models):
-    result, report = run_json(str(tf_reference_models / "sm.onnx"), "--against", f"tf:{tf_reference_models / 'sm'}")
+    result, report = run_json(
+        str(tf_reference_models / "sm.onnx"), "--against", f"tf:{tf_reference_models / 'sm'}"
+    )
     assert result.exit_code == 0, result.stdout
     (output,) = report["outputs"]
     assert output["name"] == "logits" and output["passed"]
@@ -40,7 +42,12 @@ def test_a_planted_weight_change_is_localized_to_its_node_by_name(tf_reference_m
     planted = tmp_path / "planted.onnx"
     onnx.save(proto, planted)
     result, report = run_json(
-        str(planted), "--against", f"tf:{tf_reference_models / 'sm'}", "--localize", "--dim", "unk__6=5"
+        str(planted),
+        "--against",
+        f"tf:{tf_reference_models / 'sm'}",
+        "--localize",
+        "--dim",
+        "unk__6=5",
     )
     assert result.exit_code == 1, result.stdout
     found = report["first_divergence"]
@@ -65,7 +72,10 @@ def test_a_channels_last_convolution_is_localized_with_its_kernel(tf_reference_m
     kernel.CopyFrom(numpy_helper.from_array(changed, kernel.name))
     onnx.save(proto, tmp_path / "planted.onnx")
     result, report = run_json(
-        str(tmp_path / "planted.onnx"), "--against", f"tf:{tf_reference_models / 'cnn'}", "--localize"
+        str(tmp_path / "planted.onnx"),
+        "--against",
+        f"tf:{tf_reference_models / 'cnn'}",
+        "--localize",
     )
     assert result.exit_code == 1, result.stdout
     found = report["first_divergence"]
@@ -80,7 +90,9 @@ def test_tensorflow_environment_that_cannot_start_is_exit_3(tf_reference_models,
     import onnxgate.runners._tf as tf_runner
 
     monkeypatch.setattr(tf_runner, "tf_python", lambda *a, **k: Path("/nonexistent/python"))
-    result, report = run_json(str(tf_reference_models / "sm.onnx"), "--against", f"tf:{tf_reference_models / 'sm'}")
+    result, report = run_json(
+        str(tf_reference_models / "sm.onnx"), "--against", f"tf:{tf_reference_models / 'sm'}"
+    )
     assert result.exit_code == 3
     assert report["error"] == "runtime-env"
     assert "cannot start TensorFlow's environment (/nonexistent/python)" in report["message"]
