@@ -61,6 +61,19 @@ def library_spec(spec: str | os.PathLike[str]) -> str:
     return str(Path(text).expanduser().absolute())
 
 
+def library_specs(value: Any) -> Any:
+    """A config's list of libraries as specs (``library_spec``), duplicates dropped, in order.
+
+    For a ``mode="before"`` validator: one spec or a list of them; anything else is left for the
+    field's own type check.
+    """
+    if isinstance(value, str | os.PathLike):
+        value = [value]
+    if isinstance(value, list | tuple):
+        return tuple(dict.fromkeys(library_spec(item) for item in value))
+    return value
+
+
 def package_library(name: str) -> tuple[Path, str]:
     """(library file, version) of a package from ``PACKAGES``, installed beside onnxgate.
 
