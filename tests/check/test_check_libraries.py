@@ -10,10 +10,10 @@ from importlib import metadata
 
 import onnx
 import pytest
-from conftest import CORPUS, needs_corpus
 from onnx import helper
 from typer.testing import CliRunner
 
+from conftest import CORPUS, needs_corpus
 from onnxgate.check import CheckConfig, check_model
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError, RuntimeEnvError
