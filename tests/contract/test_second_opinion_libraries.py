@@ -6,10 +6,7 @@ implementation of its operators.
 
 from __future__ import annotations
 
-import onnx
-from onnx import TensorProto, helper
-
-from models import save
+from models import negpos, save
 from onnxgate.contract import golden_samples, second_opinion_for, write_contract
 from onnxgate.contract_store import SecondOpinion
 from onnxgate.model import load_model
@@ -17,30 +14,6 @@ from onnxgate.runners import OrtRunner, ReferenceRunner
 from onnxgate.settings import SessionSettings
 
 EXTENSIONS = "onnxruntime-extensions"
-
-
-def negpos() -> onnx.ModelProto:
-    """Relu, then onnxruntime-extensions' NegPos (ai.onnx.contrib)."""
-    graph = helper.make_graph(
-        [
-            helper.make_node("Relu", ["x"], ["r"], name="relu"),
-            helper.make_node(
-                "NegPos", ["r"], ["neg", "pos"], name="split_signs", domain="ai.onnx.contrib"
-            ),
-        ],
-        "negpos",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
-        [
-            helper.make_tensor_value_info("neg", TensorProto.FLOAT, ["batch", 3]),
-            helper.make_tensor_value_info("pos", TensorProto.FLOAT, ["batch", 3]),
-        ],
-    )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.contrib", 1)],
-    )
-    model.ir_version = 8
-    return model
 
 
 def test_a_library_model_gets_a_second_opinion_that_did_not_run(tmp_path):
