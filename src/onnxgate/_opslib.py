@@ -10,6 +10,8 @@ sha256, so that a host whose library differs is refused.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 from dataclasses import dataclass
 from importlib import metadata
@@ -82,11 +84,25 @@ def package_library(name: str) -> tuple[Path, str]:
     """
     try:
         version = metadata.version(name)
-        import onnxruntime_extensions
+        found = importlib.util.find_spec("onnxruntime_extensions")
     except (metadata.PackageNotFoundError, ImportError) as err:
+        found = None
+        missing: Exception | None = err
+    else:
+        missing = None
+    if found is None:
         raise ExtraMissing(
             f"the custom operator library {name} is named but not installed.", extra="extensions"
-        ) from err
+        ) from missing
+    # get_library_path() is the file of its _extensions_pydll module; importing the package to
+    # ask takes seconds (it imports transformers), so the file is found beside its __init__
+    for folder in found.submodule_search_locations or ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            library = Path(folder) / f"_extensions_pydll{suffix}"
+            if library.is_file():
+                return library, version
+    import onnxruntime_extensions
+
     return Path(onnxruntime_extensions.get_library_path()), version
 
 
