@@ -62,6 +62,23 @@ def mlp() -> onnx.ModelProto:
     return model(nodes, [value("x")], [value("y", shape=("batch", 3))], initializers=[w, b])
 
 
+def negpos() -> onnx.ModelProto:
+    """x[batch, 3] -> Relu -> onnxruntime-extensions' NegPos (ai.onnx.contrib) -> neg, pos."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node(
+            "NegPos", ["r"], ["neg", "pos"], name="split_signs", domain="ai.onnx.contrib"
+        ),
+    ]
+    shape = ("batch", 3)
+    return model(
+        nodes,
+        [value("x", shape=shape)],
+        [value("neg", shape=shape), value("pos", shape=shape)],
+        opsets={"": OPSET, "ai.onnx.contrib": 1},
+    )
+
+
 def save(proto: onnx.ModelProto, path: Path) -> Path:
     """Write the model and return its path."""
     onnx.save_model(proto, path)

@@ -10,6 +10,8 @@ sha256, so that a host whose library differs is refused.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 from dataclasses import dataclass
 from importlib import metadata
@@ -61,6 +63,19 @@ def library_spec(spec: str | os.PathLike[str]) -> str:
     return str(Path(text).expanduser().absolute())
 
 
+def library_specs(value: Any) -> Any:
+    """A config's list of libraries as specs (``library_spec``), duplicates dropped, in order.
+
+    For a ``mode="before"`` validator: one spec or a list of them; anything else is left for the
+    field's own type check.
+    """
+    if isinstance(value, str | os.PathLike):
+        value = [value]
+    if isinstance(value, list | tuple):
+        return tuple(dict.fromkeys(library_spec(item) for item in value))
+    return value
+
+
 def package_library(name: str) -> tuple[Path, str]:
     """(library file, version) of a package from ``PACKAGES``, installed beside onnxgate.
 
@@ -69,11 +84,25 @@ def package_library(name: str) -> tuple[Path, str]:
     """
     try:
         version = metadata.version(name)
-        import onnxruntime_extensions
+        found = importlib.util.find_spec("onnxruntime_extensions")
     except (metadata.PackageNotFoundError, ImportError) as err:
+        found = None
+        missing: Exception | None = err
+    else:
+        missing = None
+    if found is None:
         raise ExtraMissing(
             f"the custom operator library {name} is named but not installed.", extra="extensions"
-        ) from err
+        ) from missing
+    # get_library_path() is the file of its _extensions_pydll module; importing the package to
+    # ask takes seconds (it imports transformers), so the file is found beside its __init__
+    for folder in found.submodule_search_locations or ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            library = Path(folder) / f"_extensions_pydll{suffix}"
+            if library.is_file():
+                return library, version
+    import onnxruntime_extensions
+
     return Path(onnxruntime_extensions.get_library_path()), version
 
 

@@ -6,12 +6,14 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import onnx
 from onnx import ModelProto, TypeProto
+from pydantic import field_validator
 
 from onnxgate._native import native_step
+from onnxgate._opslib import library_specs
 from onnxgate.check._functions import value_type_protos
 from onnxgate.check._graph import (
     checker_findings,
@@ -19,6 +21,7 @@ from onnxgate.check._graph import (
     structure_findings,
     topologically_sorted,
 )
+from onnxgate.check._libraries import library_coverage
 from onnxgate.check._report import RULES, CheckReport, Finding, Severity, finding
 from onnxgate.check._runtime_rules import (
     kernel_probes,
@@ -57,10 +60,18 @@ class CheckConfig(Part):
     """Finding codes to leave out (``SHP001``)."""
     fail_on: Literal["error", "warning", "info"] = "error"
     """The lowest severity that makes ``passed`` false."""
+    ops_libraries: tuple[str, ...] = ()
+    """Custom operator libraries sessions register (paths, made absolute, or
+    ``onnxruntime-extensions``): the custom operators they provide are not OP003."""
     observed_outputs: dict[str, tuple[int | str, ...]] = {}
     """Output shapes the model was seen to produce (its contract's golden outputs, where they
     contradict the declaration), judged against the declared ones (SHP003). check never runs
     the model: its caller passes what was observed (``contract.observed_outputs``)."""
+
+    @field_validator("ops_libraries", mode="before")
+    @classmethod
+    def _libraries(cls, value: Any) -> Any:
+        return library_specs(value)
 
 
 def _infer(model: ModelProto, source: Path) -> tuple[ModelProto, Finding | None]:
@@ -232,8 +243,10 @@ def check_model(
 
     Raises:
         ModelLoadError: the model cannot be read. UnsafeModelError: it is unsafe to read.
-        ConfigError: an unknown provider or finding code. RuntimeEnvError: the target runtime
-            cannot be installed or probed. InternalError: onnxgate's own code failed (a bug, exit
+        ConfigError: an unknown provider or finding code, or a library file that is not there.
+        RuntimeEnvError: the target runtime cannot be installed or probed, or cannot load a
+            custom operator library. ExtraMissing: onnxruntime-extensions is named but not
+            installed. InternalError: onnxgate's own code failed (a bug, exit
             4), never reported as a finding.
     """
     config = config or CheckConfig()
@@ -259,13 +272,18 @@ def check_model(
     )
     types, protos = value_types(inferred), value_type_protos(inferred)
     table = kernel_oracle(profile, seen, chosen, types, protos, progress, loaded.path)
+    libraries = (
+        library_coverage(seen, config.ops_libraries, profile, table, protos, progress)
+        if config.ops_libraries
+        else None
+    )
     findings = [
         *checker_findings(loaded),
         *([inference_problem] if inference_problem else []),
         *structure,
         *version_findings(proto, profile),
         *provider_findings(profile, table, chosen),
-        *operator_findings(seen, profile, table, chosen, types, protos),
+        *operator_findings(seen, profile, table, chosen, types, protos, libraries),
         *shape_findings(proto),
         *observed_findings(proto, config.observed_outputs),
         *file_findings(loaded),

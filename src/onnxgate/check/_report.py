@@ -61,7 +61,7 @@ _RULES = (
     # operators
     Rule("OP001", Severity.ERROR, "no kernel for this operator version and input types", "Change the input types (Cast), export at an opset whose version of the operator has a kernel, or use a runtime release that has it.", True),
     Rule("OP002", Severity.WARNING, "the requested provider has no kernel, the node falls back", "Expect a copy to and from the fallback provider; check with 'onnxgate placement' and consider another opset or type.", False),
-    Rule("OP003", Severity.ERROR, "operator from a custom domain the runtime does not know", "Register the library that implements it (e.g. onnxruntime-extensions: SessionOptions.register_custom_ops_library) or replace the node.", True),
+    Rule("OP003", Severity.ERROR, "operator from a custom domain the runtime does not know", "Register the library that implements it in every session (SessionOptions.register_custom_ops_library; onnxgate's --ops-library PATH or onnxruntime-extensions, which check then loads to see what it provides) or replace the node.", True),
     Rule("OP004", Severity.ERROR, "operator has no schema at this opset", "Check the operator name and the model's opset; the operator may not exist yet at this opset.", True),
     Rule("OP005", Severity.INFO, "operator has no kernel and runs as its function body", "Nothing to do unless speed matters: the runtime inlines the operator's definition.", False),
     Rule("OP006", Severity.ERROR, "operator is deprecated at this opset", "Replace it with the operator that superseded it (e.g. Upsample with Resize); ONNX Runtime refuses deprecated operators.", True),

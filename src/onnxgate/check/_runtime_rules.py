@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import ChainMap, defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -12,6 +12,7 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, 
 
 from onnxgate.check._functions import MAX_DEPTH, NoBody, expand, graph_type_protos
 from onnxgate.check._graph import node_label
+from onnxgate.check._libraries import LibraryCoverage
 from onnxgate.check._report import RULES, Finding, finding
 from onnxgate.compat.kernels import KernelOracle, NodeSchema, onnx_schema
 from onnxgate.compat.probed import EMBED_LIMIT, ProbeNode, elements, lone_node, node_key
@@ -452,6 +453,7 @@ def operator_findings(
     providers: list[str],
     types: dict[str, str | None],
     protos: Mapping[str, TypeProto] | None = None,
+    libraries: LibraryCoverage | None = None,
 ) -> list[Finding]:
     """OP001 to OP009, one finding per distinct problem, naming the first node and the count.
 
@@ -462,6 +464,8 @@ def operator_findings(
         providers: the providers a session would use, in order.
         types: the type string of every value, after inference.
         protos: the full type (with shape) of every value, for building function bodies.
+        libraries: the custom operator libraries sessions register and the kinds they provide:
+            no OP003 for those, and the others' OP003 names the libraries tried.
     """
     groups: dict[tuple, list[tuple[str, _Verdict]]] = defaultdict(list)
     for index, (node, opsets, in_function) in enumerate(_scoped_nodes(model)):
@@ -470,6 +474,12 @@ def operator_findings(
             continue  # VER006 reports the missing import; VER008 domains got the runtime default
         known, full = ({}, {}) if in_function else (types, protos or {})
         for verdict in _judge(node, opset, known, table, profile, providers, 0, full):
+            if verdict.code == "OP003" and libraries is not None:
+                if verdict.key in libraries.provided:
+                    continue
+                verdict = replace(
+                    verdict, message=f"{verdict.message}, nor provided by {libraries.tried}"
+                )
             groups[(verdict.code, verdict.key)].append((node_label(node, index), verdict))
     found = []
     for (code, _), hits in groups.items():

@@ -45,6 +45,18 @@ def check_command(
             rich_help_panel=SESSION,
         ),
     ] = None,
+    ops_libraries: Annotated[
+        list[str] | None,
+        flag_option(
+            "ops_libraries",
+            "--ops-library",
+            help="A custom operator library sessions register (PATH of a shared library, or "
+            "onnxruntime-extensions), repeatable: the custom operators it provides are not "
+            "reported as unknown (OP003). Found by loading them with the library registered.",
+            metavar="PATH|onnxruntime-extensions",
+            rich_help_panel=SESSION,
+        ),
+    ] = None,
     ignore: Annotated[
         list[str] | None,
         flag_option("ignore", "--ignore", help="Finding codes to leave out, e.g. SHP001,STR008."),
@@ -75,7 +87,8 @@ def check_command(
     model, outputs that produce another shape than declared), external data and size.
 
     Exit codes: 0 no finding at or above --fail-on; 1 some; 2 the model is malformed or unsafe, or
-    an option is wrong; 3 the target runtime cannot be installed or probed.
+    an option is wrong; 3 the target runtime cannot be installed or probed, or cannot load a
+    custom operator library.
     """
     from onnxgate.compat.runtime import runtime_profile
     from onnxgate.contract import observed_outputs
@@ -85,6 +98,7 @@ def check_command(
         runtime=runtime,
         providers=tuple(providers or ()),
         ignore=tuple(ignore or ()),
+        ops_libraries=tuple(ops_libraries or ()),
         fail_on=Severity(fail_on).value,
         # the contract beside the model, when it describes these bytes, says what it produced
         observed_outputs={n: o.shape for n, o in observed_outputs(model).items()},

@@ -151,6 +151,31 @@ def triton_command(
             rich_help_panel=GPU,
         ),
     ] = None,
+    ops_libraries: Annotated[
+        list[str] | None,
+        flag_option(
+            "ops_libraries",
+            "--ops-library",
+            help="A custom operator library (PATH of a shared library, or onnxruntime-extensions), "
+            "repeatable: the file of a library the contract requires (its sha256 must be the "
+            "contract's; the installed onnxruntime-extensions is found unnamed), or another to "
+            "deploy. Copied into the version folder and named in model_operations.",
+            metavar="PATH|onnxruntime-extensions",
+            show_default=False,
+            rich_help_panel=TRITON,
+        ),
+    ] = None,
+    repository_path: Annotated[
+        str | None,
+        flag_option(
+            "repository_path",
+            "--repository-path",
+            help="The repository's absolute path as the Triton server sees it (a container's "
+            "mount point, /models): model_operations names libraries by it. Default: --out's.",
+            show_default=False,
+            rich_help_panel=TRITON,
+        ),
+    ] = None,
     registry: RegistryOpt = None,
     store: StoreOpt = None,
     allow_ungated: AllowUngatedOpt = False,
@@ -164,7 +189,9 @@ def triton_command(
     contract proves (0 without one); inputs and outputs with Triton datatypes and dims (`-1`
     where symbolic); dynamic batching; an instance group; the tuned ONNX Runtime settings as
     backend parameters; one `model_warmup` per golden sample, so Triton does not call the model
-    ready until it has run on them. Other versions in the repository are kept.
+    ready until it has run on them. Custom operator libraries the contract requires (or
+    --ops-library names) are copied into the version folder and named in `model_operations`.
+    Other versions in the repository are kept.
 
     Example: `onnxgate deploy triton minilm@champion -o models/` · `onnxgate deploy triton
     model.onnx -o models/ --gpu --precision FP16`
@@ -181,6 +208,7 @@ def triton_command(
         allow_ungated=allow_ungated, max_batch=max_batch, max_queue_delay_us=max_queue_delay_us,
         max_queue=max_queue, instances=instances, gpu=gpu, precision=precision.upper(),
         workspace_mb=workspace_mb, engine_cache=engine_cache, versions=versions,
+        ops_libraries=tuple(ops_libraries or ()), repository_path=repository_path,
     )  # fmt: skip
     run(fmt, lambda progress: deploy_triton(ref, config, progress=progress), render_triton)
 

@@ -491,16 +491,37 @@ def _check_batch(
                 )
 
 
-def second_opinion_for(source: Runner, model: LoadedModel) -> Runner:
+def second_opinion_for(source: Runner, model: LoadedModel) -> Runner | SecondOpinion:
     """The runner that checks golden outputs from ``source``: one that shares no code with it.
 
     The reference evaluator is checked by ONNX Runtime with every graph optimisation off, so a
     rewrite cannot be blamed; ONNX Runtime (any release or provider) by the reference evaluator;
     a framework's module by ONNX Runtime running the exported model.
+
+    When ONNX Runtime runs the model with custom operator libraries and the model has nodes the
+    evaluator has no implementation for (the libraries' custom domains), no runner that shares
+    no code with the libraries can run it: the second opinion steps aside, and the record says
+    it did not run and which node stopped it (never an agreement).
     """
-    from onnxgate.runners import IsolatedOrtRunner, OrtRunner, ReferenceRunner, open_runner
+    from onnxgate.runners import (
+        IsolatedOrtRunner,
+        OrtRunner,
+        ReferenceRunner,
+        describe_nodes,
+        open_runner,
+        outside_evaluator,
+    )
 
     if isinstance(source, OrtRunner | IsolatedOrtRunner):
+        libraries = source.settings.ops_libraries
+        custom = outside_evaluator(model.proto) if libraries else []
+        if custom:
+            return SecondOpinion(
+                runner=ReferenceRunner.name,
+                detail="did not run: the ONNX reference evaluator implements only the standard "
+                f"domains and {describe_nodes(custom)} comes from a custom operator library "
+                f"({', '.join(Path(lib).name for lib in libraries)}); the golden outputs of {source.name} are unchecked",
+            )
         return ReferenceRunner(model)
     return open_runner(model, SessionSettings(opt_level="disable"))  # imports ONNX Runtime
 

@@ -7,7 +7,9 @@ the batch axis ``max_batch_size`` implies, and every warm-up's inputs, shapes an
 Where the version folder holds the model's onnxgate contract, the config is also held against
 what the contract proves: ``max_batch_size`` and warm-up shapes inside the proven ranges, every
 output's dims able to hold the shape it had in each golden sample (a model may declare one shape
-and produce another), and the model file the one the contract describes. A model with an input or output that is not a
+and produce another), the model file the one the contract describes, and each custom operator
+library the contract requires named in ``model_operations`` and present, byte for byte, in the
+model's folder. A model with an input or output that is not a
 tensor fails whatever the config says (DPL025): Triton's ONNX Runtime backend reads every one of
 them when it loads the model, and refuses sequences and maps.
 """
@@ -22,6 +24,7 @@ from onnxgate.deploy._check_version import check_version
 from onnxgate.deploy._findings import RULES as RULES
 from onnxgate.deploy._findings import Finding as Finding
 from onnxgate.deploy._findings import Findings, RepositoryCheck
+from onnxgate.deploy._libraries import check_libraries
 
 MAX_CONFIG_BYTES = 1 << 20
 """A config.pbtxt larger than this is refused unread."""
@@ -107,6 +110,7 @@ def _check_model(model_dir: Path, found: Findings) -> None:
             f"version_policy names version {missing}, which has no folder: Triton fails the load",
         )  # fmt: skip
     checked = 0
+    contracts: dict[str, Any] = {}
     for version in versions:
         if int(version.name) not in served:
             continue
@@ -120,7 +124,10 @@ def _check_model(model_dir: Path, found: Findings) -> None:
             )  # fmt: skip
             continue
         checked += 1
-        check_version(config, model_dir, version, model, found)
+        contract = check_version(config, model_dir, version, model, found)
+        if contract is not None:
+            contracts[f"{name}/{version.name}"] = contract
+    check_libraries(config, model_dir, contracts, found)
     if not versions or (not checked and not any(f.code == "DPL005" for f in found.items)):
         found.add(
             "DPL005", "error", name, f"no version folder (1/, 2/ ...) holds {filename}",

@@ -18,8 +18,12 @@ from onnxgate.errors import GateError
 
 def check_version(
     config: Any, model_dir: Path, version: Path, model_path: Path, found: Findings
-) -> None:
-    """Hold one served version's model (and its contract) against the config."""
+) -> Any:
+    """Hold one served version's model (and its contract) against the config.
+
+    Returns:
+        The version's contract, or None (none beside the model, unreadable, or another's).
+    """
     from onnxgate.model import Signature, load_model
 
     where = f"{model_dir.name}/{version.name}"
@@ -27,7 +31,7 @@ def check_version(
         loaded = load_model(model_path)
     except GateError as err:
         found.add("DPL006", "error", where, f"{model_path}: {err.message}", err.hint)
-        return
+        return None
     signature = Signature.from_graph(loaded.proto.graph)
     contract = _read_contract(loaded, model_path, where, found)
     _check_non_tensors(signature, where, found)
@@ -56,6 +60,7 @@ def check_version(
             )
     _check_proven_batch(config, where, batch_dims, bounds, found)
     check_warmups(config, model_dir, where, batched, bounds, signature.inputs, found)
+    return contract
 
 
 def _read_contract(loaded: Any, model_path: Path, where: str, found: Findings) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._fs import atomic_write_text
+from onnxgate._words import setting
 from onnxgate.deploy._gated import open_gated
 from onnxgate.errors import ConfigError, ExtraMissing, InternalError
 from onnxgate.settings import Part
@@ -218,6 +219,7 @@ def deploy_kserve(
         f"Triton runtime {config.runtime}, protocol v2, model {model_name!r} from "
         f"{config.storage_uri}; ready when /v2/models/{model_name}/ready answers (its warm-ups ran)"
     ]
+    notes += _library_notes(source.model)
     return KServeReport(
         passed=True,
         source=source.ref,
@@ -230,6 +232,31 @@ def deploy_kserve(
         written=written,
         notes=notes,
     )
+
+
+STORAGE_MOUNT = "/mnt/models"
+"""Where KServe's storage initializer puts ``storage_uri`` and its Triton runtime reads the
+repository (``--model-store=/mnt/models``)."""
+
+
+def _library_notes(model: Path) -> list[str]:
+    """What the pod needs for the custom operator libraries the contract requires.
+
+    The repository ``deploy triton`` wrote carries them in the version folder, so they reach the
+    pod with ``storage_uri``; ``model_operations`` must name them where the pod mounts it.
+    """
+    from onnxgate.contract import SIDECAR
+
+    needs = SIDECAR.read(model).requirements.ops_libraries if SIDECAR.exists(model) else []
+    if not needs:
+        return []
+    names = ", ".join(need.name for need in needs)
+    return [
+        f"the model needs the custom operator libraries {names}: the repository at the storage "
+        "URI must carry them in the version folder with model_operations naming them under "
+        f"{STORAGE_MOUNT} (deploy triton with {setting('repository_path', STORAGE_MOUNT)} "
+        "writes it so; deploy check verifies the files)"
+    ]
 
 
 def _kserve_missing(detail: str) -> ExtraMissing:

@@ -32,13 +32,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
+from onnxgate._opslib import OpsLibrary, library_specs
 from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
 from onnxgate.deploy._check import check_model_dir
 from onnxgate.deploy._findings import Finding, RepositoryCheck
 from onnxgate.deploy._gated import open_gated
+from onnxgate.deploy._libraries import deployed_libraries, served_path
 from onnxgate.deploy._model import deployable
 from onnxgate.deploy._proto import text_format
 from onnxgate.errors import ConfigError
@@ -79,6 +81,20 @@ class TritonConfig(TritonOptions):
     store: str | None = None
     allow_ungated: bool = False
     """Deploy a version whose gate did not pass (or is unknown)."""
+    ops_libraries: tuple[str, ...] = ()
+    """Custom operator library files (paths, or ``onnxruntime-extensions``) for the libraries the
+    contract requires (matched by sha256, then name), and any others to deploy with the model.
+    A library the contract requires is found without naming it when it is the installed
+    onnxruntime-extensions."""
+    repository_path: str | None = Field(None, pattern=r"^/")
+    """The repository's absolute path as the Triton server sees it (a container's mount point,
+    ``/models``): ``model_operations`` names each library by it, since Triton's ONNX Runtime
+    backend hands the name to the dynamic loader unchanged. Default: its path here."""
+
+    @field_validator("ops_libraries", mode="before")
+    @classmethod
+    def _libraries(cls, value: Any) -> Any:
+        return library_specs(value)
 
 
 class DeployReport(BaseModel):
@@ -166,6 +182,7 @@ def deploy_triton(
     notes = list(source.notes)
     notes += declared
     settings = _tuned_settings(source.model, notes, gpu=config.gpu)
+    libraries = deployed_libraries(contract, config.ops_libraries, source.model, notes)
     batch_dim, _, _ = batching(contract)
     batched = batch_dim is not None and config.max_batch != 0
     arrays = _warmup_arrays(contract, source.model, batched)
@@ -186,11 +203,24 @@ def deploy_triton(
         label_files={output: file for output, (file, _) in label_files.items()},
     )
     notes += more
+    served = config.repository_path or str(repo.absolute())
+    message.model_operations.op_library_filename.extend(
+        served_path(served, name, version, lib.path.name) for lib in libraries
+    )
     text = text_format.MessageToString(message)
 
     say(f"writing {name}/{version} into {repo}")
     final, written = _write_version(
-        source, loaded, contract, redeclared, model_dir, version, label_files, warmups, text
+        source,
+        loaded,
+        contract,
+        redeclared,
+        model_dir,
+        version,
+        label_files,
+        warmups,
+        text,
+        libraries,
     )
     files = [str(p.relative_to(repo)) for p in sorted(final.rglob("*")) if p.is_file()]
     files += [str(p.relative_to(repo)) for p in written]
@@ -293,8 +323,11 @@ def _write_version(
     label_files: Mapping[str, tuple[str, str]],
     warmups: Sequence[tuple[str, int, Mapping[str, tuple[np.ndarray, bytes, str]]]],
     text: str,
+    libraries: Sequence[OpsLibrary] = (),
 ) -> tuple[Path, list[Path]]:
     """Stage the version folder, rename it into place, then write ``config.pbtxt``.
+
+    The custom operator libraries go into the version folder beside the model.
 
     Returns:
         The version folder, and the label and warm-up files written beside it. On any failure
@@ -323,6 +356,8 @@ def _write_version(
             SIDECAR.write(staging / MODEL_FILE, contract)
         if contract.golden is not None:
             _copy(source.model.parent / contract.golden.file, staging / contract.golden.file)
+        for library in libraries:
+            _copy(library.path, staging / library.path.name)
         # label and warm-up files are named by version, so those of the config Triton serves
         # now stay
         for file, text_ in label_files.values():

@@ -113,7 +113,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _steps.check,
         _details.check,
         needs=("export",),
-        owned=("runtime", "providers", "observed_outputs"),
+        owned=("runtime", "providers", "observed_outputs", "ops_libraries"),
     ),
     StepRecord(
         "compare",

@@ -14,7 +14,7 @@ from onnxgate.runners._base import Inference, Runner, RunnerInfo, TensorTap
 from onnxgate.runners._channel import Channel
 from onnxgate.runners._protocol import UnknownRequest, private_stdout
 from onnxgate.runners._protocol import serve as serve_requests
-from onnxgate.runners._reference import ReferenceRunner
+from onnxgate.runners._reference import ReferenceRunner, describe_nodes, outside_evaluator
 from onnxgate.runners._reference_fixes import known_deviations, schema_version
 from onnxgate.runners._refusal import refusal
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
@@ -72,6 +72,7 @@ __all__ = [
     "TorchRunner",
     "UnknownRequest",
     "check_session",
+    "describe_nodes",
     "import_root",
     "known_deviations",
     "label",
@@ -79,6 +80,7 @@ __all__ = [
     "load_estimator",
     "make_runner",
     "open_runner",
+    "outside_evaluator",
     "private_stdout",
     "refusal",
     "register",

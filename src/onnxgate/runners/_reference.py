@@ -10,15 +10,15 @@ Runtime as the other reference.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
-from onnx import NodeProto
+from onnx import ModelProto, NodeProto
 
 from onnxgate._words import setting
 from onnxgate.errors import FeedError, InternalError, ReferenceFailed, first_line
-from onnxgate.model import LoadedModel, Signature, load_model
+from onnxgate.model import LoadedModel, Signature, iter_model_nodes, load_model
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._reference_fixes import overrides, schema_version
 
@@ -34,6 +34,29 @@ def reference_hint() -> str:
 
 _FIXES = "onnxgate.runners._reference_fixes"
 _STANDARD = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
+
+
+def outside_evaluator(model: ModelProto) -> list[NodeProto]:
+    """The nodes the evaluator has no implementation for: those of custom domains.
+
+    A custom operator library's domains and ONNX Runtime's contrib operators, in every graph and
+    function; calls of model-local functions excepted (the evaluator runs their bodies).
+    """
+    local = {(f.domain, f.name) for f in model.functions}
+    return [
+        node
+        for node in iter_model_nodes(model)
+        if node.domain not in _STANDARD and (node.domain, node.op_type) not in local
+    ]
+
+
+def describe_nodes(nodes: Sequence[NodeProto]) -> str:
+    """``node 'tok' (ai.onnx.contrib:BertTokenizer)`` and how many more, by domain."""
+    first = nodes[0]
+    label = FailedNode(first.op_type, first.domain, first.name, None, False).describe()
+    domains = ", ".join(dict.fromkeys(n.domain for n in nodes))
+    more = f" and {len(nodes) - 1} more node(s)" if len(nodes) > 1 else ""
+    return f"{label}{more}, of {domains}"
 
 
 class FailedNode(NamedTuple):

@@ -89,7 +89,9 @@ _SCHEMA: dict[str, str] = {
         ModelOptimizationPolicy optimization = 12;
         oneof scheduling_choice ModelDynamicBatching dynamic_batching = 11;
         repeated ModelInstanceGroup instance_group = 7;
-        map<string, ModelParameter> parameters = 14; repeated ModelWarmup model_warmup = 16""",
+        map<string, ModelParameter> parameters = 14; repeated ModelWarmup model_warmup = 16;
+        ModelOperations model_operations = 18""",
+    "ModelOperations": "repeated string op_library_filename = 1",
     "ModelVersionPolicy": """
         oneof policy_choice Latest latest = 1; oneof policy_choice All all = 2""",
     "ModelVersionPolicy.Latest": "uint32 num_versions = 1",
