@@ -74,6 +74,7 @@ GATE_KEYS: dict[str, str] = {
     "opset": "model.opset",
     "exporter": "model.exporter",
     "dtype": "model.dtype",
+    "ops_libraries": "targets.ops_libraries",
 }
 """Settings that belong to one table whichever step meets them (``[model]``'s are the export's)."""
 

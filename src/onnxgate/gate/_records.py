@@ -104,7 +104,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _steps.export,
         _details.export,
         produces=_exported,
-        owned=("force", "batch_axis"),
+        owned=("force", "batch_axis", "session"),
     ),
     StepRecord(
         "check",

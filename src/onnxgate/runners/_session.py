@@ -322,11 +322,13 @@ def applied(session: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The settings as the session reports them: what actually ran, not what was asked.
 
     Providers and their options come from the session (ONNX Runtime fills in each provider's
-    defaults); config entries are read back for the keys that were set.
+    defaults); config entries are read back for the keys that were set; the custom operator
+    libraries (left out when none) are the ones registered, since the session was made.
     """
     so = session.get_session_options()
     asked = complete(settings)
     options = session.get_provider_options() if hasattr(session, "get_provider_options") else {}
+    libraries = {"ops_libraries": list(asked["ops_libraries"])} if asked["ops_libraries"] else {}
     return {
         "providers": list(session.get_providers()),
         "provider_options": {p: dict(o) for p, o in options.items()},
@@ -337,4 +339,4 @@ def applied(session: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         "cpu_mem_arena": so.enable_cpu_mem_arena,
         "mem_pattern": so.enable_mem_pattern,
         "config": {k: so.get_session_config_entry(k) for k in asked["config"]},
-    }
+    } | libraries
