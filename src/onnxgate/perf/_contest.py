@@ -87,10 +87,12 @@ class Contender:
             if self.runtime is not None:
                 from onnxgate.compat.runtime import RuntimeSpec
                 from onnxgate.contract_store import contract_tensorrt
-                from onnxgate.runners import check_session, with_tensorrt
+                from onnxgate.runners import check_session, refuse_libraries, with_tensorrt
                 from onnxgate.settings import SessionSettings
 
-                request["package"] = RuntimeSpec.parse(self.runtime).package
+                spec = RuntimeSpec.parse(self.runtime)
+                refuse_libraries(spec, self.settings)
+                request["package"] = spec.package
                 # the worker in another runtime has no onnxgate: the contract's TensorRT
                 # options are added here, as onnxgate's own workers add them to their runner
                 given = SessionSettings.from_wire(self.settings)

@@ -157,7 +157,8 @@ def library_file(spec: str) -> str:
     except ImportError as err:
         raise Refused(
             "library",
-            f"{EXTENSIONS} is not installed beside onnxruntime {ort.__version__} ({err})",
+            f"{EXTENSIONS} is not installed in the environment of onnxruntime {ort.__version__} "
+            f"({err}); give the path of its library built for that release instead",
             library=spec,
         ) from err
     return str(onnxruntime_extensions.get_library_path())
