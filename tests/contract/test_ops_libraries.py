@@ -172,3 +172,45 @@ def test_an_isolated_release_takes_a_path_and_refuses_the_package_name(tokenizer
         "--ops-library", library_file, "--dim", "text[0]=1",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["compare"],
+        ["verify"],
+        ["bench"],
+        ["tune"],
+        ["profile"],
+        ["placement"],
+        ["serve"],
+        ["contract", "init"],
+    ],  # fmt: skip
+    ids=" ".join,
+)
+def test_every_command_that_makes_a_session_takes_ops_library(command):
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "--ops-library" in result.output
+    assert "onnxruntime-extensions" in result.output
+
+
+def test_bench_registers_the_library_in_its_workers(tokenizer):
+    # the timed sessions run in worker processes: the library and the string feeds (the
+    # contract's golden samples) reach them
+    assert _init(tokenizer, EXTENSIONS).exit_code == 0
+    result = run("bench", tokenizer, "--ops-library", EXTENSIONS, "--runs", "10", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["session"]["ops_libraries"] == [EXTENSIONS]
+
+
+@pytest.mark.slow
+def test_tune_registers_the_library_in_every_candidate_and_records_it(tokenizer):
+    assert _init(tokenizer, EXTENSIONS).exit_code == 0
+    result = run(
+        "tune", tokenizer, "--ops-library", EXTENSIONS,
+        "--budget", "10", "--contest-seconds", "0.2", "-f", "json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (tuned,) = SIDECAR.read(tokenizer).performance.tuned
+    assert tuned.settings["ops_libraries"] == [EXTENSIONS]

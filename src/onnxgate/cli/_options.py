@@ -312,6 +312,8 @@ A command offers some of them with ``session_options``; no command declares one 
 
 ProvidersOpt = SESSION_FLAGS["providers"].option
 """``--providers``, for a command whose providers are not a session's (``tune``)."""
+OpsLibraryOpt = SESSION_FLAGS["ops_libraries"].option
+"""``--ops-library``, for a command whose libraries are not a session's (``tune``)."""
 
 
 def session_settings(**flags: Any) -> SessionSettings:

@@ -149,7 +149,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _details.tune,
         needs=("export", "verify"),
         produces=_tuned,
-        owned=("feeds", "providers"),
+        owned=("feeds", "providers", "ops_libraries"),
         gate_only=("dims",),
     ),
     StepRecord(

@@ -394,6 +394,7 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
         step,
         feeds=_synthetic(ctx, {name: [size] for name, size in step.dims.items()}),
         providers=tuple(ctx.config.targets.providers),
+        ops_libraries=ctx.session().ops_libraries,
         threads=step.threads or None,  # threads = []: the default search, as not set
     )
     report = run_tune(ctx.model, config, progress=ctx.progress)

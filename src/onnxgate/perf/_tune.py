@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from onnxgate._version import __version__
 from onnxgate.compat.providers import CPU
@@ -102,6 +102,8 @@ class TuneConfig(Part):
     these value ranges; and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
     """Execution providers in preference order; CPU is appended."""
+    ops_libraries: tuple[str, ...] = ()
+    """Custom operator libraries every candidate's session registers (``SessionSettings``)."""
     min_gain: float = Field(0.02, ge=0, lt=10)
     """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
     write: bool = True
@@ -139,6 +141,12 @@ class TuneConfig(Part):
     """Seconds the search itself may take, on top of ``time_budget``: past them no further
     candidate is measured and the best of those measured goes to the final contest (the
     defaults are always measured first)."""
+
+    @field_validator("ops_libraries", mode="before")
+    @classmethod
+    def _libraries(cls, value: Any) -> Any:
+        # as sessions hold them: paths made absolute, named packages as they are
+        return SessionSettings(ops_libraries=value).ops_libraries
 
     def _refuse_contradictions(self) -> None:
         self.feeds.one_size()
@@ -287,9 +295,15 @@ def _graph_files(
 def _grid(run: _Run, passing: list[tuple[str, str]], providers: Sequence[str]) -> list[Candidate]:
     """The defaults first, then the session grid over the passing pairs, each setting once."""
     grid = [Candidate(AS_GIVEN, run.defaults.wire())]
-    grid += session_grid(
-        passing, usable=usable_cpus(), providers=providers, threads=run.config.threads
+    libraries = (
+        {"ops_libraries": list(run.defaults.ops_libraries)} if run.defaults.ops_libraries else {}
     )
+    grid += [
+        Candidate(c.graph, dict(c.settings) | libraries)
+        for c in session_grid(
+            passing, usable=usable_cpus(), providers=providers, threads=run.config.threads
+        )
+    ]
     unique: dict[tuple[str, str], Candidate] = {}
     for c in grid:  # the defaults stay first, so they win a tie
         unique.setdefault(c.key, c)
@@ -532,7 +546,9 @@ def tune(
     answers = expected(contract, loaded, signature)
     # Resolved as the grid resolves them, so the defaults and their twin in the grid are one.
     resolved = resolved_providers(config.providers)
-    defaults = SessionSettings(providers=tuple(p for p in resolved if p != CPU))
+    defaults = SessionSettings(
+        providers=tuple(p for p in resolved if p != CPU), ops_libraries=config.ops_libraries
+    )
     providers = resolved_providers(defaults)
     machine = fingerprint(providers)
 
