@@ -185,6 +185,8 @@ def test_an_isolated_release_takes_a_path_and_refuses_the_package_name(tokenizer
         ["placement"],
         ["serve"],
         ["contract", "init"],
+        ["export", "torch"],
+        ["export", "sklearn"],
     ],  # fmt: skip
     ids=" ".join,
 )

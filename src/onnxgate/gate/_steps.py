@@ -205,6 +205,7 @@ def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
         step,
         TorchExportConfig,
         out=ctx.model,
+        ops_libraries=ctx.session().ops_libraries,
         # [feeds] inputs, an .npz of the forward's inputs by name, are examples too
         example_inputs=model.example_inputs
         or (data if data is not None and data.suffix == ".npz" else None),
@@ -229,6 +230,7 @@ def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
         step,
         SklearnExportConfig,
         out=ctx.model,
+        ops_libraries=ctx.session().ops_libraries,
         data=model.data,
         dtype=model.dtype or "float32",
         opset=model.opset,

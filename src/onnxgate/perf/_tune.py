@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._version import __version__
 from onnxgate.compat.providers import CPU
@@ -73,7 +73,14 @@ from onnxgate.perf._search import (
 )
 from onnxgate.perf._subject import tuning_contract, tuning_sample
 from onnxgate.perf._tuned import record_tuning
-from onnxgate.settings import FeedSettings, OptLevel, Part, SessionSettings, config_hash
+from onnxgate.settings import (
+    FeedSettings,
+    OpsLibraries,
+    OptLevel,
+    Part,
+    SessionSettings,
+    config_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +109,7 @@ class TuneConfig(Part):
     these value ranges; and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
     """Execution providers in preference order; CPU is appended."""
-    ops_libraries: tuple[str, ...] = ()
+    ops_libraries: OpsLibraries = ()
     """Custom operator libraries every candidate's session registers (``SessionSettings``)."""
     min_gain: float = Field(0.02, ge=0, lt=10)
     """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
@@ -141,12 +148,6 @@ class TuneConfig(Part):
     """Seconds the search itself may take, on top of ``time_budget``: past them no further
     candidate is measured and the best of those measured goes to the final contest (the
     defaults are always measured first)."""
-
-    @field_validator("ops_libraries", mode="before")
-    @classmethod
-    def _libraries(cls, value: Any) -> Any:
-        # as sessions hold them: paths made absolute, named packages as they are
-        return SessionSettings(ops_libraries=value).ops_libraries
 
     def _refuse_contradictions(self) -> None:
         self.feeds.one_size()
