@@ -79,6 +79,7 @@ GATE_KEYS: dict[str, str] = {
     "tf_version": "model.tf_version",
     "tf2onnx_version": "model.tf2onnx_version",
     "keras_version": "model.keras_version",
+    "ops_libraries": "targets.ops_libraries",
 }
 """Settings that belong to one table whichever step meets them (``[model]``'s are the export's)."""
 

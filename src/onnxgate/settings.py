@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 import numpy as np
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
@@ -125,6 +126,20 @@ def config_hash(config: BaseModel | dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _library_specs(value: Any) -> Any:
+    if isinstance(value, str | os.PathLike):
+        value = [value]
+    if isinstance(value, list | tuple):
+        return tuple(dict.fromkeys(library_spec(item) for item in value))
+    return value
+
+
+OpsLibraries = Annotated[tuple[str, ...], BeforeValidator(_library_specs)]
+"""Custom operator libraries as every config holds them (``SessionSettings``, and the configs of
+steps whose sessions are not one ``SessionSettings``: tune, export): paths made absolute, a
+package name (``onnxruntime-extensions``) as it is, each once, in order."""
+
+
 class SessionSettings(Part):
     """How an ONNX Runtime session is built. The defaults are ONNX Runtime's own."""
 
@@ -147,18 +162,9 @@ class SessionSettings(Part):
     mem_pattern: bool = True
     """Memory pattern planning: allocations of the first run reused by later runs (``tune``
     turns it off with the arena)."""
-    ops_libraries: tuple[str, ...] = ()
+    ops_libraries: OpsLibraries = ()
     """Custom operator libraries registered in every session, in order: shared-library paths
     (made absolute) or ``onnxruntime-extensions`` (the library that package ships)."""
-
-    @field_validator("ops_libraries", mode="before")
-    @classmethod
-    def _libraries(cls, value: Any) -> Any:
-        if isinstance(value, str | os.PathLike):
-            value = [value]
-        if isinstance(value, list | tuple):
-            return tuple(dict.fromkeys(library_spec(item) for item in value))
-        return value
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -249,7 +255,11 @@ class SessionSettings(Part):
         """Every setting that differs from ONNX Runtime's defaults, for tables (``defaults``)."""
         default = SessionSettings().wire()
         wire = self.wire()
-        return ", ".join(f"{k}={v}" for k, v in wire.items() if v != default[k]) or "defaults"
+        # a key the defaults leave out (ops_libraries) is shown whenever it is there
+        return (
+            ", ".join(f"{k}={v}" for k, v in wire.items() if k not in default or v != default[k])
+            or "defaults"
+        )
 
 
 WIRE_FIELDS: dict[str, str] = {

@@ -230,3 +230,17 @@ def test_a_regressor_exports_without_zipmap_options(digits, data, tmp_path):
     result = export_sklearn(ridge, SklearnExportConfig(out=tmp_path / "ridge.onnx", data=data))
     assert result.parity.passed
     assert verify(tmp_path / "ridge.onnx").passed
+
+
+def test_an_export_with_a_library_records_it_in_the_contract(pickled, data, tmp_path):
+    path = tmp_path / "lib.onnx"
+    args = ["export", "sklearn", str(pickled), "--out", str(path), "--data", str(data)]
+    ops = ["--ops-library", "onnxruntime-extensions"]
+    result = runner.invoke(app, [*args, "--trust-pickle", *ops, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["parity"]["ran"]["candidate"]["settings"]["ops_libraries"] == [
+        "onnxruntime-extensions"
+    ]
+    recorded = load_contract(path).requirements.ops_libraries
+    assert [lib.name for lib in recorded] == ["onnxruntime-extensions"]

@@ -287,6 +287,23 @@ SESSION_FLAGS: dict[str, SessionFlag] = {
         None,
         lambda given: parse_pairs(given, "--session-config"),
     ),
+    "ops_libraries": SessionFlag(
+        "ops_library",
+        _session_option(
+            "ops_libraries",
+            "--ops-library",
+            list[str] | None,
+            "A custom operator library registered in every session, repeatable: the path of a "
+            "shared library (.so, .dylib, .dll) that implements the model's custom-domain "
+            "operators, or onnxruntime-extensions (the library that package ships: tokenizers, "
+            "image and audio decoding). A contract records each one's name, version and sha256; "
+            "verify and serve use the contract's when none is given and refuse a host whose "
+            "library differs.",
+            show_default=False,
+        ),
+        None,
+        lambda given: tuple(given or ()),
+    ),
 }
 """The "Session" options, one per ``SessionSettings`` field a flag sets, in the fields' order.
 
@@ -295,6 +312,8 @@ A command offers some of them with ``session_options``; no command declares one 
 
 ProvidersOpt = SESSION_FLAGS["providers"].option
 """``--providers``, for a command whose providers are not a session's (``tune``)."""
+OpsLibraryOpt = SESSION_FLAGS["ops_libraries"].option
+"""``--ops-library``, for a command whose libraries are not a session's (``tune``)."""
 
 
 def session_settings(**flags: Any) -> SessionSettings:

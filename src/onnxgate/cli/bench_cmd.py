@@ -43,6 +43,7 @@ def _ints(items: list[str] | None, option: str) -> list[int]:
     "parallel",
     "cpu_mem_arena",
     "session_config",
+    "ops_libraries",
 )
 def bench_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],

@@ -32,7 +32,9 @@ from onnxgate.runners import SPEC_HELP
 
 
 @handles_errors
-@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
+@session_options(
+    "providers", "provider_options", "opt_level", "threads", "session_config", "ops_libraries"
+)
 def compare_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     against: Annotated[

@@ -62,6 +62,7 @@ contract_app = typer.Typer(
 
 @contract_app.command("init")
 @handles_errors
+@session_options("ops_libraries")
 def init_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     reference: Annotated[
@@ -94,6 +95,7 @@ def init_command(
         ),
     ] = False,
     allow_weak_rules: AllowWeakOpt = False,
+    session: SessionFlags = FROM_FLAGS,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Write the contract of a model exported elsewhere.
@@ -133,6 +135,7 @@ def init_command(
         force=force,
         trust_pickle=trust_pickle,
         allow_weak_rules=allow_weak_rules,
+        session=session.settings(),
     )
     run(
         fmt,
@@ -177,7 +180,9 @@ def sign_command(
 
 
 @handles_errors
-@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
+@session_options(
+    "providers", "provider_options", "opt_level", "threads", "session_config", "ops_libraries"
+)
 def verify_command(
     model: Annotated[
         Path,
@@ -223,7 +228,10 @@ def verify_command(
     matrix with the reason for each failing cell. Every check on every runtime applies the same
     session settings (providers with their options, level, threads, config entries), and the
     JSON report says what each session applied; where placement must run the model (releases
-    before 1.24) it runs the golden samples.
+    before 1.24) it runs the golden samples. Custom operator libraries: those given with
+    --ops-library, else the ones the contract records (onnxruntime-extensions is found by name; a
+    shared library recorded by its file name must be given); each must be the build the contract
+    recorded (version and sha256), else verify exits 3 before anything runs.
 
     Examples: `onnxgate verify model.onnx -r installed -r onnxruntime==1.20.1` · `onnxgate verify
     model.onnx -r onnxruntime-openvino==1.24.1 --providers openvino` (the providers are asked of
@@ -232,7 +240,8 @@ def verify_command(
     Exit codes: 0 every cell passed; 1 a cell failed, the model changed, the contract names
     another model (CON001) or its signature does not hold (CON010, CON011); 2 no contract, a
     damaged or hollow one (CON002-CON006), or an unusable key; 3 a provider or runtime cannot be
-    had, a provider did not start, or --require-signature without a key.
+    had, a provider did not start, a custom operator library is missing or not the recorded build,
+    or --require-signature without a key.
     """
     config = build(
         VerifyConfig,

@@ -19,7 +19,15 @@ from onnxgate.cli._common import (
     progress_line,
 )
 from onnxgate.cli._flags import flag_option
-from onnxgate.cli._options import AtolOpt, MetricOpt, RtolOpt, TolOpt, build, tolerance_settings
+from onnxgate.cli._options import (
+    AtolOpt,
+    MetricOpt,
+    OpsLibraryOpt,
+    RtolOpt,
+    TolOpt,
+    build,
+    tolerance_settings,
+)
 from onnxgate.compare import CompareReport
 from onnxgate.contract import Contract, contract_paths
 from onnxgate.export import ExportReport, TfCandidate
@@ -165,6 +173,7 @@ def torch_command(
     no_contract: Annotated[
         bool, flag_option("contract", "--no-contract", help="Do not write the contract.")
     ] = False,
+    ops_library: OpsLibraryOpt = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """Export a PyTorch module, then prove the ONNX model against it at shapes it was not traced at.
@@ -193,6 +202,7 @@ def torch_command(
         tolerances=tolerance_settings(atol, rtol, tol, metric),
         seed=seed,
         contract=not no_contract,
+        ops_libraries=tuple(ops_library or ()),
     )
     with progress_line(fmt == Format.text) as progress:
         report = export_torch(entry, config, progress=progress)
@@ -231,6 +241,7 @@ def sklearn_command(
     no_contract: Annotated[
         bool, typer.Option("--no-contract", help="Do not write the contract.")
     ] = False,
+    ops_library: OpsLibraryOpt = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """Export a scikit-learn estimator or pipeline with skl2onnx and prove it on your data.
@@ -253,6 +264,7 @@ def sklearn_command(
         runtime=runtime,
         tolerances=tolerance_settings(atol, rtol, tol, metric),
         contract=not no_contract,
+        ops_libraries=tuple(ops_library or ()),
     )
     with progress_line(fmt == Format.text) as progress:
         report = export_sklearn(estimator, config, trust_pickle=trust_pickle, progress=progress)

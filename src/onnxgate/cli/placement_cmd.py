@@ -25,7 +25,9 @@ from onnxgate.placement import PlacementConfig, placement, render_text
 
 
 @handles_errors
-@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
+@session_options(
+    "providers", "provider_options", "opt_level", "threads", "session_config", "ops_libraries"
+)
 def placement_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     session: SessionFlags = FROM_FLAGS,

@@ -40,7 +40,9 @@ def _one_size(dims: dict[str, list[int]]) -> dict[str, int]:
 
 
 @handles_errors
-@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
+@session_options(
+    "providers", "provider_options", "opt_level", "threads", "session_config", "ops_libraries"
+)
 def profile_command(
     model: Annotated[Path, typer.Argument(help="The .onnx model.", show_default=False)],
     top: Annotated[

@@ -51,7 +51,9 @@ Exit codes: 0 stopped cleanly · 1 a model's gate did not pass · 2 bad referenc
 
 
 @handles_errors
-@session_options("providers", "provider_options", "opt_level", "threads", "session_config")
+@session_options(
+    "providers", "provider_options", "opt_level", "threads", "session_config", "ops_libraries"
+)
 def serve_command(
     refs: Annotated[
         list[str],

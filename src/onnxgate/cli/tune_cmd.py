@@ -13,6 +13,7 @@ from onnxgate.cli._options import (
     FEEDS,
     FormatOpt,
     InputsOpt,
+    OpsLibraryOpt,
     ProvidersOpt,
     RangeOpt,
     SeedOpt,
@@ -125,6 +126,7 @@ def tune_command(
     value_range: RangeOpt = None,
     seed: SeedOpt = 0,
     providers: ProvidersOpt = None,
+    ops_library: OpsLibraryOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Find the fastest ONNX Runtime settings (and graph) that still give the model's answers.
@@ -167,6 +169,7 @@ def tune_command(
         providers=tuple(
             p.strip() for item in providers or () for p in item.split(",") if p.strip()
         ),
+        ops_libraries=tuple(ops_library or ()),
         min_gain=min_gain,
         write=write,
         fusions=fusions,

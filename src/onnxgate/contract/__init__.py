@@ -29,6 +29,11 @@ from onnxgate.contract._hollow import (
     rule_findings,
 )
 from onnxgate.contract._identity import sign_contract
+from onnxgate.contract._libraries import (
+    host_libraries,
+    library_requirements,
+    refuse_other_libraries,
+)
 from onnxgate.contract._observed import observed_outputs, observed_shapes
 from onnxgate.contract._render import render_signed, render_verify, render_written
 from onnxgate.contract._samples import SAMPLE_SECONDS, golden_samples, proven_ranges
@@ -129,8 +134,10 @@ __all__ = [
     "cross_check",
     "drop_stale_contract",
     "golden_samples",
+    "host_libraries",
     "identity",
     "init_contract",
+    "library_requirements",
     "load_contract",
     "observed_outputs",
     "observed_shapes",
@@ -140,6 +147,7 @@ __all__ = [
     "placement_cell",
     "proven_ranges",
     "read_golden",
+    "refuse_other_libraries",
     "render_signed",
     "render_verify",
     "render_written",

@@ -23,6 +23,7 @@ from onnxgate.contract._hollow import (
     refuse_hollow,
     rule_findings,
 )
+from onnxgate.contract._libraries import library_requirements
 from onnxgate.contract._observed import observed_shapes
 from onnxgate.contract_store import (
     SIDECAR,
@@ -30,6 +31,7 @@ from onnxgate.contract_store import (
     ContractStore,
     Golden,
     GoldenSample,
+    OpsLibraryRequirement,
     OutputRule,
     Provenance,
     Requirements,
@@ -230,6 +232,7 @@ def write_contract(
     allow_weak_rules: bool = True,
     batch: str | None = None,
     dims_why: Mapping[str, str] | None = None,
+    ops_libraries: Sequence[str] = (),
 ) -> Contract:
     """Run ``reference`` on the samples and write ``<model>.contract.json`` and ``.golden.npz``.
 
@@ -261,9 +264,12 @@ def write_contract(
         batch: the inputs' batch dimension when the outputs call their first axis otherwise
             (``[model] batch_axis``); every golden output's first axis must follow it.
         dims_why: why each free dimension's range is what it is, by label (``DimBound.why``).
+        ops_libraries: the custom operator libraries the sessions registered
+            (``SessionSettings.ops_libraries``), recorded by name, version and sha256.
 
     Raises:
-        ConfigError: a contract exists already and ``force`` is not set.
+        ConfigError: a contract exists already and ``force`` is not set, or a library is not a
+            readable file.
         HollowContract: the contract would prove nothing (CON002-CON005), or a rule is weaker
             than its floor (CON006) and ``allow_weak_rules`` is off; nothing is written.
         ContractKeyError: a signing key is configured and unusable.
@@ -319,6 +325,7 @@ def write_contract(
         lineage=lineage,
         batch=batch,
         dims_why=dims_why,
+        libraries=library_requirements(ops_libraries),
     )
     refuse_hollow(
         contract_findings(contract, signature, made.arrays),
@@ -379,7 +386,10 @@ def _run_reference(
                 else:
                     skipped.add(name)
             for name, value in feeds.items():
-                arrays[f"{key}/in/{name}"] = np.asarray(value)
+                array = np.asarray(value)
+                if array.dtype == object:  # strings: the golden file is read without pickle
+                    array = array.astype(str)
+                arrays[f"{key}/in/{name}"] = array
             for name, value in kept.items():
                 arrays[f"{key}/out/{name}"] = value
             last_outputs = kept
@@ -413,6 +423,7 @@ def _contract_record(
     lineage: dict[str, Any] | None,
     batch: str | None,
     dims_why: Mapping[str, str] | None,
+    libraries: list[OpsLibraryRequirement],
 ) -> Contract:
     """The contract of ``loaded``: its identity, signature, requirements and golden record.
 
@@ -441,6 +452,7 @@ def _contract_record(
             opsets=info.opsets,
             custom_domains=info.custom_domains,
             min_runtime=min_runtime,
+            ops_libraries=libraries,
         ),
         provenance=provenance or Provenance(onnxgate=__version__),
         lineage=lineage,
@@ -491,12 +503,14 @@ def _check_batch(
                 )
 
 
-def second_opinion_for(source: Runner, model: LoadedModel) -> Runner | SecondOpinion:
+def second_opinion_for(
+    source: Runner, model: LoadedModel, *, ops_libraries: Sequence[str] = ()
+) -> Runner | SecondOpinion:
     """The runner that checks golden outputs from ``source``: one that shares no code with it.
 
     The reference evaluator is checked by ONNX Runtime with every graph optimisation off, so a
     rewrite cannot be blamed; ONNX Runtime (any release or provider) by the reference evaluator;
-    a framework's module by ONNX Runtime running the exported model.
+    a framework's module by ONNX Runtime running the exported model (with ``ops_libraries``).
 
     When ONNX Runtime runs the model with custom operator libraries and the model has nodes the
     evaluator has no implementation for (the libraries' custom domains), no runner that shares
@@ -523,7 +537,8 @@ def second_opinion_for(source: Runner, model: LoadedModel) -> Runner | SecondOpi
                 f"({', '.join(Path(lib).name for lib in libraries)}); the golden outputs of {source.name} are unchecked",
             )
         return ReferenceRunner(model)
-    return open_runner(model, SessionSettings(opt_level="disable"))  # imports ONNX Runtime
+    # imports ONNX Runtime
+    return open_runner(model, SessionSettings(opt_level="disable", ops_libraries=ops_libraries))
 
 
 def opinion_from(report: CompareReport, *, what: str) -> SecondOpinion:

@@ -63,6 +63,13 @@ def render_written(contract: Contract, model: Path) -> Lines:
             f"{r.min_runtime or 'unknown'}"
         )
     )
+    for lib in r.ops_libraries:
+        version = f" {lib.version}" if lib.version else ""
+        lines.append(
+            line(
+                f"  custom operator library: {escape(lib.name)}{version} (sha256 {lib.sha256[:12]})"
+            )
+        )
     return lines
 
 

@@ -34,6 +34,7 @@ from onnxgate.contract._admit import admit
 from onnxgate.contract._golden import GoldenRunner, second_opinion_for, write_contract
 from onnxgate.contract._hollow import ContractFinding
 from onnxgate.contract._identity import Cell
+from onnxgate.contract._libraries import host_libraries, refuse_other_libraries
 from onnxgate.contract._samples import golden_samples, reference_probe
 from onnxgate.contract_store import (
     SIDECAR,
@@ -81,6 +82,9 @@ class ContractConfig(Part):
     batch_axis: str | None = None
     """The inputs' batch dimension when the outputs name their first axis otherwise (tf2onnx's
     ``unk__214`` and ``unk__215``): recorded so ``serve`` and ``deploy`` batch along it."""
+    session: SessionSettings = SessionSettings()
+    """The session of ONNX Runtime's runners (an ``ort`` reference, the second opinion); its
+    custom operator libraries (``ops_libraries``) are recorded in the contract."""
 
 
 class VerifyConfig(Part):
@@ -168,11 +172,16 @@ def init_contract(
         # dims go with data (the ranges the data is resized to); value ranges shape synthetic feeds
         FeedSettings(inputs=feeds.inputs, ranges=feeds.ranges).refuse_with_inputs()
     loaded = load_model(model)
+    libraries = config.session.ops_libraries
     runner = make_runner(
-        config.reference, loaded, trust_pickle=config.trust_pickle, extras=contract_extras()
+        config.reference,
+        loaded,
+        session=config.session,
+        trust_pickle=config.trust_pickle,
+        extras=contract_extras(),
     )
     second: Runner | SecondOpinion = (
-        second_opinion_for(runner, loaded)
+        second_opinion_for(runner, loaded, ops_libraries=libraries)
         if config.second_opinion
         else SecondOpinion(detail=f"not taken: {setting('second_opinion', False)}")
     )
@@ -201,6 +210,7 @@ def init_contract(
         allow_weak_rules=config.allow_weak_rules,
         batch=config.batch_axis,
         dims_why=proven,
+        ops_libraries=libraries,
     )
 
 
@@ -361,6 +371,8 @@ def verify(
         ContractKeyError: a configured key is unusable.
         ProviderUnavailable: a requested provider is not in a runtime's build.
         ProviderFailed: a requested provider did not start on a runtime.
+        ConfigError: the contract records a shared library by file name and none was given.
+        RuntimeEnvError: a library the contract records is missing here, or another build.
     """
     config = config or VerifyConfig()
     session = config.session
@@ -405,6 +417,10 @@ def verify(
                 for spec in specs
             ],
         )
+    # the libraries the contract was proven with, this host's build of each
+    libraries = host_libraries(contract, session.ops_libraries, where=contract_file)
+    refuse_other_libraries(contract, libraries, where=contract_file)
+    session = session.model_copy(update={"ops_libraries": libraries})
     expected = admission.expected
     tolerances = admission.tolerances
     assert tolerances is not None  # set when admitted

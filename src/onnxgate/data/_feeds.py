@@ -348,10 +348,16 @@ def load_feeds(path: str | Path, *, signature: Signature | None = None) -> list[
 
 
 def feeds_digest(feeds: Mapping[str, Any]) -> str:
-    """A key for a set of feeds: the same arrays give the same key."""
+    """A key for a set of feeds: the same arrays give the same key.
+
+    Strings are keyed by their text, whether held as objects (as sessions take them) or as
+    fixed-width unicode (as a golden file keeps them).
+    """
     h = hashlib.sha256()
     for name in sorted(feeds):
         value = np.ascontiguousarray(feeds[name])
+        if value.dtype.kind == "U":
+            value = value.astype(object)
         h.update(name.encode())
         h.update(str(value.dtype).encode() + str(value.shape).encode())
         h.update(value.tobytes() if value.dtype != object else json.dumps(value.tolist()).encode())

@@ -35,7 +35,7 @@ from onnxgate.errors import ExportError, ExtraMissing, FeedError
 from onnxgate.export._report import ExportReport, export_lineage
 from onnxgate.model import Signature, load_model
 from onnxgate.runners import SklearnRunner, load_estimator
-from onnxgate.settings import Part, Tolerances
+from onnxgate.settings import OpsLibraries, Part, SessionSettings, Tolerances
 
 
 class SklearnExportConfig(Part):
@@ -67,6 +67,9 @@ class SklearnExportConfig(Part):
 
     contract: bool = True
     """Write the contract and golden samples beside the model."""
+    ops_libraries: OpsLibraries = ()
+    """Custom operator libraries the parity check's ONNX Runtime session registers (for a model
+    exported with custom-domain operators); the contract records them."""
 
 
 class _Missed(Exception):
@@ -303,7 +306,7 @@ def export_sklearn(
             from onnxgate.runners import open_runner
 
             report = compare_runners(
-                open_runner(loaded),
+                open_runner(loaded, SessionSettings(ops_libraries=config.ops_libraries)),
                 reference,
                 [Sample(shown(config.data.name), {name: x})],
                 signature=signature,
@@ -337,6 +340,7 @@ def export_sklearn(
             config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check on every row"),
+            ops_libraries=config.ops_libraries,
             dims_why={"batch": _batch_why(x, config)},
         )
     return result.model_copy(update={"contract": contract, "notices": notices})

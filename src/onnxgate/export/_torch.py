@@ -48,7 +48,7 @@ from onnxgate.export._diagnose import (
 from onnxgate.export._report import ExportReport, export_lineage
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import TorchRunner, load_entry
-from onnxgate.settings import Part, Tolerances
+from onnxgate.settings import OpsLibraries, Part, SessionSettings, Tolerances
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,9 @@ class TorchExportConfig(Part):
     and between; labels left out: a batch (axis 0) 1 to 32, others 1 to past the example's."""
     contract: bool = True
     """Write the contract and golden samples beside the model."""
+    ops_libraries: OpsLibraries = ()
+    """Custom operator libraries the parity check's ONNX Runtime session registers (for a model
+    exported with custom-domain operators); the contract records them."""
 
     @field_validator("dynamic", mode="before")
     @classmethod
@@ -596,7 +599,7 @@ def export_torch(
             from onnxgate.runners import open_runner
 
             report = compare_runners(
-                open_runner(loaded),
+                open_runner(loaded, SessionSettings(ops_libraries=config.ops_libraries)),
                 reference,
                 samples,
                 signature=signature,
@@ -647,6 +650,7 @@ def export_torch(
             config=config.tolerances,
             force=True,
             second_opinion=opinion_from(report, what="the export's parity check"),
+            ops_libraries=config.ops_libraries,
             dims_why={
                 label: found.why
                 for label, found in parity_ranges(examples, config.dynamic, config.dims).items()

@@ -18,11 +18,14 @@ from pydantic import (
     AfterValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
+from onnxgate._opslib import PACKAGES, library_spec
 from onnxgate._words import gate_words, speaking
 from onnxgate.errors import ConfigError
 from onnxgate.settings import (
@@ -254,6 +257,18 @@ class TargetsSection(Part):
     ``onnxruntime-openvino==1.24.1``), each installed once into an isolated environment."""
     providers: list[str] = []
     """Execution providers in preference order; CPU is appended."""
+    ops_libraries: list[str] = []
+    """Custom operator libraries every step's sessions register, in order: shared-library paths
+    (relative to this file) or ``onnxruntime-extensions``; the contract records each one's name,
+    version and sha256."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # left out when none, so the config hash (and cached steps) of gates without them stay
+        data = handler(self)
+        if not self.ops_libraries and isinstance(data, dict):
+            data.pop("ops_libraries", None)
+        return data
 
 
 class Step(Part):
@@ -774,7 +789,15 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
             ),
         }
     )
-    update: dict[str, Any] = {"model": model, "steps": steps}
+    targets = config.targets.model_copy(
+        update={
+            "ops_libraries": [
+                lib if lib in PACKAGES else library_spec(base / Path(lib).expanduser())
+                for lib in config.targets.ops_libraries
+            ]
+        }
+    )
+    update: dict[str, Any] = {"model": model, "steps": steps, "targets": targets}
     update["feeds"] = config.feeds.model_copy(update={"inputs": fix(config.feeds.inputs)})
     update["output"] = config.output.model_copy(update={"dir": fix(config.output.dir)})
     if config.registration is not None:

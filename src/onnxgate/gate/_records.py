@@ -104,7 +104,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _steps.export,
         _details.export,
         produces=_exported,
-        owned=("force", "batch_axis"),
+        owned=("force", "batch_axis", "session"),
     ),
     StepRecord(
         "check",
@@ -149,7 +149,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _details.tune,
         needs=("export", "verify"),
         produces=_tuned,
-        owned=("feeds", "providers"),
+        owned=("feeds", "providers", "ops_libraries"),
         gate_only=("dims",),
     ),
     StepRecord(

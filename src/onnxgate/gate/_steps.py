@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         VerifyStep,
         WebStep,
     )
-    from onnxgate.settings import FeedSettings
+    from onnxgate.settings import FeedSettings, SessionSettings
 
 
 @dataclass
@@ -68,6 +68,24 @@ class Context:
     @property
     def runtimes(self) -> list[str]:
         return list(self.config.targets.runtimes) or ["installed"]
+
+    def session(self, session: SessionSettings | None = None) -> SessionSettings:
+        """A step's session with what ``[targets]`` gives every step.
+
+        The providers, when the step names none, and the custom operator libraries.
+        """
+        from onnxgate.settings import SessionSettings
+
+        targets = self.config.targets
+        session = session or SessionSettings()
+        update: dict[str, Any] = {}
+        if not session.providers and targets.providers:
+            update["providers"] = tuple(targets.providers)
+        if targets.ops_libraries:
+            update["ops_libraries"] = tuple(
+                dict.fromkeys([*targets.ops_libraries, *session.ops_libraries])
+            )
+        return session.model_copy(update=update)
 
 
 @dataclass
@@ -189,6 +207,7 @@ def _export_torch(ctx: Context, step: ExportStep) -> Outcome:
         step,
         TorchExportConfig,
         out=ctx.model,
+        ops_libraries=ctx.session().ops_libraries,
         # [feeds] inputs, an .npz of the forward's inputs by name, are examples too
         example_inputs=model.example_inputs
         or (data if data is not None and data.suffix == ".npz" else None),
@@ -213,6 +232,7 @@ def _export_sklearn(ctx: Context, step: ExportStep) -> Outcome:
         step,
         SklearnExportConfig,
         out=ctx.model,
+        ops_libraries=ctx.session().ops_libraries,
         data=model.data,
         dtype=model.dtype or "float32",
         opset=model.opset,
@@ -271,6 +291,7 @@ def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
         feeds=step.feeds if _own(step.feeds) else ctx.config.feeds.golden(),
         force=True,
         batch_axis=ctx.config.model.batch_axis,
+        session=ctx.session(),
     )
     try:
         contract = init_contract(ctx.model, config, progress=ctx.progress)
@@ -324,9 +345,7 @@ def compare(ctx: Context, step: CompareStep) -> Outcome:
     from onnxgate.compare import compare as run_compare
     from onnxgate.settings import FeedSettings
 
-    session = step.session
-    if not session.providers and ctx.config.targets.providers:
-        session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
+    session = ctx.session(step.session)
     # the step's own feeds, else the golden samples (the sizes proven), else [feeds]
     golden = None if _own(step.feeds) else _golden(ctx)
     if _own(step.feeds):
@@ -351,12 +370,11 @@ def compare(ctx: Context, step: CompareStep) -> Outcome:
 def verify(ctx: Context, step: VerifyStep) -> Outcome:
     """The contract's golden samples on each runtime of the release matrix."""
     from onnxgate.contract import verify as run_verify
-    from onnxgate.settings import SessionSettings
 
     config = library_config(
         step,
         runtimes=tuple(step.runtimes or ctx.runtimes),
-        session=SessionSettings(providers=tuple(ctx.config.targets.providers)),
+        session=ctx.session(),
     )
     report = run_verify(ctx.model, config, progress=ctx.progress)
     failing = [r.runtime for r in report.results if not r.passed]
@@ -373,14 +391,13 @@ def verify(ctx: Context, step: VerifyStep) -> Outcome:
 def placement(ctx: Context, step: PlacementStep) -> Outcome:
     """Where each node runs; fails when a node is not on the required provider."""
     from onnxgate.placement import placement as run_placement
-    from onnxgate.settings import SessionSettings
 
     providers = ctx.config.targets.providers
     require = step.require or (providers[0].split(":", 1)[0] if providers else None)
     runtime = step.runtime or ctx.runtimes[0]
     config = library_config(
         step,
-        session=SessionSettings(providers=tuple(providers)),
+        session=ctx.session(),
         require=require,
         runtime=runtime,
     )
@@ -409,6 +426,7 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
         step,
         feeds=_synthetic(ctx, {name: [size] for name, size in step.dims.items()}),
         providers=tuple(ctx.config.targets.providers),
+        ops_libraries=ctx.session().ops_libraries,
         threads=step.threads or None,  # threads = []: the default search, as not set
     )
     report = run_tune(ctx.model, config, progress=ctx.progress)
@@ -546,8 +564,7 @@ def bench(ctx: Context, step: BenchStep) -> Outcome:
             "steps.bench.session.threads conflicts with steps.bench.tuned: the tuned thread "
             "count is used; drop one of them."
         )
-    if not session.providers and ctx.config.targets.providers:
-        session = session.model_copy(update={"providers": tuple(ctx.config.targets.providers)})
+    session = ctx.session(session)
     # no batches or dims: bench times the contract's golden samples, the shapes proven
     config = library_config(
         step,

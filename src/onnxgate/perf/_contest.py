@@ -87,10 +87,12 @@ class Contender:
             if self.runtime is not None:
                 from onnxgate.compat.runtime import RuntimeSpec
                 from onnxgate.contract_store import contract_tensorrt
-                from onnxgate.runners import check_session, with_tensorrt
+                from onnxgate.runners import check_session, refuse_libraries, with_tensorrt
                 from onnxgate.settings import SessionSettings
 
-                request["package"] = RuntimeSpec.parse(self.runtime).package
+                spec = RuntimeSpec.parse(self.runtime)
+                refuse_libraries(spec, self.settings)
+                request["package"] = spec.package
                 # the worker in another runtime has no onnxgate: the contract's TensorRT
                 # options are added here, as onnxgate's own workers add them to their runner
                 given = SessionSettings.from_wire(self.settings)
@@ -109,12 +111,16 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """An uncompressed .npz of ``arrays`` under their own names.
 
     ``np.savez(path, **arrays)`` fails for an input named ``file`` or ``allow_pickle``; writing
-    the members directly takes any name.
+    the members directly takes any name. Strings are written as fixed-width unicode, read
+    without pickle (the workers turn them into objects again).
     """
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, array in arrays.items():
+            value = np.asarray(array)
+            if value.dtype == object:
+                value = value.astype(str)
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+                np.lib.format.write_array(member, value, allow_pickle=False)
 
 
 def _error(answer: Mapping[str, Any], label: str) -> GateError:

@@ -73,7 +73,14 @@ from onnxgate.perf._search import (
 )
 from onnxgate.perf._subject import tuning_contract, tuning_sample
 from onnxgate.perf._tuned import record_tuning
-from onnxgate.settings import FeedSettings, OptLevel, Part, SessionSettings, config_hash
+from onnxgate.settings import (
+    FeedSettings,
+    OpsLibraries,
+    OptLevel,
+    Part,
+    SessionSettings,
+    config_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +109,8 @@ class TuneConfig(Part):
     these value ranges; and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
     """Execution providers in preference order; CPU is appended."""
+    ops_libraries: OpsLibraries = ()
+    """Custom operator libraries every candidate's session registers (``SessionSettings``)."""
     min_gain: float = Field(0.02, ge=0, lt=10)
     """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
     write: bool = True
@@ -287,9 +296,15 @@ def _graph_files(
 def _grid(run: _Run, passing: list[tuple[str, str]], providers: Sequence[str]) -> list[Candidate]:
     """The defaults first, then the session grid over the passing pairs, each setting once."""
     grid = [Candidate(AS_GIVEN, run.defaults.wire())]
-    grid += session_grid(
-        passing, usable=usable_cpus(), providers=providers, threads=run.config.threads
+    libraries = (
+        {"ops_libraries": list(run.defaults.ops_libraries)} if run.defaults.ops_libraries else {}
     )
+    grid += [
+        Candidate(c.graph, dict(c.settings) | libraries)
+        for c in session_grid(
+            passing, usable=usable_cpus(), providers=providers, threads=run.config.threads
+        )
+    ]
     unique: dict[tuple[str, str], Candidate] = {}
     for c in grid:  # the defaults stay first, so they win a tie
         unique.setdefault(c.key, c)
@@ -532,7 +547,9 @@ def tune(
     answers = expected(contract, loaded, signature)
     # Resolved as the grid resolves them, so the defaults and their twin in the grid are one.
     resolved = resolved_providers(config.providers)
-    defaults = SessionSettings(providers=tuple(p for p in resolved if p != CPU))
+    defaults = SessionSettings(
+        providers=tuple(p for p in resolved if p != CPU), ops_libraries=config.ops_libraries
+    )
     providers = resolved_providers(defaults)
     machine = fingerprint(providers)
 

@@ -95,7 +95,11 @@ class _Worker:
 
     def set_feeds(self, request: dict[str, Any]) -> dict[str, Any]:
         with np.load(request["path"], allow_pickle=False) as data:
-            self.feeds = {name: data[name] for name in data.files}
+            # strings arrive as fixed-width unicode (no pickle); sessions take them as objects
+            self.feeds = {
+                name: data[name].astype(object) if data[name].dtype.kind == "U" else data[name]
+                for name in data.files
+            }
         return {}
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -102,7 +102,7 @@ class IsolatedOrtRunner:
             folder = Path(tmp)
             keys = [f"s{i}" for i in range(len(batch))]
             stored = {
-                f"{key}/{name}": np.asarray(value)
+                f"{key}/{name}": _storable(np.asarray(value))
                 for key, feeds in zip(keys, batch, strict=True)
                 for name, value in feeds.items()
             }
@@ -195,3 +195,11 @@ class IsolatedOrtRunner:
         return IsolatedOrtRunner(
             model, self.spec, (), self.settings, progress=self.progress, tensorrt=self.tensorrt
         )
+
+
+def _storable(array: np.ndarray) -> np.ndarray:
+    """A feed as the request's archive holds it: strings as fixed-width unicode.
+
+    So the archive is read without pickle; the script turns them into objects again.
+    """
+    return array.astype(str) if array.dtype == object else array

@@ -43,7 +43,12 @@ def run(request: dict) -> dict:
         stored = {k: archive[k] for k in archive.files}
     for key in request["keys"]:
         prefix = f"{key}/"
-        feeds = {k[len(prefix) :]: v for k, v in stored.items() if k.startswith(prefix)}
+        # strings cross as fixed-width unicode (no pickle); sessions take them as objects
+        feeds = {
+            k[len(prefix) :]: v.astype(object) if v.dtype.kind == "U" else v
+            for k, v in stored.items()
+            if k.startswith(prefix)
+        }
         try:
             values = session.run(None, feeds)
         except Exception as err:  # ORT raises its own exception types

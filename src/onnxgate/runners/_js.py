@@ -476,4 +476,5 @@ JAVASCRIPT = Runtime(
     worker=js_worker,
     script=js_script,
     probe=probe_js,
+    native_libraries=False,
 )

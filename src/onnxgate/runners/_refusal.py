@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onnxgate._words import setting
 from onnxgate.compat.providers import install_hint, provided_by, short_name
 from onnxgate.errors import (
     ConfigError,
@@ -63,7 +64,7 @@ def refusal(
         return RuntimeEnvError(
             f"{runtime}: {message}.",
             hint="Give a library built for this platform and ONNX Runtime release "
-            "(ops_libraries), or install the package that ships it in the runtime's environment.",
+            f"({setting('ops_libraries', ['PATH'])}).",
         )
     if kind == "session":
         return SessionFailed(

@@ -157,7 +157,8 @@ def library_file(spec: str) -> str:
     except ImportError as err:
         raise Refused(
             "library",
-            f"{EXTENSIONS} is not installed beside onnxruntime {ort.__version__} ({err})",
+            f"{EXTENSIONS} is not installed in the environment of onnxruntime {ort.__version__} "
+            f"({err}); give the path of its library built for that release instead",
             library=spec,
         ) from err
     return str(onnxruntime_extensions.get_library_path())
@@ -322,11 +323,13 @@ def applied(session: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The settings as the session reports them: what actually ran, not what was asked.
 
     Providers and their options come from the session (ONNX Runtime fills in each provider's
-    defaults); config entries are read back for the keys that were set.
+    defaults); config entries are read back for the keys that were set; the custom operator
+    libraries (left out when none) are the ones registered, since the session was made.
     """
     so = session.get_session_options()
     asked = complete(settings)
     options = session.get_provider_options() if hasattr(session, "get_provider_options") else {}
+    libraries = {"ops_libraries": list(asked["ops_libraries"])} if asked["ops_libraries"] else {}
     return {
         "providers": list(session.get_providers()),
         "provider_options": {p: dict(o) for p, o in options.items()},
@@ -337,4 +340,4 @@ def applied(session: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         "cpu_mem_arena": so.enable_cpu_mem_arena,
         "mem_pattern": so.enable_mem_pattern,
         "config": {k: so.get_session_config_entry(k) for k in asked["config"]},
-    }
+    } | libraries

@@ -163,6 +163,9 @@ class Runtime:
     probe: Prober | None = None
     """How ``compat.runtime`` probes a runtime that has no Python environment (ONNX Runtime's
     JavaScript packages); None: its probe script runs in the release's isolated environment."""
+    native_libraries: bool = True
+    """Whether its sessions can register custom operator libraries (shared libraries loaded
+    into the process: not in a browser's WebAssembly, nor through onnxruntime-node's API)."""
 
 
 _REGISTERED: list[Runtime] = []
@@ -240,7 +243,29 @@ def open_runner(
             options (the caller forgot ``contract_extras``).
     """
     spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    if settings is not None:
+        refuse_libraries(spec, settings.wire())
     return runtime_of(spec).open(model, settings, spec, extras or RunExtras())
+
+
+def refuse_libraries(spec: RuntimeSpec, settings: Mapping[str, Any]) -> None:
+    """Refuse custom operator libraries (``SessionSettings.wire()``) a runtime cannot load.
+
+    Raises:
+        ConfigError: naming the libraries and the runtime.
+    """
+    libraries = [str(lib) for lib in settings.get("ops_libraries") or ()]
+    if not libraries or runtime_of(spec).native_libraries:
+        return
+    from onnxgate._words import setting
+
+    raise ConfigError(
+        f"{spec} cannot register the custom operator "
+        f"librar{'ies' if len(libraries) > 1 else 'y'} {', '.join(libraries)}: ONNX Runtime's "
+        "JavaScript packages load no native shared libraries.",
+        hint="Run the model on a Python build of ONNX Runtime (the installed one, or "
+        f"onnxruntime==X.Y.Z), which takes {setting('ops_libraries', libraries)}.",
+    )
 
 
 def worker_command(runtime: str | RuntimeSpec | None, env: dict[str, str]) -> list[str]:
@@ -267,4 +292,5 @@ def run_script(
         progress: called with a line for slow steps (building an isolated environment).
     """
     spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec.parse(runtime)
+    refuse_libraries(spec, request.get("settings") or {})
     return runtime_of(spec).script(script, spec, request, arrays, progress)

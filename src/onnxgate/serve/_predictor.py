@@ -28,7 +28,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec
-from onnxgate.contract import SIDECAR, Admission, Cell, admit, placement_cell, shown
+from onnxgate.contract import (
+    SIDECAR,
+    Admission,
+    Cell,
+    admit,
+    host_libraries,
+    placement_cell,
+    refuse_other_libraries,
+    shown,
+)
 from onnxgate.contract_store import contract_extras
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
@@ -453,7 +462,17 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings,
 
     session = config.session
     notes = []
-    explicit = session.model_copy(update={"providers": ()}) != SessionSettings()
+    # libraries are what the model needs, not a choice of settings: they never stop tuned ones
+    explicit = (
+        session.model_copy(update={"providers": (), "ops_libraries": ()}) != SessionSettings()
+    )
+    where = shown(SIDECAR.location(source.model))
+    contract = SIDECAR.read(source.model)
+    libraries = host_libraries(contract, session.ops_libraries, where=where)
+    refuse_other_libraries(contract, libraries, where=where)
+    if libraries:
+        session = session.model_copy(update={"ops_libraries": libraries})
+        notes.append(f"custom operator libraries: {', '.join(libraries)}")
     if not session.providers and source.providers:
         session = session.model_copy(update={"providers": source.providers})
         notes.append(f"providers {', '.join(source.providers)}, as gated")
@@ -472,7 +491,9 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings,
             notes.append(f"tuned settings not used: {err.message}")
             path = source.model
         else:
-            tuned = SessionSettings.from_wire(settings)
+            tuned = SessionSettings.from_wire(settings).model_copy(
+                update={"ops_libraries": libraries}
+            )
             check_session(tuned)
             theirs, ours = tuned.wire()["providers"], options.wire()["providers"]
             if session.providers and theirs != ours:

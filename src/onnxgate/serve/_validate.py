@@ -136,6 +136,8 @@ class RequestValidator:
         bound = self.values.get(tensor.name)
         if bound is not None and array.size and array.dtype != object:
             self._in_bound(tensor.name, array, bound)
+        if spec.dtype == "string" and array.dtype == object:
+            return _text_array(tensor.name, array)
         return array
 
     def _in_range(self, name: str, axis: int, dim: str, size: int) -> None:
@@ -184,3 +186,21 @@ class RequestValidator:
 
 def _text(shape: Sequence[object]) -> str:
     return "[" + ", ".join("?" if d is None or d == "" else str(d) for d in shape) + "]"
+
+
+def _text_array(name: str, array: np.ndarray) -> np.ndarray:
+    """BYTES as the text an ONNX string tensor holds (UTF-8).
+
+    ONNX Runtime would feed the model a ``bytes`` object's repr (``b'...'``).
+
+    Raises:
+        InvalidRequest: an element that is not UTF-8.
+    """
+    try:
+        return np.vectorize(
+            lambda v: v.decode("utf-8") if isinstance(v, bytes) else v, otypes=[object]
+        )(array)
+    except UnicodeDecodeError:
+        raise refuse(
+            "dtype.utf8", f"input {name!r} is a string tensor; an element is not UTF-8 text"
+        ) from None
