@@ -22,6 +22,7 @@ from onnxgate.data._feeds import (
     feeds_digest,
     load_feeds,
     numpy_dtype,
+    unicode_array,
     validate_feeds,
 )
 from onnxgate.data._files import (
@@ -86,6 +87,7 @@ __all__ = [
     "serving_ranges",
     "synthetic_samples",
     "unnamed_dims",
+    "unicode_array",
     "unnamed_label",
     "validate_feeds",
 ]
