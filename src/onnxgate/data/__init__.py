@@ -86,8 +86,8 @@ __all__ = [
     "read_text",
     "serving_ranges",
     "synthetic_samples",
-    "unnamed_dims",
     "unicode_array",
+    "unnamed_dims",
     "unnamed_label",
     "validate_feeds",
 ]
