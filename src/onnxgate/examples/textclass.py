@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ EXTENSIONS = "onnxruntime-extensions"
 CONTRIB = "ai.onnx.contrib"
 MODEL_FILE = "textclass.onnx"
 HELDOUT_FILE = "heldout.npz"
+GATE_FILE = "textclass.gate.toml"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Built:
 
     model: Path
     heldout: Path
+    gate: Path
     accuracy: float
     heldout_count: int
     train_count: int
@@ -180,12 +183,15 @@ def classifier_model(
 
 
 def build(out_dir: str | os.PathLike[str]) -> Built:
-    """Train the classifier and write ``textclass.onnx`` and ``heldout.npz`` into ``out_dir``.
+    """Train the classifier; write ``textclass.onnx``, ``heldout.npz`` and its gate into ``out_dir``.
+
+    The gate (``textclass.gate.toml``, shipped beside this module) names the other two by their
+    paths relative to it: ``onnxgate gate OUT_DIR/textclass.gate.toml`` runs it.
 
     Raises:
         ExtraMissing: scikit-learn, scipy or the vocabulary's wheel is not installed.
     """
-    from onnxgate._fs import atomic_write_bytes, staged_file
+    from onnxgate._fs import atomic_write_bytes, atomic_write_text, staged_file
     from onnxgate.examples.topics import LABELS, split
 
     try:
@@ -221,7 +227,9 @@ def build(out_dir: str | os.PathLike[str]) -> Built:
     with staged_file(heldout) as staged, open(staged, "wb") as stream:
         # a unicode array, not object: read back without pickle
         np.savez(stream, text=np.array(held_texts, dtype=str))
-    return Built(out / MODEL_FILE, heldout, accuracy, len(held_texts), len(train_texts))
+    gate = out / GATE_FILE
+    atomic_write_text(gate, (resources.files("onnxgate.examples") / GATE_FILE).read_text())
+    return Built(out / MODEL_FILE, heldout, gate, accuracy, len(held_texts), len(train_texts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -233,8 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     built = build(args.out_dir)
     print(
-        f"wrote {built.model} and {built.heldout}: trained on {built.train_count} sentences, "
-        f"held-out accuracy {built.accuracy:.3f} ({built.heldout_count} sentences)"
+        f"wrote {built.model}, {built.heldout} and {built.gate}: trained on "
+        f"{built.train_count} sentences, held-out accuracy {built.accuracy:.3f} "
+        f"({built.heldout_count} sentences)\ngate it: onnxgate gate {built.gate}"
     )
     return 0
 
