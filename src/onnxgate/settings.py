@@ -249,11 +249,7 @@ class SessionSettings(Part):
         """Every setting that differs from ONNX Runtime's defaults, for tables (``defaults``)."""
         default = SessionSettings().wire()
         wire = self.wire()
-        # a key the defaults leave out (ops_libraries) is shown whenever it is there
-        return (
-            ", ".join(f"{k}={v}" for k, v in wire.items() if k not in default or v != default[k])
-            or "defaults"
-        )
+        return ", ".join(f"{k}={v}" for k, v in wire.items() if v != default[k]) or "defaults"
 
 
 WIRE_FIELDS: dict[str, str] = {

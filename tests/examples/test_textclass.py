@@ -3,8 +3,6 @@ in and topic labels out, on real ONNX Runtime with onnxruntime-extensions' libra
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -12,7 +10,6 @@ from onnxgate.data import read_npz
 from onnxgate.examples import textclass
 from onnxgate.examples.topics import LABELS, split
 from onnxgate.model import load_model
-from onnxgate.perf import TuneConfig, tune
 from onnxgate.runners import open_runner
 from onnxgate.settings import SessionSettings
 
@@ -62,24 +59,3 @@ def test_the_graph_needs_the_library(built: textclass.Built):
     with pytest.raises(GateError, match="BertTokenizer"):
         with open_runner(load_model(built.model), SessionSettings()) as runner:
             runner.infer({"text": np.array(["rain"], dtype=object)})
-
-
-@pytest.mark.slow  # half a minute: workers for each candidate and the final contest
-def test_tune_registers_the_library_in_every_session(built: textclass.Built, tmp_path: Path):
-    report = tune(
-        built.model,
-        TuneConfig(
-            ops_libraries=["onnxruntime-extensions"],
-            write=False,
-            levels=("all",),
-            threads=(1,),
-            fusions=False,
-            warmup=1,
-            min_runs=2,
-            max_runs=2,
-            contest_seconds=0.2,
-            time_budget=10,
-        ),
-    )
-    assert report.passed, report
-    assert report.candidates > 1

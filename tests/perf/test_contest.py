@@ -58,20 +58,6 @@ def test_an_input_named_like_a_savez_parameter_reaches_the_worker(tmp_path):
     assert len(ms) == 3
 
 
-def test_string_feeds_reach_the_worker_without_pickle_as_objects(tmp_path):
-    from models import text_labels
-    from onnxgate.perf import save_arrays
-
-    arrays = {"text": np.array(["rain", "goal", "x"], dtype=object)}
-    save_arrays(tmp_path / "feeds.npz", arrays)
-    with np.load(tmp_path / "feeds.npz", allow_pickle=False) as stored:
-        assert stored["text"].tolist() == ["rain", "goal", "x"]
-    path = save(text_labels(), tmp_path / "text.onnx")
-    with Contest([Contender("a", onnx=path)]) as contest:
-        (ms,) = contest.race([arrays], warmup=0, runs=3)
-    assert len(ms) == 3
-
-
 def test_bad_settings_come_back_as_the_same_error_class(model):
     with pytest.raises(ConfigError, match="unknown session settings: threads"):
         with Contest([Contender("a", onnx=model, settings={"threads": 2})]):

@@ -693,14 +693,3 @@ def test_no_contract_to_record_in_offers_the_setting_in_the_caller_s_words(tmp_p
     with pytest.raises(ConfigError, match="no contract to record") as caught:
         tune(path)
     assert caught.value.hint.endswith("or tune without recording (write=False).")
-
-
-def test_every_candidate_registers_the_models_ops_libraries():
-    grid = session_grid(
-        [(AS_GIVEN, "all"), (AS_GIVEN, "basic")],
-        usable=2,
-        ops_libraries=("onnxruntime-extensions",),
-    )
-    assert grid and all(c.settings["ops_libraries"] == ["onnxruntime-extensions"] for c in grid)
-    plain = session_grid([(AS_GIVEN, "all")], usable=2)
-    assert all("ops_libraries" not in c.settings for c in plain)  # keys of old records stay

@@ -32,7 +32,6 @@ from typing import Any, Self
 import numpy as np
 
 from onnxgate import errors
-from onnxgate.data import unicode_array
 from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed
 from onnxgate.runners import Channel
 
@@ -110,17 +109,12 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """An uncompressed .npz of ``arrays`` under their own names.
 
     ``np.savez(path, **arrays)`` fails for an input named ``file`` or ``allow_pickle``; writing
-    the members directly takes any name. Strings (object arrays, as sessions take them) are
-    written as fixed-width unicode, read without pickle; the workers make them objects again.
+    the members directly takes any name.
     """
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, array in arrays.items():
-            given = np.asarray(array)
-            stored = unicode_array(given)
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(
-                    member, given if stored is None else stored, allow_pickle=False
-                )
+                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
 
 
 def _error(answer: Mapping[str, Any], label: str) -> GateError:

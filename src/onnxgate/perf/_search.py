@@ -82,7 +82,6 @@ def session_grid(
     usable: int,
     providers: Sequence[str] = (),
     threads: Sequence[int] | None = None,
-    ops_libraries: Sequence[str] = (),
 ) -> list[Candidate]:
     """Every candidate: each (graph, optimisation level) that passed parity × session settings.
 
@@ -91,8 +90,6 @@ def session_grid(
         usable: CPUs this process may use.
         providers: resolved provider names in preference order (CPU last).
         threads: intra-op thread counts to try instead of :func:`thread_counts`.
-        ops_libraries: custom operator libraries every candidate's session registers (what the
-            model needs, not an axis of the search).
 
     The CPU axes are intra-op threads, sequential or parallel execution (inter-op threads 2, only
     with 2 or more CPUs), thread spinning on or off, and the memory arena with memory patterns on
@@ -135,8 +132,6 @@ def session_grid(
                                 "mem_pattern": memory,
                                 "config": {} if spinning else {SPINNING: "0"},
                             }
-                            if ops_libraries:  # as wire() has them: left out when none
-                                settings["ops_libraries"] = list(ops_libraries)
                             candidate = Candidate(graph, settings)
                             found.setdefault(candidate.key, candidate)
     return list(found.values())

@@ -31,14 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializerFunctionWrapHandler,
-    field_validator,
-    model_serializer,
-)
+from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._version import __version__
 from onnxgate.compat.providers import CPU
@@ -109,23 +102,6 @@ class TuneConfig(Part):
     these value ranges; and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
     """Execution providers in preference order; CPU is appended."""
-    ops_libraries: tuple[str, ...] = ()
-    """Custom operator libraries every session registers (``SessionSettings.ops_libraries``):
-    what the model needs, the same in every candidate."""
-
-    @field_validator("ops_libraries", mode="before")
-    @classmethod
-    def _libraries(cls, value: Any) -> Any:
-        return SessionSettings(ops_libraries=value).ops_libraries  # made absolute alike
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # left out when none, so the config hash tune records hold stays what it was
-        data = handler(self)
-        if not self.ops_libraries and isinstance(data, dict):
-            data.pop("ops_libraries", None)
-        return data
-
     min_gain: float = Field(0.02, ge=0, lt=10)
     """The smallest improvement (0.02 = 2%) for which the winner replaces the defaults."""
     write: bool = True
@@ -312,11 +288,7 @@ def _grid(run: _Run, passing: list[tuple[str, str]], providers: Sequence[str]) -
     """The defaults first, then the session grid over the passing pairs, each setting once."""
     grid = [Candidate(AS_GIVEN, run.defaults.wire())]
     grid += session_grid(
-        passing,
-        usable=usable_cpus(),
-        providers=providers,
-        threads=run.config.threads,
-        ops_libraries=run.defaults.ops_libraries,
+        passing, usable=usable_cpus(), providers=providers, threads=run.config.threads
     )
     unique: dict[tuple[str, str], Candidate] = {}
     for c in grid:  # the defaults stay first, so they win a tie
@@ -560,9 +532,7 @@ def tune(
     answers = expected(contract, loaded, signature)
     # Resolved as the grid resolves them, so the defaults and their twin in the grid are one.
     resolved = resolved_providers(config.providers)
-    defaults = SessionSettings(
-        providers=tuple(p for p in resolved if p != CPU), ops_libraries=config.ops_libraries
-    )
+    defaults = SessionSettings(providers=tuple(p for p in resolved if p != CPU))
     providers = resolved_providers(defaults)
     machine = fingerprint(providers)
 

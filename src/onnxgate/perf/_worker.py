@@ -95,13 +95,7 @@ class _Worker:
 
     def set_feeds(self, request: dict[str, Any]) -> dict[str, Any]:
         with np.load(request["path"], allow_pickle=False) as data:
-            # strings cross as fixed-width unicode: objects, as a server feeds them, once here
-            # rather than converted by ONNX Runtime in every timed run
-            loaded = {name: data[name] for name in data.files}
-        self.feeds = {
-            name: value.astype(object) if value.dtype.kind == "U" else value
-            for name, value in loaded.items()
-        }
+            self.feeds = {name: data[name] for name in data.files}
         return {}
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
