@@ -2,8 +2,9 @@
 over the Open Inference Protocol (tritonclient sends BYTES, gets label strings back), and
 deployed to a Triton repository that ``deploy check`` passes.
 
-Needs the gate's ``[targets] ops_libraries`` and the server's BYTES decoding (the opslib branch)
-and check's knowledge of libraries (the opscheck branch).
+Needs the gate's ``[targets] ops_libraries`` and the server's BYTES decoding (the opslib branch),
+check's knowledge of libraries and deploy triton's copy of the library (the opscheck branch),
+and the gate's check step handed the targets' libraries.
 """
 
 from __future__ import annotations
@@ -108,5 +109,8 @@ def test_deployed_to_triton_the_repository_passes_deploy_check(gated: Path, tmp_
     config = (tmp_path / "repo" / "textclass" / "config.pbtxt").read_text()
     assert 'name: "text"\n  data_type: TYPE_STRING' in config
     assert 'name: "label"\n  data_type: TYPE_STRING' in config
+    # the tokenizer's library travels with the model, and Triton is told to load it
+    (library,) = (tmp_path / "repo" / "textclass" / str(report.version)).glob("*.so")
+    assert f'op_library_filename: "{library}"' in config
     checked = check_repository(tmp_path / "repo")
     assert checked.passed, checked
