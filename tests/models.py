@@ -168,6 +168,28 @@ def token_model(vocab: int = 50) -> onnx.ModelProto:
     return model(nodes, [ids, mask], [value("y", shape=("batch", 8))], initializers=[table, axis])
 
 
+def text_labels() -> onnx.ModelProto:
+    """text string [batch] -> label string [batch] and score float [batch] (LabelEncoders,
+    ai.onnx.ml): strings in and out with no custom operator."""
+    nodes = [
+        helper.make_node(
+            "LabelEncoder", ["text"], ["label"], domain="ai.onnx.ml",
+            keys_strings=["rain", "goal"], values_strings=["weather", "sport"],
+            default_string="other",
+        ),
+        helper.make_node(
+            "LabelEncoder", ["text"], ["score"], domain="ai.onnx.ml",
+            keys_strings=["rain", "goal"], values_floats=[1.0, 2.0], default_float=0.5,
+        ),
+    ]  # fmt: skip
+    return model(
+        nodes,
+        [value("text", TensorProto.STRING, ["batch"])],
+        [value("label", TensorProto.STRING, ["batch"]), value("score", shape=["batch"])],
+        opsets={"": OPSET, "ai.onnx.ml": 2},
+    )
+
+
 def misdeclared() -> onnx.ModelProto:
     """x[N, 10] -> y[N, 1, 10], while y is declared [1, seqlen] (as ddddocr's OCR model does).
 

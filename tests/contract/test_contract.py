@@ -376,3 +376,20 @@ def test_a_runtime_that_cannot_be_had_is_one_failed_row(contracted):
     installed, missing = report.results
     assert installed.passed and not report.passed
     assert missing.loads.passed is False and missing.parity.passed is None
+
+
+def test_string_outputs_are_golden_as_unicode_arrays_read_without_pickle(tmp_path):
+    from models import text_labels
+
+    path = save(text_labels(), tmp_path / "text.onnx")
+    feeds = tmp_path / "text.npz"
+    np.savez(feeds, text=np.array(["rain", "goal", "a long sentence"]))
+    contract = init_contract(path, ContractConfig(feeds=FeedSettings(inputs=feeds)))
+    assert contract.golden.samples[0].outputs == ["label", "score"]
+    (rule,) = [r for r in contract.golden.rules if r.output == "label"]
+    assert (rule.atol, rule.rtol) == (0.0, 0.0)  # labels agree exactly
+    with np.load(tmp_path / "text.golden.npz", allow_pickle=False) as golden:
+        assert golden["s0/in/text"].dtype.kind == "U"
+        assert golden["s0/out/label"].tolist() == ["weather", "sport", "other"]
+    report = verify(path)
+    assert report.passed, report

@@ -45,7 +45,14 @@ from onnxgate.contract_store import (
     sha256_file,
     sign_new,
 )
-from onnxgate.data import Sample, chosen_ranges, feeds_digest, free_sizes, validate_feeds
+from onnxgate.data import (
+    Sample,
+    chosen_ranges,
+    feeds_digest,
+    free_sizes,
+    unicode_array,
+    validate_feeds,
+)
 from onnxgate.errors import ConfigError, GateError, ModelLoadError, ParityError
 from onnxgate.inspection import describe
 from onnxgate.model import LoadedModel, Signature
@@ -376,9 +383,11 @@ def _run_reference(
             feeds = validate_feeds(signature, sample.feeds, where=sample.label)
             say(f"golden sample {index + 1}/{len(samples)} ({sample.label}) from {reference.name}")
             result = reference.infer(feeds)
+            # string outputs kept as unicode arrays: an .npz holds objects only with pickle
+            result_outputs = {n: unicode_array(v) for n, v in result.outputs.items()}
             key = f"s{index}"
             kept = {}
-            for name, value in result.outputs.items():
+            for name, value in result_outputs.items():
                 if outputs is not None and name not in outputs:
                     skipped.add(name)
                 elif isinstance(value, np.ndarray) and value.dtype != object:

@@ -22,6 +22,7 @@ from onnxgate.data._feeds import (
     feeds_digest,
     load_feeds,
     numpy_dtype,
+    unicode_array,
     validate_feeds,
 )
 from onnxgate.data._files import (
@@ -85,6 +86,7 @@ __all__ = [
     "read_text",
     "serving_ranges",
     "synthetic_samples",
+    "unicode_array",
     "unnamed_dims",
     "unnamed_label",
     "validate_feeds",

@@ -362,3 +362,22 @@ def feeds_digest(feeds: Mapping[str, Any]) -> str:
         h.update(str(value.dtype).encode() + str(value.shape).encode())
         h.update(value.tobytes() if value.dtype != object else json.dumps(value.tolist()).encode())
     return h.hexdigest()
+
+
+def unicode_array(value: Any) -> np.ndarray | None:
+    """A string tensor as a fixed-width unicode array, which an .npz holds without pickle.
+
+    ONNX Runtime and the reference evaluator hand strings out as object arrays; NumPy can only
+    store those with pickle, which no reader of onnxgate's files allows.
+
+    Returns:
+        ``value`` itself when it is not an object array; its unicode copy when every element is a
+        ``str`` that survives the copy (NumPy drops trailing NUL characters); None otherwise.
+    """
+    if not isinstance(value, np.ndarray) or value.dtype != object:
+        return value
+    items = value.ravel().tolist()
+    if not all(isinstance(item, str) for item in items):
+        return None
+    text = np.array(items, dtype=str).reshape(value.shape)
+    return text if text.ravel().tolist() == items else None
