@@ -301,8 +301,10 @@ def _adopt_onnx(ctx: Context, step: ExportStep) -> Outcome:
     samples = len(golden.samples) if golden else 0
     opinion = golden.second_opinion if golden else None
     summary = f"golden outputs of {samples} samples from {step.reference}"
-    if opinion is not None and opinion.runner:
+    if opinion is not None and opinion.runner and opinion.agreed:
         summary += f", confirmed by {opinion.runner}"
+    elif opinion is not None and opinion.runner and opinion.agreed is None:
+        summary += f", not confirmed ({opinion.runner} could not run it)"
     summary += _proven(contract)
     return Outcome(True, summary, {"samples": samples}, contract)
 
@@ -324,6 +326,7 @@ def check(ctx: Context, step: CheckStep) -> Outcome:
             step,
             runtime=runtime,
             providers=tuple(ctx.config.targets.providers),
+            ops_libraries=ctx.session().ops_libraries,
             observed_outputs=observed,
         )
         report = check_model(ctx.model, config)

@@ -25,6 +25,9 @@ Two ways a provider can fail are caught here rather than run silently on CPU:
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -152,16 +155,20 @@ def library_file(spec: str) -> str:
     """
     if spec != EXTENSIONS:
         return spec
-    try:
-        import onnxruntime_extensions
-    except ImportError as err:
-        raise Refused(
-            "library",
-            f"{EXTENSIONS} is not installed in the environment of onnxruntime {ort.__version__} "
-            f"({err}); give the path of its library built for that release instead",
-            library=spec,
-        ) from err
-    return str(onnxruntime_extensions.get_library_path())
+    # the file get_library_path() names, found beside the package: importing it to ask takes
+    # seconds (it imports transformers) in every process that makes a session
+    found = importlib.util.find_spec("onnxruntime_extensions")
+    for folder in (found.submodule_search_locations or ()) if found else ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            library = os.path.join(folder, f"_extensions_pydll{suffix}")
+            if os.path.isfile(library):
+                return library
+    raise Refused(
+        "library",
+        f"{EXTENSIONS} is not installed in the environment of onnxruntime {ort.__version__}; "
+        "give the path of its library built for that release instead",
+        library=spec,
+    )
 
 
 def register_library(so: Any, spec: str) -> None:
