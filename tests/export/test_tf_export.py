@@ -150,6 +150,20 @@ def test_a_keras_file_through_the_saved_model_path_leaves_no_saved_model_behind(
     assert [p.name for p in scratch.iterdir()] == []
 
 
+def test_a_pythonpath_meant_for_onnxgate_does_not_reach_tensorflow(
+    tf_models, tmp_path, monkeypatch
+) -> None:
+    # a package of the same name as TensorFlow's on onnxgate's path (a stub, another build)
+    shadow = tmp_path / "shadow" / "tensorflow"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not TensorFlow')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow.parent))
+    report = export_tf(
+        tf_models / "scorer", TfExportConfig(out=tmp_path / "m.onnx", contract=False)
+    )
+    assert report.passed, report.reason
+
+
 def test_a_saved_model_with_a_tf_function_signature_converts_with_its_output_names(
     tf_models, tmp_path
 ) -> None:

@@ -51,7 +51,14 @@ from onnxgate.export._torch import (
     parse_dynamic,
 )
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.runners import DEFAULT_TOOLCHAIN, Channel, Inference, RunnerInfo, TfToolchain
+from onnxgate.runners import (
+    DEFAULT_TOOLCHAIN,
+    Channel,
+    Inference,
+    RunnerInfo,
+    TfToolchain,
+    tf_env,
+)
 from onnxgate.settings import Part, Tolerances
 
 log = logging.getLogger(__name__)
@@ -130,9 +137,8 @@ class TfProcess:
     def __init__(self, python: Path, source: Path) -> None:
         self.source = source
         script = Path(__file__).with_name("_tf_script.py")
-        env = {**os.environ, "PYTHONNOUSERSITE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
         try:
-            self.channel = Channel([str(python), "-X", "faulthandler", str(script)], env)
+            self.channel = Channel([str(python), "-X", "faulthandler", str(script)], tf_env())
         except OSError as err:
             raise RuntimeEnvError(f"cannot run {python}: {err.strerror}.") from err
         self.python = python
