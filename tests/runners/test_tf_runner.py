@@ -148,3 +148,11 @@ def test_a_keras_file_is_compared_with_outputs_matched_by_position(tf_reference_
     assert output.name == "scores" and output.max_abs < 1e-5
     assert report.ran["reference"].settings["outputs matched"] == "by position"
     assert report.ran["reference"].settings["kind"] == "keras"
+
+
+def test_a_keras_file_with_custom_layers_names_the_class_and_the_way_round(tf_models, tmp_path):
+    runner = make_runner(f"tf:{tf_models / 'custom.keras'}", _onnx(tmp_path))
+    with pytest.raises(ConfigError) as caught, runner:
+        pass
+    assert "custom Keras class ScaledSoftsign" in caught.value.message
+    assert "format='tf_saved_model'" in (caught.value.hint or "")
