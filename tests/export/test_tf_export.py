@@ -107,11 +107,61 @@ def test_a_custom_layer_is_loaded_from_the_file_that_registers_it(tf_models, tmp
 def test_a_custom_layer_without_its_file_names_the_class_and_the_flag(tf_models, tmp_path) -> None:
     out = tmp_path / "custom.onnx"
     result = runner.invoke(app, ["export", "tf", str(tf_models / "custom.keras"), "-o", str(out)])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # an input TensorFlow cannot load, as documented
     text = " ".join(result.stderr.split())
     assert "TensorFlow cannot load" in text and "ScaledSoftsign" in text
     assert "--custom-objects layers.py" in text
     assert not out.exists()
+
+
+def test_a_custom_objects_file_that_fails_to_import_is_blamed_not_the_model(
+    tf_models, tmp_path
+) -> None:
+    broken = tmp_path / "broken_layers.py"
+    broken.write_text("import keras\nraise RuntimeError('half-written layers')\n")
+    with pytest.raises(ConfigError) as caught:
+        export_tf(
+            tf_models / "custom.keras",
+            TfExportConfig(out=tmp_path / "m.onnx", custom_objects=(broken,)),
+        )
+    assert caught.value.field == "custom_objects"
+    assert "broken_layers.py" in caught.value.message
+    assert "half-written layers" in caught.value.message
+    assert "cannot load" not in caught.value.message
+
+
+def test_a_keras_file_through_the_saved_model_path_leaves_no_saved_model_behind(
+    tf_models, tmp_path, monkeypatch
+) -> None:
+    # TensorFlow's process makes its temporary folders under TMPDIR (read at its start)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    report = export_tf(
+        tf_models / "custom.keras",
+        TfExportConfig(
+            out=tmp_path / "m.onnx",
+            custom_objects=(TF_LAYERS,),
+            paths=("tf2onnx-saved-model",),
+            contract=False,
+        ),
+    )
+    assert report.passed, report.reason
+    assert [p.name for p in scratch.iterdir()] == []
+
+
+def test_a_pythonpath_meant_for_onnxgate_does_not_reach_tensorflow(
+    tf_models, tmp_path, monkeypatch
+) -> None:
+    # a package of the same name as TensorFlow's on onnxgate's path (a stub, another build)
+    shadow = tmp_path / "shadow" / "tensorflow"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not TensorFlow')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow.parent))
+    report = export_tf(
+        tf_models / "scorer", TfExportConfig(out=tmp_path / "m.onnx", contract=False)
+    )
+    assert report.passed, report.reason
 
 
 def test_a_saved_model_with_a_tf_function_signature_converts_with_its_output_names(
@@ -164,6 +214,22 @@ def test_an_op_a_later_opset_converts_is_named_with_that_opset_which_then_works(
 
 
 # No TensorFlow needed: refused before its environment is asked for.
+
+
+def test_a_missing_custom_objects_file_is_named_by_its_flag_before_tensorflow_starts(
+    tmp_path, monkeypatch
+) -> None:
+    (tmp_path / "m.keras").write_bytes(b"")
+    monkeypatch.setenv("ONNXGATE_ENV_DIR", str(tmp_path / "no-envs-here"))  # never built
+    result = runner.invoke(
+        app,
+        ["export", "keras", str(tmp_path / "m.keras"), "-o", str(tmp_path / "m.onnx")]
+        + ["--custom-objects", str(tmp_path / "layers.py")],
+    )
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "--custom-objects" in text and "layers.py" in text
+    assert not (tmp_path / "no-envs-here").exists()
 
 
 def test_a_folder_is_not_a_keras_file_and_a_saved_model_has_one_path(tmp_path) -> None:

@@ -9,9 +9,9 @@ import pytest
 from onnxgate.compare import compare_runners
 from onnxgate.compare._replay import lone_node_model
 from onnxgate.data import Sample
-from onnxgate.errors import ConfigError, RunFailed
+from onnxgate.errors import ConfigError, RunFailed, RuntimeEnvError
 from onnxgate.model import load_model
-from onnxgate.runners import OrtRunner, make_runner
+from onnxgate.runners import OrtRunner, TfToolchain, make_runner
 from onnxgate.runners._tf import TfRunner, in_onnx_layout
 from onnxgate.settings import SessionSettings, Tolerances
 
@@ -40,6 +40,20 @@ def test_a_path_that_is_no_tensorflow_model_is_refused_by_name(tmp_path):
         make_runner(f"tf:{tmp_path / 'empty'}", loaded)
     with pytest.raises(ConfigError, match=r"relu.onnx is neither a SavedModel folder nor a Keras"):
         make_runner(f"tf:{loaded.path}", loaded)
+
+
+def test_the_runner_asks_for_the_toolchain_it_was_given(tmp_path, monkeypatch):
+    (tmp_path / "sm").mkdir()
+    (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ONNXGATE_ENV_DIR", str(blocker / "envs"))  # no environment can be built
+    runner = TfRunner(
+        str(tmp_path / "sm"), _onnx(tmp_path), toolchain=TfToolchain(tensorflow="2.20.0")
+    )
+    with pytest.raises(RuntimeEnvError) as caught, runner:
+        pass
+    assert "tensorflow-cpu==2.20.0" in " ".join(caught.value.message.split())
 
 
 def test_channels_last_tensors_take_the_onnx_layout_only_when_that_alone_fits():
@@ -134,3 +148,11 @@ def test_a_keras_file_is_compared_with_outputs_matched_by_position(tf_reference_
     assert output.name == "scores" and output.max_abs < 1e-5
     assert report.ran["reference"].settings["outputs matched"] == "by position"
     assert report.ran["reference"].settings["kind"] == "keras"
+
+
+def test_a_keras_file_with_custom_layers_names_the_class_and_the_way_round(tf_models, tmp_path):
+    runner = make_runner(f"tf:{tf_models / 'custom.keras'}", _onnx(tmp_path))
+    with pytest.raises(ConfigError) as caught, runner:
+        pass
+    assert "custom Keras class ScaledSoftsign" in caught.value.message
+    assert "format='tf_saved_model'" in (caught.value.hint or "")

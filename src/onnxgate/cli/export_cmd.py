@@ -380,7 +380,8 @@ _TF_DOC = """
     written beside it.
 
     Exit codes: 0 exported and proved; 1 no path converts, or the best one misses parity
-    (nothing written); 2 bad options or source; 3 TensorFlow's environment cannot be built.
+    (nothing written); 2 bad options, or a source TensorFlow cannot load; 3 TensorFlow's
+    environment cannot be built.
     """
 
 

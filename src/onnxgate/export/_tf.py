@@ -41,7 +41,7 @@ from onnxgate._words import setting
 from onnxgate.compare import CompareReport, compare_runners
 from onnxgate.contract import Provenance, drop_stale_contract, opinion_from, write_contract
 from onnxgate.data import Sample, feeds_digest, load_feeds
-from onnxgate.errors import ConfigError, ExportError, RuntimeEnvError
+from onnxgate.errors import ConfigError, ExportError, ModelLoadError, RuntimeEnvError
 from onnxgate.export._report import ExportReport, TfCandidate, export_lineage
 from onnxgate.export._torch import (
     _check_runnable_here,
@@ -51,7 +51,14 @@ from onnxgate.export._torch import (
     parse_dynamic,
 )
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.runners import DEFAULT_TOOLCHAIN, Channel, Inference, RunnerInfo, TfToolchain
+from onnxgate.runners import (
+    DEFAULT_TOOLCHAIN,
+    Channel,
+    Inference,
+    RunnerInfo,
+    TfToolchain,
+    tf_env,
+)
 from onnxgate.settings import Part, Tolerances
 
 log = logging.getLogger(__name__)
@@ -130,9 +137,8 @@ class TfProcess:
     def __init__(self, python: Path, source: Path) -> None:
         self.source = source
         script = Path(__file__).with_name("_tf_script.py")
-        env = {**os.environ, "PYTHONNOUSERSITE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
         try:
-            self.channel = Channel([str(python), "-X", "faulthandler", str(script)], env)
+            self.channel = Channel([str(python), "-X", "faulthandler", str(script)], tf_env())
         except OSError as err:
             raise RuntimeEnvError(f"cannot run {python}: {err.strerror}.") from err
         self.python = python
@@ -524,6 +530,15 @@ def _load(process: TfProcess, source: Path, kind: str, config: TfExportConfig) -
         },
         f"loading {shown(source)}",
     )
+    if answer.get("error") == "CustomObjectsError":
+        log.info("importing custom objects:\n%s", answer.get("trace", ""))
+        raise ConfigError(
+            f"custom_objects: importing {_first(answer.get('message', ''))} failed in "
+            "TensorFlow's environment.",
+            hint="Fix that file (it must import with TensorFlow, Keras and NumPy alone); -v "
+            "shows the trace.",
+            field="custom_objects",
+        )
     if answer.get("error"):
         message = answer.get("message", "")
         custom = re.search(r"Could not locate class '(\w+)'|Unknown layer: '(\w+)'", message)
@@ -536,7 +551,7 @@ def _load(process: TfProcess, source: Path, kind: str, config: TfExportConfig) -
             "shows the trace."
         )
         log.info("loading %s:\n%s", source, answer.get("trace", ""))
-        raise ExportError(
+        raise ModelLoadError(
             f"TensorFlow cannot load {shown(source)}: {answer['error']}: {_first(message)}",
             hint=hint,
         )
@@ -583,8 +598,9 @@ def export_tf(
         some shape (``reason`` says where and by how much), and then nothing is written.
 
     Raises:
-        ConfigError: a bad setting or source.
-        ExportError: TensorFlow cannot load the model, or no path converts it (diagnosed).
+        ConfigError: a bad setting or source (a custom objects file that is missing or fails).
+        ModelLoadError: TensorFlow cannot load the model.
+        ExportError: no path converts it (diagnosed).
         RuntimeEnvError: TensorFlow's environment cannot be built or died.
     """
     from onnxgate.runners import tf_python
@@ -593,6 +609,13 @@ def export_tf(
     path = Path(source)
     kind = _source_kind(path, config)
     paths = _paths(kind, config)
+    for file in config.custom_objects:
+        if not file.is_file():
+            raise ConfigError(
+                f"custom_objects names {shown(file)}, which is not a file.",
+                hint="Name the Python file that defines and registers the model's custom layers.",
+                field="custom_objects",
+            )
     if config.out.is_dir():
         raise ConfigError(
             f"out {config.out} is a folder; name the .onnx file to write.", field="out"

@@ -23,7 +23,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -37,6 +36,10 @@ STATE: dict[str, Any] = {}
 
 _UNSUPPORTED = re.compile(r"Tensorflow op \[([^:\]]+): (\w+)\] is not supported")
 _COUNTER = re.compile(r"Unsupported ops: Counter\((\{.*?\})\)")
+
+
+class CustomObjectsError(Exception):
+    """A file of custom objects failed to import (the parent blames that file, not the model)."""
 
 
 def _versions() -> dict[str, str]:
@@ -66,7 +69,10 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     import tensorflow as tf
 
     for path in request.get("custom_objects", []):
-        _import_file(path)
+        try:
+            _import_file(path)
+        except Exception as err:  # the user's file may raise anything
+            raise CustomObjectsError(f"{path}: {type(err).__name__}: {err}") from err
     source = request["source"]
     if request["kind"] == "keras":
         import keras
@@ -175,7 +181,8 @@ def _convert_one(path: str, opset: int, target: Path) -> None:
     elif path == "tf2onnx-saved-model":
         folder = STATE["source"]
         if STATE["kind"] == "keras":
-            folder = tempfile.mkdtemp(prefix="onnxgate-tf-")
+            # beside the ONNX files, in the folder the parent removes: a model-sized SavedModel
+            folder = str(target.with_suffix(".saved_model"))
             model.export(folder, format="tf_saved_model", verbose=False)
         from tf2onnx import tf_loader
 

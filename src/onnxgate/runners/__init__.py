@@ -20,7 +20,7 @@ from onnxgate.runners._refusal import refusal
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
 from onnxgate.runners._spec import SPEC_HELP, make_runner
 from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB, triton_parameters
-from onnxgate.runners._tfenv import DEFAULT_TOOLCHAIN, TfToolchain, tf_python
+from onnxgate.runners._tfenv import DEFAULT_TOOLCHAIN, TfToolchain, tf_env, tf_python
 from onnxgate.runners._torch import TorchRunner, import_root, load_entry
 from onnxgate.runners.runtimes import (
     RunExtras,
@@ -92,6 +92,7 @@ __all__ = [
     "runtime_version",
     "schema_version",
     "serve_requests",
+    "tf_env",
     "tf_python",
     "triton_parameters",
     "with_tensorrt",

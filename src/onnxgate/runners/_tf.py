@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,15 +36,13 @@ from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._channel import Channel
 from onnxgate.runners._js import as_error, last_words
-from onnxgate.runners._tfenv import DEFAULT_TOOLCHAIN, TfToolchain, tf_python
+from onnxgate.runners._tfenv import DEFAULT_TOOLCHAIN, TfToolchain, tf_env, tf_python
 
 log = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("_tf_worker.py")
 TIMEOUT = 900
 """Seconds the worker may take to answer one request (loading and freezing a large model)."""
-PARENT_ENV = "ONNXGATE_PARENT_PID"
-"""The worker's parent, for its parent-death signal (Linux)."""
 KERAS_SUFFIXES = (".keras", ".h5")
 
 
@@ -137,16 +134,11 @@ def in_onnx_layout(
 class _Worker(Channel):
     """The worker process; answers back as GateErrors naming the model."""
 
-    def __init__(self, label: str, progress: Callable[[str], None] | None) -> None:
-        python = tf_python(DEFAULT_TOOLCHAIN, progress=progress)
-        env = dict(os.environ)
-        env.pop("PYTHONPATH", None)  # TensorFlow's environment holds no onnxgate
-        env |= {
-            "PYTHONNOUSERSITE": "1",
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "KERAS_BACKEND": "tensorflow",
-            PARENT_ENV: str(os.getpid()),
-        }
+    def __init__(
+        self, label: str, progress: Callable[[str], None] | None, toolchain: TfToolchain
+    ) -> None:
+        python = tf_python(toolchain, progress=progress)
+        env = tf_env()
         self.label = label
         try:
             super().__init__([str(python), "-X", "faulthandler", str(WORKER)], env)
@@ -241,7 +233,7 @@ class TfRunner:
             return self
         self._tmp = tempfile.TemporaryDirectory(prefix="onnxgate-tf-")
         try:
-            self._worker = _Worker(self.name, self.progress)
+            self._worker = _Worker(self.name, self.progress, self.toolchain)
             request = {"op": "load", "path": str(self.path), "kind": self.kind}
             self.loaded = self._worker.ask(request | {"signature": self.wanted})
             self._map()

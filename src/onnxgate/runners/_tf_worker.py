@@ -26,6 +26,7 @@ Errors answer ``{"error": CLASS, "message": ...}`` with the GateError the parent
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 from typing import Any
@@ -41,10 +42,14 @@ else:  # run as a script: _protocol.py sits in this same folder
 
 
 class _Failure(Exception):
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.hint = hint
+
+
+_CUSTOM = re.compile(r"Could not locate class '(\w+)'|Unknown layer: '(\w+)'")
 
 
 def _words(error: BaseException) -> str:
@@ -126,8 +131,18 @@ class _Worker:
         try:
             model = keras.models.load_model(self.path, compile=False)
         except Exception as err:  # Keras raises many kinds for a file it cannot read
+            custom = _CUSTOM.search(str(err))
+            if custom is None:
+                raise _Failure(
+                    "ConfigError", f"{self.path} cannot be loaded as a Keras model: {_words(err)}"
+                ) from None
             raise _Failure(
-                "ConfigError", f"{self.path} cannot be loaded as a Keras model: {_words(err)}"
+                "ConfigError",
+                f"{self.path} holds custom Keras class {custom[1] or custom[2]}, which a "
+                "reference cannot import",
+                hint="Compare against its SavedModel instead: in TensorFlow's environment, with "
+                "the layers imported, model.export(DIR, format='tf_saved_model'), then "
+                "tf:DIR.",
             ) from None
         if not getattr(model, "inputs", None):
             raise _Failure(
@@ -248,7 +263,7 @@ class _Worker:
     def failure(self, error: Exception, op: object) -> dict[str, Any]:
         """The answer for a failed request (see ``_protocol.serve``)."""
         if isinstance(error, _Failure):
-            return {"error": error.kind, "message": error.message}
+            return {"error": error.kind, "message": error.message, "hint": error.hint}
         if isinstance(error, _protocol.UnknownRequest):
             return {"error": "InternalError", "message": f"the TensorFlow worker got an {error}"}
         where = traceback.extract_tb(error.__traceback__)[-1]

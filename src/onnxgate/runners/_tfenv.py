@@ -8,6 +8,7 @@ in its cache (about 1.6 GB), named by the versions it holds, and speak to them i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,26 @@ class TfToolchain:
 DEFAULT_TOOLCHAIN = TfToolchain()
 """The newest releases measured to work together here (tensorflow-cpu 2.21.0, tf2onnx 1.17.0,
 Keras 3.15.1)."""
+
+
+PARENT_ENV = "ONNXGATE_PARENT_PID"
+"""A TensorFlow process's parent, for its parent-death signal (Linux)."""
+
+
+def tf_env() -> dict[str, str]:
+    """The environment of a process in TensorFlow's environment (the runner's, the export's).
+
+    Without ``PYTHONPATH``: that environment holds no onnxgate, and a path meant for onnxgate's
+    Python (another NumPy, a source tree) must not shadow TensorFlow's packages.
+    """
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env | {
+        "PYTHONNOUSERSITE": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "KERAS_BACKEND": "tensorflow",
+        PARENT_ENV: str(os.getpid()),
+    }
 
 
 def tf_python(
