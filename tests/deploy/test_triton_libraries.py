@@ -139,3 +139,22 @@ def test_kserve_says_where_the_repository_must_name_the_library(gated):
     notes = " ".join(deploy_kserve(gated, config).notes)
     assert "custom operator libraries onnxruntime-extensions" in notes
     assert "repository_path='/mnt/models'" in notes  # in a Python caller's words
+
+
+def test_a_python_extension_module_is_flagged_for_the_server(repo, tmp_path):
+    # onnxruntime-extensions' pip library is a Python extension module: a tritonserver process
+    # has no Python C API to resolve its Py* symbols, so Triton fails to load it
+    found = [f for f in check_repository(repo).findings if f.code == "DPL027"]
+    assert [f.severity for f in found] == ["warning"], found
+    assert LIBRARY.path.name in found[0].message
+    assert "Python extension module" in found[0].message
+    assert "libortextensions" in (found[0].hint or "")
+    # a renamed copy is still one
+    renamed = repo / "negpos" / "1" / "libortextensions.so"
+    (repo / "negpos" / "1" / LIBRARY.path.name).rename(renamed)
+    config_file = repo / "negpos" / "config.pbtxt"
+    config_file.write_text(config_file.read_text().replace(LIBRARY.path.name, renamed.name))
+    assert any(
+        f.code == "DPL027" and "libortextensions.so" in f.message and f.severity == "warning"
+        for f in check_repository(repo).findings
+    )

@@ -34,7 +34,8 @@ RULES: dict[str, str] = {
     "ZipMap): Triton's ONNX Runtime backend refuses to load the model",
     "DPL026": "an output's label_filename missing, or not one label per element of its last axis",
     "DPL027": "a custom operator library model_operations names is missing from the model's "
-    "folder, or is not the file the contract requires (sha256)",
+    "folder, or is not the file the contract requires (sha256); a warning: a Python extension "
+    "module, which a tritonserver process cannot load",
     "DPL028": "a custom operator library the contract requires that model_operations does not name",
     "DPL030": "the model is not the one its contract describes",
     "DPL031": "no contract beside the model: proven ranges not checked",

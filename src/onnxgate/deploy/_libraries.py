@@ -11,11 +11,14 @@ written). The copy must be the file the model was gated with: its sha256 is the 
 ``deploy check`` maps each named path back into the model's folder (the path's part after the
 model's own folder name), and holds the files there against the contracts of the served
 versions: a file missing, or not the one a contract requires, is DPL027; a library a contract
-requires that the config does not name is DPL028.
+requires that the config does not name is DPL028. A Python extension module (onnxruntime-extensions'
+pip build is one) is a DPL027 warning: its Python C API symbols stay unresolved in a tritonserver
+process, which has no interpreter.
 """
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -131,6 +134,14 @@ def check_libraries(
             continue
         try:
             present[named] = sha256_file(local)
+            if python_module(local):
+                found.add(
+                    "DPL027", "warning", name,
+                    f"{named} is a Python extension module (onnxruntime-extensions' pip build): "
+                    "it needs a Python interpreter's C API, which a tritonserver process does not "
+                    "have, so Triton fails to load it ('undefined symbol: Py...')",
+                    PYTHON_MODULE_HINT,
+                )  # fmt: skip
         except FileNotFoundError:
             missing.append(named)
             found.add(
@@ -163,6 +174,27 @@ def check_libraries(
                     "load the model's custom operators",
                     redeploy,
                 )  # fmt: skip
+
+
+PYTHON_MODULE_HINT = (
+    "Gate and deploy the model with onnxruntime-extensions built as a plain shared library "
+    "(libortextensions.so: build.sh at the root of its source) for the server's ONNX Runtime, "
+    "or start "
+    "the server with that Python's libpython preloaded (LD_PRELOAD)."
+)
+
+
+def python_module(path: Path) -> bool:
+    """Whether a library file is a Python extension module (it exports ``PyInit_``).
+
+    Such a file (``_extensions_pydll.cpython-311-x86_64-linux-gnu.so``, or a renamed copy) leaves
+    the Python C API unresolved for the interpreter that imports it to provide.
+    """
+    try:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(b"PyInit_") >= 0
+    except (OSError, ValueError):  # unreadable (said elsewhere), or empty
+        return False
 
 
 def _named(path: str, need: Any) -> bool:
