@@ -160,7 +160,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _details.quantize,
         needs=("export", "verify"),
         produces=_quantized,
-        owned=("out", "second_opinion"),
+        owned=("out", "second_opinion", "ops_libraries"),
         gate_only=("required",),
         renamed={"bench_budget": "bench_budget_s"},
     ),

@@ -495,6 +495,7 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
     config = library_config(
         step,
         out=ctx.quantized_model(step.to),
+        ops_libraries=ctx.session().ops_libraries,
         eval=evaluation,
         calibration=calibration,
         # the runner that cannot confirm the float model's golden outputs at export cannot
