@@ -29,8 +29,8 @@ import numpy as np
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
-from onnxgate._words import offered, setting
 from onnxgate._pathtext import shown as shown_path
+from onnxgate._words import offered, setting
 from onnxgate.contract import (
     SIDECAR,
     SecondOpinion,
