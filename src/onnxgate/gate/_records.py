@@ -190,6 +190,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _details.mobile,
         needs=("export",),
         produces=_mobile,
+        owned=("ops_libraries",),
         gate_only=("on_unreliable",),
     ),
     StepRecord(

@@ -751,7 +751,7 @@ def mobile(ctx: Context, step: MobileStep) -> Outcome:
 
     report = mobile_target(
         ctx.model,
-        library_config(step),
+        library_config(step, ops_libraries=ctx.session().ops_libraries),
         out=ctx.run_dir,
         name=ctx.name,
         progress=ctx.progress,
