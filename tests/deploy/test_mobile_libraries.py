@@ -10,28 +10,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from models import negpos, save
 from onnxgate._opslib import EXTENSIONS
 from onnxgate.cli import app
-from onnxgate.contract import ContractConfig, init_contract
 from onnxgate.deploy import MobileDeployConfig, deploy_mobile
 from onnxgate.errors import ConfigError
 from onnxgate.mobile import required_operators
-from onnxgate.settings import SessionSettings
 
 runner = CliRunner()
 
 
 @pytest.fixture
-def gated(tmp_path: Path) -> Path:
+def gated(negpos_gated: Path) -> Path:
     """The NegPos model with a contract that records onnxruntime-extensions."""
-    (tmp_path / "src").mkdir()
-    path = save(negpos(), tmp_path / "src" / "negpos.onnx")
-    config = ContractConfig(
-        reference="ort", second_opinion=False, session=SessionSettings(ops_libraries=(EXTENSIONS,))
-    )
-    init_contract(path, config)
-    return path
+    return negpos_gated
 
 
 def test_the_contracts_library_converts_proves_and_times_the_ort_file(gated, tmp_path):

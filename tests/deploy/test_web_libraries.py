@@ -9,27 +9,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from models import negpos, save
 from onnxgate._opslib import EXTENSIONS
 from onnxgate.cli import app
-from onnxgate.contract import ContractConfig, init_contract
 from onnxgate.deploy import WebConfig, deploy_web
 from onnxgate.errors import ConfigError
 from onnxgate.gate import load_config
-from onnxgate.settings import SessionSettings
 
 runner = CliRunner()
 
 
 @pytest.fixture
-def gated(tmp_path: Path) -> Path:
+def gated(negpos_gated: Path) -> Path:
     """The NegPos model with a contract that records onnxruntime-extensions."""
-    path = save(negpos(), tmp_path / "negpos.onnx")
-    config = ContractConfig(
-        reference="ort", second_opinion=False, session=SessionSettings(ops_libraries=(EXTENSIONS,))
-    )
-    init_contract(path, config)
-    return path
+    return negpos_gated
 
 
 def test_deploy_web_refuses_a_model_whose_contract_records_a_library(gated, tmp_path):
