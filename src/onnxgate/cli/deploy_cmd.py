@@ -9,7 +9,7 @@ import typer
 
 from onnxgate.cli._common import FORMAT_HELP, Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
-from onnxgate.cli._options import build
+from onnxgate.cli._options import OpsLibraryOpt, build
 from onnxgate.web import WEB_RELEASE  # gate's config imports it too: no cost at start
 
 deploy_app = typer.Typer(
@@ -389,6 +389,7 @@ def mobile_command(
             rich_help_panel=MOBILE,
         ),
     ] = None,
+    ops_library: OpsLibraryOpt = None,
     registry: RegistryOpt = None,
     store: StoreOpt = None,
     allow_ungated: AllowUngatedOpt = False,
@@ -402,7 +403,9 @@ def mobile_command(
     and runs the contract's golden samples, judged by the contract's own rules. A fresh worker
     process loads it with one intra-op thread and runs the golden samples: its peak resident
     memory and each sample's p50 are reported, with the sizes of the `.onnx` and `.ort` files,
-    and held to the budgets given.
+    and held to the budgets given. A model with custom operators is converted, proven and timed
+    with the custom operator library its contract records (or --ops-library names; the converter
+    registers one).
 
     Example: `onnxgate deploy mobile model.onnx -o mobile/ --max-size-mb 5 --max-p50-ms 20`
 
@@ -420,7 +423,7 @@ def mobile_command(
         out=out, optimization_style=optimization_style,
         enable_type_reduction=enable_type_reduction, budget=budget, max_size_mb=max_size_mb,
         max_peak_rss_mb=max_peak_rss_mb, max_p50_ms=max_p50_ms, registry=registry, store=store,
-        allow_ungated=allow_ungated,
+        allow_ungated=allow_ungated, ops_libraries=tuple(ops_library or ()),
     )  # fmt: skip
     run(
         fmt,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
-from onnxgate.cli._options import SESSION, FormatOpt
+from onnxgate.cli._options import SESSION, FormatOpt, OpsLibraryOpt
 from onnxgate.doctor import doctor, render_text
 from onnxgate.errors import ExitCode
 
@@ -37,6 +37,7 @@ def doctor_command(
             "cache), instead of the installed one.",
         ),
     ] = "installed",
+    ops_library: OpsLibraryOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Is this machine ready to run ONNX Runtime the way you want? Each problem comes with its fix.
@@ -55,6 +56,9 @@ def doctor_command(
     * **CPU**: logical CPUs vs affinity vs the cgroup quota, thread variables (OMP_NUM_THREADS,
       MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, ORT_*_NUM_THREADS), instruction sets (AVX2, AVX-512,
       VNNI, AMX; NEON, SVE, i8mm on Arm), and NumPy's BLAS.
+    * **Custom operator libraries** (`--ops-library`): each one's name, version and sha256, and
+      whether it loads in this ONNX Runtime (registered in a one-node session, in a child
+      process; ONNX Runtime's words when it does not, exit 3).
 
     Examples: `onnxgate doctor` · `onnxgate doctor --providers cuda,tensorrt --format json` ·
     `onnxgate doctor --runtime onnxruntime-openvino==1.24.1 --providers openvino:precision=FP32`
@@ -64,7 +68,7 @@ def doctor_command(
     """
     run(
         fmt,
-        lambda _: doctor(providers, runtime=runtime),
+        lambda _: doctor(providers, runtime=runtime, ops_libraries=tuple(ops_library or ())),
         render_text,
         progress="none",
         failed=ExitCode.ENVIRONMENT,

@@ -9,7 +9,7 @@ import typer
 
 from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
-from onnxgate.cli._options import FEEDS, FormatOpt, build
+from onnxgate.cli._options import FEEDS, FormatOpt, OpsLibraryOpt, build
 from onnxgate.errors import ConfigError
 from onnxgate.quantize import PRESET_HELP, TARGET_HELP, QuantizeConfig, quantize, render_text
 
@@ -256,6 +256,7 @@ def quantize_command(
         int,
         typer.Option("--seed", help="Seed of synthetic evaluation feeds.", rich_help_panel=FEEDS),
     ] = 0,
+    ops_library: OpsLibraryOpt = None,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Quantise a float model to int8 (or convert it to fp16) inside an accuracy budget, or say why not.
@@ -323,5 +324,6 @@ def quantize_command(
         contract=not no_contract,
         second_opinion=not no_second_opinion,
         seed=seed,
+        ops_libraries=tuple(ops_library or ()),
     )
     run(fmt, lambda progress: quantize(model, config, progress=progress), render_text)

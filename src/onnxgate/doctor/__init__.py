@@ -8,7 +8,7 @@ the facts, so GPU machines are tested with made-up ones).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from onnxgate.compat.providers import CPU, canonical, parse_providers, provider_packages
 from onnxgate.compat.runtime import RuntimeSpec
@@ -26,6 +26,7 @@ def doctor(
     timeout: float = 300,
     runtime: str | RuntimeSpec | None = None,
     provider_options: Mapping[str, Mapping[str, str]] | None = None,
+    ops_libraries: Sequence[str] = (),
 ) -> DoctorReport:
     """Check ONNX Runtime, its providers, GPU libraries, packages, CPU and threads on this machine.
 
@@ -37,6 +38,9 @@ def doctor(
             isolated environment instead of the installed one.
         provider_options: options per provider (short or full names), used by its probe; inline
             options in ``providers`` are added to them.
+        ops_libraries: custom operator libraries (paths, or ``onnxruntime-extensions``) that
+            must load here: each is identified (name, version, sha256) and registered in a
+            one-node session; one that does not load is an error (OPS001) in ONNX Runtime's words.
 
     Returns:
         The report; ``passed`` is False when a wanted provider does not work.
@@ -52,7 +56,9 @@ def doctor(
         given.setdefault(name, {}).update(pairs)
     known = list(dict.fromkeys([*provider_packages(), CPU]))
     options = {canonical(k, known): v for k, v in given.items()}
-    facts = gather_facts(timeout=timeout, runtime=spec, provider_options=options)
+    facts = gather_facts(
+        timeout=timeout, runtime=spec, provider_options=options, ops_libraries=ops_libraries
+    )
     report = diagnose(facts, names)
     log.info(
         "doctor: %s working of %s wanted; %d finding(s)",

@@ -101,6 +101,7 @@ def diagnose(facts: Facts, wanted: Iterable[str] | str | None = ()) -> DoctorRep
             if provider not in want:
                 findings += _provider(facts, provider, wanted=False)
         findings += _no_gpu(facts, want)
+    findings += _ops_libraries(facts)
     findings += _threads(facts)
     findings += _cpu_features(facts)
     # one library problem shared by CUDA and TensorRT is said once
@@ -114,6 +115,24 @@ def diagnose(facts: Facts, wanted: Iterable[str] | str | None = ()) -> DoctorRep
         findings=findings,
         facts=facts,
     )
+
+
+def _ops_libraries(facts: Facts) -> list[DoctorFinding]:
+    """OPS001: a custom operator library that does not load in this ONNX Runtime."""
+    release = f"onnxruntime {facts.ort.version}" if facts.ort else "ONNX Runtime"
+    return [
+        _finding(
+            Severity.ERROR,
+            "OPS001",
+            f"the custom operator library {lib.name}"
+            + (f" {lib.version}" if lib.version else "")
+            + f" ({lib.path}, sha256 {lib.sha256[:12]}) does not load in {release}: {lib.error}",
+            fix="Give a library built for this platform and this ONNX Runtime release (a "
+            "library built against a newer ONNX Runtime API than the release has is refused).",
+        )
+        for lib in facts.ops_libraries
+        if not lib.loads
+    ]
 
 
 def _finding(

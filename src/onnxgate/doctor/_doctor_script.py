@@ -68,6 +68,23 @@ def _probe(ort, np, model, provider, provider_options):
     return answer
 
 
+def _library(ort, np, model, path):
+    """Register one custom operator library and make a CPU session with it: ONNX Runtime's words."""
+
+    def run():
+        try:
+            options = ort.SessionOptions()
+            options.register_custom_ops_library(path)
+            ort.InferenceSession(model, options, providers=[CPU])
+        except Exception as err:  # every exception type is an answer here
+            return {"path": path, "error": _first_line(err)}
+        return {"path": path, "error": None}
+
+    answer, log = _ortlog.captured(run)
+    answer["log"] = log[-LOG_LINES:]
+    return answer
+
+
 def _info(ort):
     try:
         from onnxruntime.capi import build_and_package_info as built  # noqa: TID251
@@ -103,6 +120,9 @@ def main():
         given = request.get("provider_options") or {}
         answer["probes"] = [
             _probe(ort, np, request["model"], p, given.get(p, {})) for p in request["providers"]
+        ]
+        answer["libraries"] = [
+            _library(ort, np, request["model"], path) for path in request.get("libraries", [])
         ]
     with open(sys.argv[2], "w") as handle:
         json.dump(answer, handle)

@@ -18,7 +18,7 @@ import site
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -107,6 +107,23 @@ class ProviderProbe(BaseModel):
     """The provider options the session was made with (``precision=FP32``)."""
 
 
+class OpsLibraryProbe(BaseModel):
+    """A custom operator library registered in a one-node CPU session (``--ops-library``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str
+    """As named: a path, or ``onnxruntime-extensions``."""
+    name: str
+    version: str | None = None
+    sha256: str
+    path: str
+    loads: bool
+    error: str | None = None
+    """ONNX Runtime's words when it does not load."""
+    log: list[str] = Field(default_factory=list)
+
+
 class Distribution(BaseModel):
     """An installed distribution that brings the ``onnxruntime`` module (or an NVIDIA library)."""
 
@@ -192,6 +209,8 @@ class Facts(BaseModel):
     cpu: CpuFacts
     thread_env: dict[str, str] = Field(default_factory=dict)
     numpy: NumpyFacts | None = None
+    ops_libraries: list[OpsLibraryProbe] = Field(default_factory=list)
+    """The custom operator libraries asked about, each registered in a session of its own."""
 
     def probe(self, provider: str) -> ProviderProbe | None:
         """The probe of one provider, if it was probed."""
@@ -232,6 +251,7 @@ def _ask(
     info: bool,
     timeout: float,
     child: _Child | None = None,
+    libraries: Sequence[str] = (),
 ) -> dict:
     child = child or _Child(Path(sys.executable), [p for p in sys.path if p], {})
     request = {
@@ -240,6 +260,7 @@ def _ask(
         "providers": providers,
         "provider_options": {p: dict(o) for p, o in child.provider_options.items()},
         "info": info,
+        "libraries": list(libraries),
     }
     return run_json_script(
         child.python,
@@ -505,16 +526,68 @@ def numpy_facts() -> NumpyFacts | None:
     )
 
 
+def library_probes(
+    specs: Sequence[str], *, timeout: float = 300, python: Path | None = None
+) -> list[OpsLibraryProbe]:
+    """Each custom operator library registered in a one-node CPU session, in one child process.
+
+    Identified here (name, version, sha256: ``resolve_ops_library``); the child registers the
+    file, so a library that crashes the process takes only the child down (each is then said to
+    have crashed it).
+
+    Raises:
+        ConfigError: a path that is not a readable file.
+        ExtraMissing: a named package is not installed.
+    """
+    from onnxgate._opslib import resolve_ops_library
+
+    found = [resolve_ops_library(spec) for spec in specs]
+    if not found:
+        return []
+    child = _Child(
+        python=python or Path(sys.executable),
+        sys_path=[] if python is not None else [p for p in sys.path if p],
+        provider_options={},
+    )
+    paths = [str(lib.path) for lib in found]
+    with tempfile.TemporaryDirectory(prefix="onnxgate-doctor-") as tmp:
+        folder = Path(tmp)
+        (folder / "doctor.onnx").write_bytes(probe_model())
+        try:
+            answer = _ask(folder, [], info=False, timeout=timeout, child=child, libraries=paths)
+            answers = answer.get("libraries") or [
+                {"error": answer.get("error") or "ONNX Runtime could not be asked"} for _ in found
+            ]
+        except GateError as err:
+            answers = [{"error": f"the process registering the libraries failed: {err.message}"}]
+            answers *= len(found)
+    return [
+        OpsLibraryProbe(
+            spec=lib.spec,
+            name=lib.name,
+            version=lib.version,
+            sha256=lib.sha256,
+            path=str(lib.path),
+            loads=said.get("error") is None,
+            error=said.get("error"),
+            log=list(said.get("log") or []),
+        )
+        for lib, said in zip(found, answers, strict=True)
+    ]
+
+
 def gather_facts(
     *,
     timeout: float = 300,
     runtime: RuntimeSpec | None = None,
     provider_options: Mapping[str, Mapping[str, str]] | None = None,
+    ops_libraries: Sequence[str] = (),
 ) -> Facts:
     """Everything doctor looks at, on this machine, now.
 
     With ``runtime`` (another release or package, in its isolated environment), ONNX Runtime is
-    asked there and the distributions are those of that environment.
+    asked there and the distributions are those of that environment. ``ops_libraries``: custom
+    operator libraries to register there (``library_probes``).
     """
     python = None
     if runtime is not None and not runtime.installed:
@@ -537,4 +610,7 @@ def gather_facts(
         cpu=cpu_facts(),
         thread_env={v: os.environ[v] for v in THREAD_VARS if v in os.environ},
         numpy=numpy_facts(),
+        ops_libraries=library_probes(ops_libraries, timeout=timeout, python=python)
+        if ort is not None
+        else [],
     )

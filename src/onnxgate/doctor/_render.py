@@ -144,6 +144,21 @@ def _threads(report: DoctorReport) -> Lines:
     return lines
 
 
+def _ops_libraries(report: DoctorReport) -> Lines:
+    lines: Lines = []
+    for lib in report.facts.ops_libraries:
+        version = f" {lib.version}" if lib.version else ""
+        verdict = "[green]loads[/]" if lib.loads else "[red]does not load[/]"
+        lines.append(
+            _line(
+                "Ops library" if not lines else "",
+                f"{escape(lib.name)}{version} (sha256 {lib.sha256[:12]}, {escape(lib.path)}): "
+                f"{verdict}",
+            )
+        )
+    return lines
+
+
 def render_text(report: DoctorReport) -> Lines:
     """The facts by section, the findings with their fixes, and the verdict."""
     lines: Lines = [
@@ -151,6 +166,7 @@ def render_text(report: DoctorReport) -> Lines:
         *_providers(report),
         *_packages(report),
         *_libraries(report),
+        *_ops_libraries(report),
         *_cpu(report),
         *_threads(report),
     ]
@@ -171,6 +187,7 @@ def render_text(report: DoctorReport) -> Lines:
         lines.append(line(f"[bold green]READY[/]  working: {working}{note}"))
     else:
         broken = [p for p in report.wanted if p not in report.working]
+        broken += [lib.name for lib in report.facts.ops_libraries if not lib.loads]
         lines.append(
             line(f"[bold red]NOT READY[/]  does not work: {', '.join(broken) or 'ONNX Runtime'}")
         )

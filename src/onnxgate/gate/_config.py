@@ -649,7 +649,28 @@ def load_config(path: str | Path) -> GateConfig:
         config = GateConfig.model_validate(data)
     except ValidationError as error:
         raise _explain(error, path) from None
+    _refuse_web_libraries(config, path)
     return _resolve_paths(config, path.parent)
+
+
+def _refuse_web_libraries(config: GateConfig, path: Path) -> None:
+    """Refuse ``[steps.web]`` with ``[targets] ops_libraries``: a browser loads no native library.
+
+    Raises:
+        ConfigError: naming the libraries and the web step's runtime, before any step runs.
+    """
+    libraries = config.targets.ops_libraries
+    if not (config.steps.web.enabled and libraries):
+        return
+    raise ConfigError(
+        f"{path}: [steps.web] proves the model on {config.steps.web.runtime}, which cannot load "
+        f"the custom operator librar{'ies' if len(libraries) > 1 else 'y'} [targets] "
+        f"ops_libraries names ({', '.join(libraries)}): ONNX Runtime's JavaScript packages load "
+        "no native shared libraries.",
+        hint="Set enabled = false in [steps.web]; a model with custom operators is served where "
+        "ONNX Runtime loads its library (serve, deploy triton, deploy kserve).",
+        field="steps.web.enabled",
+    )
 
 
 def _read(path: Path) -> str:

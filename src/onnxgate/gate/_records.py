@@ -160,7 +160,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _details.quantize,
         needs=("export", "verify"),
         produces=_quantized,
-        owned=("out", "second_opinion"),
+        owned=("out", "second_opinion", "ops_libraries"),
         gate_only=("required",),
         renamed={"bench_budget": "bench_budget_s"},
     ),
@@ -190,6 +190,7 @@ RECORDS: tuple[StepRecord, ...] = (
         _details.mobile,
         needs=("export",),
         produces=_mobile,
+        owned=("ops_libraries",),
         gate_only=("on_unreliable",),
     ),
     StepRecord(

@@ -495,6 +495,7 @@ def quantize(ctx: Context, step: QuantizeStep) -> Outcome:
     config = library_config(
         step,
         out=ctx.quantized_model(step.to),
+        ops_libraries=ctx.session().ops_libraries,
         eval=evaluation,
         calibration=calibration,
         # the runner that cannot confirm the float model's golden outputs at export cannot
@@ -750,7 +751,7 @@ def mobile(ctx: Context, step: MobileStep) -> Outcome:
 
     report = mobile_target(
         ctx.model,
-        library_config(step),
+        library_config(step, ops_libraries=ctx.session().ops_libraries),
         out=ctx.run_dir,
         name=ctx.name,
         progress=ctx.progress,

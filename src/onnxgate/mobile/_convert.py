@@ -44,6 +44,7 @@ def convert(
     style: Style,
     type_reduction: bool,
     timeout_s: float = CONVERT_TIMEOUT_S,
+    ops_library: Path | None = None,
 ) -> list[Path]:
     """Convert ``loaded`` in ``staging``; the ``.ort`` file and the operators config written.
 
@@ -54,6 +55,7 @@ def convert(
         style: ``Fixed`` bakes every optimisation in; ``Runtime`` saves some to be replayed.
         type_reduction: the config lists the types each operator needs too.
         timeout_s: longest the converter may take.
+        ops_library: a custom operator library the converter's sessions register.
 
     Raises:
         SessionFailed: the converter failed (the message carries ONNX Runtime's line) or
@@ -77,6 +79,8 @@ def convert(
     ]
     if type_reduction:
         command.append("--enable_type_reduction")
+    if ops_library is not None:
+        command += ["--custom_op_library", str(ops_library)]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout_s, check=False

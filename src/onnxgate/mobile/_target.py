@@ -24,10 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from onnxgate._fs import staging
 from onnxgate._pathtext import shown
 from onnxgate._words import setting
-from onnxgate.errors import GateError, SessionFailed
+from onnxgate.errors import ConfigError, GateError, SessionFailed
 from onnxgate.mobile._convert import Style, convert, place_converted, required_operators
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.settings import Part
+from onnxgate.settings import OpsLibraries, Part, SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,10 @@ class MobileConfig(Part):
     process holds anyway). Both figures are reported."""
     max_p50_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Fail when the single-thread median latency of any golden sample is above this."""
+    ops_libraries: OpsLibraries = Field((), exclude_if=lambda value: not value)
+    """The custom operator library the converter, the proof and the timing worker register
+    (ONNX Runtime's converter takes one); empty: the contract's, found by name on this host.
+    Left out of the dump when empty, so the hashes of configs written before it stay."""
 
 
 class MobileReport(BaseModel):
@@ -162,8 +166,15 @@ def mobile_target(
     config = config or MobileConfig()
     say = progress or (lambda message: log.info("%s", message))
     loaded = load_model(model)
-    _refuse_unloadable(loaded)  # by node and operator, before its contract is asked for
+    libraries = _libraries(loaded, config.ops_libraries)
+    _refuse_unloadable(loaded, libraries)  # by node and operator, before its contract is asked for
     contract, admission = admitted(loaded)
+    if libraries:
+        from onnxgate.contract import SIDECAR, refuse_other_libraries
+
+        refuse_other_libraries(contract, libraries, where=shown(SIDECAR.location(loaded.path)))
+    library = _one_library(libraries, loaded)
+    session = SessionSettings(ops_libraries=libraries)
     stem = name or loaded.path.stem
     say(f"converting {loaded.path.name} to the ORT format ({config.optimization_style})")
     with staging(out, "ort") as folder:
@@ -173,6 +184,7 @@ def mobile_target(
             name=stem,
             style=config.optimization_style,
             type_reduction=config.enable_type_reduction,
+            ops_library=library,
         )
         files = place_converted(made, out, converted_in=folder)
     ort_file = next(p for p in files if p.suffix == ".ort")
@@ -187,7 +199,7 @@ def mobile_target(
     produced_by = contract.golden.produced_by if contract.golden else ""
     golden = GoldenRunner(admission.expected, produced_by, signature)
     compared = compare_runners(
-        OrtFormatRunner(ort_file),
+        OrtFormatRunner(ort_file, session),
         golden,
         samples,
         signature=signature,
@@ -197,12 +209,18 @@ def mobile_target(
 
     ort_mb = ort_file.stat().st_size / MB
     notes = []
+    if libraries:
+        notes.append(
+            f"custom operator library {libraries[0]}: registered to convert, prove and time the "
+            ".ort file; the app registers it too (onnxruntime-extensions ships Android and iOS "
+            "packages; a library of your own must be built for the device)"
+        )
     if config.optimization_style == "Runtime":
         notes.append(
             "saved runtime optimisations are replayed only with "
             "session.enable_saved_runtime_optimizations = 1: proven and measured without them"
         )
-    measured = _measure(ort_file, samples, config, say) if compared.passed else None
+    measured = _measure(ort_file, samples, config, say, libraries) if compared.passed else None
     p50: dict[str, float] = {}
     peak = baseline = None
     spoiled: list[str] = []
@@ -245,16 +263,57 @@ def mobile_target(
     )
 
 
-def _refuse_unloadable(loaded: LoadedModel) -> None:
+def _libraries(loaded: LoadedModel, given: tuple[str, ...]) -> tuple[str, ...]:
+    """The custom operator libraries to register: ``given``, else the contract's by name.
+
+    Raises:
+        ConfigError: the contract records a library file that was not given.
+    """
+    from onnxgate.contract import SIDECAR, host_libraries
+
+    if given or not SIDECAR.exists(loaded.path):
+        return given
+    try:
+        contract = SIDECAR.read(loaded.path)
+    except GateError:  # the contract's own refusal comes with admitting it
+        return ()
+    return host_libraries(contract, (), where=shown(SIDECAR.location(loaded.path)))
+
+
+def _one_library(libraries: tuple[str, ...], loaded: LoadedModel) -> Path | None:
+    """The file of the one library ONNX Runtime's converter registers (``--custom_op_library``).
+
+    Raises:
+        ConfigError: more than one library: the converter takes one.
+    """
+    from onnxgate._opslib import resolve_ops_library
+
+    if not libraries:
+        return None
+    if len(libraries) > 1:
+        raise ConfigError(
+            f"{shown(loaded.path)} needs the custom operator libraries {', '.join(libraries)}; "
+            "ONNX Runtime's converter to the ORT format registers one "
+            "(--custom_op_library), so the .ort file cannot be made with all of them.",
+            hint="Build the custom operators into one library, and give that one with "
+            f"{setting('ops_libraries', ['PATH'])}.",
+            field="ops_libraries",
+        )
+    return resolve_ops_library(libraries[0]).path
+
+
+def _refuse_unloadable(loaded: LoadedModel, libraries: tuple[str, ...] = ()) -> None:
     """Refuse, by node and operator, a model the installed ONNX Runtime will not load.
+
+    ``libraries``: the custom operator libraries registered, whose operators load.
 
     Raises:
         SessionFailed: ``check`` finds what blocks loading (a custom domain's operator, say).
     """
-    from onnxgate.check import check_model
+    from onnxgate.check import CheckConfig, check_model
 
     try:
-        report = check_model(loaded)
+        report = check_model(loaded, CheckConfig(ops_libraries=libraries))
     except GateError:  # the converter's own refusal will say why
         return
     blocking = [f for f in report.findings if f.blocks_load]
@@ -264,13 +323,17 @@ def _refuse_unloadable(loaded: LoadedModel) -> None:
             f"{shown(loaded.path)}: ONNX Runtime cannot load it, so there is no ORT format to "
             f"write: {shown_}",
             hint="The ORT format holds only what ONNX Runtime loads: fix what `onnxgate check` "
-            "finds (a custom domain's operator needs a build with its kernels; replace or "
-            "remove those nodes).",
+            "finds (a custom domain's operator needs the library that implements it, "
+            f"{setting('ops_libraries', ['PATH'])}; or replace or remove those nodes).",
         )
 
 
 def _measure(
-    ort_file: Path, samples: list[Any], config: MobileConfig, say: Callable[[str], None]
+    ort_file: Path,
+    samples: list[Any],
+    config: MobileConfig,
+    say: Callable[[str], None],
+    libraries: tuple[str, ...] = (),
 ) -> tuple[dict[str, float], float, float, list[str]]:
     """Single-thread p50 per sample, peak and baseline RSS (MB), and why timings are unreliable.
 
@@ -279,8 +342,10 @@ def _measure(
     """
     from onnxgate.perf import Contender, Contest, Watch
 
-    threads = {"intra_op_threads": 1, "inter_op_threads": 1}
-    contender = Contender(label=ort_file.name, onnx=ort_file, settings=threads)
+    settings: dict[str, Any] = {"intra_op_threads": 1, "inter_op_threads": 1}
+    if libraries:
+        settings["ops_libraries"] = list(libraries)
+    contender = Contender(label=ort_file.name, onnx=ort_file, settings=settings)
     for attempt in (1, 2):
         p50: dict[str, float] = {}
         runs: dict[str, list[float]] = {}

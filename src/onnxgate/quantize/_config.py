@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from onnxgate._pathtext import FilePath, PathText
 from onnxgate._words import offered, setting
 from onnxgate.errors import ConfigError
-from onnxgate.settings import Part
+from onnxgate.settings import OpsLibraries, Part
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,11 @@ class QuantizeConfig(Part):
     """Check the contract's golden outputs (the float parent's, from ONNX Runtime) with the
     reference evaluator on the float parent before anything is written."""
     seed: int = 0
+    ops_libraries: OpsLibraries = Field((), exclude_if=lambda value: not value)
+    """Custom operator libraries every session registers (the float model's, each candidate's,
+    the timing workers'), for a model with custom-domain nodes, which stay in float; the contract
+    records them. Empty: the parent contract's, when it records any. Left out of the dump when
+    empty, so the hashes of settings written before it existed still match."""
 
     @field_validator("max_drop")
     @classmethod

@@ -75,7 +75,7 @@ def contract_rules(
 
     wanted = judge.compare_config()
     report = compare_runners(
-        open_runner(load_model(delivered)),
+        open_runner(load_model(delivered), judge.session),
         judge.reference,
         list(golden),
         signature=signature,
@@ -145,7 +145,7 @@ def second_opinion(
         produced.append((sample, {k: v for k, v in outputs.items() if k in gated}))
     rules = rules_for(signature, produced[0][1], Tolerances())
     return cross_check(
-        open_runner(parent), ReferenceRunner(parent), produced, signature, rules, say
+        open_runner(parent, judge.session), ReferenceRunner(parent), produced, signature, rules, say
     )
 
 
@@ -209,6 +209,7 @@ def write_quantized_contract(
         outputs={r.output for r in judge.rules},
         lineage=lineage,
         second_opinion=opinion,
+        ops_libraries=judge.session.ops_libraries,
         store=store,
     )
     return store.location(out)

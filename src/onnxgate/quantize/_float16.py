@@ -44,6 +44,7 @@ from onnxgate.quantize._report import SpeedGate
 if TYPE_CHECKING:
     from onnxgate.compat.kernels import KernelTable
     from onnxgate.data import Sample
+    from onnxgate.settings import SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,9 @@ OVERFLOW_AT = 60000.0
 """A float32 output above this (float16's largest with a margin) keeps its node in float32."""
 
 
-def overflowing(source: Path, samples: Sequence[Sample]) -> dict[str, str]:
+def overflowing(
+    source: Path, samples: Sequence[Sample], session: SessionSettings | None = None
+) -> dict[str, str]:
     """Nodes whose float32 output leaves float16's range on ``samples``, with why in words.
 
     The model runs once with every main-graph tensor exposed. ONNX Runtime's CPU provider
@@ -134,7 +137,7 @@ def overflowing(source: Path, samples: Sequence[Sample]) -> dict[str, str]:
 
     loaded = load_model(source, load_weights=True)
     peaks: dict[str, float] = {}
-    with open_runner(loaded) as runner:
+    with open_runner(loaded, session) as runner:
         for sample in samples:
             for name, value in runner.infer_all(sample.feeds).items():  # type: ignore[attr-defined]
                 array = np.asarray(value)
@@ -187,6 +190,7 @@ def convert(
     *,
     exclude: Sequence[str] = (),
     only: Sequence[str] | None = None,
+    ops_libraries: Sequence[str] = (),
 ) -> None:
     """Convert ``source`` to fp16 into ``target``, keeping ``exclude`` (or all but ``only``) fp32.
 
@@ -227,7 +231,7 @@ def convert(
     log.debug("%d float32 -> float16 -> float32 cast pair(s) removed", dropped)
     sort_nodes(converted.graph)
     onnx.save(converted, str(target))
-    _refuse_unloadable(target, f"{source.name} {which}")
+    _refuse_unloadable(target, f"{source.name} {which}", ops_libraries)
 
 
 def _names(names: Sequence[str]) -> str:
@@ -235,9 +239,9 @@ def _names(names: Sequence[str]) -> str:
     return f"{shown} and {len(names) - 5} more" if len(names) > 5 else shown
 
 
-def _refuse_unloadable(path: Path, what: str) -> None:
+def _refuse_unloadable(path: Path, what: str, ops_libraries: Sequence[str] = ()) -> None:
     """Raise ``RunFailed`` when ONNX Runtime cannot create a session for a converted model."""
-    error = load_error(path)
+    error = load_error(path, ops_libraries)
     if error is not None:
         raise RunFailed(
             f"ONNX Runtime's float16 converter (onnxruntime.transformers.float16) wrote a model "

@@ -34,7 +34,7 @@ from onnxgate.model import Signature, load_model
 from onnxgate.quantize._config import QuantizeConfig
 from onnxgate.quantize._report import GateFigure
 from onnxgate.runners import Inference, Runner, RunnerInfo
-from onnxgate.settings import Criterion, Tolerances, parse_metric
+from onnxgate.settings import Criterion, SessionSettings, Tolerances, parse_metric
 
 log = logging.getLogger(__name__)
 
@@ -192,10 +192,10 @@ class _Recorder:
         return self.inner.info()
 
 
-def _ort_runner(path: Path) -> Runner:
+def _ort_runner(path: Path, session: SessionSettings) -> Runner:
     from onnxgate.runners import open_runner
 
-    return open_runner(load_model(path))
+    return open_runner(load_model(path), session)
 
 
 def _argmax(value: Any) -> np.ndarray:
@@ -285,13 +285,16 @@ class Judge:
         *,
         max_drop: float,
         labels: np.ndarray | None = None,
+        session: SessionSettings | None = None,
     ) -> None:
+        self.session = session or SessionSettings()
+        """The sessions' settings (their custom operator libraries), every model's alike."""
         self.signature = signature
         self.samples = list(samples)
         self.rules = list(rules)
         self.max_drop = max_drop
         self.labels = labels
-        recorder = _Recorder(_ort_runner(float_model))
+        recorder = _Recorder(_ort_runner(float_model, self.session))
         with recorder:
             for sample in self.samples:
                 recorder.infer(sample.feeds)
@@ -330,7 +333,7 @@ class Judge:
 
     def _run(self, candidate: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The candidate's outputs per sample, and compare's verdicts on ``--metric`` rules."""
-        recorder = _Recorder(_ort_runner(candidate))
+        recorder = _Recorder(_ort_runner(candidate, self.session))
         explicit = {r.output: r.criterion for r in self.rules if r.explicit and r.criterion}
         if not explicit:
             with recorder:

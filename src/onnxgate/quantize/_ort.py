@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxgate._opslib import resolve_ops_library
 from onnxgate._stdout import stdout_to_stderr
 from onnxgate._words import setting
 from onnxgate.data import Sample
@@ -569,12 +570,17 @@ def quantise(
                 onnx.save(model, str(target))
 
 
-def load_error(path: Path) -> str | None:
-    """Why ONNX Runtime's CPU provider cannot create a session for ``path``, or None if it can."""
+def load_error(path: Path, ops_libraries: Sequence[str] = ()) -> str | None:
+    """Why ONNX Runtime's CPU provider cannot create a session for ``path``, or None if it can.
+
+    The session registers ``ops_libraries`` (custom operator libraries, as named).
+    """
     import onnxruntime as ort  # noqa: TID251  (a session proves a converted model loads)
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for spec in ops_libraries:
+        options.register_custom_ops_library(str(resolve_ops_library(spec).path))
     try:
         with quiet():
             ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

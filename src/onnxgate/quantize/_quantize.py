@@ -29,8 +29,15 @@ import numpy as np
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
+from onnxgate._pathtext import shown as shown_path
 from onnxgate._words import offered, setting
-from onnxgate.contract import SecondOpinion, contract_dims, drop_stale_contract
+from onnxgate.contract import (
+    SIDECAR,
+    SecondOpinion,
+    contract_dims,
+    drop_stale_contract,
+    host_libraries,
+)
 from onnxgate.data import Sample, synthetic_samples
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.model import LoadedModel, Signature, load_model
@@ -80,7 +87,7 @@ from onnxgate.quantize._speed import (
     profile_cost,
     timing_samples,
 )
-from onnxgate.settings import Tolerances, config_hash
+from onnxgate.settings import SessionSettings, Tolerances, config_hash
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +207,7 @@ def _time_and_judge(
             seed=config.seed,
             progress=say,
             to=settings.to,
+            ops_libraries=config.ops_libraries,
         )
         if not conditions.reliable:  # the machine was busy: once more before judging
             say("the machine was busy while timing; timing again")
@@ -210,6 +218,7 @@ def _time_and_judge(
                 seed=config.seed,
                 progress=say,
                 to=settings.to,
+                ops_libraries=config.ops_libraries,
             )
     except GateError as err:
         raise type(err)(
@@ -241,6 +250,7 @@ def _time_and_judge(
             settings,
             say,
             quantized_ms=rows[worst].quantized_ms,
+            ops_libraries=config.ops_libraries,
         )
     except GateError as err:  # the verdict stands; only its explanation is missing
         log.warning("profiling failed: %s", err.message)
@@ -526,6 +536,9 @@ def _quantize(
     settings, notices = resolve(config, features, quantisable=quantisable)
     loaded = load_model(model, load_weights=True)
     out = _output(config, loaded.path)
+    config = config.model_copy(update={"ops_libraries": _libraries(config, loaded.path)})
+    if settings.mode == "static" and config.ops_libraries:
+        _refuse_static_with_libraries(config.ops_libraries, str(loaded.path))
     signature = Signature.from_graph(loaded.proto.graph)
     if settings.to != "int8":
         _float16.refuse_unconvertible(loaded.proto, str(loaded.path), settings.to)
@@ -534,6 +547,48 @@ def _quantize(
     else:
         _refuse_int8(loaded, settings, config, notices)
     return _quantize_checked(config, settings, notices, features, loaded, out, signature, say)
+
+
+def _libraries(config: QuantizeConfig, model: Path) -> tuple[str, ...]:
+    """The custom operator libraries the sessions register: those given, else the parent's.
+
+    The parent contract's are found by name on this host (``host_libraries``); a contract that
+    cannot be read gives none (quantize needs no contract).
+
+    Raises:
+        ConfigError: the parent contract records a library file that was not given.
+    """
+    if config.ops_libraries or not SIDECAR.exists(model):
+        return config.ops_libraries
+    try:
+        contract = SIDECAR.read(model)
+    except GateError:
+        return ()
+    libraries = host_libraries(contract, (), where=shown_path(SIDECAR.location(model)))
+    if libraries:
+        log.info("custom operator libraries from the parent contract: %s", libraries)
+    return libraries
+
+
+def _refuse_static_with_libraries(libraries: Sequence[str], model: str) -> None:
+    """Static calibration cannot register custom operator libraries: refuse it, saying why.
+
+    ONNX Runtime's calibrator (``onnxruntime.quantization.calibrate``) makes its own session with
+    fixed options and no way to pass custom operator libraries, so a model whose custom-domain
+    nodes need one cannot be calibrated; dynamic quantisation makes no session.
+
+    Raises:
+        ConfigError: naming the libraries and what to do instead.
+    """
+    raise ConfigError(
+        f"{model}: static quantisation cannot register the custom operator "
+        f"librar{'ies' if len(libraries) > 1 else 'y'} {', '.join(libraries)}: ONNX Runtime's "
+        "calibrator makes its own session, which takes no custom operator library.",
+        hint=f"Use {setting('mode', 'dynamic')}, which needs no calibration session (the "
+        "custom-domain nodes stay in float); or quantise a model without the custom operators "
+        "and add them afterwards.",
+        field="mode",
+    )
 
 
 def _refuse_int8(
@@ -564,6 +619,9 @@ def _quantize_checked(
     say: Callable[[str], None],
 ) -> QuantizeReport:
     low, high = words(settings)
+    session = SessionSettings(ops_libraries=config.ops_libraries)
+    if config.ops_libraries:
+        notices.append(f"custom operator libraries: {', '.join(config.ops_libraries)}")
     data = _read_data(config, settings, signature, loaded, say)
     calibration, evaluation, labels, warnings = (
         data.calibration,
@@ -594,7 +652,7 @@ def _quantize_checked(
         overflow: dict[str, str] = {}
         if settings.to != "int8":
             say("looking for float32 outputs beyond float16's range")
-            overflow = _float16.overflowing(pre, evaluation)
+            overflow = _float16.overflowing(pre, evaluation, session)
             nodes = [n for n in nodes if n.name not in overflow]
             if overflow:
                 notices.append(
@@ -603,14 +661,28 @@ def _quantize_checked(
                     f"Runtime's CPU provider would not show): {'; '.join(overflow.values())}"
                 )
         say(f"running the float model on {len(evaluation)} evaluation sample(s)")
-        judge = Judge(source, signature, evaluation, rules, max_drop=config.max_drop, labels=labels)
+        judge = Judge(
+            source,
+            signature,
+            evaluation,
+            rules,
+            max_drop=config.max_drop,
+            labels=labels,
+            session=session,
+        )
         cache = tmp / "calibration.json" if settings.mode == "static" else None
 
         def make(exclude: Sequence[str], only: Sequence[str] | None) -> Path:
             target = tmp / "candidate.onnx"
             if settings.to != "int8":
                 only = None if only is None else [n for n in only if n not in overflow]
-                _float16.convert(pre, target, exclude=[*overflow, *exclude], only=only)
+                _float16.convert(
+                    pre,
+                    target,
+                    exclude=[*overflow, *exclude],
+                    only=only,
+                    ops_libraries=config.ops_libraries,
+                )
                 return target
             quantise(
                 pre,
@@ -651,7 +723,7 @@ def _quantize_checked(
             settings,
             calibration=calibration,
             calibration_judge=lambda: Judge(
-                source, signature, calibration, rules, max_drop=config.max_drop
+                source, signature, calibration, rules, max_drop=config.max_drop, session=session
             ),
         )
         attempts, ranking, best, reason, ranked_on = (

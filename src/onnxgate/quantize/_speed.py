@@ -282,10 +282,12 @@ def measure(
     seed: int,
     progress: Callable[[str], None],
     to: str = "int8",
+    ops_libraries: Sequence[str] = (),
 ) -> tuple[list[Latency], Conditions]:
     """Time ``float``, ``quantised`` and (when given) ``all-int8`` against each other per shape.
 
     ``to``: the format converted to, naming the model with no node kept in float (``all-fp16``).
+    ``ops_libraries``: custom operator libraries every worker's session registers.
 
     Returns the latencies per shape and what the machine did meanwhile.
 
@@ -296,8 +298,10 @@ def measure(
 
     labels = [label for label in ("float", "quantised", "all-int8") if label in paths]
     names = {label: label.replace("int8", to) for label in labels}
+    settings = {"ops_libraries": list(ops_libraries)} if ops_libraries else {}
     contenders = [
-        Contender(LABELS[label].replace("int8", to), onnx=Path(paths[label])) for label in labels
+        Contender(LABELS[label].replace("int8", to), onnx=Path(paths[label]), settings=settings)
+        for label in labels
     ]
     rows: list[Latency] = []
     timed: list[tuple[Mapping[str, int], dict[str, list[float]]]] = []
@@ -473,6 +477,7 @@ def profile_cost(
     progress: Callable[[str], None],
     *,
     quantized_ms: float,
+    ops_libraries: Sequence[str] = (),
 ) -> SpeedCost:
     """Profile both models on ``sample`` (in this process) and say which kinds of work grew.
 
@@ -483,7 +488,7 @@ def profile_cost(
         GateError: ONNX Runtime could not profile a model.
     """
     from onnxgate.perf import ProfileConfig, profile, save_arrays
-    from onnxgate.settings import FeedSettings
+    from onnxgate.settings import FeedSettings, SessionSettings
 
     with tempfile.TemporaryDirectory(prefix="onnxgate-quantize-profile-") as folder:
         feeds = Path(folder) / "feeds.npz"
@@ -491,7 +496,11 @@ def profile_cost(
         fewest, most = PROFILE_RUNS
         runs = min(most, max(fewest, int(PROFILE_SECONDS * 1000 / max(quantized_ms, 1e-3))))
         config = ProfileConfig(
-            feeds=FeedSettings(inputs=feeds), warmup=PROFILE_WARMUP, runs=runs, top=TOP_NODES
+            feeds=FeedSettings(inputs=feeds),
+            session=SessionSettings(ops_libraries=ops_libraries),
+            warmup=PROFILE_WARMUP,
+            runs=runs,
+            top=TOP_NODES,
         )
         reports = []
         for label, path in (("float", float_path), ("quantised", quantized_path)):

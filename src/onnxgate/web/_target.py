@@ -176,6 +176,31 @@ def web_runtime(text: str) -> RuntimeSpec:
     return spec
 
 
+def refuse_native_libraries(contract: Any, spec: RuntimeSpec, where: str) -> None:
+    """Refuse a model whose contract records custom operator libraries: a browser loads none.
+
+    The model's custom-domain nodes run only in a session that registered a native shared
+    library, and ``onnxruntime-web`` (WebAssembly) cannot load one, so such a model is refused
+    before anything is written or any browser started.
+
+    Raises:
+        ConfigError: naming the libraries and the runtime.
+    """
+    libraries = [lib.name for lib in contract.requirements.ops_libraries]
+    if not libraries:
+        return
+    raise ConfigError(
+        f"{where}: its contract records the custom operator "
+        f"librar{'ies' if len(libraries) > 1 else 'y'} {', '.join(libraries)}, which {spec} "
+        "cannot load: ONNX Runtime's JavaScript packages load no native shared libraries, so "
+        "the model's custom-domain nodes cannot run in a browser.",
+        hint="Serve the model where ONNX Runtime loads the library (onnxgate serve, deploy "
+        "triton or deploy kserve), or export it without the custom operators and do that work "
+        "in the web app's own code.",
+        field="ops_libraries",
+    )
+
+
 def web_target(
     model: str | Path,
     options: WebOptions | None = None,
@@ -217,6 +242,7 @@ def web_target(
     spec = web_runtime(options.runtime)
     loaded = load_model(model)
     contract, admission = admitted(loaded)
+    refuse_native_libraries(contract, spec, shown(loaded.path))
     stem = name or loaded.path.stem
     with staging(out, "web") as folder:
         notes = list(notes or [])
