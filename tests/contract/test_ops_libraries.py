@@ -216,3 +216,24 @@ def test_tune_registers_the_library_in_every_candidate_and_records_it(tokenizer)
     assert result.exit_code == 0, result.output
     (tuned,) = SIDECAR.read(tokenizer).performance.tuned
     assert tuned.settings["ops_libraries"] == [EXTENSIONS]
+
+
+@pytest.mark.slow
+def test_bench_tuned_takes_the_library_given_not_the_path_tune_recorded(
+    tokenizer, library_file, tmp_path
+):
+    # tuned at one path; the library then moves: the one given is what the sessions register
+    first = tmp_path / "first" / library_file.name
+    first.parent.mkdir()
+    shutil.copyfile(library_file, first)
+    assert _init(tokenizer, str(first), run=run_apart).exit_code == 0
+    tuned = run_apart(
+        "tune", tokenizer, "--ops-library", first, "--budget", "5", "--contest-seconds", "0.2"
+    )
+    assert tuned.exit_code == 0, tuned.output
+    first.unlink()
+    result = run_apart(
+        "bench", tokenizer, "--tuned", "--ops-library", library_file, "--runs", "10", "-f", "json"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["session"]["ops_libraries"] == [str(library_file)]
