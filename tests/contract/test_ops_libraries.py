@@ -237,3 +237,17 @@ def test_bench_tuned_takes_the_library_given_not_the_path_tune_recorded(
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["session"]["ops_libraries"] == [str(library_file)]
+
+
+def test_another_build_of_the_same_release_is_not_told_to_reinstall_that_release(tokenizer):
+    assert _init(tokenizer, EXTENSIONS).exit_code == 0
+    sidecar = Path(SIDECAR.location(tokenizer))
+    document = json.loads(sidecar.read_text())
+    (recorded,) = document["requirements"]["ops_libraries"]
+    recorded["sha256"] = "0" * 64  # the same version, built elsewhere
+    sidecar.write_text(json.dumps(document))
+    result = run("verify", tokenizer)
+    assert result.exit_code == 3, result.output
+    text = " ".join(result.output.split())
+    assert f"{EXTENSIONS} {recorded['version']} is another build" in text
+    assert "pip install" not in text
