@@ -251,3 +251,12 @@ def test_another_build_of_the_same_release_is_not_told_to_reinstall_that_release
     text = " ".join(result.output.split())
     assert f"{EXTENSIONS} {recorded['version']} is another build" in text
     assert "pip install" not in text
+
+
+def test_a_session_without_the_library_is_told_which_to_register(tokenizer):
+    assert _init(tokenizer, EXTENSIONS).exit_code == 0
+    result = run("compare", tokenizer, "--against", "ort:disable")
+    assert result.exit_code != 0, result.output
+    text = " ".join(result.output.split())
+    assert "ai.onnx.contrib:BertTokenizer is a custom operator" in text
+    assert "--ops-library onnxruntime-extensions" in text
