@@ -121,7 +121,8 @@ def resolve_ops_library(spec: str | os.PathLike[str]) -> OpsLibrary:
         path, version, name = Path(text), None, Path(text).name
     if not path.is_file():
         raise ConfigError(
-            f"custom operator library {text}: no such file.",
+            f"custom operator library {text}: "
+            + ("a folder, not a file." if path.is_dir() else "no such file."),
             hint="Give the path of the shared library (.so, .dylib, .dll) that implements the "
             f"model's custom operators, or {EXTENSIONS}.",
             field="ops_libraries",

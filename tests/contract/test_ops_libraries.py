@@ -260,3 +260,9 @@ def test_a_session_without_the_library_is_told_which_to_register(tokenizer):
     text = " ".join(result.output.split())
     assert "ai.onnx.contrib:BertTokenizer is a custom operator" in text
     assert "--ops-library onnxruntime-extensions" in text
+
+
+def test_a_folder_given_as_a_library_is_called_a_folder(tokenizer, tmp_path):
+    result = run("verify", tokenizer, "--ops-library", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "a folder, not a file" in " ".join(result.output.split())
