@@ -262,7 +262,14 @@ def test_a_session_without_the_library_is_told_which_to_register(tokenizer):
     assert "--ops-library onnxruntime-extensions" in text
 
 
-def test_a_folder_given_as_a_library_is_called_a_folder(tokenizer, tmp_path):
-    result = run("verify", tokenizer, "--ops-library", tmp_path)
+def test_a_library_path_that_is_not_a_file_is_a_bad_option(tokenizer, tmp_path):
+    # refused before a session is asked to load it, as a bad option, by every command
+    result = _init(tokenizer, str(tmp_path))
     assert result.exit_code == 2, result.output
     assert "a folder, not a file" in " ".join(result.output.split())
+    missing = tmp_path / "libmissing.so"
+    result = run("compare", tokenizer, "--against", "ort:disable", "--ops-library", missing)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "no such file" in text and "libmissing.so" in result.output.replace("\n", "")
+    assert "--ops-library PATH" in text
