@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from onnxgate._words import setting
 from onnxgate.errors import ConfigError, ExtraMissing
 
 EXTENSIONS = "onnxruntime-extensions"
@@ -106,6 +107,22 @@ def package_library(name: str) -> tuple[Path, str]:
     return Path(onnxruntime_extensions.get_library_path()), version
 
 
+def require_file(path: Path, spec: str) -> None:
+    """Refuse a library path that is not a file, before a session is asked to load it.
+
+    Raises:
+        ConfigError: no such file, or a folder.
+    """
+    if not path.is_file():
+        raise ConfigError(
+            f"custom operator library {spec}: "
+            + ("a folder, not a file." if path.is_dir() else "no such file."),
+            hint="Give the path of the shared library (.so, .dylib, .dll) that implements the "
+            f"model's custom operators ({setting('ops_libraries', ['PATH'])}), or {EXTENSIONS}.",
+            field="ops_libraries",
+        )
+
+
 def resolve_ops_library(spec: str | os.PathLike[str]) -> OpsLibrary:
     """The file behind a library spec, with its identity.
 
@@ -119,13 +136,7 @@ def resolve_ops_library(spec: str | os.PathLike[str]) -> OpsLibrary:
         name: str = text
     else:
         path, version, name = Path(text), None, Path(text).name
-    if not path.is_file():
-        raise ConfigError(
-            f"custom operator library {text}: no such file.",
-            hint="Give the path of the shared library (.so, .dylib, .dll) that implements the "
-            f"model's custom operators, or {EXTENSIONS}.",
-            field="ops_libraries",
-        )
+    require_file(path, text)
     digest = hashlib.sha256()
     try:
         with path.open("rb") as handle:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from onnxgate._opslib import library_spec
+from onnxgate._opslib import library_specs
 from onnxgate._words import setting
 from onnxgate.compat.providers import parse_providers
 from onnxgate.errors import ConfigError
@@ -126,15 +125,7 @@ def config_hash(config: BaseModel | dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _library_specs(value: Any) -> Any:
-    if isinstance(value, str | os.PathLike):
-        value = [value]
-    if isinstance(value, list | tuple):
-        return tuple(dict.fromkeys(library_spec(item) for item in value))
-    return value
-
-
-OpsLibraries = Annotated[tuple[str, ...], BeforeValidator(_library_specs)]
+OpsLibraries = Annotated[tuple[str, ...], BeforeValidator(library_specs)]
 """Custom operator libraries as every config holds them (``SessionSettings``, and the configs of
 steps whose sessions are not one ``SessionSettings``: tune, export): paths made absolute, a
 package name (``onnxruntime-extensions``) as it is, each once, in order."""

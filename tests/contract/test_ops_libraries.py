@@ -218,3 +218,60 @@ def test_tune_registers_the_library_in_every_candidate_and_records_it(tokenizer)
     assert result.exit_code == 0, result.output
     (tuned,) = SIDECAR.read(tokenizer).performance.tuned
     assert tuned.settings["ops_libraries"] == [EXTENSIONS]
+
+
+@pytest.mark.slow
+def test_bench_tuned_takes_the_library_given_not_the_path_tune_recorded(
+    tokenizer, library_file, tmp_path
+):
+    # tuned at one path; the library then moves: the one given is what the sessions register
+    first = tmp_path / "first" / library_file.name
+    first.parent.mkdir()
+    shutil.copyfile(library_file, first)
+    assert _init(tokenizer, str(first), run=run_apart).exit_code == 0
+    tuned = run_apart(
+        "tune", tokenizer, "--ops-library", first, "--budget", "5", "--contest-seconds", "0.2"
+    )
+    assert tuned.exit_code == 0, tuned.output
+    first.unlink()
+    result = run_apart(
+        "bench", tokenizer, "--tuned", "--ops-library", library_file, "--runs", "10", "-f", "json"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["session"]["ops_libraries"] == [str(library_file)]
+
+
+def test_another_build_of_the_same_release_is_not_told_to_reinstall_that_release(tokenizer):
+    assert _init(tokenizer, EXTENSIONS).exit_code == 0
+    sidecar = Path(SIDECAR.location(tokenizer))
+    document = json.loads(sidecar.read_text())
+    (recorded,) = document["requirements"]["ops_libraries"]
+    recorded["sha256"] = "0" * 64  # the same version, built elsewhere
+    sidecar.write_text(json.dumps(document))
+    result = run("verify", tokenizer)
+    assert result.exit_code == 3, result.output
+    text = " ".join(result.output.split())
+    assert f"{EXTENSIONS} {recorded['version']} is another build" in text
+    assert "pip install" not in text
+
+
+def test_a_session_without_the_library_is_told_which_to_register(tokenizer):
+    assert _init(tokenizer, EXTENSIONS).exit_code == 0
+    result = run("compare", tokenizer, "--against", "ort:disable")
+    assert result.exit_code != 0, result.output
+    text = " ".join(result.output.split())
+    assert "ai.onnx.contrib:BertTokenizer is a custom operator" in text
+    assert "--ops-library onnxruntime-extensions" in text
+
+
+def test_a_library_path_that_is_not_a_file_is_a_bad_option(tokenizer, tmp_path):
+    # refused before a session is asked to load it, as a bad option, by every command
+    result = _init(tokenizer, str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "a folder, not a file" in " ".join(result.output.split())
+    missing = tmp_path / "libmissing.so"
+    result = run("compare", tokenizer, "--against", "ort:disable", "--ops-library", missing)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "no such file" in text and "libmissing.so" in result.output.replace("\n", "")
+    assert "--ops-library PATH" in text

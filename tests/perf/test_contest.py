@@ -305,3 +305,17 @@ def test_a_python_traceback_on_the_workers_death_is_an_internal_error():
     assert type(_death("a", "run", 1, "bye")) is RunFailed
     assert type(_death("a", "load", -11, "")) is RunFailed
     assert "SIGSEGV" in _death("a", "load", -11, "").message
+
+
+def test_string_feeds_cross_to_workers_unchanged_or_are_refused(tmp_path):
+    from onnxgate.errors import FeedError
+    from onnxgate.perf import save_arrays
+
+    path = tmp_path / "feeds.npz"
+    save_arrays(path, {"text": np.array(["héllo", ""], dtype=object)})
+    with np.load(path, allow_pickle=False) as archive:
+        assert archive["text"].tolist() == ["héllo", ""]
+    # a unicode array drops trailing NULs and cannot hold bytes: refused, not changed silently
+    for element in ("end\0", b"raw"):
+        with pytest.raises(FeedError, match="input 'text'"):
+            save_arrays(path, {"text": np.array(["a", element], dtype=object)})

@@ -6,14 +6,12 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import onnx
 from onnx import ModelProto, TypeProto
-from pydantic import field_validator
 
 from onnxgate._native import native_step
-from onnxgate._opslib import library_specs
 from onnxgate.check._functions import value_type_protos
 from onnxgate.check._graph import (
     checker_findings,
@@ -43,7 +41,7 @@ from onnxgate.model import (
     load_model,
     value_types,
 )
-from onnxgate.settings import Part
+from onnxgate.settings import OpsLibraries, Part
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +58,13 @@ class CheckConfig(Part):
     """Finding codes to leave out (``SHP001``)."""
     fail_on: Literal["error", "warning", "info"] = "error"
     """The lowest severity that makes ``passed`` false."""
-    ops_libraries: tuple[str, ...] = ()
+    ops_libraries: OpsLibraries = ()
     """Custom operator libraries sessions register (paths, made absolute, or
     ``onnxruntime-extensions``): the custom operators they provide are not OP003."""
     observed_outputs: dict[str, tuple[int | str, ...]] = {}
     """Output shapes the model was seen to produce (its contract's golden outputs, where they
     contradict the declaration), judged against the declared ones (SHP003). check never runs
     the model: its caller passes what was observed (``contract.observed_outputs``)."""
-
-    @field_validator("ops_libraries", mode="before")
-    @classmethod
-    def _libraries(cls, value: Any) -> Any:
-        return library_specs(value)
 
 
 def _infer(model: ModelProto, source: Path) -> tuple[ModelProto, Finding | None]:

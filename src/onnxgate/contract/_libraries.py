@@ -86,7 +86,7 @@ def refuse_other_libraries(contract: Contract, specs: Sequence[str], *, where: s
             raise RuntimeEnvError(
                 f"{where} records the custom operator library {_described(wanted)}; this host "
                 f"has {_described(found)} at {found.path}.",
-                hint=_fix(wanted),
+                hint=_fix(wanted, same_release=found.version == wanted.version),
             )
 
 
@@ -94,7 +94,15 @@ def _how(wanted: OpsLibraryRequirement) -> str:
     return wanted.name if wanted.name in PACKAGES else "PATH"
 
 
-def _fix(wanted: OpsLibraryRequirement) -> str:
+def _fix(wanted: OpsLibraryRequirement, *, same_release: bool) -> str:
+    if wanted.name in PACKAGES and same_release:
+        # reinstalling the release it names would bring back the same file
+        return (
+            f"This host's {wanted.name} {wanted.version} is another build than the one the "
+            "contract recorded (another platform's wheel, or a rebuilt one): install the "
+            "contract's build, or prove the model with this one again (contract init --force, "
+            "or the gate)."
+        )
     if wanted.name in PACKAGES:
         return (
             f"Install the release the contract recorded (pip install '{wanted.name}=="

@@ -22,6 +22,7 @@ from onnxgate.data._feeds import (
     feeds_digest,
     load_feeds,
     numpy_dtype,
+    storable_feed,
     unicode_array,
     validate_feeds,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "read_pb",
     "read_text",
     "serving_ranges",
+    "storable_feed",
     "synthetic_samples",
     "unicode_array",
     "unnamed_dims",

@@ -381,3 +381,22 @@ def unicode_array(value: Any) -> np.ndarray | None:
         return None
     text = np.array(items, dtype=str).reshape(value.shape)
     return text if text.ravel().tolist() == items else None
+
+
+def storable_feed(name: str, value: Any) -> np.ndarray:
+    """A feed as an .npz holds it without pickle, for a worker: strings as fixed-width unicode.
+
+    Raises:
+        FeedError: a string feed whose elements would not cross unchanged (``bytes``, or text
+            ending in NUL characters, which a unicode array drops).
+    """
+    array = np.asarray(value)
+    text = unicode_array(array)
+    if text is None:
+        raise FeedError(
+            f"input {name!r}: a string feed holds an element that is not text a unicode array "
+            "keeps unchanged (bytes, or text ending in NUL characters); a worker process gets "
+            "its feeds without pickle.",
+            hint="Give str elements without trailing NUL characters (decode bytes as UTF-8).",
+        )
+    return text

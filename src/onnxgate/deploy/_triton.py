@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
-from onnxgate._opslib import OpsLibrary, library_specs
+from onnxgate._opslib import OpsLibrary
 from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
 from onnxgate.deploy._check import check_model_dir
 from onnxgate.deploy._findings import Finding, RepositoryCheck
@@ -51,6 +51,7 @@ from onnxgate.serve import (
     batching,
     build_config,
 )
+from onnxgate.settings import OpsLibraries
 
 if TYPE_CHECKING:
     from onnxgate.serve import Source
@@ -81,7 +82,7 @@ class TritonConfig(TritonOptions):
     store: str | None = None
     allow_ungated: bool = False
     """Deploy a version whose gate did not pass (or is unknown)."""
-    ops_libraries: tuple[str, ...] = ()
+    ops_libraries: OpsLibraries = ()
     """Custom operator library files (paths, or ``onnxruntime-extensions``) for the libraries the
     contract requires (matched by sha256, then name), and any others to deploy with the model.
     A library the contract requires is found without naming it when it is the installed
@@ -90,11 +91,6 @@ class TritonConfig(TritonOptions):
     """The repository's absolute path as the Triton server sees it (a container's mount point,
     ``/models``): ``model_operations`` names each library by it, since Triton's ONNX Runtime
     backend hands the name to the dynamic loader unchanged. Default: its path here."""
-
-    @field_validator("ops_libraries", mode="before")
-    @classmethod
-    def _libraries(cls, value: Any) -> Any:
-        return library_specs(value)
 
 
 class DeployReport(BaseModel):

@@ -167,6 +167,10 @@ def _tuned(
     dims = samples[0].dims if asked and len(samples) == 1 else None
     settings, path = tuned_for(loaded.path, objective=config.objective, dims=dims)
     options = SessionSettings.from_wire(settings)
+    if config.session.ops_libraries:
+        # libraries are what the model needs, not a tuned choice (serve does the same): the ones
+        # given replace the paths recorded when it was tuned, which may have moved since
+        options = options.model_copy(update={"ops_libraries": config.session.ops_libraries})
     check_session(options)
     notes.append(f"tuned settings from the contract: {options.describe()}; graph {path.name}")
     graph = loaded if path == loaded.path else load_model(path)

@@ -32,6 +32,7 @@ from typing import Any, Self
 import numpy as np
 
 from onnxgate import errors
+from onnxgate.data import storable_feed
 from onnxgate.errors import ConfigError, GateError, InternalError, RunFailed
 from onnxgate.runners import Channel
 
@@ -116,9 +117,7 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, array in arrays.items():
-            value = np.asarray(array)
-            if value.dtype == object:
-                value = value.astype(str)
+            value = storable_feed(name, array)
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, value, allow_pickle=False)
 

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from onnxgate.compat.runtime import RuntimeSpec, ensure_env, run_json_script, runtime_profile
-from onnxgate.data import Sample, feeds_digest
+from onnxgate.data import Sample, feeds_digest, storable_feed
 from onnxgate.errors import RunFailed
 from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners._base import Inference, RunnerInfo
@@ -102,7 +102,7 @@ class IsolatedOrtRunner:
             folder = Path(tmp)
             keys = [f"s{i}" for i in range(len(batch))]
             stored = {
-                f"{key}/{name}": _storable(np.asarray(value))
+                f"{key}/{name}": storable_feed(name, value)
                 for key, feeds in zip(keys, batch, strict=True)
                 for name, value in feeds.items()
             }
@@ -195,11 +195,3 @@ class IsolatedOrtRunner:
         return IsolatedOrtRunner(
             model, self.spec, (), self.settings, progress=self.progress, tensorrt=self.tensorrt
         )
-
-
-def _storable(array: np.ndarray) -> np.ndarray:
-    """A feed as the request's archive holds it: strings as fixed-width unicode.
-
-    So the archive is read without pickle; the script turns them into objects again.
-    """
-    return array.astype(str) if array.dtype == object else array

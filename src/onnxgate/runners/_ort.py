@@ -13,6 +13,7 @@ import onnx
 import onnxruntime as ort  # noqa: TID251  (the ONNX Runtime adapter)
 
 from onnxgate._native import native_step
+from onnxgate._opslib import PACKAGES, require_file
 from onnxgate.compat.providers import canonical, resolve
 from onnxgate.errors import ConfigError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, TensorSpec, constant_values
@@ -65,6 +66,9 @@ def check_session(settings: SessionSettings, *, save_optimized: Path | None = No
             f"save_optimized {save_optimized}: the folder {save_optimized.parent} does not exist.",
             field="save_optimized",
         )
+    for spec in settings.ops_libraries:  # a package is found where the session is made
+        if spec not in PACKAGES:
+            require_file(Path(spec), spec)
     known = ort.get_all_providers()
     requested = resolved_providers(settings)
     for name in wire["provider_options"]:

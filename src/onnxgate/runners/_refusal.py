@@ -7,9 +7,11 @@ turns that answer into the same error class with the same words, here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onnxgate._opslib import EXTENSIONS
 from onnxgate._words import setting
 from onnxgate.compat.providers import install_hint, provided_by, short_name
 from onnxgate.errors import (
@@ -69,8 +71,27 @@ def refusal(
     if kind == "session":
         return SessionFailed(
             f"{runtime} cannot create a session for {what}{on}: {message}",
-            hint="Run `onnxgate check` on the model for the reason and a fix.",
+            hint=_custom_op_hint(message)
+            or "Run `onnxgate check` on the model for the reason and a fix.",
         )
     if kind == "run":
         return RunFailed(f"{runtime} failed on {what}{on}: {message}")
     return InternalError(f"{runtime} answered an unknown refusal {kind!r} for {what}: {message}")
+
+
+# ONNX Runtime's words for an operator of a domain no registered kernel or library provides
+_UNREGISTERED = re.compile(r"([A-Za-z_][\w.]*):(\w+)\(-?\d+\) is not a registered function/op")
+_RUNTIME_DOMAINS = ("ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft")
+_EXTENSIONS_DOMAIN = "ai.onnx.contrib"
+
+
+def _custom_op_hint(message: str) -> str | None:
+    """The library to register when the session failed on a custom-domain operator."""
+    found = _UNREGISTERED.search(message)
+    if found is None or found[1] in _RUNTIME_DOMAINS:
+        return None
+    library = EXTENSIONS if found[1] == _EXTENSIONS_DOMAIN else "PATH"
+    return (
+        f"{found[1]}:{found[2]} is a custom operator: register the library that implements it "
+        f"in every session: {setting('ops_libraries', [library])}."
+    )
