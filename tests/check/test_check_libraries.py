@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 from typer.testing import CliRunner
 
-from conftest import CORPUS, needs_corpus
+from conftest import CORPUS, needs_corpus, needs_js
 from onnxgate.check import CheckConfig, check_model
 from onnxgate.cli import app
 from onnxgate.errors import ConfigError, RuntimeEnvError
@@ -100,3 +100,37 @@ def test_an_isolated_release_is_probed_with_the_library_registered_there(tmp_pat
     report = check_model(path, config)
     assert report.runtime == "onnxruntime==1.20.1"
     assert [m.split(":")[0] for m in op003(report)] == ["node unknown_1"]
+
+
+MNIST = CORPUS / "mnist.onnx"
+
+
+@needs_corpus(MNIST)
+def test_a_library_that_does_not_load_fails_check_on_a_model_without_custom_operators(tmp_path):
+    # every session of the model registers it, so check must load it even with nothing to probe
+    bogus = tmp_path / "libnot_a_library.so"
+    bogus.write_text("not a shared library")
+    with pytest.raises(RuntimeEnvError, match="libnot_a_library.so"):
+        check_model(MNIST, CheckConfig(ops_libraries=(str(bogus),)))
+    assert check_model(MNIST, CheckConfig(ops_libraries=(EXTENSIONS,))).passed
+
+
+@needs_js
+@needs_corpus(BERT)
+def test_a_javascript_runtime_refuses_the_libraries_it_cannot_load(tmp_path):
+    config = CheckConfig(ops_libraries=(EXTENSIONS,), runtime="onnxruntime-node==1.30.0")
+    with pytest.raises(ConfigError, match="load no native shared libraries"):
+        check_model(BERT, config)
+
+
+@needs_corpus(BERT)
+def test_op003s_fix_names_the_setting_in_the_interfaces_words():
+    from onnxgate._words import gate_words, speaking
+
+    assert "ops_libraries=['PATH']" in _op003_fix(check_model(BERT))  # a Python caller's field
+    with speaking(gate_words):
+        assert "targets.ops_libraries" in _op003_fix(check_model(BERT))
+
+
+def _op003_fix(report) -> str:
+    return next(f.hint or "" for f in report.findings if f.code == "OP003")

@@ -24,7 +24,7 @@ from onnxgate.compat.kernels import KernelOracle
 from onnxgate.compat.runtime import RuntimeProfile, installed_runtime
 from onnxgate.compat.versions import STANDARD_DOMAINS, normalize_domain
 from onnxgate.model import iter_model_nodes
-from onnxgate.runners import RuntimeSpec, Script, refusal, run_script
+from onnxgate.runners import RuntimeSpec, Script, refusal, refuse_libraries, run_script
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class LibraryCoverage:
     libraries: tuple[OpsLibrary, ...]
     provided: frozenset[tuple[str, str]]
     """Kinds as the rules key them: (normalised domain, operator)."""
+    probed: frozenset[tuple[str, str]] = frozenset()
+    """The kinds loaded with the libraries (those the runtime's own registry does not know)."""
 
     @property
     def tried(self) -> str:
@@ -103,15 +105,16 @@ def library_coverage(
             platform or a newer ONNX Runtime API), or cannot be started.
     """
     resolved = tuple(resolve_ops_library(spec) for spec in libraries)
-    kinds = custom_kinds(model, table)
-    if not kinds:
-        return LibraryCoverage(resolved, frozenset())
     found = installed_runtime()
     runtime = (
         RuntimeSpec()
         if found == (profile.package, profile.version)
         else RuntimeSpec(profile.package, profile.version)
     )
+    refuse_libraries(runtime, {"ops_libraries": list(libraries)})  # the JavaScript packages
+    # probed even when the model has no custom kind: registering the libraries is then the whole
+    # probe, so a library that every session of the model would fail to load fails check too
+    kinds = custom_kinds(model, table)
     with tempfile.TemporaryDirectory(prefix="onnxgate-opsprobe-models-") as folder:
         probes = []
         for index, ((_, op_type), node) in enumerate(kinds.items()):
@@ -131,4 +134,4 @@ def library_coverage(
         len(provided),
         len(kinds),
     )
-    return LibraryCoverage(resolved, provided)
+    return LibraryCoverage(resolved, provided, frozenset(kinds))

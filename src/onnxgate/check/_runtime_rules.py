@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
 
+from onnxgate._words import setting
 from onnxgate.check._functions import MAX_DEPTH, NoBody, expand, graph_type_protos
 from onnxgate.check._graph import node_label
 from onnxgate.check._libraries import LibraryCoverage
@@ -218,6 +219,15 @@ def _judge_body(
         else ""
     )
     return _Verdict("OP005", key[:3], f"{name} runs as its function body{untyped}")
+
+
+def _library_hint() -> str:
+    """OP003's fix in the words of the interface in use (a flag, a gate key)."""
+    return (
+        "Register the library that implements it in every session "
+        f"({setting('ops_libraries', ['PATH'])}, or onnxruntime-extensions for its domains; "
+        "check then loads them to see what they provide), or replace the node."
+    )
 
 
 def _judge(
@@ -477,15 +487,17 @@ def operator_findings(
             if verdict.code == "OP003" and libraries is not None:
                 if verdict.key in libraries.provided:
                     continue
-                verdict = replace(
-                    verdict, message=f"{verdict.message}, nor provided by {libraries.tried}"
-                )
+                if verdict.key in libraries.probed:
+                    verdict = replace(
+                        verdict, message=f"{verdict.message}, nor provided by {libraries.tried}"
+                    )
             groups[(verdict.code, verdict.key)].append((node_label(node, index), verdict))
     found = []
     for (code, _), hits in groups.items():
         label, verdict = hits[0]
         more = f" (and {len(hits) - 1} more node(s))" if len(hits) > 1 else ""
-        found.append(finding(code, f"node {label}: {verdict.message}{more}", node=label))
+        hint = _library_hint() if code == "OP003" else None
+        found.append(finding(code, f"node {label}: {verdict.message}{more}", node=label, hint=hint))
     if table is None:
         found.append(
             finding(
