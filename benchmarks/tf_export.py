@@ -3,10 +3,10 @@
 ``PYTHONPATH=src python benchmarks/tf_export.py`` builds the TensorFlow export tests' models
 (tests/tf_models.py: a CNN, an LSTM over a dynamic sequence, MultiHeadAttention, a subclassed
 custom layer, a tf.Module SavedModel) in TensorFlow's isolated environment, exports each with
-every conversion path that applies, and writes ``results/tf_export.md`` and ``.json``: the path
-chosen, the opset, the chosen file's max abs error against TensorFlow at each parity shape (read
-back from its golden samples, TensorFlow's outputs), every path's overall max abs, node count and
-conversion time, and the wall time of the whole export (TensorFlow's import included).
+every conversion path that applies, and writes ``benchmarks/results/tf_export.md`` and
+``.json``: the path chosen, the opset, the chosen file's max abs error against TensorFlow at each
+parity shape (read back from its golden samples, TensorFlow's outputs), every path's overall max
+abs, node count and conversion time, and the wall time of the whole export (TensorFlow's import included).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main() -> None:
             }
         )
         print(name, rows[-1]["chosen"], rows[-1]["seconds"], file=sys.stderr)
-    results = ROOT / "results"
+    results = Path(__file__).with_name("results")
     results.mkdir(exist_ok=True)
     (results / "tf_export.json").write_text(
         json.dumps({"machine": started, "rows": rows}, indent=1)

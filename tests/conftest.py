@@ -152,14 +152,14 @@ def tf_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import subprocess
     import sys
 
-    from onnxgate.runners import tf_python
+    from onnxgate.runners import tf_env, tf_python
 
     folder = tmp_path_factory.mktemp("tf-models")
     done = subprocess.run(
         [str(tf_python()), str(Path(__file__).with_name("tf_models.py")), str(folder)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONNOUSERSITE": "1"},
+        env=tf_env(),
     )
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
@@ -181,14 +181,12 @@ def tf_reference_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import subprocess
     import sys
 
-    from onnxgate.runners import tf_python
+    from onnxgate.runners import tf_env, tf_python
 
     folder = tmp_path_factory.mktemp("tf-reference-models")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env |= {"PYTHONNOUSERSITE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     builder = Path(__file__).with_name("tf_builder.py")
     done = subprocess.run(
-        [str(tf_python()), str(builder), str(folder)], env=env, capture_output=True, text=True
+        [str(tf_python()), str(builder), str(folder)], env=tf_env(), capture_output=True, text=True
     )
     if done.returncode:
         sys.stderr.write(done.stderr[-4000:])

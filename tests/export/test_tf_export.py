@@ -168,7 +168,9 @@ def test_a_saved_model_with_a_tf_function_signature_converts_with_its_output_nam
     tf_models, tmp_path
 ) -> None:
     out = tmp_path / "scorer.onnx"
-    report = export_tf(tf_models / "scorer", TfExportConfig(out=out))
+    # the libraries the parity session registers are recorded, as torch's export records them
+    config = TfExportConfig(out=out, ops_libraries=("onnxruntime-extensions",))
+    report = export_tf(tf_models / "scorer", config)
     assert report.passed, report.reason
     assert [c.path for c in report.candidates] == ["tf2onnx-saved-model"]
     assert {o.name for o in report.parity.outputs} == {"scores", "total"}
@@ -177,6 +179,7 @@ def test_a_saved_model_with_a_tf_function_signature_converts_with_its_output_nam
     assert contract.provenance is not None
     assert contract.provenance.framework == "tensorflow 2.21.0"
     assert contract.provenance.exporter == "tf2onnx 1.17.0 (saved-model)"
+    assert [lib.name for lib in contract.requirements.ops_libraries] == ["onnxruntime-extensions"]
 
 
 def test_an_op_tf2onnx_cannot_convert_is_named_with_its_keras_layer(tf_models, tmp_path) -> None:

@@ -40,6 +40,30 @@ def test_a_keras_source_passes_a_gate_end_to_end(tf_models: Path, tmp_path: Path
     assert {"export", "check", "compare", "verify"} <= ran
 
 
+@pytest.mark.parametrize(
+    ("source", "keys"),
+    [
+        ("keras:cnn.keras", 'paths = ["tf2onnx-keras"]\n'),
+        ("keras:mha.keras", 'paths = ["keras-onnx"]\n'),
+        ("keras:custom.keras", 'custom_objects = ["layers.py"]\npaths = ["tf2onnx-keras"]\n'),
+        ("tf:scorer", ""),
+    ],
+    ids=["cnn", "attention", "custom-layer", "saved-model"],
+)
+def test_every_kind_of_tensorflow_model_passes_a_gate(
+    tf_models: Path, tmp_path: Path, source: str, keys: str
+) -> None:
+    # the issue's four Keras kinds and a SavedModel (the LSTM is the test above), one path each
+    name = source.split(":", 1)[1]
+    copy = shutil.copytree if (tf_models / name).is_dir() else shutil.copy
+    copy(tf_models / name, tmp_path / name)
+    shutil.copy(TF_LAYERS, tmp_path / "layers.py")
+    config = _gate(tmp_path, f'source = "{source}"\n{keys}')
+    report = run_gate(config, register=False, cache=False)
+    assert report.passed, [(s.name, s.status, s.reason) for s in report.steps]
+    assert "against TensorFlow; proves batch 1..32" in report.step("export").summary
+
+
 def test_a_hint_inside_a_gate_names_the_model_key(tf_models: Path, tmp_path: Path) -> None:
     shutil.copy(tf_models / "bits.keras", tmp_path / "bits.keras")
     shutil.copy(TF_LAYERS, tmp_path / "layers.py")

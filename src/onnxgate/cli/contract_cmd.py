@@ -239,7 +239,8 @@ def verify_command(
 
     Exit codes: 0 every cell passed; 1 a cell failed, the model changed, the contract names
     another model (CON001) or its signature does not hold (CON010, CON011); 2 no contract, a
-    damaged or hollow one (CON002-CON006), or an unusable key; 3 a provider or runtime cannot be
+    damaged or hollow one (CON002-CON006), an unusable key, or a shared library the contract
+    records by file name not given with --ops-library; 3 a provider or runtime cannot be
     had, a provider did not start, a custom operator library is missing or not the recorded build,
     or --require-signature without a key.
     """

@@ -405,6 +405,7 @@ def tf_command(
     metric: MetricOpt = None,
     seed: SeedOpt = 0,
     no_contract: NoContractOpt = False,
+    ops_library: OpsLibraryOpt = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """Export a TensorFlow SavedModel or a Keras file, proved against TensorFlow at three shapes."""
@@ -425,6 +426,7 @@ def tf_command(
         tolerances=tolerance_settings(atol, rtol, tol, metric),
         seed=seed,
         contract=not no_contract,
+        ops_libraries=tuple(ops_library or ()),
     )
 
 
@@ -448,6 +450,7 @@ def keras_command(
     metric: MetricOpt = None,
     seed: SeedOpt = 0,
     no_contract: NoContractOpt = False,
+    ops_library: OpsLibraryOpt = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)] = Format.text,
 ) -> None:
     """Export a Keras file (.keras, .h5): `export tf` with the source a Keras model."""
@@ -468,6 +471,7 @@ def keras_command(
         tolerances=tolerance_settings(atol, rtol, tol, metric),
         seed=seed,
         contract=not no_contract,
+        ops_libraries=tuple(ops_library or ()),
     )
 
 

@@ -53,20 +53,20 @@ from onnxgate.export._torch import (
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.runners import (
     DEFAULT_TOOLCHAIN,
+    KERAS_SUFFIXES,
     Channel,
     Inference,
     RunnerInfo,
     TfToolchain,
     tf_env,
 )
-from onnxgate.settings import Part, Tolerances
+from onnxgate.settings import OpsLibraries, Part, SessionSettings, Tolerances
 
 log = logging.getLogger(__name__)
 
 TfPath = Literal["tf2onnx-keras", "tf2onnx-saved-model", "keras-onnx"]
 PATHS: tuple[TfPath, ...] = ("tf2onnx-keras", "tf2onnx-saved-model", "keras-onnx")
 """Every conversion path, in the order a tie is broken (tf2onnx first)."""
-KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 TIMEOUT_S = 900
 """The longest one request to TensorFlow's process may take (a load, every conversion, a run)."""
 EXAMPLE_SIZES = {"batch": 2, "other": 8}
@@ -108,6 +108,10 @@ class TfExportConfig(Part):
     and between; labels left out: a batch 1 to 32, others 1 to 19."""
     contract: bool = True
     """Write the contract and golden samples beside the model."""
+    ops_libraries: OpsLibraries = ()
+    """Custom operator libraries the parity check's ONNX Runtime session registers (a model
+    converted with custom-domain operators, e.g. tf2onnx's onnxruntime-extensions string ops);
+    the contract records them."""
 
     @field_validator("dynamic", mode="before")
     @classmethod
@@ -462,7 +466,7 @@ def _candidate(
         assert reference is not None
         reference.signature = signature
         report = compare_runners(
-            open_runner(loaded),
+            open_runner(loaded, SessionSettings(ops_libraries=config.ops_libraries)),
             reference,
             samples,
             signature=signature,
@@ -708,6 +712,7 @@ def export_tf(
                 config=config.tolerances,
                 force=True,
                 second_opinion=opinion_from(report, what="the export's parity check"),
+                ops_libraries=config.ops_libraries,
                 dims_why={
                     label: found.why
                     for label, found in parity_ranges(examples, labels, config.dims).items()

@@ -268,6 +268,7 @@ def _export_tf(ctx: Context, step: ExportStep) -> Outcome:
         tf2onnx_version=model.tf2onnx_version or DEFAULT_TOOLCHAIN.tf2onnx,
         keras_version=model.keras_version or DEFAULT_TOOLCHAIN.keras,
         dims=ctx.config.feeds.bounds(),
+        ops_libraries=ctx.session().ops_libraries,
     )
     report = export_tf(model.location, config, progress=ctx.progress)
     return _exported(report, "TensorFlow")

@@ -20,7 +20,13 @@ from onnxgate.runners._refusal import refusal
 from onnxgate.runners._sklearn import SklearnRunner, load_estimator
 from onnxgate.runners._spec import SPEC_HELP, make_runner
 from onnxgate.runners._tensorrt import PRECISIONS, WORKSPACE_MB, triton_parameters
-from onnxgate.runners._tfenv import DEFAULT_TOOLCHAIN, TfToolchain, tf_env, tf_python
+from onnxgate.runners._tfenv import (
+    DEFAULT_TOOLCHAIN,
+    KERAS_SUFFIXES,
+    TfToolchain,
+    tf_env,
+    tf_python,
+)
 from onnxgate.runners._torch import TorchRunner, import_root, load_entry
 from onnxgate.runners.runtimes import (
     RunExtras,
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TOOLCHAIN",
+    "KERAS_SUFFIXES",
     "PRECISIONS",
     "SPEC_HELP",
     "WORKSPACE_MB",

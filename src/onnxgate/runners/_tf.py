@@ -36,14 +36,19 @@ from onnxgate.model import LoadedModel, Signature
 from onnxgate.runners._base import Inference, RunnerInfo
 from onnxgate.runners._channel import Channel
 from onnxgate.runners._js import as_error, last_words
-from onnxgate.runners._tfenv import DEFAULT_TOOLCHAIN, TfToolchain, tf_env, tf_python
+from onnxgate.runners._tfenv import (
+    DEFAULT_TOOLCHAIN,
+    KERAS_SUFFIXES,
+    TfToolchain,
+    tf_env,
+    tf_python,
+)
 
 log = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("_tf_worker.py")
 TIMEOUT = 900
 """Seconds the worker may take to answer one request (loading and freezing a large model)."""
-KERAS_SUFFIXES = (".keras", ".h5")
 
 
 def _source(spec: str) -> tuple[Path, str, str]:

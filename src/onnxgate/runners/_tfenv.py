@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+"""The file suffixes taken as a Keras model (``.hdf5`` is the HDF5 format's other name)."""
+
 
 @dataclass(frozen=True)
 class TfToolchain:
