@@ -82,6 +82,22 @@ def _no_contract_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _protobuf_left_alone() -> Iterator[None]:
+    """No test leaves the pure-Python protobuf to the processes started after it.
+
+    Importing onnxruntime_extensions sets ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python`` in
+    ``os.environ`` (onnxgate's ``_opslib.import_extensions`` puts it back): every server and worker
+    a later test started ran the slow implementation, and one refusal path differed.
+    """
+    from onnxgate._opslib import PROTOBUF_IMPLEMENTATION
+
+    before = os.environ.get(PROTOBUF_IMPLEMENTATION)
+    yield
+    after = os.environ.get(PROTOBUF_IMPLEMENTATION)
+    assert after == before, f"{PROTOBUF_IMPLEMENTATION} became {after!r} during this test"
+
+
+@pytest.fixture(autouse=True)
 def _declared_writes(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """Every gate run holds its steps to the files their records declare they write."""
     from onnxgate.gate._pipeline import UNDECLARED

@@ -102,9 +102,29 @@ def package_library(name: str) -> tuple[Path, str]:
             library = Path(folder) / f"_extensions_pydll{suffix}"
             if library.is_file():
                 return library, version
-    import onnxruntime_extensions
+    return Path(import_extensions().get_library_path()), version
 
-    return Path(onnxruntime_extensions.get_library_path()), version
+
+PROTOBUF_IMPLEMENTATION = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+
+
+def import_extensions() -> Any:
+    """``onnxruntime_extensions``, imported without changing this process's environment.
+
+    Its ``cvt`` module sets ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python`` in ``os.environ``
+    on import: every process started afterwards (bench workers, servers, runtimes) would run
+    the pure-Python protobuf, many times slower and stricter about strings. The variable is put
+    back as it was.
+    """
+    before = os.environ.get(PROTOBUF_IMPLEMENTATION)
+    try:
+        import onnxruntime_extensions
+    finally:
+        if before is None:
+            os.environ.pop(PROTOBUF_IMPLEMENTATION, None)
+        else:
+            os.environ[PROTOBUF_IMPLEMENTATION] = before
+    return onnxruntime_extensions
 
 
 def require_file(path: Path, spec: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -177,18 +178,26 @@ def test_an_isolated_release_takes_a_path_and_refuses_the_package_name(tokenizer
 @pytest.mark.parametrize(
     "command",
     [
-        ["compare"],
-        ["verify"],
-        ["bench"],
-        ["tune"],
-        ["profile"],
-        ["placement"],
-        ["serve"],
-        ["contract", "init"],
-        ["export", "torch"],
-        ["export", "sklearn"],
-        ["quantize"],
-        ["deploy", "mobile"],
+        command.split()
+        for command in (
+            "compare",
+            "verify",
+            "bench",
+            "tune",
+            "profile",
+            "placement",
+            "serve",
+            "check",
+            "doctor",
+            "contract init",
+            "export torch",
+            "export sklearn",
+            "export tf",
+            "export keras",
+            "quantize",
+            "deploy mobile",
+            "deploy triton",
+        )
     ],  # fmt: skip
     ids=" ".join,
 )
@@ -275,3 +284,20 @@ def test_a_library_path_that_is_not_a_file_is_a_bad_option(tokenizer, tmp_path):
     text = " ".join(result.output.split())
     assert "no such file" in text and "libmissing.so" in result.output.replace("\n", "")
     assert "--ops-library PATH" in text
+
+
+def test_importing_the_extensions_package_leaves_the_environment_alone():
+    # onnxruntime_extensions sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python on import: every
+    # process started after it would inherit the pure-Python protobuf
+    code = (
+        "import os\n"
+        "from onnxgate._opslib import PROTOBUF_IMPLEMENTATION, import_extensions\n"
+        "import_extensions()\n"
+        "print(os.environ.get(PROTOBUF_IMPLEMENTATION))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"

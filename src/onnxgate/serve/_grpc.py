@@ -191,13 +191,15 @@ def _generic_handler(hub: Hub) -> grpc.GenericRpcHandler:
 def _parsing(rpc: str, request_cls: Any, handler: Handler, hub: Hub) -> Handler:
     """``handler`` on the request's bytes; a message that does not parse is INVALID_ARGUMENT.
 
-    grpcio's own deserializer would answer ``UNKNOWN`` and log a traceback instead.
+    grpcio's own deserializer would answer ``UNKNOWN`` and log a traceback instead. The upb
+    protobuf raises DecodeError on every malformed message, the pure-Python one raises
+    UnicodeDecodeError on a string field's bad UTF-8: both are the client's.
     """
 
     async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
             request = request_cls.FromString(raw)
-        except DecodeError as err:
+        except (DecodeError, UnicodeDecodeError) as err:
             refused = InvalidRequest(
                 f"the {rpc} request is not a valid {request_cls.DESCRIPTOR.full_name} message "
                 f"({err}) (rule protobuf)"
