@@ -13,6 +13,7 @@ escapes, readable and representable everywhere. ``FilePath`` (a ``Path`` field) 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -52,3 +53,19 @@ PathText = Annotated[str, PlainSerializer(shown, return_type=str, when_used="jso
 
 Keep ``pattern`` constraints off such fields: pydantic's regex engine refuses lone surrogates.
 """
+
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?::[^/@\s]*)?@")
+
+
+def mask_uri(text: str) -> str:
+    """Every ``scheme://user:password@host`` in ``text`` as ``scheme://user:***@host``.
+
+    For URIs (a tracking server's, an object store's) and for messages that quote them: a
+    library's error may repeat the URI it was given, password and all. A user name alone
+    (``http://user@host``) is kept; a password is never shown.
+    """
+    return _CREDENTIALS.sub(
+        lambda m: f"{m['scheme']}{m['user']}:***@" if ":" in m[0][len(m['scheme']) :] else m[0],
+        text,
+    )

@@ -251,10 +251,22 @@ class RegistryUnreachable(EnvironmentProblem):
     code = "registry-unreachable"
 
 
+class MlflowUnreachable(RegistryUnreachable):
+    """An MLflow tracking server cannot be reached or failed (its URI shown, credentials masked)."""
+
+    code = "mlflow-unreachable"
+
+
 class NotFound(GateError):
     """A registered model, version or alias that was named does not exist."""
 
     code = "not-found"
+
+
+class MlflowNotFound(NotFound):
+    """A model, version or alias named on an MLflow tracking server does not exist there."""
+
+    code = "mlflow-not-found"
 
 
 class PromotionRefused(GateError):
