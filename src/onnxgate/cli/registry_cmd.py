@@ -1,4 +1,4 @@
-"""``onnxgate registry list|show|promote|fetch|fsck``."""
+"""``onnxgate registry list|show|promote|fetch|fsck|publish``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from onnxgate.cli._common import FORMAT_HELP, Format, emit_json, finish, handles
 
 if TYPE_CHECKING:
     from onnxgate._rich import Lines
-    from onnxgate.registry import Registry
+    from onnxgate.registry import MlflowPublication, Registry
 
 registry_app = typer.Typer(
     name="registry",
@@ -297,3 +297,116 @@ def fsck_command(
     else:
         _print(render_fsck(report))
     finish(report.consistent)
+
+
+publish_app = typer.Typer(
+    name="publish",
+    help=(
+        "Publish a gated version to another registry, the one your team already runs.\n\n"
+        "`mlflow`: an MLflow tracking server's model registry."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+registry_app.add_typer(publish_app, name="publish")
+
+
+@publish_app.command("mlflow")
+@handles_errors
+def publish_mlflow_command(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="The version to publish: NAME@NUMBER, NAME@ALIAS or NAME (the latest).",
+            show_default=False,
+        ),
+    ],
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            "--tracking-uri",
+            help="The MLflow tracking server (http://host:5000; credentials as "
+            "http://user:password@host are masked in every output). Default: "
+            "$MLFLOW_TRACKING_URI.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="The registered model's name in MLflow. Default: the version's name.",
+            show_default=False,
+        ),
+    ] = None,
+    alias: Annotated[
+        str,
+        typer.Option(
+            "--alias",
+            help="The MLflow alias to point at the published version; moved only when its "
+            "gate passed.",
+        ),
+    ] = "champion",
+    no_alias: Annotated[
+        bool,
+        typer.Option(
+            "--no-alias",
+            help="Publish without moving an alias (the one way to publish a failed version).",
+        ),
+    ] = False,
+    experiment: Annotated[
+        str,
+        typer.Option("--experiment", help="The MLflow experiment of the run that logs the model."),
+    ] = "onnxgate",
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """Publish a gated version to an MLflow tracking server, as an ONNX-flavour model version.
+
+    The model is logged with the ONNX flavour (mlflow.pyfunc loads it), with its contract,
+    golden samples, report.json and report.html as the model's extra files, every figure of the
+    gate as a run metric (bench.p50_ms, verify.installed.passed …) and its provenance as tags
+    (onnxgate.ref, onnxgate.model_sha256, onnxgate.source …); then it is registered as a version
+    of the MLflow model and --alias is pointed at it. A version whose gate did not pass is
+    refused an alias (exit 1, nothing is sent); publish it with --no-alias.
+
+    Publishing the same version again finds it by its tags: no second MLflow version is made,
+    and the alias is pointed at it again. `onnxgate serve mlflow:/models/NAME@ALIAS` serves it.
+
+    For example:
+
+        onnxgate registry publish mlflow bert@champion --tracking-uri http://mlflow:5000
+
+        onnxgate registry publish mlflow bert@7 --alias staging --name bert-onnx --format json
+
+    Exit codes: 0 published · 1 refused (the version's gate did not pass and an alias was asked) · 2 bad reference or unknown version · 3 the registry or the MLflow server cannot be reached, or the mlflow extra is missing.
+    """
+    from onnxgate.gate import publish_version
+
+    with _open(registry, store, read_only=True) as reg:
+        publication = publish_version(
+            reg,
+            ref,
+            tracking_uri,
+            name=name,
+            alias=None if no_alias else alias,
+            experiment=experiment,
+        )
+    if fmt == Format.json:
+        emit_json(publication.model_dump(mode="json") | {"uri": publication.uri})
+        return
+    _print(_published_lines(publication))
+
+
+def _published_lines(publication: MlflowPublication) -> list[str]:
+    p = publication
+    made = "published" if p.created else "already published"
+    lines = [f"{made}: {p.source} as {p.uri} on {p.tracking_uri} (run {p.run_id})"]
+    if p.alias_moved:
+        before = f" (was version {p.previous})" if p.previous not in (None, p.version) else ""
+        lines.append(f"{p.name}@{p.alias} -> version {p.version}{before}")
+    else:
+        lines.append("no alias moved")
+    return lines

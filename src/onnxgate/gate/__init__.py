@@ -8,6 +8,7 @@ from onnxgate.gate._config import (
 from onnxgate.gate._github import render_github
 from onnxgate.gate._init import starter_config, write_starter
 from onnxgate.gate._pipeline import environment, exit_code, run_gate, write_outputs
+from onnxgate.gate._publish import publish_version
 from onnxgate.gate._records import NEEDS, ORDER
 from onnxgate.gate._render import render_step, render_text
 from onnxgate.gate._report import (
@@ -35,6 +36,7 @@ __all__ = [
     "environment",
     "exit_code",
     "load_config",
+    "publish_version",
     "render_github",
     "render_step",
     "render_text",

@@ -10,6 +10,13 @@ in a store folder by sha256. Open with :func:`open_registry`::
         registry.fetch("bert@champion", "deploy/")
 """
 
+from onnxgate.registry._mlflow import (
+    MlflowFetch,
+    MlflowPublication,
+    fetch_mlflow,
+    is_mlflow_ref,
+    publish_mlflow,
+)
 from onnxgate.registry._records import (
     ArtefactRecord,
     FetchedFile,
@@ -42,6 +49,8 @@ __all__ = [
     "FsckProblem",
     "FsckReport",
     "GateRunRecord",
+    "MlflowFetch",
+    "MlflowPublication",
     "ModelSummary",
     "ModelVersion",
     "PerformanceRecord",
@@ -49,8 +58,11 @@ __all__ = [
     "Registry",
     "StepRecord",
     "VersionDetail",
+    "fetch_mlflow",
+    "is_mlflow_ref",
     "open_registry",
     "parse_ref",
+    "publish_mlflow",
     "render_detail",
     "render_fetch",
     "render_fsck",
