@@ -171,6 +171,20 @@ def _without_credentials(uri: str) -> str:
     return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
 
 
+class _Masked:
+    """A text stream that writes to another with every URI's credentials masked."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(mask_uri(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
 @contextmanager
 def _talking_to(uri: str, what: str) -> Iterator[Any]:
     """MLflow's fluent API pointed at ``uri`` for the block; its errors as onnxgate's.
@@ -187,8 +201,9 @@ def _talking_to(uri: str, what: str) -> Iterator[Any]:
     mlflow.set_registry_uri(uri)
     os.environ[ENV_PROGRESS_BAR] = "false"
     try:
-        # MLflow prints "View run … at URL" on stdout, which holds --format json's document
-        with redirect_stdout(sys.stderr):
+        # MLflow prints "View run … at URL" (credentials and all) on stdout, which holds
+        # --format json's document: on stderr, masked
+        with redirect_stdout(_Masked(sys.stderr)):  # type: ignore[type-var]
             yield mlflow
     except MlflowException as err:
         message = mask_uri(" ".join(str(err.message).split()))[:400]
