@@ -26,8 +26,10 @@ HELP = """Serve gated models over the Open Inference Protocol (KServe v2), REST 
 metadata, inference with JSON or binary tensors, requested outputs, request ids, versions.
 Prometheus metrics are at `/metrics` on the HTTP port.
 
-REF is a registry version (`NAME@ALIAS`, `NAME@3`, `NAME:3`, `NAME` for the latest) or a model
-file beside its contract; `NAME=REF` serves it under another name. A registry version whose gate
+REF is a registry version (`NAME@ALIAS`, `NAME@3`, `NAME:3`, `NAME` for the latest), a version
+on an MLflow tracking server that `registry publish mlflow` published (`mlflow:/models/NAME@ALIAS`,
+`mlflow:/models/NAME/3`; downloaded into the cache, each file checked against its sha256), or a
+model file beside its contract; `NAME=REF` serves it under another name. A registry version whose gate
 did not pass is refused (so is a file without a passing gate `report.json` beside it) unless
 `--allow-ungated`.
 
@@ -46,8 +48,9 @@ SIGTERM stops gracefully: readiness turns false, in-flight requests finish (`--g
 Example: `onnxgate serve minilm@champion --registry sqlite:///registry.db`, then
 `curl localhost:8000/v2/health/ready`.
 
-Exit codes: 0 stopped cleanly · 1 a model's gate did not pass · 2 bad reference or option ·
-3 a port, provider, extra or the registry is unavailable."""
+Exit codes: 0 stopped cleanly · 1 a model's gate did not pass, or its downloaded bytes are not
+the ones published · 2 bad reference or option, unknown model, version or alias · 3 a port,
+provider, extra, the registry or the MLflow server is unavailable."""
 
 
 @handles_errors
@@ -58,7 +61,8 @@ def serve_command(
     refs: Annotated[
         list[str],
         typer.Argument(
-            help="Registry references (NAME@ALIAS, NAME@3, NAME:3) or model files; NAME=REF renames.",
+            help="Registry references (NAME@ALIAS, NAME@3, NAME:3), MLflow versions "
+            "(mlflow:/models/NAME@ALIAS) or model files; NAME=REF renames.",
             metavar="REF...",
             show_default=False,
         ),
@@ -79,6 +83,16 @@ def serve_command(
             "--store",
             help="The registry's artefact store folder. Default: $ONNXGATE_STORE, else beside "
             "a SQLite registry.",
+            show_default=False,
+            rich_help_panel=SERVING,
+        ),
+    ] = None,
+    mlflow_tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            "--mlflow-tracking-uri",
+            help="The MLflow tracking server of mlflow:/models/… references (credentials in "
+            "it are masked in every output). Default: $MLFLOW_TRACKING_URI.",
             show_default=False,
             rich_help_panel=SERVING,
         ),
@@ -253,6 +267,7 @@ def serve_command(
             variant=variant,
             registry=registry,
             store=store,
+            mlflow_tracking_uri=mlflow_tracking_uri,
         ),
         model=common,
         models={

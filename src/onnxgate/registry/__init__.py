@@ -15,8 +15,10 @@ from onnxgate.registry._mlflow import (
     MlflowPublication,
     fetch_mlflow,
     is_mlflow_ref,
+    parse_mlflow_ref,
     publish_mlflow,
 )
+from onnxgate.registry._mlflow import tracking_uri as tracking_uri_of
 from onnxgate.registry._records import (
     ArtefactRecord,
     FetchedFile,
@@ -61,6 +63,7 @@ __all__ = [
     "fetch_mlflow",
     "is_mlflow_ref",
     "open_registry",
+    "parse_mlflow_ref",
     "parse_ref",
     "publish_mlflow",
     "render_detail",
@@ -69,4 +72,5 @@ __all__ = [
     "render_models",
     "render_promoted",
     "render_versions",
+    "tracking_uri_of",
 ]

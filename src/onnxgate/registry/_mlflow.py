@@ -485,7 +485,8 @@ def fetch_mlflow(
     The folder is ``cache/NAME@VERSION-<hash of the server and the version's source>``; a folder
     already complete is reused after its files are hashed again. The model is laid out with its
     contract, golden samples and ``report.json`` beside it, under the names ``registry fetch``
-    gives them, so ``serve`` proves it as it proves a model file.
+    gives them, so ``serve`` proves it as it proves a model file. A cached folder whose files
+    no longer match is downloaded again.
 
     Raises:
         ConfigError: a malformed reference, or no tracking server named.
@@ -518,12 +519,17 @@ def fetch_mlflow(
             f"{_without_credentials(uri)}|{found.source}|{found.run_id}".encode()
         ).hexdigest()[:12]
         folder = cache / f"{name}@{number}-{key}"
-        if not _complete(folder):
+        model = None
+        if _complete(folder):
+            try:
+                model = _verify(folder, _read_manifest(folder / MANIFEST, what), what)
+            except ArtefactCorrupt as err:  # a damaged cache: fetched again, and checked again
+                log.warning("%s; downloading it again", err.message)
+        if model is None:
             if progress:
                 progress(f"downloading {name}/{number} from MLflow {mask_uri(uri)}")
             _download(mlflow, name, number, folder, uri)
-    manifest = _read_manifest(folder / MANIFEST, what)
-    model = _verify(folder, manifest, what)
+            model = _verify(folder, _read_manifest(folder / MANIFEST, what), what)
     return MlflowFetch(
         name=name,
         version=number,
@@ -609,7 +615,7 @@ def _verify(folder: Path, manifest: Mapping[str, Any], what: str) -> Path:
             raise ArtefactCorrupt(
                 f"{what}: {path} is not the file published (sha256 {sha[:16]}…, published "
                 f"{str(item['sha256'])[:16]}…).",
-                hint=f"Remove {folder} and serve again; if it recurs, publish the version again.",
+                hint="Publish the version again with `onnxgate registry publish mlflow`.",
             )
         if item["role"] == "model":
             model = path

@@ -81,6 +81,9 @@ class PredictorConfig(Part):
     """The registry URL for references (default: ``$ONNXGATE_REGISTRY`` or the user's)."""
     store: str | None = None
     """The registry's artefact store (default: ``$ONNXGATE_STORE``, or beside a SQLite file)."""
+    mlflow_tracking_uri: str | None = None
+    """The MLflow tracking server for ``mlflow:/models/…`` references (default:
+    ``$MLFLOW_TRACKING_URI``)."""
 
 
 class Proof(BaseModel):
@@ -229,7 +232,13 @@ class Predictor:
         config = config or PredictorConfig()
         say = progress or (lambda message: log.info("%s", message))
         say(f"opening {ref}")
-        source = resolve(str(ref), config.registry, variant=config.variant, store=config.store)
+        source = resolve(
+            str(ref),
+            config.registry,
+            variant=config.variant,
+            store=config.store,
+            mlflow_tracking_uri=config.mlflow_tracking_uri,
+        )
         if not source.gated and not config.allow_ungated:
             raise NotGated(
                 f"{source.ref}: not serving it without a passing gate ({source.gate}).",

@@ -1,10 +1,14 @@
-"""Where a served model comes from: a registry version, or a model file beside its contract.
+"""Where a served model comes from: a registry version, an MLflow model version, or a model file.
 
 A registry reference (``name@champion``, ``name@3``, ``name:3``, ``name``) is fetched into
 onnxgate's cache, every file re-hashed against the registry's sha256 on the way; its gate verdict
 and the providers it was gated for come from the gate run that registered it. A model file is
 served from where it is; it counts as gated when a gate's ``report.json`` beside it passed and
-names this model's sha256.
+names this model's sha256. An MLflow reference (``mlflow:/models/NAME@ALIAS``,
+``mlflow:/models/NAME/3``) names a version ``registry publish mlflow`` published: it is downloaded
+into the cache (``serve/mlflow/NAME@VERSION-<hash>``), every file checked against the published
+sha256 and the model against its contract, and from there it is a model file beside its contract
+and the gate's ``report.json``.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +78,10 @@ def served_name(item: str) -> str:
     name, ref = split_name(item)
     if name:
         return name
+    if _is_mlflow(ref):
+        from onnxgate.registry import parse_mlflow_ref
+
+        return parse_mlflow_ref(ref)[0]
     if is_file_ref(ref):
         return Path(ref).name.removesuffix(".onnx")
     return re.split(r"[@:]", registry_ref(ref), maxsplit=1)[0]
@@ -175,11 +183,57 @@ def from_registry(
     )
 
 
+def _is_mlflow(ref: str) -> bool:
+    from onnxgate.registry import is_mlflow_ref
+
+    return is_mlflow_ref(ref)
+
+
+def from_mlflow(ref: str, tracking_uri: str | None, name: str | None = None) -> Source:
+    """An MLflow model version published by onnxgate, fetched into the cache and checked.
+
+    Not followed: a served ``@ALIAS`` is the version it named at load.
+
+    Raises:
+        MlflowNotFound: no such model, version or alias on the server.
+        MlflowUnreachable: the tracking server cannot be reached.
+        ArtefactCorrupt: the version was not published by onnxgate, or its bytes are not the
+            ones published.
+        ConfigError: a malformed reference, or no tracking server named.
+    """
+    from onnxgate._pathtext import mask_uri
+    from onnxgate.registry import fetch_mlflow, tracking_uri_of
+
+    uri = tracking_uri_of(tracking_uri)
+    fetched = fetch_mlflow(ref, uri, cache_dir() / "serve" / "mlflow")
+    local = from_file(fetched.model, name or fetched.name)
+    where = f"MLflow {mask_uri(uri)} {fetched.name}/{fetched.version}"
+    return replace(
+        local,
+        version=str(fetched.version),
+        ref=ref,
+        gate=f"{where} (from {fetched.source or 'an unknown onnxgate version'}); {local.gate}",
+        notes=[
+            f"fetched from {where} into {fetched.folder}; files checked against their sha256"
+            + (f"; @{fetched.alias} is not followed" if fetched.alias else "")
+        ],
+    )
+
+
 def resolve(
-    item: str, registry: str | None, *, variant: str | None = None, store: str | None = None
+    item: str,
+    registry: str | None,
+    *,
+    variant: str | None = None,
+    store: str | None = None,
+    mlflow_tracking_uri: str | None = None,
 ) -> Source:
-    """``REF`` or ``NAME=REF``: a file or a registry version (see the module docstring)."""
+    """``REF`` or ``NAME=REF``: a file, a registry or an MLflow version (see the module docstring)."""
     name, ref = split_name(item)
+    if _is_mlflow(ref):
+        if variant:
+            raise ConfigError(f"--variant applies to onnxgate registry references, not to {ref}.")
+        return from_mlflow(ref, mlflow_tracking_uri, name)
     if is_file_ref(ref):
         if variant:
             raise ConfigError(f"--variant applies to registry references, not to the file {ref}.")
