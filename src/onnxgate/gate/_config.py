@@ -563,6 +563,11 @@ class RegisterSection(Part):
     """Recorded with the version (``registry show`` prints it)."""
     tags: dict[str, str] = {}
     """Recorded with the version (``{ task = "sentence-embedding" }``)."""
+    mlflow: str | None = None
+    """An MLflow tracking server's URI (``http://mlflow:5000``): the registered version is also
+    published there as an ONNX-flavour model version (``registry publish mlflow``), under
+    ``name``, with ``alias`` moved to it when set. Credentials in the URI are masked in the
+    report."""
 
 
 class OutputSection(Part):

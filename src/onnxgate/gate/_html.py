@@ -130,6 +130,9 @@ def render_html(report: GateReport) -> str:
         reg = report.registered
         aliases = f" ({', '.join(reg.aliases)})" if reg.aliases else ""
         facts.append(("registered", f"{reg.name} v{reg.version}{aliases} in {reg.registry}"))
+        if (m := reg.mlflow) is not None:
+            moved = f" ({m.name}@{m.alias})" if m.alias_moved else ""
+            facts.append(("MLflow", f"models:/{m.name}/{m.version}{moved} on {m.tracking_uri}"))
     details = "".join(_step(s, fig) for s in report.steps)
     toc = "".join(
         f'<a class="to-{esc(s.status)}" href="#step-{esc(s.name)}">{esc(s.name)} · '

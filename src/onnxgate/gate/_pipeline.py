@@ -38,10 +38,12 @@ from onnxgate.errors import (
 from onnxgate.gate import _steps
 from onnxgate.gate._config import BenchStep, GateConfig, Step, load_config
 from onnxgate.gate._records import BY_NAME, NEEDS, ORDER, RUNNERS
+from onnxgate._pathtext import mask_uri
 from onnxgate.gate._report import (
     Artefact,
     Environment,
     GateReport,
+    MlflowRegistration,
     Registration,
     StepName,
     StepResult,
@@ -398,7 +400,9 @@ def run_gate(
 
     Raises:
         ConfigError: the config is invalid, or the run folder is not empty.
-        RegistryUnreachable: the gate passed and the registry cannot be reached (exit 3).
+        RegistryUnreachable: the gate passed and the registry cannot be reached (exit 3);
+            ``MlflowUnreachable`` when ``[register] mlflow``'s server cannot (the version is
+            registered in onnxgate's registry all the same, and the report says so).
     """
     path = Path(config) if not isinstance(config, GateConfig) else None
     if path is not None:
@@ -440,7 +444,7 @@ def run_gate(
         passed=passed,
         config_path=str(path) if path else "",
         config_hash=config.digest(),
-        config=config.model_dump(mode="json", by_alias=True),
+        config=_shown_config(config),
         source=config.model.source,
         model_sha256=model_sha,
         run_dir=str(run_dir),
@@ -456,6 +460,10 @@ def run_gate(
         say("registering")
         report = report.model_copy(update={"registered": _register(report, config, registry)})
         write_outputs(report, run_dir)
+        if config.registration.mlflow:  # after: an unreachable MLflow loses no registration
+            say("publishing to MLflow")
+            report = _publish(report, config, registry)
+            write_outputs(report, run_dir)
     return report
 
 
@@ -631,6 +639,45 @@ def _register(report: GateReport, config: GateConfig, url: str | None) -> Regist
         )
     finally:
         registry.close()
+
+
+def _shown_config(config: GateConfig) -> dict[str, Any]:
+    """The config as the report shows it: the registry's and MLflow's credentials masked."""
+    document = config.model_dump(mode="json", by_alias=True)
+    section = document.get("register") or {}
+    for key in ("registry", "mlflow"):
+        if isinstance(section.get(key), str):
+            section[key] = mask_uri(section[key])
+    return document
+
+
+def _publish(report: GateReport, config: GateConfig, url: str | None) -> GateReport:
+    """``[register] mlflow``: the version just registered, published with this run's reports."""
+    from onnxgate.registry import open_registry, publish_mlflow
+
+    section, registered = config.registration, report.registered
+    assert section is not None and section.mlflow and registered is not None
+    run_dir = Path(report.run_dir)
+    with open_registry(url or section.registry, section.store) as registry:
+        published = publish_mlflow(
+            registry,
+            f"{registered.name}@{registered.version}",
+            section.mlflow,
+            alias=section.alias,
+            reports={name: run_dir / name for name in ("report.json", "report.html")},
+        )
+    mlflow = MlflowRegistration(
+        tracking_uri=published.tracking_uri,
+        name=published.name,
+        version=published.version,
+        run_id=published.run_id,
+        created=published.created,
+        alias=published.alias,
+        alias_moved=published.alias_moved,
+    )
+    return report.model_copy(
+        update={"registered": registered.model_copy(update={"mlflow": mlflow})}
+    )
 
 
 def write_outputs(report: GateReport, run_dir: Path) -> None:

@@ -56,6 +56,11 @@ def render_text(report: GateReport) -> Lines:
         lines.append(
             line(f"registered: {escape(r.name)} version {r.version}{alias} in {escape(r.registry)}")
         )
+        if (m := r.mlflow) is not None:
+            moved = f", {escape(m.name)}@{m.alias}" if m.alias_moved else ""
+            lines.append(
+                line(f"published: models:/{escape(m.name)}/{m.version}{moved} on {escape(m.tracking_uri)}")
+            )
     elif report.passed:
         lines.append(
             line(f"[dim]not registered: no {escape('[register]')} table, or --no-register[/]")

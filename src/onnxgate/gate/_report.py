@@ -100,6 +100,20 @@ class Environment(_Strict):
     """sha256 (16 hex) of cpu, isa, cores, onnxruntime and platform: figures compare only within one."""
 
 
+class MlflowRegistration(_Strict):
+    """The MLflow model version a passing gate published (``[register] mlflow``)."""
+
+    tracking_uri: str
+    """The tracking server's URI, credentials masked."""
+    name: str
+    version: int
+    run_id: str
+    created: bool
+    """False when the version had been published before (found by its tags)."""
+    alias: str | None = None
+    alias_moved: bool = False
+
+
 class Registration(_Strict):
     """The registry version a passing gate created."""
 
@@ -108,6 +122,8 @@ class Registration(_Strict):
     name: str
     version: int
     aliases: list[str] = []
+    mlflow: MlflowRegistration | None = None
+    """Where ``[register] mlflow`` published it."""
 
 
 class GateReport(_Strict):
