@@ -121,13 +121,19 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     with log.open("wb") as out:
         process = subprocess.Popen(
             [
-                binary, "server",
-                "--backend-store-uri", backend,
-                "--artifacts-destination", str(artifacts),
+                binary,
+                "server",
+                "--backend-store-uri",
+                backend,
+                "--artifacts-destination",
+                str(artifacts),
                 "--serve-artifacts",
-                "--workers", "1",
-                "--host", "127.0.0.1",
-                "--port", str(port),
+                "--workers",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
             ],  # fmt: skip
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -142,7 +148,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
             if process.poll() is not None:
                 pytest.fail(f"mlflow server exited {process.returncode}:\n{server.text()[-4000:]}")
             if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server not ready in {READY_SECONDS:g} s:\n{server.text()[-4000:]}")
+                pytest.fail(
+                    f"mlflow server not ready in {READY_SECONDS:g} s:\n{server.text()[-4000:]}"
+                )
             time.sleep(0.5)
         yield server
     finally:

@@ -55,7 +55,9 @@ Keep ``pattern`` constraints off such fields: pydantic's regex engine refuses lo
 """
 
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?::[^/@\s]*)?@")
+_CREDENTIALS = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?::[^/@\s]*)?@"
+)
 
 
 def mask_uri(text: str) -> str:
@@ -66,6 +68,6 @@ def mask_uri(text: str) -> str:
     (``http://user@host``) is kept; a password is never shown.
     """
     return _CREDENTIALS.sub(
-        lambda m: f"{m['scheme']}{m['user']}:***@" if ":" in m[0][len(m['scheme']) :] else m[0],
+        lambda m: f"{m['scheme']}{m['user']}:***@" if ":" in m[0][len(m["scheme"]) :] else m[0],
         text,
     )

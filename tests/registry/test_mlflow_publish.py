@@ -21,7 +21,6 @@ runner = CliRunner()
 def _gated_files(folder: Path, name: str) -> dict[str, Path]:
     """A small real model with its contract and golden samples (what MLflow's flavour loads)."""
     from models import mlp, save
-
     from onnxgate.contract import ContractConfig, contract_paths, init_contract
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -64,7 +63,9 @@ def test_publish_logs_an_onnx_model_with_its_contract_figures_and_tags(
     client = _client(mlflow_server)
     version = client.get_model_version_by_alias(name, "champion")
     assert int(version.version) == published.version
-    assert version.tags["onnxgate.ref"] == f"{name}@1" and version.tags["onnxgate.model_sha256"] == sha
+    assert (
+        version.tags["onnxgate.ref"] == f"{name}@1" and version.tags["onnxgate.model_sha256"] == sha
+    )
     run = client.get_run(published.run_id)
     bench = next(s for s in stored["steps"] if s["name"] == "bench")
     assert run.data.metrics["bench.p50_ms"] == pytest.approx(bench["figures"]["p50_ms"])
@@ -135,7 +136,9 @@ def test_credentials_in_the_tracking_uri_are_masked(mlflow_server, local):
     with open_registry(url, store) as reg, pytest.raises(MlflowUnreachable) as raised:
         publish_mlflow(reg, f"{name}@1", closed)
     assert secret not in str(raised.value) and "alice:***@" in str(raised.value)
-    result = runner.invoke(registry_app, ["publish", "mlflow", f"{name}@1", "--tracking-uri", closed, *args])
+    result = runner.invoke(
+        registry_app, ["publish", "mlflow", f"{name}@1", "--tracking-uri", closed, *args]
+    )
     assert result.exit_code == 3 and secret not in result.output
 
 

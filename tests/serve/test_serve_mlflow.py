@@ -32,7 +32,9 @@ def published(mlflow_server, token_model, tmp_path: Path):
 
 def test_serve_an_mlflow_alias_answers_tritonclient(mlflow_server, published, start_server):
     model, name, publication = published
-    server = start_server(f"mlflow:/models/{name}@champion", "--mlflow-tracking-uri", mlflow_server.uri)
+    server = start_server(
+        f"mlflow:/models/{name}@champion", "--mlflow-tracking-uri", mlflow_server.uri
+    )
     client = httpclient.InferenceServerClient(server.http)
     assert client.is_server_ready() and client.is_model_ready(name)
     meta = client.get_model_metadata(name)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxgate._fs import atomic_write_text, cache_dir, fresh_folder, resource_error, staged_file
+from onnxgate._pathtext import mask_uri
 from onnxgate._version import __version__
 from onnxgate._words import gate_key, gate_offers, gate_words, renamed, speaking
 from onnxgate.contract_store import sha256_file, signature_required, signer, verifiers
@@ -38,7 +39,6 @@ from onnxgate.errors import (
 from onnxgate.gate import _steps
 from onnxgate.gate._config import BenchStep, GateConfig, Step, load_config
 from onnxgate.gate._records import BY_NAME, NEEDS, ORDER, RUNNERS
-from onnxgate._pathtext import mask_uri
 from onnxgate.gate._report import (
     Artefact,
     Environment,

@@ -53,7 +53,9 @@ def publish_version(
         try:
             report = GateReport.model_validate(document)
         except ValidationError as err:
-            log.info("%s: report.html left out (the stored report does not read back: %s)", ref, err)
+            log.info(
+                "%s: report.html left out (the stored report does not read back: %s)", ref, err
+            )
         else:
             reports["report.html"] = folder / "report.html"
             atomic_write_text(reports["report.html"], render_html(report))

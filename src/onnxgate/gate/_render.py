@@ -59,7 +59,9 @@ def render_text(report: GateReport) -> Lines:
         if (m := r.mlflow) is not None:
             moved = f", {escape(m.name)}@{m.alias}" if m.alias_moved else ""
             lines.append(
-                line(f"published: models:/{escape(m.name)}/{m.version}{moved} on {escape(m.tracking_uri)}")
+                line(
+                    f"published: models:/{escape(m.name)}/{m.version}{moved} on {escape(m.tracking_uri)}"
+                )
             )
     elif report.passed:
         lines.append(

@@ -350,8 +350,8 @@ def _log(
     tmp: Path,
 ) -> tuple[Any, str]:
     """One run that logs the model with its files, figures and tags; then the model version."""
-    import onnx
     import mlflow.onnx
+    import onnx
 
     model_bytes = files["model"].read_bytes()
     proto = onnx.load_model_from_string(model_bytes)
@@ -499,7 +499,11 @@ def fetch_mlflow(
     uri = tracking_uri(uri)
     _import_mlflow()
     probe(uri)
-    what = f"mlflow:/models/{name}@{which}" if isinstance(which, str) else f"mlflow:/models/{name}/{which}"
+    what = (
+        f"mlflow:/models/{name}@{which}"
+        if isinstance(which, str)
+        else f"mlflow:/models/{name}/{which}"
+    )
     with _talking_to(uri, f"fetching {what}") as mlflow:
         client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
         if isinstance(which, str):
@@ -635,4 +639,3 @@ def _verify(folder: Path, manifest: Mapping[str, Any], what: str) -> Path:
             hint="Serve a version published by `onnxgate registry publish mlflow`.",
         )
     return model
-
