@@ -11,6 +11,7 @@ they fail: CI must prove the MLflow path. A start takes 30-60 s on a loaded 2-co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -95,9 +96,17 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """A real MLflow tracking server: PostgreSQL backend store, a folder as artifact root."""
+@contextlib.contextmanager
+def running_server(
+    folder: Path, *, artifacts_destination: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[MlflowServer]:
+    """An ``mlflow server`` on a database of its own and a free port, stopped and dropped after.
+
+    ``artifacts_destination`` is the server's artifact root: a folder under ``folder`` by default.
+    This is the seam for an object-store root (``s3://bucket/prefix``, with
+    ``MLFLOW_S3_ENDPOINT_URL`` and the AWS variables in ``env``): clients upload and download
+    through the server's artifact proxy either way, so onnxgate's side does not change.
+    """
     binary = _binary()
     if binary is None:
         _unavailable("mlflow is not installed (the test extra has it)")
@@ -112,9 +121,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     except DBAPIError as err:
         admin.dispose()
         _unavailable(f"PostgreSQL at {url.host}:{url.port} is unreachable: {str(err.orig)[:200]}")
-    folder = tmp_path_factory.mktemp("mlflow")
     artifacts = folder / "artifacts"
-    artifacts.mkdir()
+    artifacts.mkdir(exist_ok=True)
     port = _free_port()
     log = folder / "server.log"
     backend = url.set(database=database, query={}).render_as_string(hide_password=False)
@@ -126,7 +134,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
                 "--backend-store-uri",
                 backend,
                 "--artifacts-destination",
-                str(artifacts),
+                artifacts_destination or str(artifacts),
                 "--serve-artifacts",
                 "--workers",
                 "1",
@@ -139,6 +147,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=folder,
+            env={**os.environ, **(env or {})},
             start_new_session=True,  # its own process group: killed whole by its id
         )
     server = MlflowServer(uri=f"http://127.0.0.1:{port}", port=port, artifacts=artifacts, log=log)
@@ -158,3 +167,10 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server: PostgreSQL backend store, a folder as artifact root."""
+    with running_server(tmp_path_factory.mktemp("mlflow")) as server:
+        yield server
