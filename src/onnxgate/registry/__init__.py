@@ -10,15 +10,14 @@ in a store folder by sha256. Open with :func:`open_registry`::
         registry.fetch("bert@champion", "deploy/")
 """
 
-from onnxgate.registry._mlflow import (
+from onnxgate.registry._mlflow import MlflowPublication, publish_mlflow
+from onnxgate.registry._mlflow import tracking_uri as tracking_uri_of
+from onnxgate.registry._mlflow_fetch import (
     MlflowFetch,
-    MlflowPublication,
     fetch_mlflow,
     is_mlflow_ref,
     parse_mlflow_ref,
-    publish_mlflow,
 )
-from onnxgate.registry._mlflow import tracking_uri as tracking_uri_of
 from onnxgate.registry._records import (
     ArtefactRecord,
     FetchedFile,
