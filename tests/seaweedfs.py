@@ -150,6 +150,7 @@ def start(folder: Path) -> SeaweedFS:
         "-s3",
         f"-s3.port={ports['s3']}",
         "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
         f"-s3.config={identities}",
     ]
     server.process = subprocess.Popen(

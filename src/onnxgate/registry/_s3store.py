@@ -179,12 +179,12 @@ class S3Store:
     @contextmanager
     def _guard(self, doing: str) -> Iterator[None]:
         """Errors of the service as :class:`RegistryUnreachable`, credentials scrubbed."""
-        from obstore.exceptions import BaseError
+        from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 
         try:
             yield
-        except (ArtefactCorrupt, FileNotFoundError):
-            raise
+        except (ArtefactCorrupt, FileNotFoundError, AlreadyExistsError, PreconditionError):
+            raise  # the caller's to judge
         except (BaseError, OSError) as err:
             raise self._unreachable(doing, err) from None
 
