@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import seaweedfs as weed
 from onnxgate.cli.registry_cmd import registry_app
-from onnxgate.errors import ArtefactCorrupt, RegistryUnreachable
+from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
 from onnxgate.gate._config import load_config
 from onnxgate.registry import _s3store, open_registry
 from onnxgate.registry._s3store import S3Store
@@ -249,3 +249,23 @@ def test_a_gate_config_keeps_an_s3_store_url(tmp_path):
         "version = 1\n[model]\nname = 'm'\nsource = 'm.onnx'\n[register]\nstore = 'blobs'\n"
     )
     assert load_config(tmp_path / "gate.toml").registration.store == str(tmp_path / "blobs")
+
+
+@pytest.mark.parametrize(
+    ("store", "said"),
+    [
+        ("gs://bucket/p", "gs://bucket/p is not an artefact store"),
+        ("s3://AKIAKEY:sekret-in-url@bucket/p", "s3://***@bucket/p is not an S3 store URL"),
+        ("s3://B/upper-case-bucket", "s3://B/upper-case-bucket is not an S3 store URL"),
+    ],
+)
+def test_a_store_url_onnxgate_cannot_use_is_a_usage_error(tmp_path, store, said):
+    with pytest.raises(ConfigError) as caught:
+        open_registry(_db(tmp_path), store)
+    message = f"{caught.value.message} {caught.value.hint}"
+    assert said in message and "sekret" not in message
+
+
+def test_a_file_url_is_a_folder_store(tmp_path):
+    with open_registry(_db(tmp_path), (tmp_path / "blobs").as_uri()) as reg:
+        assert reg.store.location == str(tmp_path / "blobs")

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 import platformdirs
@@ -41,7 +41,7 @@ from onnxgate.errors import (
     RegistryUnreachable,
     ResourceExhausted,
 )
-from onnxgate.registry._store import ArtefactStore, Store
+from onnxgate.registry._store import ArtefactStore, Store, store_mask
 
 log = logging.getLogger(__name__)
 
@@ -130,19 +130,6 @@ def open_store(url: URL, store: str | os.PathLike[str] | None) -> ArtefactStore:
             )
         chosen = url2pathname(urlsplit(chosen).path)
     return Store(resolve_store(url, chosen))
-
-
-def store_mask(location: str) -> str:
-    """A store URL with any user, password or query (a presigned signature) left out."""
-    if "://" not in location:
-        return location
-    parts = urlsplit(location)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    if parts.username or parts.password:
-        host = f"***@{host}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def mask(url: URL | str) -> str:

@@ -51,6 +51,7 @@ from onnxgate.registry._store import (
     StoredObject,
     land,
     sha256_path,
+    store_mask,
 )
 
 log = logging.getLogger(__name__)
@@ -118,9 +119,10 @@ class S3Store:
         match = URL.match(url.rstrip("/"))
         if match is None:
             raise ConfigError(
-                f"{url!r} is not an S3 store URL.",
+                f"{store_mask(url)} is not an S3 store URL.",
                 hint="Use s3://BUCKET or s3://BUCKET/PREFIX (bucket names: 3 to 63 lowercase "
-                "letters, digits, dots and hyphens).",
+                "letters, digits, dots and hyphens); credentials go in AWS_* variables, never "
+                "in the URL.",
             )
         try:
             from obstore.store import S3Store as Client
@@ -168,8 +170,6 @@ class S3Store:
     @property
     def location(self) -> str:
         """``s3://bucket/prefix`` and the endpoint, when one is set (no credentials)."""
-        from onnxgate.registry._db import store_mask
-
         where = f" at {store_mask(self.endpoint)}" if self.endpoint else ""
         return f"{self.url}{where}"
 

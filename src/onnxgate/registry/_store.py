@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from onnxgate._fs import exhaustion_as_error, open_partial, resource_error
 from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
@@ -129,6 +130,17 @@ class ArtefactStore(Protocol):
     def remove(self, item: StoredObject) -> None:
         """Remove a listed object (fsck's cleanup)."""
         ...
+
+
+def store_mask(location: str) -> str:
+    """A store URL with any user, password or query (a presigned signature) left out."""
+    if "://" not in location:
+        return location
+    parts = urlsplit(location)
+    user, at, host = parts.netloc.rpartition("@")
+    if at:
+        host = f"***@{host}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def land(target: Path, chunks: Iterable[bytes], sha256: str, size: int, where: str) -> None:
