@@ -203,6 +203,21 @@ def test_an_unreachable_endpoint_is_exit_3_naming_it(s3_env, tmp_path, monkeypat
     assert endpoint in result.output and s3_env in result.output
 
 
+def test_an_endpoint_that_never_answers_times_out_as_exit_3(s3_env, tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        monkeypatch.setenv("ONNXGATE_S3_TIMEOUT", "1")
+        monkeypatch.setenv("ONNXGATE_S3_RETRIES", "0")
+        result = _fsck_cli(tmp_path, s3_env)
+    assert result.exit_code == 3, result.output
+    assert endpoint in result.output and "ONNXGATE_S3_TIMEOUT" in result.output
+
+
 def test_a_missing_bucket_says_how_to_create_it(s3_env, tmp_path):
     result = _fsck_cli(tmp_path, "s3://no-such-bucket-here/registry")
     assert result.exit_code == 3, result.output
@@ -220,6 +235,9 @@ def test_a_store_dying_mid_registration_registers_nothing(tmp_path, monkeypatch)
         monkeypatch.setenv("ONNXGATE_S3_RETRIES", "1")
         server.create_bucket("dying")
         files = make_files(tmp_path / "run")
+        with open_registry(_db(tmp_path), "s3://dying/r") as reg:
+            reg.register("early", files, gate_report(files))
+        files = make_files(tmp_path / "run2")
         real_put = S3Store.put
         puts: list[str] = []
 
@@ -234,7 +252,10 @@ def test_a_store_dying_mid_registration_registers_nothing(tmp_path, monkeypatch)
             with pytest.raises(RegistryUnreachable, match="s3://dying/r"):
                 reg.register("bert", files, gate_report(files))
             assert len(puts) == 1
-            assert reg.models() == []
+            assert [m.name for m in reg.models()] == ["early"]
+            with pytest.raises(RegistryUnreachable, match="s3://dying/r"):  # a fetch, too
+                reg.fetch("early@1", tmp_path / "out")
+        assert not any(p.suffix == ".onnx" for p in (tmp_path / "out").glob("*"))
     finally:
         server.stop()
 
