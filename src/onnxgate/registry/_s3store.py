@@ -193,7 +193,7 @@ class S3Store:
 
         text = scrub(str(err))
         detail = text.split(" Debug source:")[0]
-        detail = re.sub(r"<\?xml.*", "", detail).strip()
+        detail = re.sub(r"<\?xml.*", "", detail).strip().rstrip(":").strip()
         if len(detail) > 300:
             detail = detail[:299] + "…"
         if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
