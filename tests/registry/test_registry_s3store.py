@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 import seaweedfs as weed
 from onnxgate.cli.registry_cmd import registry_app
-from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
+from onnxgate.errors import ArtefactCorrupt, ConfigError, ExtraMissing, RegistryUnreachable
 from onnxgate.gate._config import load_config
 from onnxgate.registry import _s3store, open_registry
 from onnxgate.registry._s3store import S3Store
@@ -290,3 +291,10 @@ def test_a_store_url_onnxgate_cannot_use_is_a_usage_error(tmp_path, store, said)
 def test_a_file_url_is_a_folder_store(tmp_path):
     with open_registry(_db(tmp_path), (tmp_path / "blobs").as_uri()) as reg:
         assert reg.store.location == str(tmp_path / "blobs")
+
+
+def test_an_s3_store_without_obstore_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "obstore.store", None)  # import fails as when absent
+    with pytest.raises(ExtraMissing) as caught:
+        open_registry(_db(tmp_path), "s3://bucket/p")
+    assert caught.value.extras == ["s3"] and "s3://bucket/p" in caught.value.message
