@@ -25,8 +25,6 @@ from onnxgate.registry._s3store import S3Store
 
 from ._registry_helpers import gate_report, make_files
 
-pytest.importorskip("obstore")
-
 runner = CliRunner()
 
 
