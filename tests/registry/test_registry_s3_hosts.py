@@ -33,6 +33,7 @@ print(register(sys.argv[1], Path("tok.onnx"), alias="champion").number)
 
 def test_a_version_registered_on_one_host_is_served_from_another(pg_admin, s3_env, tmp_path):
     import tritonclient.http as httpclient
+
     from serve._serve_helpers import ServerProcess, make_token_contract, reference_logits
 
     url = pg_schema_url(pg_admin)
