@@ -35,6 +35,7 @@ BLOCKED = (
     "yaml",
     "cryptography",
     "psycopg",
+    "obstore",
     "transformers",
 )
 """Modules no core dependency provides (or that an extra provides): the CLI must start without."""

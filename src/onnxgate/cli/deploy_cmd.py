@@ -43,7 +43,12 @@ RegistryOpt = Annotated[
     ),
 ]
 StoreOpt = Annotated[
-    str | None, typer.Option("--store", help="Artefact store folder.", show_default=False)
+    str | None,
+    typer.Option(
+        "--store",
+        help="Artefact store: a folder or s3://BUCKET/PREFIX (default: $ONNXGATE_STORE).",
+        show_default=False,
+    ),
 ]
 AllowUngatedOpt = Annotated[
     bool, typer.Option("--allow-ungated", help="Deploy a version whose gate did not pass.")

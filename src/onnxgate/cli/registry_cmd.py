@@ -42,18 +42,19 @@ RegistryOpt = Annotated[
     ),
 ]
 StoreOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--store",
-        help="Artefact store folder. Default: $ONNXGATE_STORE, else DB-store beside a SQLite "
-        "file, else store/ in onnxgate's user data folder.",
+        help="Artefact store: a folder, file:///PATH or s3://BUCKET/PREFIX (endpoint and "
+        "credentials from AWS_* variables). Default: $ONNXGATE_STORE, else DB-store beside a "
+        "SQLite file, else store/ in onnxgate's user data folder.",
         show_default=False,
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)]
 
 
-def _open(registry: str | None, store: Path | None, *, read_only: bool = False) -> Registry:
+def _open(registry: str | None, store: str | None, *, read_only: bool = False) -> Registry:
     from onnxgate.registry import open_registry
 
     return open_registry(registry, store, read_only=read_only)

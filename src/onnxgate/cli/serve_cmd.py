@@ -81,8 +81,8 @@ def serve_command(
         str | None,
         typer.Option(
             "--store",
-            help="The registry's artefact store folder. Default: $ONNXGATE_STORE, else beside "
-            "a SQLite registry.",
+            help="The registry's artefact store: a folder or s3://BUCKET/PREFIX. Default: "
+            "$ONNXGATE_STORE, else beside a SQLite registry.",
             show_default=False,
             rich_help_panel=SERVING,
         ),

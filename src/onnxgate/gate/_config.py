@@ -556,8 +556,9 @@ class RegisterSection(Part):
     """Point ``name@alias`` at the new version (``champion``)."""
     registry: str | None = None
     """A SQLAlchemy URL; default: ``$ONNXGATE_REGISTRY``, else the embedded SQLite registry."""
-    store: Path | None = None
-    """The folder of the registry's artefact store; default: ``$ONNXGATE_STORE``, else beside a
+    store: str | None = None
+    """The registry's artefact store: a folder (relative to the config's folder), ``file://``
+    URL or ``s3://bucket/prefix`` (kept as given); default: ``$ONNXGATE_STORE``, else beside a
     SQLite database, else the user data folder."""
     description: str | None = None
     """Recorded with the version (``registry show`` prints it)."""
@@ -752,6 +753,14 @@ def _key_path(parts: tuple[str, ...]) -> str:
     return _cut(repr(text)[1:-1]) or "(top level)"
 
 
+def _store_location(store: str | None, base: Path) -> str | None:
+    """A store folder relative to the config's folder; a URL (``s3://``, ``file://``) as given."""
+    if store is None or "://" in store:
+        return store
+    path = Path(store).expanduser()
+    return str(path if path.is_absolute() else base / path)
+
+
 def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
     """Make file paths in the config relative to the config's folder, as a reader expects."""
 
@@ -828,6 +837,6 @@ def _resolve_paths(config: GateConfig, base: Path) -> GateConfig:
     update["output"] = config.output.model_copy(update={"dir": fix(config.output.dir)})
     if config.registration is not None:
         update["registration"] = config.registration.model_copy(
-            update={"store": fix(config.registration.store)}
+            update={"store": _store_location(config.registration.store, base)}
         )
     return config.model_copy(update=update)

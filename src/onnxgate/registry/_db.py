@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import platformdirs
 from sqlalchemy import Connection, Engine, create_engine, event, text  # noqa: TID251
@@ -39,6 +41,7 @@ from onnxgate.errors import (
     RegistryUnreachable,
     ResourceExhausted,
 )
+from onnxgate.registry._store import ArtefactStore, Store, store_mask
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,33 @@ def resolve_store(url: URL, store: str | os.PathLike[str] | None) -> Path:
         db = Path(url.database)
         return db.with_name(f"{db.stem}-store")
     return data_dir() / "store"
+
+
+def open_store(url: URL, store: str | os.PathLike[str] | None) -> ArtefactStore:
+    """The artefact store ``store`` (else ``$ONNXGATE_STORE``) names, for the registry at ``url``.
+
+    ``s3://bucket/prefix`` is an S3 bucket (``_s3store``); ``file:///path`` or a plain path is
+    a folder; nothing given is the default folder (see :func:`resolve_store`).
+
+    Raises:
+        ConfigError: another URL scheme, or a malformed ``s3://`` URL.
+        ExtraMissing: an ``s3://`` store without obstore (the ``s3`` extra).
+    """
+    chosen = os.fspath(store) if store else os.environ.get(ENV_STORE) or None
+    if chosen is not None and "://" in chosen:
+        scheme = chosen.split("://", 1)[0].lower()
+        if scheme == "s3":
+            from onnxgate.registry._s3store import S3Store
+
+            return S3Store(chosen)
+        if scheme != "file":
+            raise ConfigError(
+                f"{store_mask(chosen)} is not an artefact store this onnxgate knows.",
+                hint="Give a folder, file:///path or s3://bucket/prefix (--store or "
+                f"${ENV_STORE}).",
+            )
+        chosen = url2pathname(urlsplit(chosen).path)
+    return Store(resolve_store(url, chosen))
 
 
 def mask(url: URL | str) -> str:

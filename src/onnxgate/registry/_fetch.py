@@ -21,7 +21,7 @@ from pathlib import Path
 
 from onnxgate.errors import ArtefactCorrupt
 from onnxgate.registry._records import FetchedFile, FetchResult, VersionDetail
-from onnxgate.registry._store import Store, sha256_path
+from onnxgate.registry._store import ArtefactStore, sha256_path
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +56,21 @@ def file_name(name: str, role: str, registered: str) -> str:
     return registered if _plain(registered) else role.replace("/", "_").replace("\\", "_")
 
 
-def _golden_name(store: Store, sha256: str, size: int) -> str | None:
+def _golden_name(store: ArtefactStore, sha256: str) -> str | None:
     """The golden file a contract names (``golden.file``), when it is a plain file name."""
-    if size > CONTRACT_LIMIT:
+    data = store.read_bytes(sha256, CONTRACT_LIMIT)
+    if data is None:
         return None
     try:
-        document = json.loads(store.path(sha256).read_bytes())
-    except (OSError, ValueError):
+        document = json.loads(data)
+    except ValueError:
         return None
     golden = document.get("golden") if isinstance(document, dict) else None
     named = golden.get("file") if isinstance(golden, dict) else None
     return named if isinstance(named, str) and _plain(named) else None
 
 
-def materialise(store: Store, detail: VersionDetail, out: Path) -> FetchResult:
+def materialise(store: ArtefactStore, detail: VersionDetail, out: Path) -> FetchResult:
     """Write every artefact of ``detail`` under ``out``, checked twice against its sha256.
 
     Raises:
@@ -92,7 +93,7 @@ def materialise(store: Store, detail: VersionDetail, out: Path) -> FetchResult:
         if kind != "contract" or golden_role not in by_role:
             continue
         contract = by_role[role]
-        named = _golden_name(store, contract.sha256, contract.size)
+        named = _golden_name(store, contract.sha256)
         if named and named not in taken:
             taken.add(named)
             plan.append((golden_role, named))

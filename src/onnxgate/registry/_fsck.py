@@ -25,7 +25,7 @@ from onnxgate.registry._models import (
     VersionArtefact,
 )
 from onnxgate.registry._records import FsckProblem, FsckReport
-from onnxgate.registry._store import DIGEST, Store, age_seconds, sha256_path
+from onnxgate.registry._store import ArtefactStore
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class _Snapshot:
 
 def fsck(
     session: Session,
-    store: Store,
+    store: ArtefactStore,
     registry: str,
     *,
     remove: bool = False,
@@ -66,26 +66,26 @@ def fsck(
     problems += _check_blobs(snapshot, referenced, store, rehash=rehash)
     orphans, stray, removed = [], [], []
     blobs = blob_bytes = 0
-    for name, path in store.iter_blobs():
-        if not DIGEST.match(name) or path.parent.name != name[:2] or not path.is_file():
-            stray.append(str(path))
+    for item in store.list_blobs():
+        if not item.blob:
+            stray.append(item.where)
             continue
         blobs += 1
-        blob_bytes += path.stat().st_size
-        if name not in referenced:
-            orphans.append(name)
-            if remove and age_seconds(path) >= min_age:
-                store.remove(path)
-                removed.append(str(path))
+        blob_bytes += item.size
+        if item.name not in referenced:
+            orphans.append(item.name)
+            if remove and item.age >= min_age:
+                store.remove(item)
+                removed.append(item.where)
     temp_files = []
-    for path in store.iter_temp():
-        temp_files.append(str(path))
-        if remove and age_seconds(path) >= min_age:
-            store.remove(path)
-            removed.append(str(path))
+    for item in store.list_leftovers():
+        temp_files.append(item.where)
+        if remove and item.age >= min_age:
+            store.remove(item)
+            removed.append(item.where)
     report = FsckReport(
         registry=registry,
-        store=str(store.root),
+        store=store.location,
         models=len(snapshot.models),
         versions=len(snapshot.versions),
         artefacts=len(snapshot.artefacts),
@@ -190,17 +190,13 @@ def _check_versions(snapshot: _Snapshot) -> list[FsckProblem]:
 
 
 def _check_blobs(
-    snapshot: _Snapshot, referenced: dict[str, list[Any]], store: Store, *, rehash: bool
+    snapshot: _Snapshot, referenced: dict[str, list[Any]], store: ArtefactStore, *, rehash: bool
 ) -> list[FsckProblem]:
     """Every referenced blob present, of the recorded size, with the recorded sha256."""
     problems: list[FsckProblem] = []
     for sha256, users in sorted(referenced.items()):
-        path = store.blobs / sha256[:2] / sha256
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            size = None
-        actual = sha256_path(path)[0] if rehash and size is not None else None
+        size = store.size(sha256)
+        actual = store.hash(sha256) if rehash and size is not None else None
         for artefact in users:
             spot = f"{snapshot.where(artefact.version_id)} {artefact.role}"
             if size is None:

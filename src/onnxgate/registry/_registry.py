@@ -49,7 +49,7 @@ from onnxgate.registry._records import (
     check_name,
     parse_ref,
 )
-from onnxgate.registry._store import Blob, Store
+from onnxgate.registry._store import ArtefactStore, Blob
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Registry:
     Open one with :func:`open_registry`; close it (or use it as a context manager) when done.
     """
 
-    def __init__(self, engine: Engine, url: URL, store: Store) -> None:
+    def __init__(self, engine: Engine, url: URL, store: ArtefactStore) -> None:
         self._engine = engine
         self._url = url
         self.store = store
@@ -90,7 +90,7 @@ class Registry:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Registry({self.url_masked!r}, store={str(self.store.root)!r})"
+        return f"Registry({self.url_masked!r}, store={self.store.location!r})"
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -404,8 +404,9 @@ def open_registry(
         url: A SQLAlchemy URL (``sqlite:////path/registry.db``,
             ``postgresql+psycopg://user:pw@host/db``) or a plain path of a SQLite file. Default:
             ``$ONNXGATE_REGISTRY``, else ``registry.db`` in onnxgate's user data folder.
-        store: The artefact store folder. Default: ``$ONNXGATE_STORE``, else ``<db>-store``
-            beside a SQLite file, else ``store`` in the user data folder.
+        store: The artefact store: a folder (or ``file://`` URL), or ``s3://bucket/prefix``
+            (see ``_s3store``). Default: ``$ONNXGATE_STORE``, else ``<db>-store`` beside a
+            SQLite file, else ``store`` in the user data folder.
         read_only: Only read (list, show, fetch, fsck): an existing SQLite file at the newest
             schema is opened read-only, so reading works on a disk with no byte free; anything
             else is opened as usual. Writing through such a registry fails.
@@ -418,9 +419,9 @@ def open_registry(
         ConfigError: the URL is malformed.
     """
     parsed = _db.resolve_url(url)
-    location = Store(_db.resolve_store(parsed, store))
+    location = _db.open_store(parsed, store)
     if read_only and (engine := _open_read_only(parsed)) is not None:
-        log.debug("opened registry %s read-only (store %s)", _db.mask(parsed), location.root)
+        log.debug("opened registry %s read-only (store %s)", _db.mask(parsed), location.location)
         return Registry(engine, parsed, location)
     try:
         engine = _db.create(parsed)
@@ -442,7 +443,7 @@ def open_registry(
         engine.dispose()
         raise
     location.ensure()
-    log.debug("opened registry %s (store %s)", _db.mask(parsed), location.root)
+    log.debug("opened registry %s (store %s)", _db.mask(parsed), location.location)
     return Registry(engine, parsed, location)
 
 

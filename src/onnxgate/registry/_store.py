@@ -12,6 +12,10 @@ Blobs are read-only (mode 0444) and never rewritten: identical content is stored
 registration finds its blob already present it refreshes the blob's mtime, so that ``fsck
 --remove`` (which removes only orphans older than a grace period) cannot delete a blob between
 the moment a registration relied on it and the moment its transaction commits.
+
+:class:`ArtefactStore` is what the registry, ``fetch`` and ``fsck`` use of a store; this folder
+(:class:`Store`) is one, an S3 bucket (``_s3store.S3Store``) the other. ``_db.open_store`` picks
+one by the ``--store`` value.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from onnxgate._fs import exhaustion_as_error, open_partial, resource_error
 from onnxgate.errors import ArtefactCorrupt, ConfigError, RegistryUnreachable
@@ -60,6 +65,121 @@ class Blob:
     sha256: str
     size: int
     written: bool
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An entry ``fsck`` lists: a blob (or a stray file), a temporary file or a lease."""
+
+    name: str
+    """The last part of its name (a digest, for a blob)."""
+    where: str
+    """Its path or URL, as reports show it."""
+    size: int
+    age: float
+    """Seconds since it (or its lease) was last written."""
+    blob: bool = True
+    """A well-formed blob: a digest, in the folder of its first two hex digits."""
+
+
+@runtime_checkable
+class ArtefactStore(Protocol):
+    """What the registry, ``fetch`` and ``fsck`` need of a content-addressed store."""
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages and reports (credentials masked)."""
+        ...
+
+    def ensure(self) -> None:
+        """Make the store usable (create folders; check a bucket answers)."""
+        ...
+
+    def put(self, source: Path) -> Blob:
+        """Store a file's bytes once; see :meth:`Store.put`."""
+        ...
+
+    def has(self, sha256: str, size: int | None = None) -> bool:
+        """Whether the blob exists (with ``size`` bytes, when given)."""
+        ...
+
+    def size(self, sha256: str) -> int | None:
+        """The blob's size, None when it is missing."""
+        ...
+
+    def hash(self, sha256: str) -> str | None:
+        """The sha256 of the blob's bytes as stored, None when it is missing."""
+        ...
+
+    def read_bytes(self, sha256: str, limit: int) -> bytes | None:
+        """The blob's bytes, checked against ``sha256``; None when missing, damaged or over ``limit``."""
+        ...
+
+    def copy_out(self, sha256: str, size: int, target: Path) -> None:
+        """Write the blob to ``target`` atomically, checking its sha256 and size on the way."""
+        ...
+
+    def list_blobs(self) -> Iterator[StoredObject]:
+        """Every object under ``sha256/``, strays included (``blob=False``)."""
+        ...
+
+    def list_leftovers(self) -> Iterator[StoredObject]:
+        """Temporary files and leases: what registrations in progress (or killed) leave."""
+        ...
+
+    def remove(self, item: StoredObject) -> None:
+        """Remove a listed object (fsck's cleanup)."""
+        ...
+
+
+def store_mask(location: str) -> str:
+    """A store URL with any user, password or query (a presigned signature) left out."""
+    if "://" not in location:
+        return location
+    parts = urlsplit(location)
+    user, at, host = parts.netloc.rpartition("@")
+    if at:
+        host = f"***@{host}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def land(target: Path, chunks: Iterable[bytes], sha256: str, size: int, where: str) -> None:
+    """Write ``chunks`` to ``target`` through a temporary file, renamed if they are ``sha256``'s.
+
+    Nothing is left at ``target`` when the bytes do not hash to ``sha256`` or number ``size``.
+
+    Raises:
+        ArtefactCorrupt: the bytes are not ``sha256``'s (``where`` names the store).
+        ResourceExhausted: ``target``'s disk is full or read-only.
+    """
+    with exhaustion_as_error(target):
+        fd, name = open_partial(target)
+        tmp = Path(name)
+        try:
+            digest = hashlib.sha256()
+            copied = 0
+            with os.fdopen(fd, "wb") as out:
+                for block in chunks:
+                    digest.update(block)
+                    copied += len(block)
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+            got = digest.hexdigest()
+            if got != sha256 or copied != size:
+                raise ArtefactCorrupt(
+                    f"blob {sha256} in {where} is damaged: {copied} bytes with sha256 "
+                    f"{got}, expected {size} bytes.",
+                    hint="Run `onnxgate registry fsck` to list every damaged version.",
+                )
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(target.parent)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -175,6 +295,36 @@ class Store:
         if created:
             _fsync_dir(folder.parent)
 
+    @property
+    def location(self) -> str:
+        """The store's folder."""
+        return str(self.root)
+
+    def size(self, sha256: str) -> int | None:
+        """The blob's size, None when it is missing."""
+        try:
+            return self.path(sha256).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def hash(self, sha256: str) -> str | None:
+        """The sha256 of the blob's bytes, None when it is missing."""
+        try:
+            return sha256_path(self.path(sha256))[0]
+        except FileNotFoundError:
+            return None
+
+    def read_bytes(self, sha256: str, limit: int) -> bytes | None:
+        """The blob's bytes when present, intact and at most ``limit`` bytes long."""
+        size = self.size(sha256)
+        if size is None or size > limit:
+            return None
+        try:
+            data = self.path(sha256).read_bytes()
+        except OSError:
+            return None
+        return data if hashlib.sha256(data).hexdigest() == sha256 else None
+
     def copy_out(self, sha256: str, size: int, target: Path) -> None:
         """Write the blob to ``target`` atomically, checking its sha256 and size on the way.
 
@@ -182,38 +332,33 @@ class Store:
             ArtefactCorrupt: the blob is missing, truncated or its bytes are not ``sha256``'s.
             ResourceExhausted: ``target``'s disk is full or read-only (nothing is left there).
         """
-        with exhaustion_as_error(target):
-            self._copy_out(sha256, size, target)
+        land(target, self._chunks(sha256), sha256, size, str(self.root))
 
-    def _copy_out(self, sha256: str, size: int, target: Path) -> None:
-        source = self.path(sha256)
-        fd, name = open_partial(target)
-        tmp = Path(name)
+    def _chunks(self, sha256: str) -> Iterator[bytes]:
         try:
-            with os.fdopen(fd, "wb") as out:
-                try:
-                    src = source.open("rb")
-                except FileNotFoundError as err:
-                    raise ArtefactCorrupt(
-                        f"blob {sha256} is missing from the store {self.root}.",
-                        hint="Run `onnxgate registry fsck` to list every damaged version.",
-                    ) from err
-                with src:
-                    got, copied = _copy_hashed(src, out)
-            if got != sha256 or copied != size:
-                raise ArtefactCorrupt(
-                    f"blob {sha256} in {self.root} is damaged: {copied} bytes with sha256 "
-                    f"{got}, expected {size} bytes.",
-                    hint="Run `onnxgate registry fsck` to list every damaged version.",
-                )
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(target.parent)
+            src = self.path(sha256).open("rb")
+        except FileNotFoundError as err:
+            raise ArtefactCorrupt(
+                f"blob {sha256} is missing from the store {self.root}.",
+                hint="Run `onnxgate registry fsck` to list every damaged version.",
+            ) from err
+        with src:
+            while block := src.read(CHUNK):
+                yield block
+
+    def list_blobs(self) -> Iterator[StoredObject]:
+        """Every file under ``sha256/`` (names that are not digests as ``blob=False``)."""
+        for name, path in self.iter_blobs():
+            well_formed = bool(DIGEST.match(name)) and path.parent.name == name[:2]
+            if not well_formed or not path.is_file():
+                yield StoredObject(name, str(path), 0, 0.0, blob=False)
+                continue
+            yield StoredObject(name, str(path), path.stat().st_size, age_seconds(path))
+
+    def list_leftovers(self) -> Iterator[StoredObject]:
+        """Temporary files in ``tmp/``."""
+        for path in self.iter_temp():
+            yield StoredObject(path.name, str(path), 0, age_seconds(path), blob=False)
 
     def iter_blobs(self) -> Iterator[tuple[str, Path]]:
         """Every file under ``sha256/`` as (name, path); names that are not digests included."""
@@ -231,8 +376,9 @@ class Store:
         if self.tmp.is_dir():
             yield from sorted(p for p in self.tmp.iterdir())
 
-    def remove(self, path: Path) -> None:
-        """Remove a blob or temporary file (fsck's cleanup)."""
+    def remove(self, item: StoredObject) -> None:
+        """Remove a listed blob or temporary file (fsck's cleanup)."""
+        path = Path(item.where)
         if path.is_dir():
             shutil.rmtree(path)
         else:
