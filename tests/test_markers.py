@@ -18,6 +18,7 @@ parametrised test importing a torch module by entry name); such a case is marked
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import json
 import os
@@ -67,7 +68,23 @@ def torch_reasons(func: object, seen: set[int] | None = None) -> list[str]:
     if id(func) in seen or not isinstance(func, types.FunctionType):
         return []
     seen.add(id(func))
-    reasons = []
+    own, helpers = _analysis(func)
+    reasons = list(own)
+    for name, value in helpers:
+        if isinstance(value, types.FunctionType):
+            reasons += torch_reasons(value, seen)
+        elif id(value) not in seen:
+            seen.add(id(value))
+            if _module_runs_torch(value):
+                reasons.append(f"{func.__qualname__} uses module {name}, which runs torch code")
+    return reasons
+
+
+@functools.cache
+def _analysis(func: types.FunctionType) -> tuple[tuple[str, ...], tuple[tuple[str, object], ...]]:
+    """What ``torch_reasons`` reads of one function, read once a session (a fixture or helper is
+    reached from every test that requests it): its own torch code, and the functions and modules
+    of tests/ it refers to, by name."""
     try:
         source = inspect.getsource(func)
     except (OSError, TypeError):
@@ -75,21 +92,22 @@ def torch_reasons(func: object, seen: set[int] | None = None) -> list[str]:
     hits = sorted(
         {match.group(0).lstrip(" \t\n\"';(").strip() for match in NEEDS_TORCH.finditer(source)}
     )
-    if hits:
-        reasons.append(f"{func.__qualname__} runs {', '.join(hits)}")
-    for name in sorted(_names(func.__code__)):
-        value = func.__globals__.get(name)
-        if isinstance(value, types.FunctionType) and _under_tests(value):
-            reasons += torch_reasons(value, seen)
-        elif isinstance(value, types.ModuleType) and _under_tests(value):
-            if id(value) not in seen:
-                seen.add(id(value))
-                hit = NEEDS_TORCH.search(inspect.getsource(value))
-                if hit:
-                    reasons.append(f"{func.__qualname__} uses module {name}, which runs torch code")
-    return reasons
+    own = (f"{func.__qualname__} runs {', '.join(hits)}",) if hits else ()
+    helpers = tuple(
+        (name, value)
+        for name in sorted(_names(func.__code__))
+        if isinstance(value := func.__globals__.get(name), types.FunctionType | types.ModuleType)
+        and _under_tests(value)
+    )
+    return own, helpers
 
 
+@functools.cache
+def _module_runs_torch(module: types.ModuleType) -> bool:
+    return bool(NEEDS_TORCH.search(inspect.getsource(module)))
+
+
+@functools.cache
 def _module_imports_torch(module: types.ModuleType) -> bool:
     tree = ast.parse(inspect.getsource(module))
     for node in tree.body:
@@ -140,7 +158,17 @@ def verdicts(tmp_path_factory) -> dict:
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "test_markers", str(TESTS)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "--assert=plain",
+            "-p",
+            "test_markers",
+            str(TESTS),
+        ],
         cwd=TESTS.parent,
         env=env,
         capture_output=True,

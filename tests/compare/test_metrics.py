@@ -274,3 +274,20 @@ def test_parse_tolerance(text, name, tolerance):
 def test_parse_tolerance_refuses(text):
     with pytest.raises(ConfigError, match="--tol"):
         parse_tolerance(text)
+
+
+@pytest.mark.parametrize("special", [None, np.nan, np.inf])
+def test_localisations_errors_only_figures_count_and_bound_as_the_full_ones(special):
+    rng = np.random.default_rng(3)
+    b = rng.normal(size=(4, 50)).astype(np.float32)
+    a = b + rng.normal(scale=1e-3, size=b.shape).astype(np.float32)
+    b[0, :3] = 0.0  # no relative error there
+    if special is not None:
+        a[1, 5], b[2, 7] = special, special
+    tolerance = Tolerance(atol=1e-4, rtol=1e-3)
+    full = figures(a, b, tolerance)
+    brief = figures(a, b, tolerance, errors_only=True)
+    kept = ("elements", "mismatches", "nonfinite_mismatches", "max_abs", "max_rel", "nan", "inf")
+    assert {k: getattr(brief, k) for k in kept} == {k: getattr(full, k) for k in kept}
+    assert 0 < full.mismatches < full.elements and full.cosine is not None
+    assert brief.cosine is None and brief.p99_abs is None

@@ -57,7 +57,7 @@ def _tensor_error(name: str, a: Any, b: Any, config: Tolerances) -> TensorError:
             agrees=False,
             note=f"{x.dtype} {list(x.shape)} vs reference {y.dtype} {list(y.shape)}",
         )
-    found = figures(x, y, config.tolerance(name, x.dtype, y.dtype))
+    found = figures(x, y, config.tolerance(name, x.dtype, y.dtype), errors_only=True)
     return TensorError(
         name=name,
         agrees=found.mismatches == 0,

@@ -234,8 +234,14 @@ def _exact_figures(a: np.ndarray, b: np.ndarray) -> Figures:
     )
 
 
-def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
-    """Error figures of candidate ``a`` against reference ``b`` (same shape, same kind)."""
+def figures(
+    a: np.ndarray, b: np.ndarray, tolerance: Tolerance, *, errors_only: bool = False
+) -> Figures:
+    """Error figures of candidate ``a`` against reference ``b`` (same shape, same kind).
+
+    ``errors_only`` leaves out what localisation does not read of each intermediate tensor (mean
+    and p99 error, cosine, top-k): counts, ``max_abs`` and ``max_rel`` are the same either way.
+    """
     if a.size == 0:
         return Figures(elements=0, mismatches=0)
     if kind(a.dtype) == "string" or kind(b.dtype) == "string":
@@ -246,43 +252,54 @@ def figures(a: np.ndarray, b: np.ndarray, tolerance: Tolerance) -> Figures:
         # integers beyond 2**53 are not exact in float64: compare them as integers
         return _exact_figures(a, b)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    nan_a, nan_b = np.isnan(a64), np.isnan(b64)
-    inf_a, inf_b = np.isinf(a64), np.isinf(b64)
-    finite = ~(nan_a | nan_b | inf_a | inf_b)
-    special_match = (nan_a & nan_b) | (inf_a & inf_b & (a64 == b64))
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where not finite: masked
-        diff = np.where(finite, np.abs(a64 - b64), 0.0)
-    allowed = tolerance.atol + tolerance.rtol * np.abs(np.where(finite, b64, 0.0))
-    matches = np.where(finite, diff <= allowed, special_match)
-    result = Figures(
-        **_counted(int(a.size), int(a.size - matches.sum())),
-        nonfinite_mismatches=int((~finite & ~special_match).sum()),
-        nan=(int(nan_a.sum()), int(nan_b.sum())),
-        inf=(int(inf_a.sum()), int(inf_b.sum())),
-    )
-    if not finite.any():
-        return result
-    d = diff[finite]
-    fa, fb = a64[finite], b64[finite]
+    all_finite = bool(np.isfinite(a64).all() and np.isfinite(b64).all())
+    if all_finite:  # the usual case, without the masks and copies below (same figures)
+        finite = None
+        d = np.abs(a64 - b64)
+        fa, fb = a64.ravel(), b64.ravel()
+        mismatches = int(np.count_nonzero(d > tolerance.atol + tolerance.rtol * np.abs(b64)))
+        result = Figures(**_counted(int(a.size), mismatches))
+        d = d.ravel()
+    else:
+        nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+        inf_a, inf_b = np.isinf(a64), np.isinf(b64)
+        finite = ~(nan_a | nan_b | inf_a | inf_b)
+        special_match = (nan_a & nan_b) | (inf_a & inf_b & (a64 == b64))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where not finite: masked
+            diff = np.where(finite, np.abs(a64 - b64), 0.0)
+        allowed = tolerance.atol + tolerance.rtol * np.abs(np.where(finite, b64, 0.0))
+        matches = np.where(finite, diff <= allowed, special_match)
+        result = Figures(
+            **_counted(int(a.size), int(a.size - matches.sum())),
+            nonfinite_mismatches=int((~finite & ~special_match).sum()),
+            nan=(int(nan_a.sum()), int(nan_b.sum())),
+            inf=(int(inf_a.sum()), int(inf_b.sum())),
+        )
+        if not finite.any():
+            return result
+        d = diff[finite]
+        fa, fb = a64[finite], b64[finite]
     nonzero = np.abs(fb) > 0
     rel = d[nonzero] / np.abs(fb[nonzero]) if nonzero.any() else None
-    norm = float(np.linalg.norm(fa) * np.linalg.norm(fb))
-    cosine = (
-        float(np.dot(fa, fb) / norm)
-        if norm > 0
-        else (1.0 if not fa.any() and not fb.any() else 0.0)
-    )
-    top1 = topk = None
-    if kind(a.dtype) == "float" and finite.all():
-        top1, topk = _agreement(a64, b64)
-    return result.model_copy(
-        update={
-            "max_abs": float(d.max()),
+    update: dict[str, float | None] = {
+        "max_abs": float(d.max()),
+        "max_rel": float(rel.max()) if rel is not None else None,
+    }
+    if not errors_only:
+        norm = float(np.linalg.norm(fa) * np.linalg.norm(fb))
+        cosine = (
+            float(np.dot(fa, fb) / norm)
+            if norm > 0
+            else (1.0 if not fa.any() and not fb.any() else 0.0)
+        )
+        top1 = topk = None
+        if kind(a.dtype) == "float" and all_finite:
+            top1, topk = _agreement(a64, b64)
+        update |= {
             "mean_abs": float(d.mean()),
             "p99_abs": float(np.percentile(d, 99)),
-            "max_rel": float(rel.max()) if rel is not None else None,
             "cosine": min(cosine, 1.0),
             "top1": top1,
             "topk": topk,
         }
-    )
+    return result.model_copy(update=update)
