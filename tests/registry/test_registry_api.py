@@ -258,7 +258,9 @@ def test_reopening_keeps_everything(backend, tmp_path):
 
 def test_the_registry_does_not_import_runtimes():
     """No onnxruntime or torch at import (onnx comes with the onnxgate package itself), and no
-    import of onnx, onnxruntime or torch anywhere in the registry's own modules."""
+    import of onnx, onnxruntime or torch anywhere in the registry's own modules, but one: MLflow's
+    ONNX flavour logs a parsed ``ModelProto``, so publishing parses the model, inside the function
+    that logs it (``_mlflow._log``), never at import."""
     import ast
     import subprocess
     from pathlib import Path
@@ -275,7 +277,15 @@ def test_the_registry_does_not_import_runtimes():
     heavy = {"onnx", "onnxruntime", "torch"}
     package = Path(onnxgate.registry.__file__).parent
     for path in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        if path.name == "_mlflow.py":  # only _log's own body may import onnx
+            log = next(f for f in tree.body if getattr(f, "name", "") == "_log")
+            tree.body.remove(log)
+            log_imports = {
+                a.name for n in ast.walk(log) if isinstance(n, ast.Import) for a in n.names
+            }
+            assert log_imports & heavy <= {"onnx"}, log_imports
+        for node in ast.walk(tree):
             names = (
                 [a.name for a in node.names]
                 if isinstance(node, ast.Import)
