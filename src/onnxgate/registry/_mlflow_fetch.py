@@ -178,8 +178,14 @@ def _download(mlflow: Any, name: str, number: int, folder: Path, uri: str) -> No
         manifest = _read_manifest(got / "extra_files" / MANIFEST, what)
         staged = Path(tmp) / "staged"
         staged.mkdir()
+        inside = got.resolve()
         for item in manifest["files"]:
-            source = got / item["path"]
+            source = got / str(item["path"])
+            if not source.resolve().is_relative_to(inside):
+                raise ArtefactCorrupt(
+                    f"{what}: its {MANIFEST} names {item['path']!r}, outside the downloaded model.",
+                    hint="Serve only versions published by `onnxgate registry publish mlflow`.",
+                )
             if not source.is_file():
                 raise ArtefactCorrupt(
                     f"{what}: {item['path']} is missing from the downloaded model.",

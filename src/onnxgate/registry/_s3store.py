@@ -110,6 +110,12 @@ class _HashingChunks:
                 )
             yield block
             block = following
+        if not copied and self.size:  # emptied since it was hashed: no chunk to fail on
+            raise ArtefactCorrupt(
+                f"{self.source} changed while it was being stored (sha256 "
+                f"{self.sha256[:12]}… then 0 bytes).",
+                hint="Register files that nothing else is writing.",
+            )
 
 
 class S3Store:
