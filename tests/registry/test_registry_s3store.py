@@ -163,6 +163,8 @@ def test_a_fresh_lease_protects_an_old_orphan(monkeypatch):
     store = S3Store.__new__(S3Store)
     store.url = "s3://bucket/p"
     monkeypatch.setattr(S3Store, "_listing", lambda self, prefix: iter(listings[prefix]))
+    leases = {meta["path"]: meta for meta in listings["lease/"]}
+    monkeypatch.setattr(S3Store, "_head", lambda self, key: leases.get(key))
     blob, stray = sorted(store.list_blobs(), key=lambda item: not item.blob)
     assert blob.name == digest and blob.age < 3600
     assert stray.blob is False and stray.where == "s3://bucket/p/sha256/README"
@@ -296,3 +298,25 @@ def test_an_s3_store_without_obstore_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(ExtraMissing) as caught:
         open_registry(_db(tmp_path), "s3://bucket/p")
     assert caught.value.extras == ["s3"] and "s3://bucket/p" in caught.value.message
+
+
+def test_a_lease_written_while_fsck_lists_protects_the_blob(monkeypatch):
+    """A registration relying on an old orphan after fsck's listing began: its lease is seen."""
+    now = datetime.now(UTC)
+    digest = "cd" * 32
+    leases: dict[str, dict] = {}
+
+    def listing(self, prefix):
+        if prefix == "lease/":
+            yield from list(leases.values())
+            return
+        # a registration finds the old blob present and leases it, as the listing runs
+        leases[f"lease/{digest}"] = {"path": f"lease/{digest}", "last_modified": now, "size": 9}
+        yield {"path": f"sha256/cd/{digest}", "last_modified": now - timedelta(days=2), "size": 5}
+
+    store = S3Store.__new__(S3Store)
+    store.url = "s3://bucket/p"
+    monkeypatch.setattr(S3Store, "_listing", listing)
+    monkeypatch.setattr(S3Store, "_head", lambda self, key: leases.get(key))
+    [blob] = store.list_blobs()
+    assert blob.name == digest and blob.age < 3600

@@ -386,12 +386,11 @@ class S3Store:
                 yield from batch
 
     def list_blobs(self) -> Iterator[StoredObject]:
-        """Every object under ``sha256/``; an orphan's age counts from its lease too."""
-        now = time.time()
-        leases = {
-            meta["path"].rsplit("/", 1)[-1]: meta["last_modified"].timestamp()
-            for meta in self._listing("lease/")
-        }
+        """Every object under ``sha256/``; a blob's age counts from its lease too.
+
+        The lease is read as each blob is yielded (fsck removes it right after), not listed
+        once up front: a registration that leases the blob while the listing runs is seen.
+        """
         for meta in self._listing("sha256/"):
             path = meta["path"]
             parts = path.split("/")
@@ -401,8 +400,10 @@ class S3Store:
             if not well_formed:
                 yield StoredObject(name, where, int(meta["size"]), 0.0, blob=False)
                 continue
-            newest = max(meta["last_modified"].timestamp(), leases.get(name, 0.0))
-            yield StoredObject(name, where, int(meta["size"]), max(0.0, now - newest))
+            lease = self._head(f"lease/{name}")
+            leased = lease["last_modified"].timestamp() if lease else 0.0
+            newest = max(meta["last_modified"].timestamp(), leased)
+            yield StoredObject(name, where, int(meta["size"]), max(0.0, time.time() - newest))
 
     def list_leftovers(self) -> Iterator[StoredObject]:
         """The leases (removable once past the grace period)."""
