@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from onnxgate.errors import ArtefactCorrupt
-from onnxgate.registry import _mlflow_fetch
+from onnxgate.errors import ArtefactCorrupt, ConfigError
+from onnxgate.registry import _mlflow_fetch, _s3store
 from onnxgate.registry._s3store import _HashingChunks
 
 
@@ -47,3 +47,16 @@ def test_a_manifest_path_outside_the_download_is_refused(tmp_path: Path, path: s
     with pytest.raises(ArtefactCorrupt, match="outside"):
         _mlflow_fetch._download(mlflow, "m", 1, cache / "m@1", "http://h")
     assert not (cache / "m@1").exists()
+
+
+def test_the_service_error_shows_no_endpoint_password(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
+    said = _s3store.scrub("GET http://u:PASSW0RD@127.0.0.1:1/bucket key s3cr3t failed")
+    assert "PASSW0RD" not in said and "s3cr3t" not in said and "127.0.0.1:1/bucket" in said
+
+
+@pytest.mark.parametrize("endpoint", ["not a url", "127.0.0.1:8333", "http://:9000", "ftp://h"])
+def test_a_malformed_endpoint_is_a_usage_error_not_a_panic(monkeypatch, endpoint):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    with pytest.raises(ConfigError, match="AWS_ENDPOINT_URL"):
+        _s3store.S3Store("s3://bucket/p")

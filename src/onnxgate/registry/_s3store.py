@@ -42,7 +42,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
+from onnxgate._pathtext import mask_uri
 from onnxgate.errors import ArtefactCorrupt, ConfigError, ExtraMissing, RegistryUnreachable
 from onnxgate.registry._store import (
     CHUNK,
@@ -85,7 +87,7 @@ def scrub(message: str) -> str:
         secret = os.environ.get(name)
         if secret:
             message = message.replace(secret, "***")
-    return " ".join(message.split())
+    return " ".join(mask_uri(message).split())
 
 
 class _HashingChunks:
@@ -146,6 +148,8 @@ class S3Store:
             "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT_S),
             "timeout": timedelta(seconds=timeout),
         }
+        if self.endpoint:
+            self._check_endpoint(self.endpoint)
         if self.endpoint and self.endpoint.startswith("http://"):
             allow = os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes")
             client["allow_http"] = allow
@@ -170,6 +174,22 @@ class S3Store:
                 f"cannot configure the artefact store {self.location}: {scrub(str(err))[:300]}",
                 hint="Check AWS_ENDPOINT_URL and AWS_REGION.",
             ) from err
+
+    @staticmethod
+    def _check_endpoint(endpoint: str) -> None:
+        """An http(s) URL with a host: anything else makes obstore panic on the first request."""
+        parts = urlsplit(endpoint)
+        try:
+            parts.port  # noqa: B018 (raises on a malformed port)
+            good = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            good = False
+        if not good or any(c.isspace() for c in endpoint):
+            raise ConfigError(
+                f"AWS_ENDPOINT_URL={store_mask(endpoint)!r} is not an http:// or https:// URL.",
+                hint="Set AWS_ENDPOINT_URL to the service's URL (http://HOST:PORT), or unset it "
+                "for AWS itself.",
+            )
 
     # -- plumbing ------------------------------------------------------------------------------
 
