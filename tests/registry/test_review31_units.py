@@ -60,3 +60,18 @@ def test_a_malformed_endpoint_is_a_usage_error_not_a_panic(monkeypatch, endpoint
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     with pytest.raises(ConfigError, match="AWS_ENDPOINT_URL"):
         _s3store.S3Store("s3://bucket/p")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "m.onnx", "path": "model.onnx", "role": "model"},  # no sha256
+        {"name": "m.onnx", "role": "model", "sha256": "ab"},  # no path
+        {"name": _mlflow_fetch.MANIFEST, "path": "x", "role": "model", "sha256": "ab"},
+        "m.onnx",
+    ],
+)
+def test_a_malformed_manifest_entry_is_artefact_corrupt(tmp_path: Path, entry) -> None:
+    (tmp_path / _mlflow_fetch.MANIFEST).write_text(json.dumps({"files": [entry]}))
+    with pytest.raises(ArtefactCorrupt, match="unreadable"):
+        _mlflow_fetch._read_manifest(tmp_path / _mlflow_fetch.MANIFEST, "mlflow:/models/m/1")

@@ -203,7 +203,9 @@ def _read_manifest(path: Path, what: str) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
         files = manifest["files"]
         for item in files:
-            if "/" in item["name"] or item["name"] in ("", ".", ".."):
+            if not all(isinstance(item[key], str) for key in ("name", "path", "role", "sha256")):
+                raise TypeError(f"an entry that is not four strings: {str(item)[:200]!r}")
+            if "/" in item["name"] or item["name"] in ("", ".", "..", MANIFEST):
                 raise ValueError(f"file name {item['name']!r}")
     except FileNotFoundError as err:
         raise ArtefactCorrupt(
