@@ -135,7 +135,7 @@ def test_fsck_remove_spares_orphans_within_the_grace_period(s3_env, tmp_path, mo
         assert kept.orphans == [blob.sha256] and kept.removed == []
         # an hour on: the orphan (blob and lease) is past the grace period
         later = _s3store.time.time() + 7200
-        monkeypatch.setattr(_s3store.time, "time", lambda: later)
+        monkeypatch.setattr(S3Store, "_clock", lambda self: lambda: later)
         gone = reg.fsck(remove=True, min_age=3600)
         monkeypatch.undo()
         assert gone.orphans == [blob.sha256]
@@ -143,6 +143,28 @@ def test_fsck_remove_spares_orphans_within_the_grace_period(s3_env, tmp_path, mo
         after = reg.fsck()
     assert after.orphans == [] and after.problems == [] and after.blobs == 3
     assert reg.store.has(blob.sha256) is False
+
+
+def test_fsck_measures_ages_on_the_services_clock_not_this_hosts(s3_env, tmp_path, monkeypatch):
+    """A host whose clock runs two hours ahead still sees a fresh orphan as fresh."""
+    orphan = tmp_path / "orphan.bin"
+    orphan.write_bytes(b"fresh orphan")
+    with open_registry(_db(tmp_path), s3_env) as reg:
+        blob = reg.store.put(orphan)
+        ahead = _s3store.time.time() + 7200
+        monkeypatch.setattr(_s3store.time, "time", lambda: ahead)
+        report = reg.fsck(remove=True, min_age=3600)
+        monkeypatch.undo()
+        assert report.orphans == [blob.sha256] and report.removed == []
+        assert reg.store.has(blob.sha256)
+        assert [o.name for o in reg.store.list_leftovers() if "/clock/" in o.where] == []
+
+
+def test_plain_http_without_allow_http_is_named_when_the_store_opens(s3_env, tmp_path, monkeypatch):
+    monkeypatch.delenv("AWS_ALLOW_HTTP")
+    with pytest.raises(ConfigError) as caught:
+        open_registry(_db(tmp_path), s3_env)
+    assert "AWS_ALLOW_HTTP=true" in caught.value.message
 
 
 def test_a_fresh_lease_protects_an_old_orphan(monkeypatch):
@@ -162,6 +184,7 @@ def test_a_fresh_lease_protects_an_old_orphan(monkeypatch):
     }
     store = S3Store.__new__(S3Store)
     store.url = "s3://bucket/p"
+    monkeypatch.setattr(S3Store, "_clock", lambda self: _s3store.time.time)
     monkeypatch.setattr(S3Store, "_listing", lambda self, prefix: iter(listings[prefix]))
     leases = {meta["path"]: meta for meta in listings["lease/"]}
     monkeypatch.setattr(S3Store, "_head", lambda self, key: leases.get(key))
@@ -279,6 +302,7 @@ def test_a_gate_config_keeps_an_s3_store_url(tmp_path):
         ("gs://bucket/p", "gs://bucket/p is not an artefact store"),
         ("s3://AKIAKEY:sekret-in-url@bucket/p", "s3://***@bucket/p is not an S3 store URL"),
         ("s3://B/upper-case-bucket", "s3://B/upper-case-bucket is not an S3 store URL"),
+        ("s3://bucket/p?X-Amz-Signature=sekret", "is not an S3 store URL"),
     ],
 )
 def test_a_store_url_onnxgate_cannot_use_is_a_usage_error(tmp_path, store, said):
@@ -316,6 +340,7 @@ def test_a_lease_written_while_fsck_lists_protects_the_blob(monkeypatch):
 
     store = S3Store.__new__(S3Store)
     store.url = "s3://bucket/p"
+    monkeypatch.setattr(S3Store, "_clock", lambda self: _s3store.time.time)
     monkeypatch.setattr(S3Store, "_listing", listing)
     monkeypatch.setattr(S3Store, "_head", lambda self, key: leases.get(key))
     [blob] = store.list_blobs()

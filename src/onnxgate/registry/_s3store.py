@@ -37,7 +37,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,7 +66,7 @@ ENV_TIMEOUT = "ONNXGATE_S3_TIMEOUT"
 ENV_RETRIES = "ONNXGATE_S3_RETRIES"
 CONNECT_TIMEOUT_S = 5.0
 SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-URL = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
+URL = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(?P<prefix>[^?#]*))?$")
 
 
 def _seconds(name: str, default: float) -> float:
@@ -151,8 +152,14 @@ class S3Store:
         if self.endpoint:
             self._check_endpoint(self.endpoint)
         if self.endpoint and self.endpoint.startswith("http://"):
-            allow = os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes")
-            client["allow_http"] = allow
+            if os.environ.get("AWS_ALLOW_HTTP", "").lower() not in ("1", "true", "yes"):
+                raise ConfigError(
+                    f"AWS_ENDPOINT_URL={store_mask(self.endpoint)!r} is plain http://, which the "
+                    f"S3 client refuses unless AWS_ALLOW_HTTP=true.",
+                    hint="Set AWS_ALLOW_HTTP=true for a service on a network you trust (a local "
+                    "SeaweedFS or MinIO), or use the service's https:// URL.",
+                )
+            client["allow_http"] = True
         retry = {
             "max_retries": retries,
             "retry_timeout": timedelta(seconds=timeout * (retries + 1)),
@@ -256,6 +263,30 @@ class S3Store:
                 return dict(obstore.head(self._client, key))
         except FileNotFoundError:
             return None
+
+    def _clock(self) -> Callable[[], float]:
+        """The service's time (seconds since the epoch) from now on, for fsck's ages.
+
+        Ages compare the service's timestamps with "now": a host whose clock runs an hour ahead
+        would see a fresh lease as past the grace period, and remove a blob a registration
+        relies on. So "now" is read off the service once per listing, from the timestamp of an
+        object written for it (``clock/<random>``, deleted at once; ``fsck --remove`` removes
+        one a killed fsck left); this host's clock is used, with a warning, only where that
+        write is refused (read-only credentials).
+        """
+        import obstore
+
+        key = f"clock/{uuid.uuid4().hex}"
+        try:
+            with self._guard(f"writing {key}"):
+                obstore.put(self._client, key, b"")
+                stamp = obstore.head(self._client, key)["last_modified"].timestamp()
+                obstore.delete(self._client, key)
+        except RegistryUnreachable as err:
+            log.warning("ages measured on this host's clock: %s", err.message)
+            return time.time
+        start = time.monotonic()
+        return lambda: stamp + (time.monotonic() - start)
 
     def _where(self, key: str) -> str:
         return f"{self.url}/{key}"
@@ -411,6 +442,7 @@ class S3Store:
         The lease is read as each blob is yielded (fsck removes it right after), not listed
         once up front: a registration that leases the blob while the listing runs is seen.
         """
+        now = self._clock()
         for meta in self._listing("sha256/"):
             path = meta["path"]
             parts = path.split("/")
@@ -423,15 +455,17 @@ class S3Store:
             lease = self._head(f"lease/{name}")
             leased = lease["last_modified"].timestamp() if lease else 0.0
             newest = max(meta["last_modified"].timestamp(), leased)
-            yield StoredObject(name, where, int(meta["size"]), max(0.0, time.time() - newest))
+            yield StoredObject(name, where, int(meta["size"]), max(0.0, now() - newest))
 
     def list_leftovers(self) -> Iterator[StoredObject]:
-        """The leases (removable once past the grace period)."""
-        now = time.time()
-        for meta in self._listing("lease/"):
-            path = meta["path"]
-            age = max(0.0, now - meta["last_modified"].timestamp())
-            yield StoredObject(path.rsplit("/", 1)[-1], f"{self.url}/{path}", 0, age, blob=False)
+        """The leases and clock probes a killed fsck left (removable past the grace period)."""
+        now = self._clock()
+        for prefix in ("lease/", "clock/"):
+            for meta in self._listing(prefix):
+                path = meta["path"]
+                age = max(0.0, now() - meta["last_modified"].timestamp())
+                name = path.rsplit("/", 1)[-1]
+                yield StoredObject(name, f"{self.url}/{path}", 0, age, blob=False)
 
     def remove(self, item: StoredObject) -> None:
         """Delete a listed object."""
