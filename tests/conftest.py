@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from mlflow_server import mlflow_server  # noqa: F401 (a real tracking server, started on first use)
+from seaweedfs import seaweedfs  # noqa: F401 (an S3 server, started on first use)
 from tmpfs import disk, pg_disk  # noqa: F401 (fixtures for every test)
 
 ROOT = Path(__file__).resolve().parents[1]

