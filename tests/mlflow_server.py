@@ -14,6 +14,7 @@ where they fail: CI must prove the MLflow path. A start takes 30-60 s on a loade
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -78,6 +79,12 @@ def _unavailable(reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (CI=true: the MLflow tests must run)")
     pytest.skip(reason)
+
+
+def require_mlflow() -> None:
+    """Skip a test that needs the mlflow package where it is missing; under CI=true, fail."""
+    if importlib.util.find_spec("mlflow") is None:
+        _unavailable("the mlflow package is not installed (pip install -e '.[test]')")
 
 
 def _binary() -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mlflow_server import require_mlflow
 from models import mlp, save
 from onnxgate.errors import MlflowUnreachable
 from onnxgate.gate import run_gate
@@ -58,7 +59,7 @@ def test_a_passing_gate_publishes_to_mlflow(mlflow_server, tmp_path: Path) -> No
 
 
 def test_an_unreachable_mlflow_is_exit_3_and_the_version_stays_registered(tmp_path: Path) -> None:
-    pytest.importorskip("mlflow")
+    require_mlflow()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
