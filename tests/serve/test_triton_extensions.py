@@ -405,6 +405,28 @@ def test_a_ready_model_has_no_reason(tok):
 # -- loading -------------------------------------------------------------------------------------
 
 
+def test_a_model_is_loading_from_the_moment_the_server_listens(tok, monkeypatch):
+    """A request between listening and the first load is 503 too (under load it was 404)."""
+    release = threading.Event()
+    load = Hub.load
+
+    async def late_load(self: Hub, items):
+        while not release.is_set():  # the load has not begun: the server only listens
+            await asyncio.sleep(0.01)
+        await load(self, items)
+
+    monkeypatch.setattr(Hub, "load", late_load)
+    server = Running([str(tok)], _config())
+    try:
+        server.start(wait_ready=False)
+        status, _, body = server.request("/v2/models/tok/ready")
+        assert status == 503 and "still loading" in json.loads(body)["error"]
+        release.set()
+    finally:
+        release.set()
+        server.stop()
+
+
 def test_a_model_still_loading_is_503_not_404(tok, monkeypatch):
     release = threading.Event()
     opened = Hub._open

@@ -221,6 +221,7 @@ async def run_server(
     from onnxgate.serve._rest import make_app
 
     hub = Hub(config)  # live at once, ready once every model is loaded and proven
+    hub.expect(items)  # before listening: a request in the meantime is 503, never 404
     drain = Drain()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -233,6 +233,14 @@ class Hub:
     def _open(self, item: str) -> Predictor:
         return Predictor.open(item, self.config.predictor)
 
+    def expect(self, items: Sequence[str]) -> None:
+        """Name the items about to load: a request for one is "still loading" (503), not 404.
+
+        Called before the server listens, so no request finds a name it will serve unknown.
+        """
+        for item in items:
+            self.loading.setdefault(served_name(item), item)
+
     async def load(self, items: Sequence[str]) -> None:
         """Open and prove every item, one after another; start following aliases.
 
@@ -243,8 +251,7 @@ class Hub:
             ConfigError: two items are served under one name.
         """
         loop = asyncio.get_running_loop()
-        for item in items:
-            self.loading.setdefault(served_name(item), item)
+        self.expect(items)
         try:
             for item in items:
                 predictor = await loop.run_in_executor(self._executor, self._open, item)
