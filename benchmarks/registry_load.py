@@ -12,9 +12,10 @@ SIGKILLs by its process group at the end):
   numbers unique and gapless (1..P*E), one row per version, artefact, gate run and step, and
   ``fsck`` consistent;
 - **kill -9**: a child registers in a loop and is killed with SIGKILL after a random delay
-  (0-60 ms after its registry is open), T times; after every kill ``fsck`` (sizes) must find the
-  registry consistent, and once at the end with every sha256 recomputed. Trials that left a
-  temporary file or an orphan blob are counted: evidence the kill landed inside a registration.
+  (0-60 ms after its registry is open, ``--kill-window-ms``), T times; after every kill ``fsck``
+  (sizes) must find the registry consistent, and once at the end with every sha256 recomputed.
+  Trials that left a temporary file or an orphan blob are counted: evidence the kill landed inside
+  a registration.
 
 Each registration carries three unique files (a 64 KiB "model", a contract, a 16 KiB golden file:
 the store's worst case, nothing deduplicated) and a gate report of eight steps (about 10 kB of
@@ -201,7 +202,7 @@ def _forever(url, store, folder, ready):
         i += 1
 
 
-def _kill(url: str, store, folder: Path, trials: int, seed: int, ctx) -> dict:
+def _kill(url: str, store, folder: Path, trials: int, seed: int, window: float, ctx) -> dict:
     rng = random.Random(seed)
     open_registry(url, store).close()
     left_temp = left_orphans = problems = 0
@@ -212,7 +213,7 @@ def _kill(url: str, store, folder: Path, trials: int, seed: int, ctx) -> dict:
         child.start()
         if not ready.wait(60):
             raise RuntimeError("the registering child did not start")
-        time.sleep(rng.uniform(0.0, 0.06))
+        time.sleep(rng.uniform(0.0, window))
         os.kill(child.pid, signal.SIGKILL)
         child.join()
         with open_registry(url, store) as reg:
@@ -304,7 +305,12 @@ def run_backend(kind: str, args: argparse.Namespace, root: Path, bucket: str | N
                 url, store, folder, args.processes, args.each, ctx
             ),
         ),
-        ("kill", lambda url, store, folder: _kill(url, store, folder, args.trials, args.seed, ctx)),
+        (
+            "kill",
+            lambda url, store, folder: _kill(
+                url, store, folder, args.trials, args.seed, args.kill_window_ms / 1e3, ctx
+            ),
+        ),
     )
     for stage, work in stages:
         runs = []
@@ -394,7 +400,8 @@ def markdown(doc: dict) -> str:
             )
     lines += [
         "",
-        "kill -9 (SIGKILL 0-60 ms after the child's registry is open, registering in a loop):",
+        f"kill -9 (SIGKILL 0-{doc['args'].get('kill_window_ms', 60):g} ms after the child's "
+        "registry is open, registering in a loop):",
         "",
         "| backend | trials | versions committed | trials leaving temp files | trials leaving "
         "orphans | problems after kills | final fsck (sha256) | next number gapless |",
@@ -447,6 +454,12 @@ def main() -> None:
     parser.add_argument("--each", type=int, default=25)
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--kill-window-ms",
+        type=float,
+        default=60,
+        help="each SIGKILL lands 0 to this many ms after the child's registry is open",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of serial and concurrent")
     parser.add_argument(
         "--postgres", default=os.environ.get("ONNXGATE_TEST_POSTGRES_URL", PG_DEFAULT)
