@@ -65,9 +65,14 @@ def test_concurrent_registrations_on_s3_are_unique_gapless_and_stored_once(
     ]
     for p in procs:
         p.start()
-    outcomes = [results.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        outcomes = [results.get(timeout=300) for _ in procs]
+    finally:  # a child that hangs is not left behind
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+                p.join()
     errors = [o for o in outcomes if isinstance(o, str)]
     assert not errors, errors[0]
     total = PROCESSES * EACH
