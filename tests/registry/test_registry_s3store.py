@@ -242,6 +242,41 @@ def test_an_endpoint_that_never_answers_times_out_as_exit_3(s3_env, tmp_path, mo
     assert endpoint in result.output and "ONNXGATE_S3_TIMEOUT" in result.output
 
 
+def test_a_service_answering_5xx_is_retried_then_exit_3(s3_env, tmp_path, monkeypatch):
+    """503 on every request: the listing (idempotent) is retried with backoff, then exit 3."""
+    import http.server
+
+    hits: list[str] = []
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def _fail(self) -> None:
+            hits.append(self.command)
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _fail
+
+        def log_message(self, *args) -> None:  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        monkeypatch.setenv("ONNXGATE_S3_RETRIES", "2")
+        result = _fsck_cli(tmp_path, s3_env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 3, result.output
+    assert endpoint in result.output and s3_env in result.output
+    assert len(hits) >= 3, hits  # the first request and its two retries
+    assert weed.SECRET_KEY not in result.output
+
+
 def test_a_missing_bucket_says_how_to_create_it(s3_env, tmp_path):
     result = _fsck_cli(tmp_path, "s3://no-such-bucket-here/registry")
     assert result.exit_code == 3, result.output
