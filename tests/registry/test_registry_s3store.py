@@ -160,6 +160,22 @@ def test_fsck_measures_ages_on_the_services_clock_not_this_hosts(s3_env, tmp_pat
         assert [o.name for o in reg.store.list_leftovers() if "/clock/" in o.where] == []
 
 
+def test_a_clock_probe_gone_before_it_is_read_is_not_a_crash(s3_env, tmp_path, monkeypatch):
+    """Another `fsck --remove --min-age 0` may delete this fsck's probe between PUT and HEAD."""
+    import obstore
+
+    head = obstore.head
+
+    def vanished(client, key):
+        if key.startswith("clock/"):
+            raise FileNotFoundError(key)
+        return head(client, key)
+
+    with open_registry(_db(tmp_path), s3_env) as reg:
+        monkeypatch.setattr(obstore, "head", vanished)
+        assert reg.fsck().consistent
+
+
 def test_plain_http_without_allow_http_is_named_when_the_store_opens(s3_env, tmp_path, monkeypatch):
     monkeypatch.delenv("AWS_ALLOW_HTTP")
     with pytest.raises(ConfigError) as caught:

@@ -285,6 +285,9 @@ class S3Store:
         except RegistryUnreachable as err:
             log.warning("ages measured on this host's clock: %s", err.message)
             return time.time
+        except FileNotFoundError:  # gone before it was read: another `fsck --remove --min-age 0`
+            log.warning("ages measured on this host's clock: %s vanished", self._where(key))
+            return time.time
         start = time.monotonic()
         return lambda: stamp + (time.monotonic() - start)
 
