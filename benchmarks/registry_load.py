@@ -362,7 +362,7 @@ def markdown(doc: dict) -> str:
         )
         + f"; {doc['date']}, 1-minute load average {m['load_average_at_start']} at the start "
         "(other work shared the machine). "
-        f"`python benchmarks/registry_load.py` ({doc['seconds']:.0f} s).",
+        f"`{doc.get('command', 'python benchmarks/registry_load.py')}` ({doc['seconds']:.0f} s).",
         "",
         "Each registration: three unique files (64 KiB model, contract, 16 KiB golden; nothing "
         "deduplicated) and an 8-step gate report, stored whole. SQLite in WAL mode with "
@@ -469,6 +469,7 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     doc: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "args": dict(vars(args))}
+    doc["command"] = " ".join(["python benchmarks/registry_load.py", *sys.argv[1:]])
     doc["args"]["out"] = str(args.out)
     kinds = args.backends.split(",")
     if unknown := [k for k in kinds if k not in KINDS]:
