@@ -50,6 +50,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("mobile",),
     # the web target: a web app's files proven in a headless Chromium (mobile's converter)
     ("web",),
+    # live traffic's judgments: a shadow candidate against its champion (read by the registry)
+    ("shadow",),
     ("registry",),
     ("gate",),
     ("serve",),
