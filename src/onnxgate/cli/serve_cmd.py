@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from onnxgate.cli._common import Format, configure_logging, err, handles_errors
+from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     FROM_FLAGS,
     SessionFlags,
@@ -19,6 +20,7 @@ from onnxgate.errors import ConfigError, ExitCode, ExtraMissing
 
 SERVING = "Serving"
 BATCHING = "Batching and limits"
+SHADOW = "Shadow serving"
 
 HELP = """Serve gated models over the Open Inference Protocol (KServe v2), REST and gRPC.
 
@@ -45,8 +47,20 @@ is looked up every `--poll` seconds: when the alias moves to another passing ver
 version is loaded and proven beside the old one and requests switch to it without failing.
 SIGTERM stops gracefully: readiness turns false, in-flight requests finish (`--grace`).
 
+`--shadow CANDIDATE` runs a candidate beside a served model on its live traffic: the champion
+answers every request as without it; afterwards a sampled share (`--shadow-fraction`) is run on
+the candidate in a low-priority background thread and each output is judged by the candidate
+contract's rules, as `compare` judges. CANDIDATE names the served model it shadows:
+`minilm@candidate` (an alias, followed like `@champion`), `minilm@5`, or `minilm=cand.onnx` for a
+file. The candidate is proven first; one that is not ready never shadows, and says why. Under load
+shadowing stops first: a request is shed when the candidate's queue is full or the champion has
+requests waiting. Figures are in `/metrics` (`onnxgate_shadow_*`) and at
+`GET /v2/models/NAME/shadow`; with registry versions on both sides the pairs are also written to
+the registry for `registry shadow-report`.
+
 Example: `onnxgate serve minilm@champion --registry sqlite:///registry.db`, then
-`curl localhost:8000/v2/health/ready`.
+`curl localhost:8000/v2/health/ready`; with a shadow: `onnxgate serve minilm@champion --shadow
+minilm@candidate --shadow-fraction 0.2`, then `curl localhost:8000/v2/models/minilm/shadow`.
 
 Exit codes: 0 stopped cleanly · 1 a model's gate did not pass, or its downloaded bytes are not
 the ones published · 2 bad reference or option, unknown model, version or alias · 3 a port,
@@ -223,6 +237,76 @@ def serve_command(
             rich_help_panel=BATCHING,
         ),
     ] = None,
+    shadow: Annotated[
+        list[str] | None,
+        flag_option(
+            "shadow.candidates",
+            "--shadow",
+            help="A candidate to run beside a served model on its traffic, judged by its "
+            "contract's rules (repeatable): NAME@ALIAS (followed), NAME@N, or NAME=FILE, NAME "
+            "being the served model it shadows.",
+            metavar="CANDIDATE",
+            show_default=False,
+            rich_help_panel=SHADOW,
+        ),
+    ] = None,
+    shadow_fraction: Annotated[
+        float,
+        flag_option(
+            "shadow.fraction",
+            "--shadow-fraction",
+            help="Share of the answered requests also run on each candidate (0 to 1).",
+            rich_help_panel=SHADOW,
+        ),
+    ] = 1.0,
+    shadow_queue: Annotated[
+        int,
+        flag_option(
+            "shadow.max_queue",
+            "--shadow-queue",
+            help="Requests waiting for a candidate at most; beyond, shed (queue_full).",
+            rich_help_panel=SHADOW,
+        ),
+    ] = 32,
+    shadow_busy: Annotated[
+        int | None,
+        flag_option(
+            "shadow.busy_pending",
+            "--shadow-busy",
+            help="Shed (champion_busy) while the champion has this many other requests pending. "
+            "Default: its max batch times its instances (requests queue behind a full batch).",
+            show_default=False,
+            rich_help_panel=SHADOW,
+        ),
+    ] = None,
+    shadow_threads: Annotated[
+        int,
+        flag_option(
+            "shadow.threads",
+            "--shadow-threads",
+            help="Intra-op threads of a candidate's session (it never spins).",
+            rich_help_panel=SHADOW,
+        ),
+    ] = 1,
+    shadow_keep_inputs: Annotated[
+        bool,
+        flag_option(
+            "shadow.keep_inputs",
+            "--shadow-keep-inputs",
+            help="Keep shadowed requests' inputs (in the registry's pairs); by default only "
+            "their sha256 is kept.",
+            rich_help_panel=SHADOW,
+        ),
+    ] = False,
+    shadow_record: Annotated[
+        int,
+        flag_option(
+            "shadow.keep_pairs",
+            "--shadow-record",
+            help="Newest judged pairs kept in memory per candidate (GET /v2/models/NAME/shadow).",
+            rich_help_panel=SHADOW,
+        ),
+    ] = 100,
     session: SessionFlags = FROM_FLAGS,
     fmt: Annotated[
         Format,
@@ -279,6 +363,15 @@ def serve_command(
         max_body_bytes=max(4 * limit, 1024),
         max_header_bytes=max_header_bytes,
         max_headers=max_headers,
+        shadow=dict(  # built by ServeConfig: a refused value is named by its flag
+            candidates=tuple(shadow or ()),
+            fraction=shadow_fraction,
+            max_queue=shadow_queue,
+            busy_pending=shadow_busy,
+            threads=shadow_threads,
+            keep_inputs=shadow_keep_inputs,
+            keep_pairs=shadow_record,
+        ),
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
         configure_logging(1)  # a server says what it serves and why a model is not ready

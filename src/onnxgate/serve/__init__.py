@@ -29,6 +29,7 @@ from onnxgate.serve._types import InferRequest, InferResponse, RequestTensor
 
 if TYPE_CHECKING:
     from onnxgate.serve._hub import Hub, ModelSettings, ServeConfig
+    from onnxgate.serve._shadow import ShadowSettings
 
 __all__ = [
     "GRAPH_LEVEL",
@@ -44,6 +45,7 @@ __all__ = [
     "Proof",
     "RequestTensor",
     "ServeConfig",
+    "ShadowSettings",
     "Source",
     "TritonOptions",
     "batch_axis",
@@ -63,6 +65,10 @@ def __getattr__(name: str) -> object:
         from onnxgate.serve import _hub
 
         return getattr(_hub, name)
+    if name == "ShadowSettings":
+        from onnxgate.serve._shadow import ShadowSettings
+
+        return ShadowSettings
     raise AttributeError(f"module 'onnxgate.serve' has no attribute {name!r}")
 
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +36,7 @@ from onnxgate.serve._metrics import Metrics
 from onnxgate.serve._model_config import PLATFORM, TritonOptions, build_config
 from onnxgate.serve._predictor import Predictor, PredictorConfig
 from onnxgate.serve._refuse import echo, unique
+from onnxgate.serve._shadow import Shadows, ShadowSettings
 from onnxgate.serve._source import current_number, served_name, split_name
 from onnxgate.serve._tensors import datatype_of
 from onnxgate.serve._types import (
@@ -90,6 +91,8 @@ class ServeConfig(Part):
     metadata (beyond, RESOURCE_EXHAUSTED)."""
     max_headers: int = Field(100, ge=1)
     """The most header fields a REST request may have; beyond, 431."""
+    shadow: ShadowSettings = ShadowSettings()
+    """Candidates run beside the champions on sampled traffic, judged (see ``serve._shadow``)."""
 
     def settings_for(self, name: str) -> ModelSettings:
         """The settings of one served model."""
@@ -174,6 +177,7 @@ class Hub:
         self.started = time.time()
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="onnxgate-run")
         self._watchers: list[asyncio.Task[None]] = []
+        self.shadows = Shadows(self)
 
     @property
     def leaving(self) -> bool:
@@ -273,10 +277,15 @@ class Hub:
                 f"not serve (it serves {', '.join(sorted(self.entries))}).",
                 field="models",
             )
+        await self.shadows.load()
         if self.config.poll_seconds > 0:
             for entry in self.entries.values():
                 if entry.follow:
-                    self._watchers.append(loop.create_task(self._watch(entry)))
+                    watch = self._watch(entry, lambda e=entry: self.check_alias(e))
+                    self._watchers.append(loop.create_task(watch))
+            for shadow in self.shadows.followed():
+                watch = self._watch(shadow, lambda s=shadow: self.shadows.check_alias(s))
+                self._watchers.append(loop.create_task(watch))
 
     def _add(self, entry: Entry, predictor: Predictor) -> None:
         entry.versions[predictor.version] = Served(predictor, self._batcher(predictor))
@@ -284,11 +293,12 @@ class Hub:
         if predictor.ready or not entry.current:
             entry.current = predictor.version
 
-    async def _watch(self, entry: Entry) -> None:
+    async def _watch(self, entry: Any, check: Callable[[], Awaitable[bool]]) -> None:
+        """Poll ``entry``'s alias (a served name's, or a shadow candidate's) with ``check``."""
         while not self.stopping:
             await asyncio.sleep(self.config.poll_seconds)
             try:
-                await self.check_alias(entry)
+                await check()
             except asyncio.CancelledError:
                 raise
             except GateError as err:
@@ -302,38 +312,8 @@ class Hub:
         Returns:
             True when a switch happened.
         """
-        assert entry.follow is not None
-        loop = asyncio.get_running_loop()
-        settings = self.config.predictor
-        _, ref = split_name(entry.follow)
-        number, passed = await loop.run_in_executor(
-            self._executor, current_number, ref, settings.registry, settings.store
-        )
-        if str(number) == entry.current or number in entry.refused:
-            return False
-        if not passed and not self.config.predictor.allow_ungated:
-            log.error("%s: %s points at version %d, whose gate did not pass; staying on %s",
-                      entry.name, ref, number, entry.current)  # fmt: skip
-            entry.refused.add(number)
-            return False
-        base = ref.partition("@")[0].partition(":")[0]
-        item = f"{entry.name}={base}@{number}"
-        log.info("%s: %s now points at version %d; opening and proving it", entry.name, ref, number)
-        try:
-            predictor = await loop.run_in_executor(self._executor, self._open, item)
-        except NotGated as err:  # a verdict: not retried until the alias moves again
-            log.error("%s: version %d is refused: %s", entry.name, number, err)
-            entry.refused.add(number)
-            return False
-        except GateError as err:  # the registry or the files may come back: retried next time
-            log.warning("%s: version %d cannot be opened now (%s); staying on %s, will retry",
-                        entry.name, number, err, entry.current)  # fmt: skip
-            return False
-        if not predictor.ready:
-            log.error("%s: version %d is not ready here (%s); staying on %s",
-                      entry.name, number, predictor.why_not(), entry.current)  # fmt: skip
-            entry.refused.add(number)
-            predictor.close()
+        predictor = await self.next_version(entry)
+        if predictor is None:
             return False
         old = entry.versions.get(entry.current)
         self._add(entry, predictor)
@@ -342,6 +322,51 @@ class Hub:
         if old is not None:
             await self._retire(entry, old)
         return True
+
+    async def next_version(
+        self, entry: Any, opener: Callable[[str], Predictor] | None = None
+    ) -> Predictor | None:
+        """Look ``entry``'s alias up once: the version it names, opened and proven, if it is new.
+
+        ``entry`` has ``name``, ``follow``, ``current`` and ``refused`` (an ``Entry``, or a
+        shadow candidate's ``Shadow``); ``opener`` opens an item (default: as a served version).
+        A version whose gate did not pass, or that is not ready here, is refused (not retried
+        until the alias moves again); one that cannot be opened now is retried next time.
+        """
+        assert entry.follow is not None
+        loop = asyncio.get_running_loop()
+        settings = self.config.predictor
+        _, ref = split_name(entry.follow)
+        number, passed = await loop.run_in_executor(
+            self._executor, current_number, ref, settings.registry, settings.store
+        )
+        if str(number) == entry.current or number in entry.refused:
+            return None
+        if not passed and not self.config.predictor.allow_ungated:
+            log.error("%s: %s points at version %d, whose gate did not pass; staying on %s",
+                      entry.name, ref, number, entry.current)  # fmt: skip
+            entry.refused.add(number)
+            return None
+        base = ref.partition("@")[0].partition(":")[0]
+        item = f"{entry.name}={base}@{number}"
+        log.info("%s: %s now points at version %d; opening and proving it", entry.name, ref, number)
+        try:
+            predictor = await loop.run_in_executor(self._executor, opener or self._open, item)
+        except NotGated as err:  # a verdict: not retried until the alias moves again
+            log.error("%s: version %d is refused: %s", entry.name, number, err)
+            entry.refused.add(number)
+            return None
+        except GateError as err:  # the registry or the files may come back: retried next time
+            log.warning("%s: version %d cannot be opened now (%s); staying on %s, will retry",
+                        entry.name, number, err, entry.current)  # fmt: skip
+            return None
+        if not predictor.ready:
+            log.error("%s: version %d is not ready here (%s); staying on %s",
+                      entry.name, number, predictor.why_not(), entry.current)  # fmt: skip
+            entry.refused.add(number)
+            predictor.close()
+            return None
+        return predictor
 
     async def _retire(self, entry: Entry, served: Served) -> None:
         drained = await served.batcher.drain(self.config.grace_seconds)
@@ -552,6 +577,8 @@ class Hub:
         except Exception as err:
             self.count_failure(name, version, err, time.perf_counter() - start)
             raise
+        if self.shadows:  # after the answer is computed; O(1), never raises (serve._shadow)
+            self.shadows.offer(name, served, feeds, result, time.perf_counter() - start)
         self.metrics.success.labels(name, version).inc()
         self.metrics.request_seconds.labels(name, version).observe(time.perf_counter() - start)
         return InferResponse(name, version, [(n, result[n]) for n in names], request.id)
@@ -591,6 +618,7 @@ class Hub:
             await served.batcher.close()
             served.predictor.close()
             self.metrics.ready.labels(served.predictor.name, served.version).set(0)
+        self.shadows.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -139,6 +139,7 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.shadow = ShadowMetrics(self.registry)
 
     def text(self) -> bytes:
         """The exposition text of every metric."""
@@ -259,3 +260,111 @@ class _Reader:
             "count": int(self._samples(metric, "_count")),
             "ns": _ns(self._samples(metric, "_sum")),
         }
+
+
+class ShadowMetrics:
+    """Shadow serving's metrics (``onnxgate_shadow_*``), labelled by model and candidate version.
+
+    A request not drawn by the sampling fraction is ``sampled_out``, which is not shedding;
+    ``shed`` counts the requests drawn but not shadowed, by reason: ``queue_full`` (the
+    candidate's queue is full) or ``champion_busy`` (the champion has requests waiting). The
+    per-output gauges hold the worst figure over every pair judged since the candidate started.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "candidate")
+        per_output = (*labels, "output")
+
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, (*labels, *extra), registry=registry)
+
+        def gauge(name: str, doc: str, names: tuple[str, ...] = per_output) -> Gauge:
+            return Gauge(name, doc, names, registry=registry)
+
+        self._pairs = counter(
+            "onnxgate_shadow_pairs",
+            "Shadowed requests judged, by outcome: passed (every output within the candidate "
+            "contract's rule), failed, error (the candidate failed to run).",
+            ("outcome",),
+        )
+        self._shed = counter(
+            "onnxgate_shadow_shed",
+            "Requests drawn for shadowing but not shadowed, by reason: queue_full, champion_busy.",
+            ("reason",),
+        )
+        self._sampled_out = counter(
+            "onnxgate_shadow_sampled_out",
+            "Requests the sampling fraction did not draw (not shedding).",
+        )
+        self._failures = counter(
+            "onnxgate_shadow_rule_failures",
+            "Shadowed requests whose output broke the candidate contract's rule.",
+            ("output",),
+        )
+        self._dropped = counter(
+            "onnxgate_shadow_persist_dropped",
+            "Judged pairs not written to the registry (its buffer full, or no shadow tables).",
+        )
+        self._max_abs = gauge(
+            "onnxgate_shadow_max_abs", "Worst max abs difference from the champion's output."
+        )
+        self._cosine = gauge(
+            "onnxgate_shadow_min_cosine", "Lowest cosine similarity to the champion's output."
+        )
+        self._top1 = gauge(
+            "onnxgate_shadow_min_top1",
+            "Lowest share of rows whose argmax agrees with the champion's.",
+        )
+        self._depth = gauge(
+            "onnxgate_shadow_queue_depth", "Requests waiting for or run by the candidate.", labels
+        )
+        self._ready = gauge(
+            "onnxgate_shadow_ready", "1 when the candidate is proven here and shadowing.", labels
+        )
+        self._seconds = Histogram(
+            "onnxgate_shadow_candidate_duration_seconds",
+            "Time the candidate took on one shadowed request.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._worst: dict[tuple[str, str, str], list[float | None]] = {}
+
+    def ready(self, name: str, version: str, ready: bool) -> None:
+        self._ready.labels(name, version).set(int(ready))
+
+    def depth(self, name: str, version: str, queue: Any) -> None:
+        self._depth.labels(name, version).set_function(lambda: queue.pending)
+
+    def sampled_out(self, name: str, version: str) -> None:
+        self._sampled_out.labels(name, version).inc()
+
+    def shed(self, name: str, version: str, reason: str) -> None:
+        self._shed.labels(name, version, reason).inc()
+
+    def dropped(self, name: str, version: str, count: int) -> None:
+        self._dropped.labels(name, version).inc(count)
+
+    def pair(self, name: str, version: str, outcome: str, seconds: float) -> None:
+        self._pairs.labels(name, version, outcome).inc()
+        self._seconds.labels(name, version).observe(seconds)
+
+    def judged(self, name: str, version: str, pair: Any, seconds: float) -> None:
+        """One judged ``ShadowPair``: its outcome, its time, and each output's figures."""
+        self.pair(name, version, "passed" if pair.passed else "failed", seconds)
+        for figures in pair.outputs:
+            key = (name, version, figures.name)
+            if not figures.passed:
+                self._failures.labels(*key).inc()
+            worst = self._worst.setdefault(key, [None, None, None])
+            for i, (value, gauge, pick) in enumerate(
+                (
+                    (figures.max_abs, self._max_abs, max),
+                    (figures.cosine, self._cosine, min),
+                    (figures.top1, self._top1, min),
+                )
+            ):
+                if value is None or value != value:  # absent or NaN
+                    continue
+                worst[i] = value if worst[i] is None else pick(worst[i], value)
+                gauge.labels(*key).set(worst[i])

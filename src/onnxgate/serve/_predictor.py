@@ -48,7 +48,7 @@ from onnxgate.serve._source import Source, resolve
 from onnxgate.serve._tensors import output_datatype
 from onnxgate.serve._types import RequestTensor
 from onnxgate.serve._validate import RequestValidator
-from onnxgate.settings import Part, SessionSettings
+from onnxgate.settings import Part, SessionSettings, Tolerances
 
 if TYPE_CHECKING:
     from onnxgate.runners import OrtRunner
@@ -185,6 +185,8 @@ class Predictor:
         self.max_batch = bound.max if bound and bound.max is not None else None
         """The largest batch the contract proved (None: no batch axis, or unbounded)."""
         self.proof: Proof | None = None
+        self.tolerances: Tolerances | None = None
+        """The contract's output rules as admitted by ``prove`` (what a shadow judges with)."""
         self.counts = Counts()
         self._lock = threading.Lock()
         self._closed = False
@@ -290,6 +292,7 @@ class Predictor:
             passed = False
         else:
             passed = admission.passed
+            self.tolerances = admission.tolerances
             identity = _admitted(admission) if passed else f"failed: {admission.identity.reason}"
         if passed:
             expected = admission.expected

@@ -174,6 +174,10 @@ class RestApp:
             _allow(method, "GET")
             found = self.hub.statistics(name, version or "")
             return await _json(send, 200, {"model_stats": found})
+        if rest == ["shadow"] and version is None:
+            _allow(method, "GET")
+            self.hub.served(name)  # 404 for a name not served, 503 while it loads
+            return await _json(send, 200, self.hub.shadows.summary(name))
         if rest == ["infer"]:
             _allow(method, "POST")
             return await self._infer(scope, receive, send, name, version)

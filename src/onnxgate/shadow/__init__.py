@@ -7,6 +7,7 @@ them.
 
 from __future__ import annotations
 
+from onnxgate.shadow._bucket import Buckets, bucket_of
 from onnxgate.shadow._types import OutputFigures, ShadowPair
 
-__all__ = ["OutputFigures", "ShadowPair"]
+__all__ = ["Buckets", "OutputFigures", "ShadowPair", "bucket_of"]

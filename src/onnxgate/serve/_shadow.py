@@ -1,0 +1,732 @@
+"""Shadow serving: a candidate run beside the champion on live traffic, judged, never in the way.
+
+The champion answers every request exactly as without a shadow. After its answer is computed,
+``Hub.infer`` offers the request (the validated feeds, the champion's outputs, its time) to each
+candidate of that name; the offer is O(1) and never blocks or raises: a sampling draw, a look at
+the champion's queue, and ``OffPath.offer``. A request is *shed* (counted, not shadowed) when the
+candidate's queue is full or when the champion is busy, so under load shadowing stops first:
+
+- ``champion_busy``: the champion has at least ``busy_pending`` other requests pending (default:
+  its ``max_batch`` times its ``instances``, i.e. more than one round of executions can take:
+  requests are queueing behind a full batch). A shadow run then would take CPU from requests
+  that are waiting.
+- ``queue_full``: ``max_queue`` requests wait for the candidate already (it is slower than the
+  sampled traffic).
+
+A request not drawn by ``fraction`` is *sampled out*, which is not shedding.
+
+The candidate runs in the ``OffPath`` worker (a thread at lower priority) with its own session of
+``threads`` intra-op threads (1 by default) and no spinning: a spinning ORT thread pool burns a
+core waiting for work, and these threads must yield the CPU to the champion's. Each output is
+judged by ``compare``'s judge with the CANDIDATE contract's rules (what its proof admitted), into
+a ``ShadowPair``; pairs go to a bounded in-memory ``ShadowRecord`` (``GET
+/v2/models/{name}/shadow``), to Prometheus, and, when both versions come from the registry, to the
+registry through a ``ShadowSink`` written from its own background thread in batches.
+
+A candidate is opened and proven like any served version; one that is not ready never shadows,
+and the reason is logged and shown in its record. An alias (``NAME@candidate``) is followed with
+the hub's polling, like ``@champion``; when it moves, the new version is proven, the shadow
+switches to it and a new shadow run starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import logging
+import random
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from pydantic import Field
+
+from onnxgate.errors import ConfigError, GateError
+from onnxgate.serve._offpath import OffPath
+from onnxgate.serve._predictor import Predictor, PredictorConfig
+from onnxgate.serve._source import served_name, split_name
+from onnxgate.settings import Part
+from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
+
+if TYPE_CHECKING:
+    from onnxgate.serve._hub import Hub, Served
+    from onnxgate.serve._metrics import ShadowMetrics
+
+log = logging.getLogger(__name__)
+
+NO_SPIN = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+"""Session config of a candidate's session: its idle threads sleep instead of spinning."""
+WORST_KEPT = 10
+"""Worst pairs the in-memory record keeps besides the newest."""
+
+
+class ShadowSettings(Part):
+    """Candidates shadowing served models, and how much of the traffic they see."""
+
+    candidates: tuple[str, ...] = ()
+    """What shadows which served name: ``NAME@ALIAS``, ``NAME@N`` (a registry version of a served
+    name) or ``NAME=REF`` (a file shadowing the model served as NAME). Several per name allowed."""
+    fraction: float = Field(1.0, ge=0.0, le=1.0)
+    """Share of the champion's answered requests offered to each candidate."""
+    max_queue: int = Field(32, ge=1)
+    """Requests waiting for a candidate at most; beyond, shed (``queue_full``)."""
+    busy_pending: int | None = Field(None, ge=1)
+    """The champion's other pending requests at which shadowing sheds (``champion_busy``);
+    default: its max_batch times its instances."""
+    threads: int = Field(1, ge=1)
+    """Intra-op threads of a candidate's session (it never spins)."""
+    keep_inputs: bool = False
+    """Keep each shadowed request's feeds (an .npz in the pair); otherwise only their sha256."""
+    keep_pairs: int = Field(100, ge=0)
+    """Newest pairs the in-memory record keeps per candidate (GET /v2/models/NAME/shadow)."""
+    persist: bool = True
+    """Write pairs to the registry when champion and candidate both come from it."""
+    persist_batch: int = Field(64, ge=1)
+    """Pairs per registry write."""
+    persist_buffer: int = Field(10_000, ge=1)
+    """Pairs waiting for the registry at most (while it is unreachable); beyond, dropped and
+    counted."""
+
+
+# -- the record ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Tally:
+    rule: str
+    pairs: int = 0
+    failed: int = 0
+    max_abs: float | None = None
+    min_cosine: float | None = None
+    min_top1: float | None = None
+    first_failure: str | None = None
+
+    def add(self, figures: OutputFigures) -> None:
+        self.pairs += 1
+        self.rule = figures.rule
+        if not figures.passed:
+            self.failed += 1
+            self.first_failure = self.first_failure or figures.reason
+        self.max_abs = _worst(self.max_abs, figures.max_abs, max)
+        self.min_cosine = _worst(self.min_cosine, figures.cosine, min)
+        self.min_top1 = _worst(self.min_top1, figures.top1, min)
+
+
+def _worst(old: float | None, new: float | None, pick: Any) -> float | None:
+    if new is None or not np.isfinite(new):
+        return old
+    return new if old is None else pick(old, new)
+
+
+class ShadowRecord:
+    """What one candidate's shadow saw, bounded: the newest pairs, the worst, and tallies of all."""
+
+    def __init__(self, keep: int) -> None:
+        self._lock = threading.Lock()
+        self.newest: deque[ShadowPair] = deque(maxlen=keep)
+        self.worst: list[ShadowPair] = []
+        self.tallies: dict[str, _Tally] = {}
+        self.buckets: Counter[str] = Counter()
+        self.pairs = self.passed = self.errors = 0
+        self.last_error: str | None = None
+
+    def add(self, pair: ShadowPair) -> None:
+        """Count a judged pair (called by the worker thread)."""
+        with self._lock:
+            self.pairs += 1
+            self.passed += pair.passed
+            self.buckets[pair.bucket] += 1
+            for figures in pair.outputs:
+                self.tallies.setdefault(figures.name, _Tally(figures.rule)).add(figures)
+            self.newest.append(pair)
+            self.worst = sorted([*self.worst, pair], key=_badness)[:WORST_KEPT]
+
+    def error(self, message: str) -> None:
+        """Count a candidate run that failed (no pair)."""
+        with self._lock:
+            self.errors += 1
+            self.last_error = message
+
+    def summary(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        with self._lock:
+            return {
+                "pairs": self.pairs,
+                "passed": self.passed,
+                "failed": self.pairs - self.passed,
+                "errors": self.errors,
+                "last_error": self.last_error,
+                "buckets": dict(sorted(self.buckets.items())),
+                "outputs": {
+                    name: {
+                        "rule": t.rule,
+                        "pairs": t.pairs,
+                        "failed": t.failed,
+                        "pass_rate": (t.pairs - t.failed) / t.pairs if t.pairs else None,
+                        "max_abs": t.max_abs,
+                        "min_cosine": t.min_cosine,
+                        "min_top1": t.min_top1,
+                        "first_failure": t.first_failure,
+                    }
+                    for name, t in sorted(self.tallies.items())
+                },
+                "worst": [_pair_json(p) for p in self.worst],
+                "newest": [_pair_json(p) for p in self.newest],
+            }
+
+
+def _badness(pair: ShadowPair) -> tuple[bool, int, float]:
+    """Failing pairs first, then more failed outputs, then the largest max abs."""
+    worst_abs = max((o.max_abs or 0.0 for o in pair.outputs), default=0.0)
+    return (pair.passed, -len(pair.failed_outputs), -worst_abs)
+
+
+def _pair_json(pair: ShadowPair) -> dict[str, Any]:
+    data = pair.model_dump(mode="json", exclude={"inputs"})
+    data["inputs_kept"] = pair.inputs is not None
+    return data
+
+
+# -- persistence ---------------------------------------------------------------------------------
+
+
+class ShadowSink(Protocol):
+    """Where judged pairs are kept beyond the process (the registry by default)."""
+
+    def open(self, name: str, candidate: int, champion: int, settings: dict[str, Any]) -> int:
+        """Start a shadow run of ``candidate`` against ``champion``; its id."""
+        ...
+
+    def add(self, run_id: int, pairs: Sequence[ShadowPair]) -> None:
+        """Append judged pairs to a run."""
+        ...
+
+
+class SinkUnsupported(Exception):
+    """The sink cannot keep shadow runs at all (a registry without shadow tables): not retried."""
+
+
+class RegistrySink:
+    """``Registry.shadow_open`` / ``shadow_add`` on the registry the versions came from.
+
+    The registry is opened lazily in the writer's thread, and reopened after a failure.
+    """
+
+    def __init__(self, url: str | None, store: str | None) -> None:
+        self.url = url
+        self.store = store
+        self._registry: Any = None
+
+    def _open_registry(self) -> Any:
+        if self._registry is None:
+            from onnxgate.registry import open_registry
+
+            self._registry = open_registry(self.url, self.store)
+        if not hasattr(self._registry, "shadow_open"):
+            raise SinkUnsupported(
+                "this registry has no shadow runs (Registry.shadow_open is missing: onnxgate's "
+                "registry predates them)"
+            )
+        return self._registry
+
+    def _reset(self) -> None:
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            try:
+                registry.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
+                log.debug("closing the registry failed", exc_info=True)
+
+    def open(self, name: str, candidate: int, champion: int, settings: dict[str, Any]) -> int:
+        try:
+            return int(self._open_registry().shadow_open(name, candidate, champion, settings))
+        except SinkUnsupported:
+            raise
+        except Exception:
+            self._reset()
+            raise
+
+    def add(self, run_id: int, pairs: Sequence[ShadowPair]) -> None:
+        try:
+            self._open_registry().shadow_add(run_id, pairs)
+        except SinkUnsupported:
+            raise
+        except Exception:
+            self._reset()
+            raise
+
+
+@dataclass
+class _Run:
+    name: str
+    candidate: int
+    champion: int
+    settings: dict[str, Any]
+    id: int | None = None
+
+
+class Persister:
+    """Writes pairs to a sink in batches from its own thread; retries with backoff; bounded.
+
+    ``add`` is called by the shadow's worker, never by the request path. When the sink fails
+    (the registry is unreachable), pairs wait, up to ``bound``; beyond, they are dropped and
+    counted in ``dropped``. A sink that cannot keep shadow runs at all is said once in the log,
+    and what it would have kept is dropped.
+    """
+
+    BACKOFF = (0.5, 30.0)
+    """First and longest wait (seconds) before retrying a failed write."""
+
+    def __init__(
+        self, sink: ShadowSink, *, batch: int, bound: int, label: str, on_drop: Any = None
+    ) -> None:
+        self.sink = sink
+        self.batch = batch
+        self.bound = bound
+        self.label = label
+        self.dropped = self.written = 0
+        self.unsupported: str | None = None
+        self._on_drop = on_drop or (lambda count: None)
+        self._items: deque[tuple[_Run, ShadowPair]] = deque()
+        self._run: _Run | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name=f"{label}-persist", daemon=True)
+        self._thread.start()
+
+    def start_run(self, name: str, candidate: int, champion: int, settings: dict) -> None:
+        """Pairs added from now on belong to a new run (opened by the writer before its first)."""
+        with self._lock:
+            self._run = _Run(name, candidate, champion, settings)
+
+    def add(self, pair: ShadowPair) -> None:
+        """Queue a pair for the current run (dropped and counted when full or unsupported)."""
+        with self._lock:
+            run = self._run
+            if run is None or self.unsupported or len(self._items) >= self.bound:
+                self.dropped += 1
+                dropped = True
+            else:
+                self._items.append((run, pair))
+                dropped = False
+        if dropped:
+            self._on_drop(1)
+        elif len(self._items) >= self.batch:
+            self._wake.set()
+
+    @property
+    def waiting(self) -> int:
+        """Pairs not written yet."""
+        return len(self._items)
+
+    def _take(self) -> list[tuple[_Run, ShadowPair]]:
+        with self._lock:
+            if not self._items:
+                return []
+            run = self._items[0][0]
+            taken = []
+            while self._items and len(taken) < self.batch and self._items[0][0] is run:
+                taken.append(self._items.popleft())
+            return taken
+
+    def _give_back(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
+        with self._lock:
+            self._items.extendleft(reversed(taken))
+
+    def _write(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
+        run = taken[0][0]
+        if run.id is None:
+            run.id = self.sink.open(run.name, run.candidate, run.champion, run.settings)
+            log.info("%s: shadow run %d of version %d against %d", self.label, run.id,
+                     run.candidate, run.champion)  # fmt: skip
+        self.sink.add(run.id, [pair for _, pair in taken])
+        self.written += len(taken)
+
+    def _loop(self) -> None:
+        wait = self.BACKOFF[0]
+        while True:
+            self._wake.wait(1.0)
+            self._wake.clear()
+            while taken := self._take():
+                try:
+                    self._write(taken)
+                except SinkUnsupported as err:
+                    self._unsupported(str(err), len(taken))
+                    break
+                except Exception as err:  # the registry is down: keep counting, retry later
+                    self._give_back(taken)
+                    log.warning("%s: writing %d shadow pair(s) failed (%s); retrying in %.1f s",
+                                self.label, len(taken), err, wait)  # fmt: skip
+                    if self._stop:
+                        return
+                    self._wake.wait(wait)
+                    wait = min(wait * 2, self.BACKOFF[1])
+                    break
+                else:
+                    wait = self.BACKOFF[0]
+            if self._stop:
+                return
+
+    def _unsupported(self, why: str, count: int) -> None:
+        with self._lock:
+            dropped = count + len(self._items)
+            self._items.clear()
+            self.unsupported = why
+            self.dropped += dropped
+        self._on_drop(dropped)
+        log.warning("%s: %s; shadow pairs are kept in memory only (GET /v2/models/NAME/shadow)",
+                    self.label, why)  # fmt: skip
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Try a last write of what waits, then stop."""
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout)
+
+
+# -- one candidate -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Job:
+    feeds: Mapping[str, np.ndarray]
+    outputs: Mapping[str, np.ndarray]
+    at: float
+    champion_ms: float
+    champion: str
+    generation: int
+
+
+@dataclass
+class Shadow:
+    """One candidate shadowing one served name (its own queue, worker, record and run)."""
+
+    name: str
+    """The served name whose champion it shadows."""
+    item: str
+    settings: ShadowSettings
+    metrics: ShadowMetrics
+    follow: str | None = None
+    """The registry reference followed (``name@candidate``), like a champion's alias."""
+    current: str = ""
+    """The candidate version shadowing now."""
+    refused: set[int] = field(default_factory=set)
+    predictor: Predictor | None = None
+    why: str = "not opened yet"
+    """Why the candidate does not shadow (empty while it does)."""
+    persister: Persister | None = None
+    champion_source: Any = None
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        self.record = ShadowRecord(self.settings.keep_pairs)
+        self.queue: OffPath[_Job] = OffPath(
+            self._handle, max_queue=self.settings.max_queue, label=f"shadow {self.item}"
+        )
+        self._buckets: Buckets | None = None
+        self._run_champion: str | None = None
+        self._tolerances: Any = None
+        self.shed: Counter[str] = Counter()
+        """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
+        self.sampled_out = 0
+        self.label = ""
+        """The ``candidate`` label of its metrics: the registry version, or the file."""
+
+    @property
+    def active(self) -> bool:
+        """Proven and shadowing."""
+        return self.predictor is not None and self.predictor.ready
+
+    def use(self, predictor: Predictor) -> Predictor | None:
+        """Shadow with ``predictor`` from now on (when it is ready); the one it replaces."""
+        old = self.predictor
+        self.predictor = predictor
+        self.current = predictor.version
+        self.label = predictor.version if predictor.source.registry else split_name(self.item)[1]
+        self.generation += 1
+        self.metrics.ready(self.name, self.label, predictor.ready)
+        if predictor.ready:
+            self.why = ""
+            self._buckets = Buckets(predictor.contract)
+            self._tolerances = predictor.tolerances
+            self._run_champion = None  # a new run starts with the next pair
+            self.metrics.depth(self.name, self.label, self.queue)
+            log.info("%s: %s@%s shadows it (fraction %g, queue %d, %d intra-op thread(s))",
+                     self.name, predictor.name, predictor.version, self.settings.fraction,
+                     self.settings.max_queue, self.settings.threads)  # fmt: skip
+        else:
+            self.why = f"{predictor.name}@{predictor.version} is not ready: {predictor.why_not()}"
+            log.error("%s: candidate %s never shadows: %s", self.name, self.item, self.why)
+        return old
+
+    def offer(
+        self, served: Served, feeds: Mapping[str, np.ndarray], outputs: dict, seconds: float
+    ) -> None:
+        """Offer one answered request (the request path: O(1), never blocks, never raises)."""
+        predictor = self.predictor
+        if predictor is None or not predictor.ready:
+            return
+        version = self.label
+        fraction = self.settings.fraction
+        if fraction < 1.0 and random.random() >= fraction:
+            self.sampled_out += 1
+            self.metrics.sampled_out(self.name, version)
+            return
+        batcher = served.batcher
+        busy = self.settings.busy_pending or batcher.max_batch * batcher.instances
+        if batcher.pending >= busy:
+            self.shed["champion_busy"] += 1
+            self.metrics.shed(self.name, version, "champion_busy")
+            return
+        job = _Job(feeds, outputs, time.time(), seconds * 1000, served.version, self.generation)
+        if not self.queue.offer(job):
+            self.shed["queue_full"] += 1
+            self.metrics.shed(self.name, version, "queue_full")
+
+    def _handle(self, job: _Job) -> None:
+        predictor = self.predictor
+        if predictor is None or job.generation != self.generation or not predictor.ready:
+            return  # the candidate switched while this waited: judged by the old one, not kept
+        version = self.label
+        start = time.perf_counter()
+        try:
+            values = predictor.serve(
+                job.feeds, [n for n in job.outputs if n in predictor.output_names]
+            )
+        except GateError as err:
+            self.record.error(err.message)
+            self.metrics.pair(self.name, version, "error", time.perf_counter() - start)
+            return
+        took = time.perf_counter() - start
+        figures = tuple(self._judge(predictor, n, values.get(n), v) for n, v in job.outputs.items())
+        assert self._buckets is not None
+        pair = ShadowPair(
+            at=job.at,
+            bucket=self._buckets(job.feeds),
+            passed=all(f.passed for f in figures),
+            outputs=figures,
+            input_digest=input_digest(job.feeds),
+            inputs=_npz(job.feeds) if self.settings.keep_inputs else None,
+            champion_ms=job.champion_ms,
+            candidate_ms=took * 1000,
+        )
+        self.record.add(pair)
+        self.metrics.judged(self.name, version, pair, took)
+        if self.persister is not None:
+            if job.champion != self._run_champion:  # first pair, or the champion moved
+                self._run_champion = job.champion
+                self.persister.start_run(
+                    self.name, int(predictor.version), int(job.champion), self._run_settings()
+                )
+            self.persister.add(pair)
+
+    def _judge(
+        self, predictor: Predictor, name: str, candidate: Any, champion: Any
+    ) -> OutputFigures:
+        from onnxgate.compare._compare import _judge
+
+        if candidate is None:
+            return OutputFigures(
+                name=name,
+                passed=False,
+                rule="present",
+                reason=f"the candidate has no output {name!r}",
+            )
+        declared = None if predictor.labels.get(name) else _declared(predictor, name)
+        found = _judge(name, candidate, champion, self._tolerances, "shadow", declared)
+        return OutputFigures(
+            name=name,
+            passed=found.passed,
+            rule=found.criterion,
+            reason=found.reason,
+            max_abs=found.max_abs,
+            cosine=found.cosine,
+            top1=found.top1,
+            mismatch_fraction=found.mismatch_fraction,
+            nonfinite=found.nonfinite_mismatches,
+        )
+
+    def _run_settings(self) -> dict[str, Any]:
+        return self.settings.model_dump(
+            mode="json", include={"fraction", "max_queue", "busy_pending", "threads", "keep_inputs"}
+        ) | {"item": self.item}
+
+    def summary(self) -> dict[str, Any]:
+        """This candidate's record, state and shedding, as JSON-ready data."""
+        return {
+            "candidate": self.item,
+            "version": self.current or None,
+            "follows": self.follow,
+            "shadowing": self.active,
+            "reason": self.why or None,
+            "fraction": self.settings.fraction,
+            "queue": {"pending": self.queue.pending, "max": self.settings.max_queue},
+            "shed": {
+                "queue_full": self.shed["queue_full"],
+                "champion_busy": self.shed["champion_busy"],
+            },
+            "sampled_out": self.sampled_out,
+            "persisted": None
+            if self.persister is None
+            else {
+                "written": self.persister.written,
+                "waiting": self.persister.waiting,
+                "dropped": self.persister.dropped,
+                "unsupported": self.persister.unsupported,
+            },
+        } | self.record.summary()
+
+    def close(self) -> None:
+        """Stop the worker and the writer; release the candidate's session."""
+        self.queue.close()
+        if self.persister is not None:
+            self.persister.close()
+        if self.predictor is not None:
+            self.predictor.close()
+
+
+def _declared(predictor: Predictor, name: str) -> str | None:
+    return next((o.type for o in predictor.outputs if o.name == name), None)
+
+
+def input_digest(feeds: Mapping[str, np.ndarray]) -> str:
+    """sha256 of the feeds: names, dtypes, shapes and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(feeds):
+        array = np.ascontiguousarray(feeds[name])
+        digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _npz(feeds: Mapping[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, allow_pickle=False, **{k: np.asarray(v) for k, v in feeds.items()})
+    return buffer.getvalue()
+
+
+# -- every candidate of a server -----------------------------------------------------------------
+
+
+class Shadows:
+    """The hub's candidates, by served name: opened after the champions, offered each answer."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.settings = hub.config.shadow
+        self.by_name: dict[str, list[Shadow]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_name)
+
+    def config(self) -> PredictorConfig:
+        """How a candidate's session is made: few intra-op threads, one inter-op, no spinning.
+
+        Tuned settings are not used (they are the champion's choice for latency on all cores).
+        """
+        base = self.hub.config.predictor
+        session = base.session.model_copy(
+            update={
+                "threads": self.settings.threads,
+                "inter_op_threads": 1,
+                "parallel": False,
+                "session_config": base.session.session_config | NO_SPIN,
+            }
+        )
+        return base.model_copy(update={"session": session, "tuned": False})
+
+    def open(self, item: str) -> Predictor:
+        """Open and prove a candidate (in a thread: it is slow)."""
+        return Predictor.open(item, self.config())
+
+    async def load(self) -> None:
+        """Open and prove every candidate; start following aliases.
+
+        A candidate that cannot be opened or proven is kept, not shadowing, with the reason.
+
+        Raises:
+            ConfigError: a candidate names a model this server does not serve.
+        """
+        loop = asyncio.get_running_loop()
+        metrics = self.hub.metrics.shadow
+        for item in self.settings.candidates:
+            name = served_name(item)
+            entry = self.hub.entries.get(name)
+            if entry is None:
+                raise ConfigError(
+                    f"--shadow {item!r} shadows {name!r}, which this server does not serve (it "
+                    f"serves {', '.join(sorted(self.hub.entries)) or 'nothing'}); name a served "
+                    "model: NAME@ALIAS, NAME@N, or NAME=FILE.",
+                    field="shadow.candidates",
+                )
+            shadow = Shadow(name, item, self.settings, metrics)
+            self.by_name.setdefault(name, []).append(shadow)
+            try:
+                predictor = await loop.run_in_executor(self.hub._executor, self.open, item)
+            except GateError as err:
+                shadow.why = f"cannot be opened: {err.message}"
+                log.error("%s: candidate %s never shadows: %s", name, item, shadow.why)
+                continue
+            if predictor.source.alias:
+                shadow.follow = split_name(item)[1]
+            champion = entry.versions[entry.current].predictor.source
+            if self.settings.persist and predictor.source.registry and champion.registry:
+                shadow.persister = Persister(
+                    RegistrySink(predictor.source.registry, self.hub.config.predictor.store),
+                    batch=self.settings.persist_batch,
+                    bound=self.settings.persist_buffer,
+                    label=f"shadow {item}",
+                    on_drop=lambda count, s=shadow: metrics.dropped(s.name, s.label, count),
+                )
+            shadow.use(predictor)
+            if not predictor.ready:  # kept out of the way, with its reason; an alias may move on
+                shadow.predictor = None
+                shadow.refused.add(int(predictor.version))
+                predictor.close()
+
+    def followed(self) -> list[Shadow]:
+        """The candidates that follow an alias."""
+        return [s for shadows in self.by_name.values() for s in shadows if s.follow]
+
+    async def check_alias(self, shadow: Shadow) -> bool:
+        """Look the candidate's alias up once; switch the shadow to a new proven version.
+
+        Returns:
+            True when the shadow switched (a new shadow run starts with its next pair).
+        """
+        predictor = await self.hub.next_version(shadow, self.open)
+        if predictor is None:
+            return False
+        old = shadow.use(predictor)
+        log.info("%s: the shadow switched to candidate version %s", shadow.name, predictor.version)
+        if old is not None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, shadow.queue.wait_idle, self.hub.config.grace_seconds)
+            old.close()
+        return True
+
+    def offer(
+        self, name: str, served: Served, feeds: Mapping, outputs: dict, seconds: float
+    ) -> None:
+        """Offer an answered request to every candidate of ``name`` (never raises)."""
+        for shadow in self.by_name.get(name, ()):
+            try:
+                shadow.offer(served, feeds, outputs, seconds)
+            except Exception:  # a shadow must never fail the champion's answer
+                log.exception("%s: offering a request to shadow %s failed", name, shadow.item)
+
+    def summary(self, name: str) -> dict[str, Any]:
+        """Every candidate of ``name``: ``{"model", "candidates": [...]}``."""
+        return {"model": name, "candidates": [s.summary() for s in self.by_name.get(name, ())]}
+
+    def close(self) -> None:
+        """Stop every candidate."""
+        for shadows in self.by_name.values():
+            for shadow in shadows:
+                shadow.close()
