@@ -90,9 +90,14 @@ def prepare(args) -> dict:
     dims = [f"--dim={d}" for d in args.dim]
     if contract.is_file():
         shutil.copyfile(contract, champion.with_suffix(".contract.json"))
-        shutil.copyfile(contract.with_name(args.model.stem + ".golden.npz"), champion.with_name(f"{args.name}.golden.npz"))
+        shutil.copyfile(
+            contract.with_name(args.model.stem + ".golden.npz"),
+            champion.with_name(f"{args.name}.golden.npz"),
+        )
     else:
-        done = onnxgate("contract", "init", str(champion), "--reference", "ort:disable", *dims)
+        done = onnxgate(
+            "contract", "init", str(champion), "--reference", "ort:disable", "--force", *dims
+        )
         if done.returncode:
             raise SystemExit(f"contract init {champion}: {done.stdout}{done.stderr}")
     shutil.copyfile(champion, same)
@@ -105,17 +110,23 @@ def prepare(args) -> dict:
         )
         if done.returncode:
             raise SystemExit(f"contract init {candidate}: {done.stdout}{done.stderr}")
-    return {"champion": str(champion), "same": str(same), "slow": str(slow), "slow_variant": figures}
+    return {
+        "champion": str(champion),
+        "same": str(same),
+        "slow": str(slow),
+        "slow_variant": figures,
+    }
 
 
 def one_feed(args) -> dict:
     import numpy as np
-
     from serve_load import feeds_pool, spec_pool
 
     if args.input:
         return spec_pool(args.input, size=1, seed=0)[0]
-    return {k: np.asarray(v) for k, v in feeds_pool(1, args.seq, size=1, seed=0, vocab=30522)[0].items()}
+    return {
+        k: np.asarray(v) for k, v in feeds_pool(1, args.seq, size=1, seed=0, vocab=30522)[0].items()
+    }
 
 
 # --- servers and their figures -----------------------------------------------------------------
@@ -125,7 +136,7 @@ def start(label: str, models: dict, args, logs: Path) -> Server:
     http, grpc = free_port(), free_port()
     command = [
         PY, "-m", "onnxgate", "serve", f"{args.name}={models['champion']}",
-        "--http-port", str(http), "--grpc-port", str(grpc), *args.serve_option,
+        "--allow-ungated", "--http-port", str(http), "--grpc-port", str(grpc), *args.serve_option,
     ]  # fmt: skip
     if label != "alone":
         command += [
@@ -152,7 +163,9 @@ def metric_sums(text: str, model: str) -> dict[str, float]:
         pairs = dict(re.findall(r'(\w+)="([^"]*)"', labels or ""))
         if pairs.get("model", model) != model:
             continue
-        rest = ",".join(f'{k}="{v}"' for k, v in sorted(pairs.items()) if k not in ("model", "version"))
+        rest = ",".join(
+            f'{k}="{v}"' for k, v in sorted(pairs.items()) if k not in ("model", "version")
+        )
         key = f"{name}{{{rest}}}" if rest else name
         try:
             sums[key] = sums.get(key, 0.0) + float(value)
@@ -181,12 +194,24 @@ def delta(before: dict, after: dict) -> dict:
 
 
 def shadow_figures(change: dict) -> dict:
-    """Requests answered, pairs judged (by outcome) and shed (by reason) in a run."""
-    answered = sum(v for k, v in change.items() if k.startswith("onnxgate_inference_request_success"))
-    pairs = {
-        k: v for k, v in change.items() if k.startswith("onnxgate_shadow_pairs") and k.endswith("}") and "_created" not in k
-    }
-    shed = {k: v for k, v in change.items() if k.startswith("onnxgate_shadow_shed") and "_created" not in k}
+    """Requests answered, pairs judged (by outcome) and shed (by reason) in a run.
+
+    Counters only (``*_total``): a label set seen for the first time also brings its
+    ``*_created`` timestamp, which is not a count.
+    """
+
+    def by(prefix: str, label: str) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for key, value in change.items():
+            if key.startswith(prefix) and "_total" in key:
+                tag = re.search(rf'{label}="([^"]*)"', key)
+                name = tag.group(1) if tag else "all"
+                found[name] = found.get(name, 0.0) + value
+        return found
+
+    answered = sum(by("onnxgate_inference_request_success", "model").values())
+    pairs = by("onnxgate_shadow_pairs", "outcome")
+    shed = by("onnxgate_shadow_shed", "reason")
     judged = sum(pairs.values())
     return {
         "answered": answered,
@@ -194,6 +219,7 @@ def shadow_figures(change: dict) -> dict:
         "judged": judged,
         "shed": shed,
         "shed_total": sum(shed.values()),
+        "sampled_out": sum(by("onnxgate_shadow_sampled_out", "model").values()),
         "coverage": round(judged / answered, 4) if answered else None,
     }
 
@@ -201,7 +227,9 @@ def shadow_figures(change: dict) -> dict:
 # --- load --------------------------------------------------------------------------------------
 
 
-def load(server: Server, args, *, tag: str, rate: float | None, duration: float, sample: bool = False) -> dict:
+def load(
+    server: Server, args, *, tag: str, rate: float | None, duration: float, sample: bool = False
+) -> dict:
     out = args.work / f"load-{server.label}-{tag}-{time.time_ns()}.json"
     command = [
         PY, str(HERE / "serve_load.py"), "--url", server.url("http"), "--protocol", "http",
@@ -348,7 +376,12 @@ def markdown(doc: dict) -> str:
                 f"| {row['shed']} | {row['errors']} |"
             )
         lines.append("")
-    lines += ["## Every run", "", "| round | server | load | p50 ms | p99 ms | req/s | coverage | shed | other cores | spoiled | load avg |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "## Every run",
+        "",
+        "| round | server | load | p50 ms | p99 ms | req/s | coverage | shed | other cores | spoiled | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in doc["runs"]:
         lines.append(
             f"| {run['round']} | {run['server']} | {run['tag']} | {run['latency']['p50_ms']} | "
@@ -376,16 +409,24 @@ def markdown(doc: dict) -> str:
     shed_reasons: dict[str, float] = {}
     for run in doc["runs"] + (doc.get("soak") or []):
         for key, value in run["shadow"]["shed"].items():
-            shed_reasons[f"{run['server']} {key}"] = shed_reasons.get(f"{run['server']} {key}", 0) + value
+            shed_reasons[f"{run['server']} {key}"] = (
+                shed_reasons.get(f"{run['server']} {key}", 0) + value
+            )
     if shed_reasons:
-        lines += ["Shed, by server and reason (all runs): " + ", ".join(f"`{k}` {v:.0f}" for k, v in sorted(shed_reasons.items())), ""]
+        lines += [
+            "Shed, by server and reason (all runs): "
+            + ", ".join(f"`{k}` {v:.0f}" for k, v in sorted(shed_reasons.items())),
+            "",
+        ]
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--quick", action="store_true", help="mnist from the corpus, short runs")
-    parser.add_argument("--model", type=Path, help="the champion .onnx (its contract beside it, or one is made)")
+    parser.add_argument(
+        "--model", type=Path, help="the champion .onnx (its contract beside it, or one is made)"
+    )
     parser.add_argument("--name", default=None, help="the served name")
     parser.add_argument("--input", action="append", help="NAME:DATATYPE:SHAPE, as serve_load.py")
     parser.add_argument("--dim", action="append", default=[], help="NAME=MIN,MAX for contract init")
@@ -402,9 +443,13 @@ def parse_args(argv=None):
     parser.add_argument("--soak-servers", default="shadow,slow")
     parser.add_argument("--loads", default="open,closed")
     parser.add_argument("--sample-every", type=float, default=5.0)
-    parser.add_argument("--settle", type=float, default=3.0, help="seconds after a run before reading the metrics")
+    parser.add_argument(
+        "--settle", type=float, default=3.0, help="seconds after a run before reading the metrics"
+    )
     parser.add_argument("--spoiled-cores", type=float, default=0.3)
-    parser.add_argument("--serve-option", action="append", default=[], help="extra `serve` argument")
+    parser.add_argument(
+        "--serve-option", action="append", default=[], help="extra `serve` argument"
+    )
     parser.add_argument("--work", type=Path, default=CACHE / "load")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "shadow.json")
     args = parser.parse_args(argv)
@@ -417,14 +462,18 @@ def parse_args(argv=None):
     args.model = args.model or MINILM
     args.name = args.name or "minilm"
     if not args.model.is_file():
-        raise SystemExit(f"{args.model} is missing: run benchmarks/shadow_minilm.py --prepare first, or pass --model")
+        raise SystemExit(
+            f"{args.model} is missing: run benchmarks/shadow_minilm.py --prepare first, or pass --model"
+        )
     if args.model == MINILM and not args.dim:
         args.dim = ["batch=1,32", "seq=1,256"]
     return args
 
 
 def git_commit() -> str:
-    done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     return done.stdout.strip() or "unknown"
 
 
@@ -446,7 +495,9 @@ def main(argv=None) -> dict:
     try:
         for server in servers.values():
             server.wait_ready(args.name)
-        calibration = load(servers["alone"], args, tag="capacity", rate=None, duration=args.duration)
+        calibration = load(
+            servers["alone"], args, tag="capacity", rate=None, duration=args.duration
+        )
         capacity = calibration["requests_per_s"]
         rate = round(capacity * args.rate_fraction, 2)
         print(f"capacity {capacity} req/s; open loop at {rate}", file=sys.stderr)
@@ -457,7 +508,13 @@ def main(argv=None) -> dict:
                 order.reverse()
             for label in order:
                 for tag in loads:
-                    run = load(servers[label], args, tag=tag, rate=rate if tag == "open" else None, duration=args.duration)
+                    run = load(
+                        servers[label],
+                        args,
+                        tag=tag,
+                        rate=rate if tag == "open" else None,
+                        duration=args.duration,
+                    )
                     run["round"] = number + 1
                     runs.append(run)
                     print(
@@ -468,7 +525,9 @@ def main(argv=None) -> dict:
                     )
         if args.soak:
             for label in args.soak_servers.split(","):
-                run = load(servers[label], args, tag="soak", rate=rate, duration=args.soak, sample=True)
+                run = load(
+                    servers[label], args, tag="soak", rate=rate, duration=args.soak, sample=True
+                )
                 series = run["rss_series"] or []
                 rss = [s["rss_mb"] for s in series]
                 run["rss"] = {
@@ -479,14 +538,23 @@ def main(argv=None) -> dict:
                     "samples": len(rss),
                 }
                 soak.append(run)
-                print(f"soak {label}: {json.dumps(run['rss'])} coverage {run['shadow']['coverage']}", file=sys.stderr)
+                print(
+                    f"soak {label}: {json.dumps(run['rss'])} coverage {run['shadow']['coverage']}",
+                    file=sys.stderr,
+                )
     finally:
         for server in servers.values():
             server.stop()
     doc = {
         "tool": "shadow_load",
         "started": started,
-        "command": shell([Path(PY).name, "benchmarks/shadow_load.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": shell(
+            [
+                Path(PY).name,
+                "benchmarks/shadow_load.py",
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
+        ),
         "commit": git_commit(),
         "isa": isa(),
         "machine": machine(),
