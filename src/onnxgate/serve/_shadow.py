@@ -293,6 +293,8 @@ class Persister:
         self.unsupported: str | None = None
         self._on_drop = on_drop or (lambda count: None)
         self._items: deque[tuple[_Run, ShadowPair]] = deque()
+        self._inflight = 0
+        """Pairs taken by the writer and not yet written (they count toward ``bound``)."""
         self._run: _Run | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -309,7 +311,7 @@ class Persister:
         """Queue a pair for the current run (dropped and counted when full or unsupported)."""
         with self._lock:
             run = self._run
-            if run is None or self.unsupported or len(self._items) >= self.bound:
+            if run is None or self.unsupported or len(self._items) + self._inflight >= self.bound:
                 self.dropped += 1
                 dropped = True
             else:
@@ -323,7 +325,7 @@ class Persister:
     @property
     def waiting(self) -> int:
         """Pairs not written yet."""
-        return len(self._items)
+        return len(self._items) + self._inflight
 
     def _take(self) -> list[tuple[_Run, ShadowPair]]:
         with self._lock:
@@ -333,11 +335,13 @@ class Persister:
             taken = []
             while self._items and len(taken) < self.batch and self._items[0][0] is run:
                 taken.append(self._items.popleft())
+            self._inflight = len(taken)
             return taken
 
     def _give_back(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
         with self._lock:
             self._items.extendleft(reversed(taken))
+            self._inflight = 0
 
     def _write(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
         run = taken[0][0]
@@ -346,7 +350,9 @@ class Persister:
             log.info("%s: shadow run %d of version %d against %d", self.label, run.id,
                      run.candidate, run.champion)  # fmt: skip
         self.sink.add(run.id, [pair for _, pair in taken])
-        self.written += len(taken)
+        with self._lock:
+            self.written += len(taken)
+            self._inflight = 0
 
     def _loop(self) -> None:
         wait = self.BACKOFF[0]
@@ -377,6 +383,7 @@ class Persister:
         with self._lock:
             dropped = count + len(self._items)
             self._items.clear()
+            self._inflight = 0
             self.unsupported = why
             self.dropped += dropped
         self._on_drop(dropped)
