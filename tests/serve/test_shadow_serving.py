@@ -193,16 +193,9 @@ def test_a_full_queue_sheds_and_the_champion_still_answers(
     assert len(answers) == 5 and all(a.outputs[0][0] == "logits" for a in answers)
     assert mid["shed"] == {"queue_full": 2, "champion_busy": 0}
     assert mid["queue"] == {"pending": 3, "max": 2}
-    assert (
-        'onnxgate_shadow_shed_total{candidate="%s",model="tok",reason="queue_full"} 2.0'
-        % (models.faithful)
-        in metrics
-    )
-    assert (
-        'onnxgate_shadow_pairs_total{candidate="%s",model="tok",outcome="passed"} 3.0'
-        % (models.faithful)
-        in metrics
-    )
+    labels = f'candidate="{models.faithful}",model="tok"'
+    assert f'onnxgate_shadow_shed_total{{{labels},reason="queue_full"}} 2.0' in metrics
+    assert f'onnxgate_shadow_pairs_total{{{labels},outcome="passed"}} 3.0' in metrics
 
 
 def test_a_busy_champion_sheds_and_a_sampled_out_request_is_not_shed(
