@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from pydantic import Field
 
+from onnxgate.compare import judge_output
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.serve._offpath import OffPath
 from onnxgate.serve._predictor import Predictor, PredictorConfig
@@ -54,8 +55,13 @@ from onnxgate.settings import Part
 from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
 
 if TYPE_CHECKING:
-    from onnxgate.serve._hub import Hub, Served
     from onnxgate.serve._metrics import ShadowMetrics
+
+Hub = Any
+"""``serve._hub.Hub`` (which imports this module): its config, entries, metrics, executor and
+``next_version``."""
+Served = Any
+"""``serve._hub.Served``: a served version's ``version`` and ``batcher``."""
 
 log = logging.getLogger(__name__)
 
@@ -536,8 +542,6 @@ class Shadow:
     def _judge(
         self, predictor: Predictor, name: str, candidate: Any, champion: Any
     ) -> OutputFigures:
-        from onnxgate.compare._compare import _judge
-
         if candidate is None:
             return OutputFigures(
                 name=name,
@@ -546,7 +550,7 @@ class Shadow:
                 reason=f"the candidate has no output {name!r}",
             )
         declared = None if predictor.labels.get(name) else _declared(predictor, name)
-        found = _judge(name, candidate, champion, self._tolerances, "shadow", declared)
+        found = judge_output(name, candidate, champion, self._tolerances, "shadow", declared)
         return OutputFigures(
             name=name,
             passed=found.passed,
