@@ -449,6 +449,7 @@ class Shadow:
         """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
         self.sampled_out = 0
         self.label = ""
+        self._counters: tuple[Any, Any, Any] = ()  # type: ignore[assignment]
         """The ``candidate`` label of its metrics: the registry version, or the file."""
 
     @property
@@ -464,6 +465,7 @@ class Shadow:
         self.label = predictor.version if predictor.source.registry else split_name(self.item)[1]
         self.generation += 1
         self.metrics.ready(self.name, self.label, predictor.ready)
+        self._counters = self.metrics.offered(self.name, self.label)
         if predictor.ready:
             self.why = ""
             self._buckets = Buckets(predictor.contract)
@@ -485,22 +487,22 @@ class Shadow:
         predictor = self.predictor
         if predictor is None or not predictor.ready:
             return
-        version = self.label
+        sampled_out, queue_full, champion_busy = self._counters
         fraction = self.settings.fraction
         if fraction < 1.0 and random.random() >= fraction:
             self.sampled_out += 1
-            self.metrics.sampled_out(self.name, version)
+            sampled_out.inc()
             return
         batcher = served.batcher
         busy = self.settings.busy_pending or batcher.max_batch * batcher.instances
         if batcher.pending >= busy:
             self.shed["champion_busy"] += 1
-            self.metrics.shed(self.name, version, "champion_busy")
+            champion_busy.inc()
             return
         job = _Job(feeds, outputs, time.time(), seconds * 1000, served.version, self.generation)
         if not self.queue.offer(job):
             self.shed["queue_full"] += 1
-            self.metrics.shed(self.name, version, "queue_full")
+            queue_full.inc()
 
     def _handle(self, job: _Job) -> None:
         predictor = self.predictor
