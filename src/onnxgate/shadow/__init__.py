@@ -1,12 +1,33 @@
 """Shadow serving's judgments: a candidate's outputs against the champion's, on live traffic.
 
 The server (``serve``) produces ``ShadowPair`` records off the request path; the registry keeps
-them; ``registry shadow-report`` and ``registry promote --when-shadow-passes`` read a verdict from
-them.
+them with their ``ShadowTally`` per output and bucket; ``judge`` draws a ``ShadowVerdict`` from
+tallies (``registry shadow-report`` and ``registry promote --when-shadow-passes`` read it).
 """
 
 from __future__ import annotations
 
 from onnxgate.shadow._types import OutputFigures, ShadowPair
+from onnxgate.shadow._verdict import (
+    REQUEST,
+    OutputVerdict,
+    ShadowCriteria,
+    ShadowTally,
+    ShadowVerdict,
+    judge,
+    merge,
+    tally,
+)
 
-__all__ = ["OutputFigures", "ShadowPair"]
+__all__ = [
+    "REQUEST",
+    "OutputFigures",
+    "OutputVerdict",
+    "ShadowCriteria",
+    "ShadowPair",
+    "ShadowTally",
+    "ShadowVerdict",
+    "judge",
+    "merge",
+    "tally",
+]
