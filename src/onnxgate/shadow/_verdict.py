@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,9 +118,9 @@ def tally(pairs: Iterable[ShadowPair]) -> list[ShadowTally]:
                     pairs=1,
                     failed=0 if figures.passed else 1,
                     nonfinite=figures.nonfinite,
-                    worst_max_abs=_finite(figures.max_abs),
-                    min_cosine=_finite(figures.cosine),
-                    min_top1=_finite(figures.top1),
+                    worst_max_abs=storable(figures.max_abs),
+                    min_cosine=storable(figures.cosine),
+                    min_top1=storable(figures.top1),
                     first_failure=None if figures.passed else figures.reason or "failed",
                 )
             )
@@ -136,8 +137,8 @@ def merge(*groups: Iterable[ShadowTally]) -> list[ShadowTally]:
     return sorted(found.values(), key=lambda t: (t.output, t.bucket))
 
 
-def _finite(value: float | None) -> float | None:
-    """A figure as stored: NaN (no figure could be had) as None; ±inf kept as the largest float."""
+def storable(value: float | None) -> float | None:
+    """A figure a database and JSON can hold: NaN (no figure) as None, ±inf as the largest float."""
     if value is None or math.isnan(value):
         return None
     if math.isinf(value):
@@ -282,3 +283,89 @@ def _failure(output: OutputVerdict, criteria: ShadowCriteria) -> str:
         + (f"; {', '.join(worst)}" if worst else "")
         + (f"; first: {output.first_failure}" if output.first_failure else "")
     )
+
+
+class WorstPair(BaseModel):
+    """A kept request among the worst: failing ones first, then the lowest cosine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: int
+    """The pair's id in the registry (``Registry.shadow_inputs`` reads its inputs, if kept)."""
+    run: int
+    at: datetime
+    bucket: str
+    passed: bool
+    input_digest: str
+    """sha256 of the request's feeds: the request itself is kept only when allowed."""
+    inputs_kept: bool
+    failed_outputs: tuple[str, ...] = ()
+    reason: str | None = None
+    """The first failing output's reason."""
+    min_cosine: float | None = None
+    max_abs: float | None = None
+    champion_ms: float
+    candidate_ms: float
+
+
+class ShadowRunInfo(BaseModel):
+    """One shadow run of the candidate, and whether the verdict counts it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: int
+    champion: str
+    """The champion version it was compared with (``NAME@N``)."""
+    started_at: datetime
+    host: str
+    pairs: int
+    counted: bool
+    """Compared with the version the champion's alias names now."""
+
+
+class ShadowReport(BaseModel):
+    """``registry shadow-report``: a candidate's traffic against the champion, and the verdict."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidate: str
+    """``NAME@N``."""
+    champion: str
+    """``NAME@M``, the version ``against`` names now."""
+    against: str
+    runs: tuple[ShadowRunInfo, ...] = ()
+    verdict: ShadowVerdict
+    worst: tuple[WorstPair, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """The verdict passed."""
+        return self.verdict.passed
+
+    def evidence(self) -> dict[str, object]:
+        """What a promotion on this verdict records (``promotions.evidence``): figures, not pairs."""
+        v = self.verdict
+        return {
+            "kind": "shadow",
+            "status": v.status,
+            "candidate": self.candidate,
+            "champion": self.champion,
+            "against": self.against,
+            "runs": [r.id for r in self.runs if r.counted],
+            "pairs": v.pairs,
+            "failed_pairs": v.failed_pairs,
+            "buckets": dict(v.buckets),
+            "criteria": v.criteria.model_dump(mode="json"),
+            "outputs": {
+                o.output: {
+                    "rule": o.rule,
+                    "pairs": o.pairs,
+                    "failed": o.failed,
+                    "worst_max_abs": o.worst_max_abs,
+                    "min_cosine": o.min_cosine,
+                    "min_top1": o.min_top1,
+                }
+                for o in v.outputs
+            },
+        }
