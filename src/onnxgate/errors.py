@@ -276,6 +276,16 @@ class PromotionRefused(GateError):
     code = "promotion-refused"
 
 
+class ShadowRefused(PromotionRefused):
+    """``promote --when-shadow-passes`` and the shadow verdict failed or is inconclusive.
+
+    The message names the output, its rule and on how many requests it failed, or why the
+    traffic does not yet decide (too few requests, a bucket short, the champion moved).
+    """
+
+    code = "shadow-refused"
+
+
 class ArtefactCorrupt(GateError):
     """An artefact's bytes are not the ones recorded: a missing, truncated or changed file."""
 

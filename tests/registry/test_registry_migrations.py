@@ -34,8 +34,8 @@ def test_the_revisions_are_a_line_from_0001_to_head():
 
     script = ScriptDirectory.from_config(_db.alembic_config(None))
     revisions = [r.revision for r in script.walk_revisions("base", "heads")]
-    assert revisions[::-1] == ["0001", "0002"]
-    assert _db.head_revision() == "0002"
+    assert revisions[::-1] == ["0001", "0002", "0003"]
+    assert _db.head_revision() == "0003"
 
 
 def test_upgrade_from_the_first_revision_keeps_and_backfills_data(backend, tmp_path):
@@ -108,7 +108,7 @@ def test_upgrade_from_the_first_revision_keeps_and_backfills_data(backend, tmp_p
         assert reg.get("old@champion").number == 2
     engine, _ = _engine(backend)
     with engine.connect() as conn:
-        assert _db.current_revision(conn) == "0002"
+        assert _db.current_revision(conn) == "0003"
     engine.dispose()
 
 
@@ -163,5 +163,5 @@ def test_many_processes_may_open_a_fresh_registry_at_once(backend):
     assert outcomes == ["ok"] * n
     engine, _ = _engine(backend)
     with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).all() == [("0002",)]
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).all() == [("0003",)]
     engine.dispose()

@@ -1,4 +1,4 @@
-"""``onnxgate registry list|show|promote|fetch|fsck|publish``."""
+"""``onnxgate registry list|show|promote|shadow-report|fetch|fsck|publish``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ registry_app = typer.Typer(
         "or any SQLAlchemy URL (`--registry` or `$ONNXGATE_REGISTRY`, e.g. "
         "`postgresql+psycopg://user@host/db`); artefacts live in a content-addressed store "
         "folder (`--store`, `$ONNXGATE_STORE`; by default beside the SQLite file).\n\n"
-        "Exit codes: 0 done · 1 refused promotion, inconsistent registry or damaged artefact "
+        "Exit codes: 0 done · 1 refused promotion, a shadow verdict that did not pass, "
+        "inconsistent registry or damaged artefact "
         "· 2 bad reference or unknown model, version or alias · 3 the registry cannot be reached."
     ),
     no_args_is_help=True,
@@ -52,6 +53,29 @@ StoreOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)]
+MinPairsOpt = Annotated[
+    int,
+    typer.Option(
+        "--min-pairs", min=1, help="Shadowed requests the verdict needs in all (else inconclusive)."
+    ),
+]
+MinPerBucketOpt = Annotated[
+    int,
+    typer.Option(
+        "--min-per-bucket",
+        min=1,
+        help="Shadowed requests needed in every shape bucket traffic reached (else inconclusive).",
+    ),
+]
+MaxFailureRateOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-failure-rate",
+        min=0.0,
+        max=1.0,
+        help="Share of requests an output may fail its rule on (0: none may).",
+    ),
+]
 
 
 def _open(registry: str | None, store: str | None, *, read_only: bool = False) -> Registry:
@@ -177,6 +201,26 @@ def promote_command(
         str | None,
         typer.Option("--by", help="Who promotes (default: the login name).", show_default=False),
     ] = None,
+    when_shadow_passes: Annotated[
+        bool,
+        typer.Option(
+            "--when-shadow-passes",
+            help="Move the alias only if the version's shadow verdict passes (see "
+            "shadow-report); its figures are recorded with the promotion.",
+        ),
+    ] = False,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            help="With --when-shadow-passes: the champion's alias the version was shadowed "
+            "against. Default: ALIAS, the alias being moved.",
+            show_default=False,
+        ),
+    ] = None,
+    min_pairs: MinPairsOpt = 1000,
+    min_per_bucket: MinPerBucketOpt = 30,
+    max_failure_rate: MaxFailureRateOpt = 0.0,
     registry: RegistryOpt = None,
     store: StoreOpt = None,
     fmt: FormatOpt = Format.text,
@@ -186,6 +230,11 @@ def promote_command(
     A version whose gate did not pass is refused (exit 1) unless --force --reason TEXT; the
     forced promotion and its reason are recorded and shown by `registry show`.
 
+    With --when-shadow-passes the alias moves only on a passing shadow verdict (the same as
+    `registry shadow-report`, judged in the transaction that moves the alias); a failed or
+    inconclusive verdict is refused (exit 1) naming the output, rule and count, or what the
+    traffic lacks. --force does not override a shadow verdict.
+
     For example:
 
         onnxgate registry promote bert@7 champion
@@ -194,16 +243,100 @@ def promote_command(
 
         onnxgate registry promote bert@8 champion --force --reason "p99 gate flaky on CI runner; measured 11 ms by hand"
 
-    Exit codes: 0 promoted · 1 refused (the version's gate did not pass; --force --reason overrides) · 2 bad reference or alias · 3 the registry cannot be reached.
+        onnxgate registry promote bert@candidate champion --when-shadow-passes --min-pairs 5000
+
+    Exit codes: 0 promoted · 1 refused (the version's gate did not pass, --force --reason overrides; or its shadow verdict failed or is inconclusive) · 2 bad reference or alias · 3 the registry cannot be reached.
     """
     from onnxgate.registry import render_promoted
+    from onnxgate.shadow import ShadowCriteria
 
+    criteria = ShadowCriteria(
+        min_pairs=min_pairs,
+        min_per_bucket=min_per_bucket,
+        max_failure_rate=max_failure_rate,
+        against=against,
+    )
     with _open(registry, store) as reg:
-        version = reg.promote(ref, alias, force=force, reason=reason, by=by)
+        version = reg.promote(
+            ref,
+            alias,
+            force=force,
+            reason=reason,
+            by=by,
+            when_shadow_passes=when_shadow_passes,
+            shadow=criteria,
+        )
     if fmt == Format.json:
         emit_json(version.model_dump(mode="json"))
         return
     _print(render_promoted(version, alias, forced=force and not version.passed))
+
+
+@registry_app.command("shadow-report")
+@handles_errors
+def shadow_report_command(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="The candidate: NAME@ALIAS (NAME@candidate) or NAME@NUMBER.", show_default=False
+        ),
+    ],
+    against: Annotated[
+        str,
+        typer.Option("--against", help="The champion's alias the candidate is judged against."),
+    ] = "champion",
+    min_pairs: MinPairsOpt = 1000,
+    min_per_bucket: MinPerBucketOpt = 30,
+    max_failure_rate: MaxFailureRateOpt = 0.0,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Also write the report as a self-contained HTML page (atomically).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    registry: RegistryOpt = None,
+    store: StoreOpt = None,
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """The verdict of live traffic on a candidate shadowed beside the champion.
+
+    `onnxgate serve NAME@champion --shadow NAME@candidate` judges a sample of requests on the
+    candidate with its contract's output rules and records them here. The verdict sums every
+    shadow run of the candidate against the version --against names now: FAILED when an output
+    failed its rule on more requests than --max-failure-rate allows (naming output, rule and
+    count), INCONCLUSIVE with fewer than --min-pairs requests, a shape bucket traffic reached
+    below --min-per-bucket, or runs only against an earlier champion; else PASSED. The worst
+    requests are shown by input sha256 (inputs are kept only if the server was allowed to).
+
+    For example:
+
+        onnxgate registry shadow-report bert@candidate
+
+        onnxgate registry shadow-report bert@7 --min-pairs 5000 --json --html shadow.html
+
+    Exit codes: 0 passed · 1 failed or inconclusive (JSON `verdict.status` tells which; promote --when-shadow-passes refuses both) · 2 bad reference, unknown alias or criterion · 3 the registry cannot be reached.
+    """
+    from onnxgate.gate import write_shadow_html
+    from onnxgate.registry import render_shadow
+
+    with _open(registry, store, read_only=True) as reg:
+        report = reg.shadow_report(
+            ref,
+            min_pairs=min_pairs,
+            min_per_bucket=min_per_bucket,
+            max_failure_rate=max_failure_rate,
+            against=against,
+        )
+    if html is not None:
+        write_shadow_html(report, html)
+    if fmt == Format.json or as_json:
+        emit_json(report.model_dump(mode="json") | {"passed": report.passed})
+    else:
+        _print(render_shadow(report))
+    finish(report.passed)
 
 
 @registry_app.command("fetch")

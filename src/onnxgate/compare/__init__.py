@@ -1,6 +1,12 @@
 """Comparing two executions of a model: metrics, tolerances, reports and localisation."""
 
-from onnxgate.compare._compare import CompareConfig, compare, compare_runners, declared_dtype
+from onnxgate.compare._compare import (
+    CompareConfig,
+    compare,
+    compare_runners,
+    declared_dtype,
+    judge_output,
+)
 from onnxgate.compare._localize import localize
 from onnxgate.compare._metrics import RULE, Drift, Figures, as_array, drift, figures, reorder
 from onnxgate.compare._render import render_text
@@ -44,6 +50,7 @@ __all__ = [
     "default_tolerance",
     "drift",
     "figures",
+    "judge_output",
     "localize",
     "parse_metric",
     "parse_tolerance",

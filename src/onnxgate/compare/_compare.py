@@ -96,6 +96,22 @@ def _unwrap_optional(value: Any, declared: str | None) -> Any:
     return value
 
 
+def judge_output(
+    name: str,
+    candidate: Any,
+    reference: Any,
+    tolerances: Tolerances,
+    label: str,
+    declared: str | None = None,
+) -> OutputComparison:
+    """One output of one sample judged by ``tolerances`` as ``compare`` judges it.
+
+    For callers that hold both values already (a shadow pair judged beside serving), so a figure
+    means what it means in ``compare``. ``declared`` is the model's type string for the output.
+    """
+    return _judge(name, candidate, reference, tolerances, label, declared)
+
+
 def _judge(
     name: str,
     a_value: Any,

@@ -19,6 +19,7 @@ from onnxgate.gate._report import (
     Registration,
     StepResult,
 )
+from onnxgate.gate._shadow_html import render_shadow_html, write_shadow_html
 from onnxgate.settings import config_hash
 
 __all__ = [
@@ -38,10 +39,12 @@ __all__ = [
     "load_config",
     "publish_version",
     "render_github",
+    "render_shadow_html",
     "render_step",
     "render_text",
     "run_gate",
     "starter_config",
     "write_outputs",
+    "write_shadow_html",
     "write_starter",
 ]

@@ -28,6 +28,8 @@ from onnxgate.gate._markup import (
 )
 from onnxgate.gate._records import DETAIL
 from onnxgate.gate._report import GateReport, StepResult
+from onnxgate.gate._shadow_html import shadow_section
+from onnxgate.shadow import ShadowReport
 
 
 def _step(step: StepResult, fig: Figures) -> str:
@@ -94,11 +96,13 @@ def _environment(report: GateReport) -> str:
     )
 
 
-def render_html(report: GateReport) -> str:
+def render_html(report: GateReport, *, shadow: ShadowReport | None = None) -> str:
     """The gate's verdict as one self-contained HTML page (``report.html``).
 
     Args:
         report: the verdict of one ``onnxgate gate`` run.
+        shadow: a shadow verdict on the same version, drawn as a section after the steps
+            (the gate runs before any traffic; a page made later, from the registry, may have one).
 
     Returns:
         The page: inline CSS, plots as SVG data URIs, no script and no external resource.
@@ -148,6 +152,10 @@ def render_html(report: GateReport) -> str:
         numeric=(2,),
     )
     config = esc(json.dumps(report.config, indent=2, default=str))
+    shadow_link = ""
+    if shadow is not None:
+        status = shadow.verdict.status
+        shadow_link = f'<a class="to-{esc(status)}" href="#shadow">shadow · {esc(status)}</a>'
     return "".join(
         [
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
@@ -159,9 +167,10 @@ def render_html(report: GateReport) -> str:
             f'<div class="tally">{esc(_tally(report.steps))}</div>',
             "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts) + "</dl>",
             "</div></header><main>",
-            f'<nav class="toc">{toc}<a href="#environment">environment</a></nav>',
+            f'<nav class="toc">{toc}{shadow_link}<a href="#environment">environment</a></nav>',
             f'<section class="card" id="steps"><h2>Steps</h2>{_steps_table(report)}{notes(report.notes)}</section>',
             details,
+            shadow_section(shadow) if shadow is not None else "",
             f'<section class="card" id="environment"><h2>Environment</h2>{_environment(report)}</section>',
             f'<section class="card" id="artefacts"><h2>Artefacts</h2>{artefacts}'
             f"<details><summary>configuration as validated</summary><pre>{config}</pre></details></section>",

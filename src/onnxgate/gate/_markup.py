@@ -21,6 +21,7 @@ main { max-width: 1180px; margin: 0 auto; padding: 0 24px 48px; }
 header.verdict { color: #fff; padding: 22px 0 18px; margin-bottom: 20px; }
 header.verdict.passed { background: linear-gradient(90deg, #166534, #15803d); }
 header.verdict.failed { background: linear-gradient(90deg, #7f1d1d, #b91c1c); }
+header.verdict.inconclusive { background: linear-gradient(90deg, #78350f, #b45309); }
 header.verdict .inner { max-width: 1180px; margin: 0 auto; padding: 0 24px; }
 header.verdict h1 { margin: 0 0 4px; font-size: 26px; letter-spacing: .2px; }
 header.verdict .mark { display: inline-block; padding: 2px 10px; margin-right: 10px; border-radius: 6px;

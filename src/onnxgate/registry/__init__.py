@@ -40,6 +40,7 @@ from onnxgate.registry._render import (
     render_fsck,
     render_models,
     render_promoted,
+    render_shadow,
     render_versions,
 )
 
@@ -70,6 +71,7 @@ __all__ = [
     "render_fsck",
     "render_models",
     "render_promoted",
+    "render_shadow",
     "render_versions",
     "tracking_uri_of",
 ]

@@ -24,6 +24,8 @@ from sqlalchemy import (  # noqa: TID251
     Float,
     ForeignKey,
     Index,
+    Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -178,6 +180,9 @@ class PromotionRow(Base):
     )
     forced: Mapped[bool]
     reason: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any] | None]
+    """Revision 0003: what the move rests on beyond the gate, as JSON (the shadow verdict's
+    figures for ``promote --when-shadow-passes``); None for a plain promotion."""
     promoted_by: Mapped[str] = mapped_column(String(128))
     promoted_at: Mapped[datetime]
 
@@ -196,3 +201,79 @@ class PerformanceRow(Base):
     run_id: Mapped[int | None] = mapped_column(ForeignKey("gate_runs.id", ondelete="SET NULL"))
     figures: Mapped[dict[str, Any]]
     recorded_at: Mapped[datetime]
+
+
+# Revision 0003 ------------------------------------------------------------------------------
+
+PAIR_ID = BigInteger().with_variant(Integer(), "sqlite")
+"""A shadow pair's id: 64-bit on a server; SQLite only counts up an ``INTEGER`` primary key."""
+
+
+class ShadowRunRow(Base):
+    """A candidate version shadowing a champion version, from one server's start (or switch)."""
+
+    __tablename__ = "shadow_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int] = mapped_column(
+        ForeignKey("registered_models.id", ondelete="CASCADE"), index=True
+    )
+    candidate_version_id: Mapped[int] = mapped_column(
+        ForeignKey("model_versions.id", ondelete="CASCADE"), index=True
+    )
+    champion_version_id: Mapped[int] = mapped_column(
+        ForeignKey("model_versions.id", ondelete="CASCADE")
+    )
+    started_at: Mapped[datetime]
+    host: Mapped[str] = mapped_column(String(255))
+    settings: Mapped[dict[str, Any]]
+    """The server's shadow settings (fraction, queue, whether inputs are kept ...)."""
+    pairs: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Pairs ever added (kept or pruned); the tallies count the same."""
+    last_at: Mapped[datetime | None]
+    """When pairs were last added."""
+
+
+class ShadowPairRow(Base):
+    """One judged request, kept while it is among its run's failing or newest ``keep``."""
+
+    __tablename__ = "shadow_pairs"
+    __table_args__ = (Index("ix_shadow_pairs_run_passed", "run_id", "passed", "id"),)
+
+    id: Mapped[int] = mapped_column(PAIR_ID, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("shadow_runs.id", ondelete="CASCADE"))
+    at: Mapped[datetime]
+    bucket: Mapped[str] = mapped_column(String(255))
+    passed: Mapped[bool]
+    outputs: Mapped[dict[str, Any]]
+    """Each output's figures (``OutputFigures`` as JSON) under ``{"outputs": [...]}``."""
+    input_digest: Mapped[str] = mapped_column(String(64))
+    inputs: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """The feeds as ``.npz``, only when the server was allowed to keep inputs."""
+    champion_ms: Mapped[float] = mapped_column(Float)
+    candidate_ms: Mapped[float] = mapped_column(Float)
+    min_cosine: Mapped[float | None] = mapped_column(Float)
+    """The lowest cosine over its outputs: orders the worst requests without reading JSON."""
+    max_abs: Mapped[float | None] = mapped_column(Float)
+    """The largest max abs over its outputs."""
+
+
+class ShadowTallyRow(Base):
+    """Every pair of a run, counted per output and bucket, pruned or not (see ``shadow``)."""
+
+    __tablename__ = "shadow_tallies"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("shadow_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    output: Mapped[str] = mapped_column(String(255), primary_key=True)
+    """The output's name; ``""`` for the whole request."""
+    bucket: Mapped[str] = mapped_column(String(255), primary_key=True)
+    rule: Mapped[str] = mapped_column(Text)
+    pairs: Mapped[int] = mapped_column(BigInteger)
+    failed: Mapped[int] = mapped_column(BigInteger)
+    nonfinite: Mapped[int] = mapped_column(BigInteger)
+    worst_max_abs: Mapped[float | None] = mapped_column(Float)
+    min_cosine: Mapped[float | None] = mapped_column(Float)
+    min_top1: Mapped[float | None] = mapped_column(Float)
+    first_failure: Mapped[str | None] = mapped_column(Text)

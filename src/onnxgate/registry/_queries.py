@@ -240,6 +240,7 @@ def detail(session: Session, row: ModelVersionRow) -> VersionDetail:
             reason=p.reason,
             by=p.promoted_by,
             at=utc(p.promoted_at),
+            evidence=p.evidence,
         )
         for p in session.scalars(
             select(PromotionRow).where(PromotionRow.version_id == row.id).order_by(PromotionRow.id)

@@ -102,6 +102,8 @@ class PromotionRecord(_Record):
     reason: str | None
     by: str
     at: datetime
+    evidence: dict[str, Any] | None = None
+    """What the move rests on beyond the gate: a shadow verdict's figures (``kind: shadow``)."""
 
 
 class VersionDetail(_Record):

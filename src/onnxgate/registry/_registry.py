@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,8 +29,13 @@ from sqlalchemy.engine import URL  # noqa: TID251
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError  # noqa: TID251
 from sqlalchemy.orm import Session  # noqa: TID251
 
-from onnxgate.errors import ArtefactCorrupt, ConfigError, NotFound, PromotionRefused
-from onnxgate.registry import _db, _queries, _writes
+from onnxgate.errors import (
+    ArtefactCorrupt,
+    ConfigError,
+    NotFound,
+    PromotionRefused,
+)
+from onnxgate.registry import _db, _queries, _shadow, _writes
 from onnxgate.registry._models import (
     GateRunRow,
     ModelTag,
@@ -50,6 +55,7 @@ from onnxgate.registry._records import (
     parse_ref,
 )
 from onnxgate.registry._store import ArtefactStore, Blob
+from onnxgate.shadow import ShadowCriteria, ShadowPair, ShadowReport
 
 log = logging.getLogger(__name__)
 
@@ -255,15 +261,34 @@ class Registry:
         force: bool = False,
         reason: str | None = None,
         by: str | None = None,
+        when_shadow_passes: bool = False,
+        shadow: ShadowCriteria | None = None,
     ) -> ModelVersion:
         """Point ``NAME@alias`` at the version ``ref`` names (``NAME@3``, ``NAME@other-alias``).
 
+        Args:
+            ref: The version to promote.
+            alias: The alias to point at it.
+            force: Promote a version whose gate did not pass (needs ``reason``).
+            reason: Why; recorded with the move.
+            by: Who promotes (the login name by default).
+            when_shadow_passes: Move the alias only if the version's shadow verdict passes
+                (``shadow_report``), judged in the same transaction as the move; the verdict's
+                figures are recorded with it. ``force`` does not override a shadow verdict.
+            shadow: The verdict's criteria; ``against`` defaults to ``alias`` (the candidate
+                must have been compared with the version the alias names now).
+
         Raises:
             PromotionRefused: the version's gate did not pass and ``force`` is off.
+            ShadowRefused: ``when_shadow_passes`` and the verdict failed or is inconclusive.
             ConfigError: ``force`` without a ``reason``, or a malformed alias or reference.
             NotFound: no such model, version or alias.
         """
         check_alias(alias)
+        criteria = None
+        if when_shadow_passes:
+            criteria = _shadow.criteria(shadow)
+            criteria = criteria.model_copy(update={"against": criteria.against or alias})
         if force and not (reason and reason.strip()):
             raise ConfigError(
                 "--force needs --reason TEXT: a forced promotion is recorded with its reason."
@@ -286,6 +311,16 @@ class Registry:
                     hint="Promote a version that passed, or override with --force --reason TEXT "
                     "(the reason is recorded and shown by `registry show`).",
                 )
+            evidence, why = None, reason.strip() if reason else None
+            if criteria is not None:
+                verdict = _shadow.report(session, ref, criteria, self.url_masked)
+                if not verdict.passed:
+                    _shadow.refuse(verdict, alias)
+                evidence = verdict.evidence()
+                why = why or (
+                    f"shadow verdict passed: {verdict.verdict.pairs} request(s) against "
+                    f"{verdict.champion}"
+                )
             _writes.move_alias(
                 session,
                 row.model_id,
@@ -294,7 +329,8 @@ class Registry:
                 who,
                 now,
                 forced=not row.passed,
-                reason=reason.strip() if reason else None,
+                reason=why,
+                evidence=evidence,
             )
             return row.number
 
@@ -302,6 +338,86 @@ class Registry:
         name, _ = parse_ref(ref)
         log.info("%s@%s -> %d%s", name, alias, number, " (forced)" if force else "")
         return self.get(f"{name}@{number}")
+
+    # -- shadow runs ---------------------------------------------------------------------------
+
+    def shadow_open(
+        self, name: str, candidate: int, champion: int, settings: dict[str, Any]
+    ) -> int:
+        """Start a shadow run: version ``candidate`` of ``name`` judged beside ``champion``.
+
+        Args:
+            name: The registered model.
+            candidate: The candidate's version number.
+            champion: The number of the champion version it is compared with.
+            settings: The server's shadow settings, recorded with the run (JSON data).
+
+        Returns:
+            The new run's id, for :meth:`shadow_add`.
+
+        Raises:
+            NotFound: no such model or version.
+        """
+        check_name(name)
+        now = _writes.now()
+        run = self._writing(
+            lambda session: _shadow.open_run(
+                session, name, candidate, champion, settings, self.url_masked, now
+            )
+        )
+        log.info("shadow run %d: %s@%d beside %s@%d", run, name, candidate, name, champion)
+        return run
+
+    def shadow_add(self, run_id: int, pairs: Sequence[ShadowPair], *, keep: int = 10_000) -> None:
+        """Add judged pairs to a run, in one transaction with its tallies and pruning.
+
+        The tallies count every pair ever added; the run keeps ``keep`` pairs at most, failing
+        ones first, then the newest.
+
+        Raises:
+            NotFound: no such run.
+            ConfigError: ``keep`` is negative.
+        """
+        now = _writes.now()
+        self._writing(lambda session: _shadow.add_pairs(session, run_id, pairs, keep, now))
+
+    def shadow_report(
+        self,
+        ref: str,
+        *,
+        min_pairs: int = 1000,
+        min_per_bucket: int = 30,
+        max_failure_rate: float = 0.0,
+        against: str = "champion",
+    ) -> ShadowReport:
+        """The shadow verdict on the version ``ref`` names, from traffic.
+
+        Sums every run of that version against the version ``NAME@against`` names now; runs
+        against another version are listed and not counted (only such runs: inconclusive,
+        the champion moved).
+
+        Raises:
+            NotFound: no such version, or no alias ``against``.
+            ConfigError: a criterion out of range.
+        """
+        criteria = _shadow.criteria(
+            None,
+            min_pairs=min_pairs,
+            min_per_bucket=min_per_bucket,
+            max_failure_rate=max_failure_rate,
+            against=against,
+        )
+        with self._reading() as session:
+            return _shadow.report(session, ref, criteria, self.url_masked)
+
+    def shadow_inputs(self, pair_id: int) -> bytes | None:
+        """The inputs (``.npz`` bytes) of a kept pair, or None when the server did not keep them.
+
+        Raises:
+            NotFound: no such pair (pruned, or never added).
+        """
+        with self._reading() as session:
+            return _shadow.inputs(session, pair_id)
 
     # -- reading -------------------------------------------------------------------------------
 

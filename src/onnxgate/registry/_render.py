@@ -16,8 +16,14 @@ from onnxgate.registry._records import (
     ModelVersion,
     VersionDetail,
 )
+from onnxgate.shadow import ShadowReport
 
 _STATUS = {"ready": "[green]ready[/]", "failed": "[red]failed[/]"}
+_VERDICT = {
+    "passed": "[bold green]PASSED[/]",
+    "failed": "[bold red]FAILED[/]",
+    "inconclusive": "[bold yellow]INCONCLUSIVE[/]",
+}
 _STEP = {
     "passed": "[green]passed[/]",
     "failed": "[bold red]failed[/]",
@@ -138,6 +144,107 @@ def render_detail(detail: VersionDetail) -> Lines:
                 note,
             )
         lines += [line(), line("[bold]promotions[/] onto this version"), table]
+        for p in detail.promotions:
+            if p.evidence and p.evidence.get("kind") == "shadow":
+                lines += _evidence(p.alias, p.evidence)
+    return lines
+
+
+def _evidence(alias: str, evidence: dict[str, Any]) -> Lines:
+    """A shadow verdict's figures recorded with a promotion, beside the gate's."""
+    buckets = ", ".join(f"{b}: {n}" for b, n in (evidence.get("buckets") or {}).items())
+    lines: Lines = [
+        line(),
+        line(
+            f"[bold]shadow verdict[/] of @{escape(alias)}: "
+            f"{_VERDICT.get(str(evidence.get('status')), '?')}  {evidence.get('pairs')} "
+            f"request(s) against {escape(str(evidence.get('champion')))}"
+        ),
+    ]
+    if buckets:
+        lines.append(line(f"  buckets: {escape(buckets)}"))
+    table = _table("OUTPUT", "RULE", "FAILED", "MIN COSINE", "MAX ABS", "MIN TOP-1")
+    for name, o in (evidence.get("outputs") or {}).items():
+        table.add_row(
+            escape(name),
+            escape(str(o.get("rule", ""))),
+            f"{o.get('failed')}/{o.get('pairs')}",
+            _num(o.get("min_cosine")),
+            _num(o.get("worst_max_abs")),
+            _num(o.get("min_top1")),
+        )
+    return [*lines, table]
+
+
+def _num(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) else "-"
+
+
+def render_shadow(report: ShadowReport) -> Lines:
+    """The page of ``registry shadow-report``: verdict, reasons, outputs, buckets, worst requests."""
+    v = report.verdict
+    c = v.criteria
+    lines: Lines = [
+        line(
+            f"[bold]{escape(report.candidate)}[/] in shadow against "
+            f"[bold]{escape(report.champion)}[/] (@{escape(report.against)}): "
+            f"{_VERDICT[v.status]}"
+        ),
+        line(
+            f"  {v.pairs} request(s) judged, {v.failed_pairs} failed; needs {c.min_pairs} in "
+            f"all, {c.min_per_bucket} per bucket, failure rate <= {c.max_failure_rate:g}"
+        ),
+    ]
+    lines += [line(f"  [red]•[/] {escape(r)}") for r in v.reasons]
+    lines += [line(f"  [dim]{escape(n)}[/]") for n in report.notes]
+    if v.outputs:
+        table = _table("OUTPUT", "RULE", "FAILED", "MIN COSINE", "MAX ABS", "MIN TOP-1")
+        for o in v.outputs:
+            failed = f"{o.failed}/{o.pairs}"
+            table.add_row(
+                escape(o.output),
+                escape(o.rule),
+                failed if o.passed else f"[bold red]{failed}[/]",
+                _num(o.min_cosine),
+                _num(o.worst_max_abs),
+                _num(o.min_top1),
+            )
+        lines += [line(), table]
+    if v.buckets:
+        table = _table("BUCKET", "REQUESTS")
+        for bucket, count in v.buckets.items():
+            short = count < c.min_per_bucket
+            table.add_row(escape(bucket), f"[yellow]{count}[/]" if short else str(count))
+        lines += [line(), table]
+    if report.runs:
+        table = _table("RUN", "AGAINST", "HOST", "STARTED", "REQUESTS", "COUNTED")
+        for r in report.runs:
+            table.add_row(
+                str(r.id),
+                escape(r.champion),
+                escape(r.host),
+                _when(r.started_at),
+                str(r.pairs),
+                "yes" if r.counted else "[yellow]no[/]",
+            )
+        lines += [line(), table]
+    if report.worst:
+        table = _table("PAIR", "BUCKET", "FAILED", "MIN COSINE", "MAX ABS", "INPUT SHA256")
+        for w in report.worst:
+            kept = " (kept)" if w.inputs_kept else ""
+            table.add_row(
+                str(w.id),
+                escape(w.bucket),
+                escape(", ".join(w.failed_outputs)) or "-",
+                _num(w.min_cosine),
+                _num(w.max_abs),
+                w.input_digest[:16] + kept,
+            )
+        lines += [
+            line(),
+            line("[bold]worst requests[/] (failing first, then lowest cosine)"),
+            table,
+        ]
     return lines
 
 

@@ -167,8 +167,12 @@ def move_alias(
     *,
     forced: bool,
     reason: str | None,
+    evidence: dict[str, Any] | None = None,
 ) -> None:
-    """Point an alias at a version and record the move (from which version, forced or not)."""
+    """Point an alias at a version and record the move (from which version, forced or not).
+
+    ``evidence``: what the move rests on beyond the gate (a shadow verdict's figures).
+    """
     previous = session.scalar(
         select(AliasRow.version_id).where(AliasRow.model_id == model_id, AliasRow.alias == alias)
     )
@@ -187,6 +191,7 @@ def move_alias(
             previous_version_id=previous,
             forced=forced,
             reason=reason,
+            evidence=evidence,
             promoted_by=by,
             promoted_at=when,
         )

@@ -336,11 +336,16 @@ class ShadowMetrics:
     def depth(self, name: str, version: str, queue: Any) -> None:
         self._depth.labels(name, version).set_function(lambda: queue.pending)
 
-    def sampled_out(self, name: str, version: str) -> None:
-        self._sampled_out.labels(name, version).inc()
+    def offered(self, name: str, version: str) -> tuple[Any, Any, Any]:
+        """The request path's counters of one candidate, looked up once.
 
-    def shed(self, name: str, version: str, reason: str) -> None:
-        self._shed.labels(name, version, reason).inc()
+        Sampled out, shed because the queue is full, shed because the champion is busy.
+        """
+        return (
+            self._sampled_out.labels(name, version),
+            self._shed.labels(name, version, "queue_full"),
+            self._shed.labels(name, version, "champion_busy"),
+        )
 
     def dropped(self, name: str, version: str, count: int) -> None:
         self._dropped.labels(name, version).inc(count)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from pydantic import Field
 
+from onnxgate.compare import judge_output
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.serve._offpath import OffPath
 from onnxgate.serve._predictor import Predictor, PredictorConfig
@@ -54,8 +55,13 @@ from onnxgate.settings import Part
 from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
 
 if TYPE_CHECKING:
-    from onnxgate.serve._hub import Hub, Served
     from onnxgate.serve._metrics import ShadowMetrics
+
+Hub = Any
+"""``serve._hub.Hub`` (which imports this module): its config, entries, metrics, executor and
+``next_version``."""
+Served = Any
+"""``serve._hub.Served``: a served version's ``version`` and ``batcher``."""
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +299,8 @@ class Persister:
         self.unsupported: str | None = None
         self._on_drop = on_drop or (lambda count: None)
         self._items: deque[tuple[_Run, ShadowPair]] = deque()
+        self._inflight = 0
+        """Pairs taken by the writer and not yet written (they count toward ``bound``)."""
         self._run: _Run | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -309,7 +317,7 @@ class Persister:
         """Queue a pair for the current run (dropped and counted when full or unsupported)."""
         with self._lock:
             run = self._run
-            if run is None or self.unsupported or len(self._items) >= self.bound:
+            if run is None or self.unsupported or len(self._items) + self._inflight >= self.bound:
                 self.dropped += 1
                 dropped = True
             else:
@@ -323,7 +331,7 @@ class Persister:
     @property
     def waiting(self) -> int:
         """Pairs not written yet."""
-        return len(self._items)
+        return len(self._items) + self._inflight
 
     def _take(self) -> list[tuple[_Run, ShadowPair]]:
         with self._lock:
@@ -333,11 +341,13 @@ class Persister:
             taken = []
             while self._items and len(taken) < self.batch and self._items[0][0] is run:
                 taken.append(self._items.popleft())
+            self._inflight = len(taken)
             return taken
 
     def _give_back(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
         with self._lock:
             self._items.extendleft(reversed(taken))
+            self._inflight = 0
 
     def _write(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
         run = taken[0][0]
@@ -346,7 +356,9 @@ class Persister:
             log.info("%s: shadow run %d of version %d against %d", self.label, run.id,
                      run.candidate, run.champion)  # fmt: skip
         self.sink.add(run.id, [pair for _, pair in taken])
-        self.written += len(taken)
+        with self._lock:
+            self.written += len(taken)
+            self._inflight = 0
 
     def _loop(self) -> None:
         wait = self.BACKOFF[0]
@@ -377,6 +389,7 @@ class Persister:
         with self._lock:
             dropped = count + len(self._items)
             self._items.clear()
+            self._inflight = 0
             self.unsupported = why
             self.dropped += dropped
         self._on_drop(dropped)
@@ -436,6 +449,7 @@ class Shadow:
         """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
         self.sampled_out = 0
         self.label = ""
+        self._counters: tuple[Any, Any, Any] = ()  # type: ignore[assignment]
         """The ``candidate`` label of its metrics: the registry version, or the file."""
 
     @property
@@ -451,6 +465,7 @@ class Shadow:
         self.label = predictor.version if predictor.source.registry else split_name(self.item)[1]
         self.generation += 1
         self.metrics.ready(self.name, self.label, predictor.ready)
+        self._counters = self.metrics.offered(self.name, self.label)
         if predictor.ready:
             self.why = ""
             self._buckets = Buckets(predictor.contract)
@@ -472,22 +487,22 @@ class Shadow:
         predictor = self.predictor
         if predictor is None or not predictor.ready:
             return
-        version = self.label
+        sampled_out, queue_full, champion_busy = self._counters
         fraction = self.settings.fraction
         if fraction < 1.0 and random.random() >= fraction:
             self.sampled_out += 1
-            self.metrics.sampled_out(self.name, version)
+            sampled_out.inc()
             return
         batcher = served.batcher
         busy = self.settings.busy_pending or batcher.max_batch * batcher.instances
         if batcher.pending >= busy:
             self.shed["champion_busy"] += 1
-            self.metrics.shed(self.name, version, "champion_busy")
+            champion_busy.inc()
             return
         job = _Job(feeds, outputs, time.time(), seconds * 1000, served.version, self.generation)
         if not self.queue.offer(job):
             self.shed["queue_full"] += 1
-            self.metrics.shed(self.name, version, "queue_full")
+            queue_full.inc()
 
     def _handle(self, job: _Job) -> None:
         predictor = self.predictor
@@ -529,8 +544,6 @@ class Shadow:
     def _judge(
         self, predictor: Predictor, name: str, candidate: Any, champion: Any
     ) -> OutputFigures:
-        from onnxgate.compare._compare import _judge
-
         if candidate is None:
             return OutputFigures(
                 name=name,
@@ -539,7 +552,7 @@ class Shadow:
                 reason=f"the candidate has no output {name!r}",
             )
         declared = None if predictor.labels.get(name) else _declared(predictor, name)
-        found = _judge(name, candidate, champion, self._tolerances, "shadow", declared)
+        found = judge_output(name, candidate, champion, self._tolerances, "shadow", declared)
         return OutputFigures(
             name=name,
             passed=found.passed,

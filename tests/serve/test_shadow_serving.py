@@ -1,0 +1,426 @@
+"""Shadow serving in-process: a real Hub with real ONNX Runtime sessions, champion and candidates.
+
+Candidates are the token model itself (faithful), the token model with other weights (its own
+contract holds, but it disagrees with the champion), a file whose bytes are not its contract's
+(never ready), and registry versions behind a followed alias.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnxgate.errors import ConfigError, RunFailed
+from onnxgate.serve._hub import Hub, ServeConfig
+from onnxgate.serve._predictor import PredictorConfig
+from onnxgate.serve._rest import make_app
+from onnxgate.serve._shadow import Persister, Shadow, ShadowSettings
+from onnxgate.serve._types import InferRequest, RequestTensor
+from onnxgate.shadow import ShadowPair
+
+from ._serve_helpers import copy_model, make_token_contract, register
+
+IDS = np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.int64)
+
+
+def request(ids: np.ndarray = IDS) -> InferRequest:
+    return InferRequest(
+        "tok",
+        None,
+        [RequestTensor("ids", "INT64", ids), RequestTensor("mask", "INT64", np.ones_like(ids))],
+    )
+
+
+def run_hub(items: list[str], config: ServeConfig, body: Callable[[Hub], Awaitable[Any]]) -> Any:
+    """Load ``items`` in a Hub, run ``body(hub)``, stop the hub; ``body``'s result."""
+
+    async def main() -> Any:
+        hub = Hub(config)
+        try:
+            await hub.load(items)
+            return await body(hub)
+        finally:
+            await hub.stop()
+
+    return asyncio.run(main())
+
+
+def config(*candidates: str, **shadow: Any) -> ServeConfig:
+    return ServeConfig(
+        predictor=PredictorConfig(allow_ungated=True),
+        poll_seconds=0,
+        shadow=ShadowSettings(candidates=candidates, **shadow),
+    )
+
+
+def until(condition: Callable[[], object], timeout: float = 60.0) -> None:
+    """Wait for ``condition`` (a bound on a hung test, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.01)
+
+
+def settle(shadow: Shadow) -> None:
+    assert shadow.queue.wait_idle(60), "the shadow did not finish its queue"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    base = tmp_path_factory.mktemp("shadow")
+    champion = make_token_contract(base / "champion" / "tok.onnx")
+    faithful = copy_model(champion, base / "faithful")
+    other = make_token_contract(base / "other" / "tok.onnx", seed=1)
+    broken = copy_model(champion, base / "broken")
+    broken.write_bytes(other.read_bytes())  # not the bytes its contract names: never ready
+    return SimpleNamespace(champion=champion, faithful=faithful, other=other, broken=broken)
+
+
+async def get(hub: Hub, path: str) -> tuple[int, bytes]:
+    """GET ``path`` from the REST app (ASGI, in this loop): status and body."""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path, "headers": [], "query_string": b""}
+    await make_app(hub)(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def test_a_faithful_candidate_passes_and_a_perturbed_one_fails_naming_output_and_rule(
+    models: SimpleNamespace,
+) -> None:
+    async def body(hub: Hub) -> tuple[dict, str, bytes]:
+        for _ in range(3):
+            await hub.infer(request())
+        for shadow in hub.shadows.by_name["tok"]:
+            settle(shadow)
+        status, text = await get(hub, "/v2/models/tok/shadow")
+        assert status == 200
+        return json.loads(text), hub.metrics.text().decode(), text
+
+    good, bad = f"tok={models.faithful}", f"tok={models.other}"
+    summary, metrics, _ = run_hub([str(models.champion)], config(good, bad), body)
+    faithful, perturbed = summary["candidates"]
+    assert faithful["candidate"] == good and faithful["shadowing"]
+    assert (faithful["pairs"], faithful["passed"], faithful["failed"]) == (3, 3, 0)
+    assert faithful["outputs"]["logits"]["max_abs"] == 0.0
+    assert faithful["buckets"] == {"batch<=7,seq<=8": 3}
+    assert (perturbed["pairs"], perturbed["passed"], perturbed["failed"]) == (3, 0, 3)
+    logits = perturbed["outputs"]["logits"]
+    assert logits["failed"] == 3 and logits["rule"].startswith("allclose(")
+    assert logits["first_failure"]
+    worst = perturbed["worst"][0]
+    assert not worst["passed"] and worst["outputs"][0]["name"] == "logits"
+    assert len(worst["input_digest"]) == 64 and not worst["inputs_kept"]
+    other = str(models.other)
+    assert (
+        f'onnxgate_shadow_pairs_total{{candidate="{other}",model="tok",outcome="failed"}} 3.0'
+        in (metrics)
+    )
+    assert (
+        f'onnxgate_shadow_rule_failures_total{{candidate="{other}",model="tok",output="logits"}}'
+        " 3.0" in metrics
+    )
+    faithful_file = str(models.faithful)
+    assert (
+        f'onnxgate_shadow_pairs_total{{candidate="{faithful_file}",model="tok",outcome="passed"}}'
+        " 3.0" in metrics
+    )
+    assert (
+        f'onnxgate_shadow_max_abs{{candidate="{faithful_file}",model="tok",output="logits"}} 0.0'
+        in (metrics)
+    )
+
+
+def test_the_champions_answer_is_the_same_with_and_without_shadowing(
+    models: SimpleNamespace,
+) -> None:
+    async def answer(hub: Hub) -> list:
+        response = await hub.infer(request())
+        return response.outputs
+
+    alone = run_hub([str(models.champion)], config(), answer)
+    shadowed = run_hub([str(models.champion)], config(f"tok={models.other}"), answer)
+    assert [n for n, _ in alone] == [n for n, _ in shadowed] == ["logits"]
+    assert alone[0][1].dtype == shadowed[0][1].dtype
+    assert np.array_equal(alone[0][1], shadowed[0][1])
+
+
+def test_a_full_queue_sheds_and_the_champion_still_answers(
+    models: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    async def body(hub: Hub) -> tuple[dict, list, str]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        assert shadow.predictor is not None
+        serve = shadow.predictor.serve
+
+        def held(*args: Any, **kwargs: Any) -> dict:  # the candidate, held back until released
+            entered.set()
+            assert release.wait(60)
+            return serve(*args, **kwargs)
+
+        monkeypatch.setattr(shadow.predictor, "serve", held)
+        answers = [await hub.infer(request())]
+        assert await asyncio.to_thread(entered.wait, 60)  # the worker holds the first one
+        for _ in range(4):  # two fill the queue, two are shed
+            answers.append(await hub.infer(request()))
+        mid = shadow.summary()
+        release.set()
+        settle(shadow)
+        return mid, answers, hub.metrics.text().decode()
+
+    mid, answers, metrics = run_hub(
+        [str(models.champion)], config(f"tok={models.faithful}", max_queue=2), body
+    )
+    assert len(answers) == 5 and all(a.outputs[0][0] == "logits" for a in answers)
+    assert mid["shed"] == {"queue_full": 2, "champion_busy": 0}
+    assert mid["queue"] == {"pending": 3, "max": 2}
+    labels = f'candidate="{models.faithful}",model="tok"'
+    assert f'onnxgate_shadow_shed_total{{{labels},reason="queue_full"}} 2.0' in metrics
+    assert f'onnxgate_shadow_pairs_total{{{labels},outcome="passed"}} 3.0' in metrics
+
+
+def test_a_busy_champion_sheds_and_a_sampled_out_request_is_not_shed(
+    models: SimpleNamespace,
+) -> None:
+    async def body(hub: Hub) -> dict:
+        (shadow,) = hub.shadows.by_name["tok"]
+        served = hub.served("tok")
+        feeds = {"ids": IDS, "mask": np.ones_like(IDS)}
+        outputs = (await hub.infer(request())).outputs
+        busy = SimpleNamespace(
+            version=served.version,
+            batcher=SimpleNamespace(pending=3, max_batch=served.batcher.max_batch, instances=1),
+        )
+        shadow.offer(busy, feeds, dict(outputs), 0.001)  # 3 others pending: busy_pending=3
+        shadow.settings = shadow.settings.model_copy(update={"fraction": 0.0})
+        shadow.offer(served, feeds, dict(outputs), 0.001)
+        settle(shadow)
+        return shadow.summary()
+
+    summary = run_hub(
+        [str(models.champion)], config(f"tok={models.faithful}", busy_pending=3), body
+    )
+    assert summary["shed"] == {"queue_full": 0, "champion_busy": 1}
+    assert summary["sampled_out"] == 1
+    assert summary["pairs"] == 1  # only the first request, shadowed before the others
+
+
+def test_a_failing_candidate_never_fails_the_champions_request(
+    models: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body(hub: Hub) -> tuple[list, dict, str]:
+        (shadow,) = hub.shadows.by_name["tok"]
+
+        def fails(*args: Any, **kwargs: Any) -> dict:
+            raise RunFailed("tok@1 failed to run: planted")
+
+        monkeypatch.setattr(shadow.predictor, "serve", fails)
+        answers = [await hub.infer(request())]
+        settle(shadow)
+
+        def breaks(*args: Any) -> None:  # a bug in the offer itself
+            raise RuntimeError("planted")
+
+        monkeypatch.setattr(shadow, "offer", breaks)
+        answers.append(await hub.infer(request()))
+        return answers, shadow.summary(), hub.metrics.text().decode()
+
+    answers, summary, metrics = run_hub(
+        [str(models.champion)], config(f"tok={models.faithful}"), body
+    )
+    assert [a.outputs[0][1].shape for a in answers] == [(2, 4), (2, 4)]
+    assert summary["errors"] == 1 and "planted" in summary["last_error"]
+    assert summary["pairs"] == 0
+    assert 'onnxgate_inference_request_success_total{model="tok",version="1"} 2.0' in metrics
+    assert 'outcome="error"} 1.0' in metrics
+
+
+def test_a_candidate_not_ready_is_reported_and_never_run(
+    models: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(hub: Hub) -> tuple[dict, int, bytes]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        await hub.infer(request())
+        status, text = await get(hub, "/v2/models/tok/shadow")
+        return shadow.summary(), status, hub.metrics.text()
+
+    with caplog.at_level(logging.ERROR, logger="onnxgate.serve._shadow"):
+        summary, status, metrics = run_hub(
+            [str(models.champion)], config(f"tok={models.broken}"), body
+        )
+    assert status == 200
+    assert not summary["shadowing"] and summary["pairs"] == 0
+    assert "not ready" in summary["reason"] and "identity" in summary["reason"]
+    assert summary["queue"]["pending"] == 0
+    assert any("never shadows" in r.getMessage() for r in caplog.records)
+    assert (
+        f'onnxgate_shadow_ready{{candidate="{models.broken}",model="tok"}} 0.0'.encode() in metrics
+    )
+
+
+def test_a_candidate_of_a_model_not_served_is_a_config_error(models: SimpleNamespace) -> None:
+    with pytest.raises(ConfigError, match="'nope', which this server does not serve"):
+        run_hub([str(models.champion)], config(f"nope={models.faithful}"), lambda hub: _none())
+
+
+async def _none() -> None:
+    return None
+
+
+def test_the_shadow_endpoint_is_404_for_a_model_not_served(models: SimpleNamespace) -> None:
+    async def body(hub: Hub) -> tuple[int, dict]:
+        status, text = await get(hub, "/v2/models/nope/shadow")
+        ok, empty = await get(hub, "/v2/models/tok/shadow")
+        assert ok == 200
+        return status, json.loads(empty)
+
+    status, empty = run_hub([str(models.champion)], config(), body)
+    assert status == 404
+    assert empty == {"model": "tok", "candidates": []}
+
+
+def test_kept_inputs_are_the_requests_feeds(models: SimpleNamespace) -> None:
+    async def body(hub: Hub) -> ShadowPair:
+        (shadow,) = hub.shadows.by_name["tok"]
+        await hub.infer(request())
+        settle(shadow)
+        return shadow.record.newest[-1]
+
+    pair = run_hub([str(models.champion)], config(f"tok={models.faithful}", keep_inputs=True), body)
+    import io
+
+    assert pair.inputs is not None
+    with np.load(io.BytesIO(pair.inputs)) as kept:
+        assert np.array_equal(kept["ids"], IDS)
+
+
+# -- the registry: a followed alias, and persistence ----------------------------------------------
+
+
+def test_a_followed_candidate_alias_switches_the_shadow(
+    models: SimpleNamespace, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from onnxgate.registry import open_registry
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    register(url, models.champion, alias="champion")  # 1
+    register(url, models.faithful, alias="candidate")  # 2
+    register(url, models.other)  # 3
+
+    async def body(hub: Hub) -> tuple[dict, dict, bool, bool]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        assert shadow.follow == "tok@candidate"
+        await hub.infer(request())
+        settle(shadow)
+        before = shadow.summary()
+        unchanged = await hub.shadows.check_alias(shadow)
+        with open_registry(url) as reg:
+            reg.promote("tok@3", "candidate")
+        switched = await hub.shadows.check_alias(shadow)
+        await hub.infer(request())
+        settle(shadow)
+        persister = shadow.persister
+        assert persister is not None  # both versions come from the registry
+        persister._wake.set()
+        await asyncio.to_thread(until, lambda: persister.unsupported or persister.written == 2)
+        return before, shadow.summary(), unchanged, switched
+
+    serve = ServeConfig(
+        predictor=PredictorConfig(registry=url),
+        poll_seconds=0,
+        shadow=ShadowSettings(candidates=("tok@candidate",)),
+    )
+    with caplog.at_level(logging.INFO, logger="onnxgate.serve._shadow"):
+        before, after, unchanged, switched = run_hub(["tok@champion"], serve, body)
+    assert (before["version"], before["passed"]) == ("2", 1)
+    assert not unchanged and switched
+    assert after["version"] == "3" and after["shadowing"]
+    assert (after["pairs"], after["passed"]) == (2, 1)  # the record spans both versions
+    assert after["newest"][-1]["passed"] is False
+    persisted = after["persisted"]
+    if persisted["unsupported"]:  # a registry without shadow runs: said once, pairs dropped
+        assert "shadow_open" in persisted["unsupported"] and persisted["dropped"] == 2
+        said = [r for r in caplog.records if "kept in memory only" in r.getMessage()]
+        assert len(said) == 1
+    else:
+        assert persisted["written"] == 2
+
+
+class FlakySink:
+    """A sink that fails (an unreachable registry) until ``reachable`` is set, then keeps."""
+
+    def __init__(self) -> None:
+        self.reachable = threading.Event()
+        self.failures = 0
+        self.runs: list[tuple] = []
+        self.batches: list[tuple[int, int]] = []
+
+    def open(self, name: str, candidate: int, champion: int, settings: dict) -> int:
+        if not self.reachable.is_set():
+            self.failures += 1
+            raise ConnectionError("registry unreachable")
+        self.runs.append((name, candidate, champion))
+        return len(self.runs)
+
+    def add(self, run_id: int, pairs: Any) -> None:
+        self.batches.append((run_id, len(pairs)))
+
+
+def _pair(passed: bool = True) -> ShadowPair:
+    return ShadowPair(
+        at=0.0,
+        bucket="any",
+        passed=passed,
+        outputs=(),
+        input_digest="0" * 64,
+        champion_ms=1.0,
+        candidate_ms=1.0,
+    )
+
+
+def test_persistence_retries_an_unreachable_sink_batches_and_drops_beyond_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Persister, "BACKOFF", (0.01, 0.02))
+    sink = FlakySink()
+    dropped: list[int] = []
+    persister = Persister(sink, batch=3, bound=5, label="test", on_drop=dropped.append)
+    try:
+        persister.add(_pair())  # no run started: nothing to write it to
+        persister.start_run("tok", 2, 1, {})
+        for _ in range(6):  # one beyond the bound while the sink is down
+            persister.add(_pair())
+        until(lambda: sink.failures >= 2)  # retried
+        assert persister.written == 0 and persister.waiting == 5
+        sink.reachable.set()
+        until(lambda: persister.written == 5)
+        persister.start_run("tok", 3, 1, {})
+        persister.add(_pair(False))
+        until(lambda: persister.written == 6)
+    finally:
+        persister.close()
+    assert persister.written == 6
+    assert persister.dropped == 2 and sum(dropped) == 2
+    assert sink.runs == [("tok", 2, 1), ("tok", 3, 1)]
+    assert all(size <= 3 for _, size in sink.batches)
+    assert sum(size for run, size in sink.batches if run == 1) == 5
+    assert (2, 1) in sink.batches
