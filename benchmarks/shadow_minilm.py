@@ -164,17 +164,7 @@ def prepare(args, log: list) -> dict:
     (champion_dir / "gate.toml").write_text(
         trial_config("torch:onnxgate.examples.minilm:build", quantize=True, alias="champion")
     )
-    run(
-        [
-            "gate",
-            str(champion_dir / "gate.toml"),
-            "--out",
-            str(work / "run-champion"),
-            "--registry",
-            url,
-        ],
-        log=log,
-    )
+    champion = gate(champion_dir / "gate.toml", work / "run-champion", url, log)
     run_dir = work / "run-champion"
 
     reexport_dir = work / "reexport"
@@ -183,17 +173,7 @@ def prepare(args, log: list) -> dict:
     (reexport_dir / "gate.toml").write_text(
         trial_config("torch:shadow_sdpa:build", quantize=False, alias=None)
     )
-    run(
-        [
-            "gate",
-            str(reexport_dir / "gate.toml"),
-            "--out",
-            str(work / "run-reexport"),
-            "--registry",
-            url,
-        ],
-        log=log,
-    )
+    reexport = gate(reexport_dir / "gate.toml", work / "run-reexport", url, log)
 
     int8 = register_int8(run_dir, url)
 
@@ -203,22 +183,30 @@ def prepare(args, log: list) -> dict:
         run_dir / f"{NAME}.onnx", bad_dir / "perturbed.onnx", layer=3, scale=0.05
     )
     (bad_dir / "gate.toml").write_text(bad_config("perturbed.onnx"))
-    run(
-        ["gate", str(bad_dir / "gate.toml"), "--out", str(work / "run-bad"), "--registry", url],
-        log=log,
-    )
+    bad = gate(bad_dir / "gate.toml", work / "run-bad", url, log)
 
     listing = run(["registry", "list", "--registry", url], log=log).stdout
     numbers = {
-        "champion": 1,
-        "reexport": 2,
+        "champion": champion,
+        "reexport": reexport,
         "int8": int8,
-        "bad": 4,
+        "bad": bad,
         "planted": planted,
         "listing": listing,
     }
     known.write_text(json.dumps(numbers, indent=2))
     return numbers
+
+
+def gate(config: Path, out: Path, url: str, log: list) -> int:
+    """``onnxgate gate``, unless an earlier run of this preparation registered it already; the
+    version it registered."""
+    report = out / "report.json"
+    if not (report.is_file() and json.loads(report.read_text()).get("registered")):
+        run(["gate", str(config), "--out", str(out), "--registry", url], log=log)
+    else:
+        log.append({"command": f"onnxgate gate {config} (registered by an earlier run, kept)"})
+    return json.loads(report.read_text())["registered"]["version"]
 
 
 def register_int8(run_dir: Path, url: str) -> int:
@@ -269,10 +257,10 @@ def sentence_requests(count: int, *, seed: int = 0, max_batch: int = 4) -> list[
 
     rng = random.Random(seed)
     sizes = [rng.randint(1, max_batch) for _ in range(count)]
-    sentences = unshifted_sentences(sum(sizes), seed=seed)
+    every = tokenize(unshifted_sentences(sum(sizes), seed=seed), seq=128)  # one tokenizer load
     requests, at = [], 0
     for size in sizes:
-        feeds = tokenize(sentences[at : at + size], seq=128)
+        feeds = {k: v[at : at + size] for k, v in every.items()}
         at += size
         longest = int(feeds["attention_mask"].sum(1).max())
         requests.append({k: v[:, :longest].copy() for k, v in feeds.items()})
@@ -369,14 +357,26 @@ def drain(port: int, *, limit: float = 600) -> dict:
 def shadow_trial(args, candidates: dict, log: list) -> dict:
     """The three candidates on the same traffic; then their reports and promotions."""
     numbers = [candidates["reexport"], candidates["int8"], candidates["bad"]]
+    # a faithful candidate promoted by an earlier run moved the champion: back to the gated one
+    url = registry_url(args.work)
+    run(
+        ["registry", "promote", f"{NAME}@{candidates['champion']}", "champion", "--registry", url],
+        log=log,
+    )
     refs = [f"{NAME}@champion"]
     extra = [x for n in numbers for x in ("--shadow", f"{NAME}@{n}")]
-    extra += ["--shadow-fraction", "1.0", "--shadow-queue", str(args.shadow_queue), "--no-watch"]
+    extra += ["--shadow-fraction", "1.0", "--shadow-queue", str(args.shadow_queue)]
+    if "--no-watch" in run(["serve", "--help"], log=[]).stdout:
+        extra.append("--no-watch")  # the drift phase watches; here the CPU goes to the shadows
     server = serve(args, refs, extra, "shadow-trial")
     traffic = sentence_requests(args.requests, seed=0)
     started = time.monotonic()
     try:
         server.wait_ready(NAME, timeout=600)
+        while not all(
+            c["shadowing"] for c in get_json(server.http, f"/v2/models/{NAME}/shadow")["candidates"]
+        ):
+            time.sleep(1)  # every candidate proven before the first request: the same traffic
         client = Client(server.http)
         paced = 0.0
         for i, feeds in enumerate(traffic):
@@ -415,8 +415,16 @@ def shadow_trial(args, candidates: dict, log: list) -> dict:
             )
         },
     }
+    return out
+
+
+def verdicts(args, candidates: dict, log: list) -> dict:
+    """``registry shadow-report`` of each candidate, then ``promote NAME@N champion
+    --when-shadow-passes`` in the order bad, int8, faithful: a refused promotion leaves the
+    champion where it was, so every verdict is against the same champion version; the faithful
+    re-export, last, moves it."""
     url = registry_url(args.work)
-    out["reports"], out["promotions"] = {}, {}
+    out = {"reports": {}, "promotions": {}}
     for key in ("reexport", "int8", "bad"):
         ref = f"{NAME}@{candidates[key]}"
         done = run(
@@ -433,12 +441,10 @@ def shadow_trial(args, candidates: dict, log: list) -> dict:
             "text": human.stdout,
             "stderr": human.stderr,
         }
-    # bad first, the faithful one last: a promotion moves `next`, never the champion, so every
-    # verdict is against the same champion version
     for key in ("bad", "int8", "reexport"):
         ref = f"{NAME}@{candidates[key]}"
         done = run(
-            ["registry", "promote", ref, "next", "--when-shadow-passes", "--registry", url],
+            ["registry", "promote", ref, "champion", "--when-shadow-passes", "--registry", url],
             log=log,
             expect=None,
         )
@@ -447,6 +453,8 @@ def shadow_trial(args, candidates: dict, log: list) -> dict:
             "stdout": done.stdout,
             "stderr": done.stderr,
         }
+    shown = run(["registry", "show", f"{NAME}@champion", "--registry", url], log=log, expect=None)
+    out["champion_after"] = shown.stdout[-4000:]
     return out
 
 
@@ -514,6 +522,9 @@ def main(argv=None) -> dict:
             ["python", "benchmarks/shadow_minilm.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "load_average_start": load_start,
+        "commit": subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
         "candidates": candidates,
     }
     phases = args.phases.split(",")
@@ -525,6 +536,8 @@ def main(argv=None) -> dict:
         )
     if "shadow" in phases:
         doc["shadow"] = shadow_trial(args, candidates, log)
+    if "shadow" in phases or "verdicts" in phases:
+        doc["shadow"].update(verdicts(args, candidates, log))
     if "drift" in phases:
         doc["drift"] = drift_trial(args, log)
     if "fallback" in phases:
@@ -534,7 +547,169 @@ def main(argv=None) -> dict:
     doc["log"] = log
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2, default=str))
+    args.out.with_suffix(".md").write_text(markdown(doc))
+    print(args.out.with_suffix(".md").read_text())
     return doc
+
+
+def fmt(value, digits: int = 6) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def markdown(doc: dict) -> str:
+    c = doc["candidates"]
+    lines = [
+        "# Three candidates in shadow beside a gated all-MiniLM-L6-v2 (`benchmarks/shadow_minilm.py`)",
+        "",
+        f"Command: `{doc['command']}` at onnxgate `{doc.get('commit', '?')}`, {doc['started']}; "
+        f"ISA {doc['isa']}; load average {doc['load_average_start']} at start, "
+        f"{doc['load_average_end']} at the end (2 vCPUs, shared: nothing here is a timing).",
+        "",
+        f"Champion `{NAME}@{c['champion']}` (the demo gate without old-runtime target, tune and bench). "
+        f"Candidates: `@{c['reexport']}` faithful re-export (SDPA attention, gated by the same "
+        f"config); `@{c['int8']}` the champion gate's int8 with its own contract; `@{c['bad']}` "
+        f"planted bad variant (layer {c['planted']['layer']}'s Q/K/V weights "
+        f"{', '.join(c['planted']['weights'])} plus noise of {c['planted']['noise_scale_of_std']} "
+        "× their std, gated as an .onnx source against its own goldens: its gate passed).",
+        "",
+    ]
+    shadow = doc.get("shadow")
+    if shadow:
+        names = {
+            str(c["reexport"]): "faithful re-export",
+            str(c["int8"]): "gated int8",
+            str(c["bad"]): "planted bad",
+        }
+        lines += [
+            "## Shadow: the same traffic for all three",
+            "",
+            f"`{shadow['serve']}`",
+            "",
+            f"{shadow['requests']} requests ({shadow['rows']} sentences, 1-4 per request, padded to "
+            f"their longest) in {shadow['seconds']} s; the client paused {shadow['client_paused_s']} s "
+            "while a candidate's queue was over half full (the trial wants every request judged; "
+            "shedding under load is `shadow_load.py`'s subject).",
+            "",
+            "| candidate | pairs | passed | failed | errors | shed (queue full / champion busy) | output | rule | failed | max abs | min cosine | first failure |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for cand in shadow["record"]["candidates"]:
+            label = names.get(str(cand.get("version")), cand["candidate"])
+            first = True
+            for output, t in cand["outputs"].items():
+                head = (
+                    f"| {label} (`{cand['candidate']}`) | {cand['pairs']} | {cand['passed']} | {cand['failed']} "
+                    f"| {cand['errors']} | {cand['shed']['queue_full']} / {cand['shed']['champion_busy']} "
+                    if first
+                    else "| | | | | | "
+                )
+                reason = (t["first_failure"] or "–").replace("|", "\\|")[:160]
+                lines.append(
+                    f"{head}| {output} | `{t['rule']}` | {t['failed']} | {fmt(t['max_abs'], 3)} "
+                    f"| {fmt(t['min_cosine'])} | {reason} |"
+                )
+                first = False
+        lines.append("")
+        lines += ["### `registry shadow-report`", ""]
+        for key, label in (
+            ("reexport", "faithful re-export"),
+            ("int8", "gated int8"),
+            ("bad", "planted bad"),
+        ):
+            report = shadow["reports"][key]
+            verdict = (
+                (report["json"].get("verdict") or {}) if isinstance(report["json"], dict) else {}
+            )
+            lines += [
+                f"**{label}** (`{NAME}@{c[key]}`): exit {report['exit']}, verdict "
+                f"**{verdict.get('status', '?')}**, {verdict.get('pairs', '?')} pairs, "
+                f"{verdict.get('failed_pairs', '?')} failed; buckets {verdict.get('buckets', {})}",
+                "",
+            ]
+            for reason in verdict.get("reasons", ()):
+                lines.append(f"- {reason}")
+            for out in verdict.get("outputs", ()):
+                lines.append(
+                    f"- `{out['output']}` `{out['rule']}`: {out['failed']} of {out['pairs']} failed "
+                    f"(rate {fmt(out['failure_rate'], 4)}), worst max abs {fmt(out.get('worst_max_abs'), 3)}, "
+                    f"min cosine {fmt(out.get('min_cosine'))}"
+                )
+            lines.append("")
+            text = report["text"].strip() or report["stderr"].strip()
+            if text:
+                lines += ["```", *text.splitlines()[:30], "```", ""]
+        lines += ["### `registry promote NAME@N champion --when-shadow-passes`", ""]
+        for key, label in (
+            ("bad", "planted bad"),
+            ("int8", "gated int8"),
+            ("reexport", "faithful re-export"),
+        ):
+            promo = shadow["promotions"][key]
+            message = (promo["stdout"] + promo["stderr"]).strip()
+            lines += [
+                f"**{label}** (`{NAME}@{c[key]}`): exit {promo['exit']}",
+                "",
+                "```",
+                *message.splitlines()[:12],
+                "```",
+                "",
+            ]
+    drift = doc.get("drift")
+    if drift:
+        lines += [
+            "## Drift: unshifted, then shifted traffic to a watched champion",
+            "",
+            f"`{drift['serve']}` (window {drift['window_rows']} rows). The first window of traffic is the "
+            "reference; each later one is scored against it (PSI) and against the goldens.",
+            "",
+            "| phase | requests | rows | alerts raised (tensor, against) | highest score (tensor, against) |",
+            "|---|---|---|---|---|",
+        ]
+        for phase in drift["phases"]:
+            raised = [
+                f"{s['labels'].get('tensor', s['labels'].get('name', '?'))}/{s['labels'].get('against', '?')}"
+                for s in phase["alert"]
+                if s["value"] >= 1
+            ]
+            top = max(phase["score"], key=lambda s: s["value"], default=None)
+            best = (
+                f"{fmt(top['value'], 3)} ({top['labels'].get('tensor', top['labels'].get('name', '?'))}, "
+                f"{top['labels'].get('against', '?')})"
+                if top
+                else "–"
+            )
+            lines.append(
+                f"| {phase['phase']} | {phase['requests']} | {phase['rows']} | "
+                f"{', '.join(raised) or 'none'} | {best} |"
+            )
+        lines.append("")
+    fb = doc.get("fallback")
+    if fb and fb.get("alert"):
+        lines += [
+            "## Provider fallback: a provider that stops claiming nodes",
+            "",
+            "The champion in an in-process `Hub`; the provider is serve-watch's fake in front of a "
+            "real fresh-session audit (see `fallback()`).",
+            "",
+            "| on_fallback | step | onnxgate_provider_fallback | nodes by provider | model ready | server ready | reason |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for mode in ("alert", "unready"):
+            for step, f in fb[mode].items():
+                value = max((s["value"] for s in f["fallback"]), default=None)
+                nodes = ", ".join(
+                    f"{s['labels'].get('provider')}={s['value']:.0f}" for s in f["nodes"]
+                )
+                lines.append(
+                    f"| {mode} | {step} | {fmt(value)} | {nodes} | {f['model_ready']} | "
+                    f"{f['server_ready']} | {(f['reason'] or '–')[:120]} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
 
 
 def isa() -> str:
@@ -550,8 +725,86 @@ def isa() -> str:
 
 
 def fallback(args) -> dict:
-    """Filled in once serve-watch's fake provider is merged."""
-    return {"status": "not run"}
+    """A provider that stops claiming nodes, seen by the served champion's placement audit.
+
+    No GPU or OpenVINO provider runs in this process's ONNX Runtime, so the provider is the fake
+    of serve-watch's tests (``tests/serve/test_watch_fallback.py``) in front of the real audit:
+    every audit makes a real fresh session of the champion (``serve._fallback.probe``); the fake
+    reports its nodes on ``FakeExecutionProvider`` until its "driver changes", then the real
+    assignment (every node on CPU) shows. The champion is loaded in an in-process ``Hub`` (what
+    ``serve`` runs), once with ``on_fallback = "alert"`` and once with ``"unready"``.
+    """
+    import asyncio
+
+    from onnxgate.placement import NodePlacement
+    from onnxgate.serve._fallback import probe
+    from onnxgate.serve._hub import Hub, ServeConfig
+    from onnxgate.serve._watch import WatchSettings
+
+    fake, cpu = "FakeExecutionProvider", "CPUExecutionProvider"
+    model = args.work / "run-champion" / f"{NAME}.onnx"
+    driver = {"claims": True, "audits": 0}
+
+    def audit(predictor):
+        driver["audits"] += 1
+        real = probe(predictor)
+        nodes = [
+            NodePlacement(node=n.node, op_type=n.op_type, domain=n.domain, provider=fake)
+            if driver["claims"]
+            else n
+            for n in real.nodes
+        ]
+        off = [n for n in nodes if n.provider != fake]
+        return real.model_copy(
+            update={
+                "passed": not off,
+                "requested": [fake, cpu],
+                "required": fake,
+                "nodes": nodes,
+                "assignments": {p: sum(n.provider == p for n in nodes) for p in (fake, cpu)},
+                "violations": off,
+            }
+        )
+
+    def figures(hub: Hub) -> dict:
+        text = hub.metrics.text().decode()
+        ready, why = hub.readiness(NAME)
+        return {
+            "fallback": series(text, "onnxgate_provider_fallback"),
+            "nodes": series(text, "onnxgate_provider_nodes"),
+            "checks": series(text, "onnxgate_provider_checks_total"),
+            "server_ready": hub.ready(),
+            "model_ready": ready,
+            "reason": why,
+        }
+
+    async def trial(on_fallback: str) -> dict:
+        driver["claims"] = True
+        settings = ServeConfig(
+            poll_seconds=0, watch=WatchSettings(placement_seconds=0, on_fallback=on_fallback)
+        )
+        hub = Hub(settings)
+        await hub.load([f"{NAME}={model}"])
+        try:
+            hub.placements.probe = audit
+            steps = {}
+            hub.placements.check(hub.served(NAME).predictor)
+            steps["driver as gated"] = figures(hub)
+            driver["claims"] = False
+            hub.placements.check(hub.served(NAME).predictor)
+            steps["driver changed"] = figures(hub)
+            driver["claims"] = True
+            hub.placements.check(hub.served(NAME).predictor)
+            steps["driver rolled back"] = figures(hub)
+            return steps
+        finally:
+            await hub.stop()
+
+    out = {"model": str(model)}
+    for mode in ("alert", "unready"):
+        out[mode] = asyncio.run(trial(mode))
+    out["audits"] = driver["audits"]
+    return out
 
 
 if __name__ == "__main__":
