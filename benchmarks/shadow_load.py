@@ -90,10 +90,8 @@ def prepare(args) -> dict:
     dims = [f"--dim={d}" for d in args.dim]
     if contract.is_file():
         shutil.copyfile(contract, champion.with_suffix(".contract.json"))
-        shutil.copyfile(
-            contract.with_name(args.model.stem + ".golden.npz"),
-            champion.with_name(f"{args.name}.golden.npz"),
-        )
+        golden = json.loads(contract.read_text())["golden"]["file"]  # the name the contract says
+        shutil.copyfile(args.model.with_name(golden), champion.with_name(golden))
     else:
         done = onnxgate(
             "contract", "init", str(champion), "--reference", "ort:disable", "--force", *dims
@@ -301,7 +299,9 @@ def summarise(runs: list[dict], servers: list[str], tag: str) -> dict:
             "p50_ms": median([r["latency"]["p50_ms"] for r in used]),
             "p99_ms": median([r["latency"]["p99_ms"] for r in used]),
             "requests_per_s": median([r["requests_per_s"] for r in used]),
-            "coverage": median([r["shadow"]["coverage"] for r in used]),
+            "coverage": median([r["shadow"]["coverage"] for r in used])
+            if label != "alone"
+            else None,
             "judged": sum(r["shadow"]["judged"] for r in mine),
             "shed": sum(r["shadow"]["shed_total"] for r in mine),
             "errors": sum(r["errors"] for r in mine),
@@ -452,7 +452,14 @@ def parse_args(argv=None):
     )
     parser.add_argument("--work", type=Path, default=CACHE / "load")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "shadow.json")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        help="only write the Markdown of an earlier run's JSON (its tables again)",
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        return args
     if args.quick:
         args.model = args.model or CORPUS / "mnist.onnx"
         args.name = args.name or "mnist"
@@ -479,6 +486,15 @@ def git_commit() -> str:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.render:
+        doc = json.loads(args.render.read_text())
+        loads = doc["args"]["loads"].split(",")
+        doc["tables"] = {
+            tag: summarise(doc["runs"], ["alone", "shadow", "slow"], tag) for tag in loads
+        }
+        args.render.write_text(json.dumps(doc, indent=2))
+        args.render.with_suffix(".md").write_text(markdown(doc))
+        return doc
     args.work.mkdir(parents=True, exist_ok=True)
     logs = args.work / "logs"
     logs.mkdir(exist_ok=True)

@@ -327,10 +327,10 @@ def series(text: str, name: str) -> list[dict]:
     return found
 
 
-def serve(args, refs: list[str], extra: list[str], label: str) -> Server:
+def serve(args, refs: list[str], extra: list[str], label: str, *, registry: bool = True) -> Server:
     http, grpc = free_port(), free_port()
     command = [
-        PY, "-m", "onnxgate", "serve", *refs, "--registry", registry_url(args.work),
+        PY, "-m", "onnxgate", "serve", *refs, *(["--registry", registry_url(args.work)] if registry else []),
         "--http-port", str(http), "--grpc-port", str(grpc), *extra,
     ]  # fmt: skip
     server = Server(label, command, http, grpc, args.work / f"{label}.log", env=env())
@@ -462,7 +462,10 @@ def drift_trial(args, log: list) -> dict:
     """Unshifted traffic, then shifted, to a watched champion: the drift alert after each phase."""
     window = args.watch_window
     extra = ["--watch", "--watch-window", str(window)]
-    server = serve(args, [f"{NAME}@champion"], extra, "drift-trial")
+    # the champion's gate run folder (its report.json beside the model): the same files as @1,
+    # served without opening the registry
+    model = args.work / "run-champion" / f"{NAME}.onnx"
+    server = serve(args, [f"{NAME}={model}"], extra, "drift-trial", registry=False)
     phases = [
         ("reference", sentence_requests(args.drift_requests, seed=10)),
         ("unshifted", sentence_requests(args.drift_requests * 2, seed=11)),
@@ -507,6 +510,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--watch-window", type=int, default=300)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "shadow_minilm.json")
     args = parser.parse_args(argv)
+    if args.phases == "render":  # the Markdown of the JSON already written, nothing run
+        doc = json.loads(args.out.read_text())
+        args.out.with_suffix(".md").write_text(markdown(doc))
+        return doc
     log: list[dict] = []
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -666,25 +673,27 @@ def markdown(doc: dict) -> str:
             f"`{drift['serve']}` (window {drift['window_rows']} rows). The first window of traffic is the "
             "reference; each later one is scored against it (PSI) and against the goldens.",
             "",
-            "| phase | requests | rows | alerts raised (tensor, against) | highest score (tensor, against) |",
-            "|---|---|---|---|---|",
+            "| phase | requests | rows | alerts raised | PSI against the reference window: input_ids / attention_mask / last_hidden_state / sentence_embedding | PSI against the goldens (same order) |",
+            "|---|---|---|---|---|---|",
         ]
+        tensors = ("input_ids", "attention_mask", "last_hidden_state", "sentence_embedding")
         for phase in drift["phases"]:
             raised = [
-                f"{s['labels'].get('tensor', s['labels'].get('name', '?'))}/{s['labels'].get('against', '?')}"
+                f"{s['labels'].get('tensor', '?')} ({s['labels'].get('kind', '?')})"
                 for s in phase["alert"]
                 if s["value"] >= 1
             ]
-            top = max(phase["score"], key=lambda s: s["value"], default=None)
-            best = (
-                f"{fmt(top['value'], 3)} ({top['labels'].get('tensor', top['labels'].get('name', '?'))}, "
-                f"{top['labels'].get('against', '?')})"
-                if top
-                else "–"
-            )
+            scores = {
+                (s["labels"].get("tensor"), s["labels"].get("against")): s["value"]
+                for s in phase["score"]
+            }
+
+            def row(against: str, scores=scores) -> str:
+                return " / ".join(fmt(scores.get((t, against)), 3) for t in tensors)
+
             lines.append(
                 f"| {phase['phase']} | {phase['requests']} | {phase['rows']} | "
-                f"{', '.join(raised) or 'none'} | {best} |"
+                f"{', '.join(raised) or 'none'} | {row('reference')} | {row('golden')} |"
             )
         lines.append("")
     fb = doc.get("fallback")
