@@ -24,10 +24,10 @@ from onnxgate.shadow._verdict import (
 )
 
 __all__ = [
+    "REQUEST",
     "Buckets",
     "OutputFigures",
     "OutputVerdict",
-    "REQUEST",
     "ShadowCriteria",
     "ShadowPair",
     "ShadowReport",
