@@ -53,6 +53,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from serve_bench import PY, Server, free_port  # noqa: E402
+from shadow_load import isa  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "onnxgate-bench" / "shadow"
 NAME = "all-minilm-l6-v2"
@@ -721,18 +722,6 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def isa() -> str:
-    import re as _re
-
-    try:
-        flags = set(
-            _re.findall(r"avx512[a-z_]*|avx2|amx[a-z_]*", Path("/proc/cpuinfo").read_text())
-        )
-    except OSError:
-        return "unknown"
-    return " ".join(sorted(flags))
-
-
 def fallback(args) -> dict:
     """A provider that stops claiming nodes, seen by the served champion's placement audit.
 
@@ -744,11 +733,15 @@ def fallback(args) -> dict:
     ``serve`` runs), once with ``on_fallback = "alert"`` and once with ``"unready"``.
     """
     import asyncio
+    import importlib
 
     from onnxgate.placement import NodePlacement
-    from onnxgate.serve._fallback import probe
     from onnxgate.serve._hub import Hub, ServeConfig
-    from onnxgate.serve._watch import WatchSettings
+
+    # serve-watch's modules, looked up by name: this script also runs (its other phases) on a
+    # tree without them
+    probe = importlib.import_module("onnxgate.serve._fallback").probe
+    WatchSettings = importlib.import_module("onnxgate.serve._watch").WatchSettings
 
     fake, cpu = "FakeExecutionProvider", "CPUExecutionProvider"
     model = args.work / "run-champion" / f"{NAME}.onnx"
