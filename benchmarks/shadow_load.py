@@ -80,6 +80,9 @@ def prepare(args) -> dict:
     from _shadow_candidates import calibrate_slow
 
     work = args.work / "models"
+    known = work / "models.json"
+    if args.reuse_models and known.is_file():
+        return json.loads(known.read_text())
     champion = work / "champion" / f"{args.name}.onnx"
     same = work / "same" / f"{args.name}.onnx"
     slow = work / "slow" / f"{args.name}.onnx"
@@ -108,12 +111,14 @@ def prepare(args) -> dict:
         )
         if done.returncode:
             raise SystemExit(f"contract init {candidate}: {done.stdout}{done.stderr}")
-    return {
+    models = {
         "champion": str(champion),
         "same": str(same),
         "slow": str(slow),
         "slow_variant": figures,
     }
+    known.write_text(json.dumps(models, indent=2))
+    return models
 
 
 def one_feed(args) -> dict:
@@ -325,6 +330,20 @@ def slope_mb_per_min(series: list[dict], after_s: float) -> float | None:
     return round(60 * sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var, 3)
 
 
+def rss_summary(series: list[dict] | None, warmup: float, duration: float) -> dict:
+    """Start, end and max RSS of a soak; the slope over all of it after the warm-up and over its
+    second half (a server grows while its allocators and caches warm up, then should not)."""
+    rss = [s["rss_mb"] for s in series or []]
+    return {
+        "start": rss[0] if rss else None,
+        "end": rss[-1] if rss else None,
+        "max": max(rss) if rss else None,
+        "slope_mb_per_min": slope_mb_per_min(series, warmup),
+        "slope_second_half_mb_per_min": slope_mb_per_min(series, warmup + duration / 2),
+        "samples": len(rss),
+    }
+
+
 def isa() -> str:
     try:
         flags = set(re.findall(r"avx512[a-z_]*|avx2|amx[a-z_]*", Path("/proc/cpuinfo").read_text()))
@@ -394,13 +413,13 @@ def markdown(doc: dict) -> str:
         lines += [
             f"## Memory over {doc['args']['soak']:.0f} s (open loop at {doc['rate']} requests/s)",
             "",
-            "| server | RSS start MB | end MB | max MB | slope MB/min | answered | judged | shed | coverage | p50 ms | p99 ms | other cores | spoiled |",
+            "| server | RSS start MB | end MB | max MB | slope MB/min (all / second half) | answered | judged | shed | coverage | p50 ms | p99 ms | other cores | spoiled |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for run in doc["soak"]:
             rss = run["rss"]
             lines.append(
-                f"| {run['server']} | {rss['start']} | {rss['end']} | {rss['max']} | {rss['slope_mb_per_min']} "
+                f"| {run['server']} | {rss['start']} | {rss['end']} | {rss['max']} | {rss['slope_mb_per_min']} / {rss.get('slope_second_half_mb_per_min')} "
                 f"| {run['shadow']['answered']:.0f} | {run['shadow']['judged']:.0f} | {run['shadow']['shed_total']:.0f} "
                 f"| {run['shadow']['coverage']} | {run['latency']['p50_ms']} | {run['latency']['p99_ms']} "
                 f"| {run['other_busy_cores']} | {'**spoiled**' if run['spoiled'] else 'no'} |"
@@ -451,6 +470,11 @@ def parse_args(argv=None):
         "--serve-option", action="append", default=[], help="extra `serve` argument"
     )
     parser.add_argument("--work", type=Path, default=CACHE / "load")
+    parser.add_argument(
+        "--reuse-models",
+        action="store_true",
+        help="the candidates an earlier run made (same slow variant)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "shadow.json")
     parser.add_argument(
         "--render",
@@ -492,6 +516,8 @@ def main(argv=None) -> dict:
         doc["tables"] = {
             tag: summarise(doc["runs"], ["alone", "shadow", "slow"], tag) for tag in loads
         }
+        for run in doc.get("soak") or []:
+            run["rss"] = rss_summary(run["rss_series"], doc["args"]["warmup"], doc["args"]["soak"])
         args.render.write_text(json.dumps(doc, indent=2))
         args.render.with_suffix(".md").write_text(markdown(doc))
         return doc
@@ -544,15 +570,7 @@ def main(argv=None) -> dict:
                 run = load(
                     servers[label], args, tag="soak", rate=rate, duration=args.soak, sample=True
                 )
-                series = run["rss_series"] or []
-                rss = [s["rss_mb"] for s in series]
-                run["rss"] = {
-                    "start": rss[0] if rss else None,
-                    "end": rss[-1] if rss else None,
-                    "max": max(rss) if rss else None,
-                    "slope_mb_per_min": slope_mb_per_min(series, args.warmup),
-                    "samples": len(rss),
-                }
+                run["rss"] = rss_summary(run["rss_series"], args.warmup, args.soak)
                 soak.append(run)
                 print(
                     f"soak {label}: {json.dumps(run['rss'])} coverage {run['shadow']['coverage']}",
