@@ -50,7 +50,7 @@ from onnxgate.compare import judge_output
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.serve._offpath import OffPath
 from onnxgate.serve._predictor import Predictor, PredictorConfig
-from onnxgate.serve._source import served_name, split_name
+from onnxgate.serve._source import is_file_ref, served_name, split_name
 from onnxgate.settings import Part
 from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
 
@@ -462,7 +462,7 @@ class Shadow:
         old = self.predictor
         self.predictor = predictor
         self.current = predictor.version
-        self.label = predictor.version if predictor.source.registry else split_name(self.item)[1]
+        self.label = predictor.version if in_registry(self.item) else split_name(self.item)[1]
         self.generation += 1
         self.metrics.ready(self.name, self.label, predictor.ready)
         self._counters = self.metrics.offered(self.name, self.label)
@@ -604,6 +604,14 @@ class Shadow:
             self.predictor.close()
 
 
+def in_registry(item: str) -> bool:
+    """Whether ``item`` (``REF`` or ``NAME=REF``) names a version of onnxgate's registry."""
+    from onnxgate.registry import is_mlflow_ref
+
+    ref = split_name(item)[1]
+    return not is_file_ref(ref) and not is_mlflow_ref(ref)
+
+
 def _declared(predictor: Predictor, name: str) -> str | None:
     return next((o.type for o in predictor.outputs if o.name == name), None)
 
@@ -688,8 +696,7 @@ class Shadows:
                 continue
             if predictor.source.alias:
                 shadow.follow = split_name(item)[1]
-            champion = entry.versions[entry.current].predictor.source
-            if self.settings.persist and predictor.source.registry and champion.registry:
+            if self.settings.persist and in_registry(item) and in_registry(entry.item):
                 shadow.persister = Persister(
                     RegistrySink(predictor.source.registry, self.hub.config.predictor.store),
                     batch=self.settings.persist_batch,
