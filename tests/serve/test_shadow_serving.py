@@ -483,3 +483,35 @@ def test_registry_versions_write_their_pairs_through_the_registrys_shadow_api(
         by_run.setdefault(run, []).extend(p.passed for p in pairs)
     assert by_run == {1: [True, True], 2: [False]}
     assert all(p.bucket.startswith("batch<=") for _, pairs in added for p in pairs)
+
+
+def test_a_candidate_alias_not_set_yet_is_followed_until_it_is(
+    models: SimpleNamespace, tmp_path: Path
+) -> None:
+    from onnxgate.registry import open_registry
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    register(url, models.champion, alias="champion")  # 1
+    register(url, models.faithful)  # 2
+
+    async def body(hub: Hub) -> tuple[dict, bool, dict]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        await hub.infer(request())
+        before = shadow.summary()
+        with open_registry(url) as reg:
+            reg.promote("tok@2", "candidate")
+        switched = await hub.shadows.check_alias(shadow)
+        await hub.infer(request())
+        settle(shadow)
+        return before, switched, shadow.summary()
+
+    serve = ServeConfig(
+        predictor=PredictorConfig(registry=url),
+        poll_seconds=0,
+        shadow=ShadowSettings(candidates=("tok@candidate",), persist=False),
+    )
+    before, switched, after = run_hub(["tok@champion"], serve, body)
+    assert not before["shadowing"] and "cannot be opened" in before["reason"]
+    assert before["follows"] == "tok@candidate" and before["pairs"] == 0
+    assert switched and after["shadowing"] and after["version"] == "2"
+    assert (after["pairs"], after["passed"]) == (1, 1)

@@ -56,7 +56,7 @@ from onnxgate.serve._shadow_sink import (
     ShadowSink,
     SinkUnsupported,
 )
-from onnxgate.serve._source import is_file_ref, served_name, split_name
+from onnxgate.serve._source import is_file_ref, registry_ref, served_name, split_name
 from onnxgate.settings import Part
 from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
 
@@ -416,6 +416,20 @@ class Shadow:
             self.predictor.close()
 
 
+def followed_ref(item: str) -> str | None:
+    """The registry reference ``item`` follows (``name@candidate``, ``name``), None if pinned."""
+    if not in_registry(item):
+        return None
+    from onnxgate.registry import parse_ref
+
+    ref = split_name(item)[1]
+    try:
+        _, which = parse_ref(registry_ref(ref))
+    except ConfigError:  # malformed: opening it says so
+        return None
+    return None if isinstance(which, int) else ref
+
+
 def in_registry(item: str) -> bool:
     """Whether ``item`` (``REF`` or ``NAME=REF``) names a version of onnxgate's registry."""
     from onnxgate.registry import is_mlflow_ref
@@ -498,24 +512,25 @@ class Shadows:
                     "model: NAME@ALIAS, NAME@N, or NAME=FILE.",
                     field="shadow.candidates",
                 )
-            shadow = Shadow(name, item, self.settings, metrics)
+            shadow = Shadow(name, item, self.settings, metrics, follow=followed_ref(item))
             self.by_name.setdefault(name, []).append(shadow)
-            try:
-                predictor = await loop.run_in_executor(self.hub._executor, self.open, item)
-            except GateError as err:
-                shadow.why = f"cannot be opened: {err.message}"
-                log.error("%s: candidate %s never shadows: %s", name, item, shadow.why)
-                continue
-            if predictor.source.alias:
-                shadow.follow = split_name(item)[1]
             if self.settings.persist and in_registry(item) and in_registry(entry.item):
                 shadow.persister = Persister(
-                    RegistrySink(predictor.source.registry, self.hub.config.predictor.store),
+                    RegistrySink(
+                        self.hub.config.predictor.registry, self.hub.config.predictor.store
+                    ),
                     batch=self.settings.persist_batch,
                     bound=self.settings.persist_buffer,
                     label=f"shadow {item}",
                     on_drop=lambda count, s=shadow: metrics.dropped(s.name, s.label, count),
                 )
+            try:
+                predictor = await loop.run_in_executor(self.hub._executor, self.open, item)
+            except GateError as err:
+                shadow.why = f"cannot be opened: {err.message}"
+                later = f" until {shadow.follow} moves" if shadow.follow else ""
+                log.error("%s: candidate %s does not shadow%s: %s", name, item, later, shadow.why)
+                continue
             shadow.use(predictor)
             if not predictor.ready:  # kept out of the way, with its reason; an alias may move on
                 shadow.predictor = None
