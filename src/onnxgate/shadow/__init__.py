@@ -19,6 +19,7 @@ from onnxgate.shadow._verdict import (
     WorstPair,
     judge,
     merge,
+    storable,
     tally,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "WorstPair",
     "judge",
     "merge",
+    "storable",
     "tally",
 ]
