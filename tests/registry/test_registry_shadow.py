@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 
 import pytest
+from sqlalchemy import text
 
 from onnxgate.errors import ConfigError, ExitCode, NotFound, ShadowRefused
 from onnxgate.shadow import OutputFigures, ShadowPair
@@ -212,3 +214,45 @@ def test_unknown_runs_versions_and_bad_criteria_are_refused(seeded):
         seeded.shadow_report("bert@2", min_pairs=0)
     with pytest.raises(NotFound, match="no alias 'prod'"):
         seeded.shadow_report("bert@2", against="prod")
+
+
+def _add_batches(url, store, run, start, barrier, results):
+    from onnxgate.registry import open_registry
+
+    try:
+        with open_registry(url, store) as reg:
+            barrier.wait()
+            for batch in range(6):
+                first = start + batch * 5
+                reg.shadow_add(
+                    run, [pair(n, passed=n % 7 != 0) for n in range(first, first + 5)], keep=20
+                )
+        results.put("ok")
+    except BaseException as err:  # report, don't hang the parent
+        results.put(f"{type(err).__name__}: {err}")
+
+
+def test_batches_added_at_once_from_many_processes_all_count(seeded, backend):
+    fork = multiprocessing.get_context("fork")
+    run = seeded.shadow_open("bert", 2, 1, {})
+    n = 4
+    barrier, results = fork.Barrier(n), fork.Queue()
+    procs = [
+        fork.Process(
+            target=_add_batches, args=(backend.url, backend.store, run, i * 1000, barrier, results)
+        )
+        for i in range(n)
+    ]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert outcomes == ["ok"] * n
+    report = seeded.shadow_report("bert@2", min_pairs=1, min_per_bucket=1)
+    failures = sum(1 for i in range(n) for m in range(i * 1000, i * 1000 + 30) if m % 7 == 0)
+    assert (report.verdict.pairs, report.verdict.failed_pairs) == (120, failures)
+    assert report.runs[0].pairs == 120
+    with seeded.engine.connect() as conn:
+        kept = conn.execute(text("SELECT count(*) FROM shadow_pairs")).scalar_one()
+    assert kept == 20

@@ -57,6 +57,9 @@ def test_shadow_report_exit_codes_and_json(shadowed, tmp_path):
 
     result = invoke(shadowed, "shadow-report", "bert@candidate", "--against", "prod")
     assert result.exit_code == 2 and "no alias 'prod'" in result.output
+    result = invoke(shadowed, "shadow-report", "bert@candidate", "--against", "prod", "--json")
+    assert result.exit_code == 2
+    assert json.loads(result.output)["error"] == "not-found"
 
 
 def test_shadow_report_text_names_the_failing_output_and_writes_html(shadowed, tmp_path):

@@ -424,3 +424,94 @@ def test_persistence_retries_an_unreachable_sink_batches_and_drops_beyond_its_bo
     assert all(size <= 3 for _, size in sink.batches)
     assert sum(size for run, size in sink.batches if run == 1) == 5
     assert (2, 1) in sink.batches
+
+
+def test_registry_versions_write_their_pairs_through_the_registrys_shadow_api(
+    models: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Registry.shadow_open`` / ``shadow_add`` as issue 32's design names them (emulated here,
+    so the serve side is held to the names and arguments whichever registry it meets)."""
+    from onnxgate.registry import Registry, open_registry
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    register(url, models.champion, alias="champion")  # 1
+    register(url, models.faithful, alias="candidate")  # 2
+    register(url, models.other)  # 3
+    opened: list[tuple] = []
+    added: list[tuple[int, list[ShadowPair]]] = []
+
+    def shadow_open(self: Any, name: str, candidate: int, champion: int, settings: dict) -> int:
+        opened.append((name, candidate, champion, settings))
+        return len(opened)
+
+    def shadow_add(self: Any, run_id: int, pairs: Any, *, keep: int = 10_000) -> None:
+        added.append((run_id, list(pairs)))
+
+    monkeypatch.setattr(Registry, "shadow_open", shadow_open, raising=False)
+    monkeypatch.setattr(Registry, "shadow_add", shadow_add, raising=False)
+
+    def written() -> int:
+        return sum(len(pairs) for _, pairs in added)
+
+    async def body(hub: Hub) -> None:
+        (shadow,) = hub.shadows.by_name["tok"]
+        persister = shadow.persister
+        assert persister is not None
+        for _ in range(2):
+            await hub.infer(request())
+        settle(shadow)
+        persister._wake.set()
+        await asyncio.to_thread(until, lambda: written() == 2)
+        with open_registry(url) as reg:
+            reg.promote("tok@3", "candidate")
+        assert await hub.shadows.check_alias(shadow)
+        await hub.infer(request())
+        settle(shadow)
+        persister._wake.set()
+        await asyncio.to_thread(until, lambda: written() == 3)
+
+    serve = ServeConfig(
+        predictor=PredictorConfig(registry=url),
+        poll_seconds=0,
+        shadow=ShadowSettings(candidates=("tok@candidate",), fraction=1.0),
+    )
+    run_hub(["tok@champion"], serve, body)
+    assert [run[:3] for run in opened] == [("tok", 2, 1), ("tok", 3, 1)]
+    assert opened[0][3]["item"] == "tok@candidate" and opened[0][3]["fraction"] == 1.0
+    by_run: dict[int, list[bool]] = {}
+    for run, pairs in added:  # one batch or several, as the writer woke
+        by_run.setdefault(run, []).extend(p.passed for p in pairs)
+    assert by_run == {1: [True, True], 2: [False]}
+    assert all(p.bucket.startswith("batch<=") for _, pairs in added for p in pairs)
+
+
+def test_a_candidate_alias_not_set_yet_is_followed_until_it_is(
+    models: SimpleNamespace, tmp_path: Path
+) -> None:
+    from onnxgate.registry import open_registry
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    register(url, models.champion, alias="champion")  # 1
+    register(url, models.faithful)  # 2
+
+    async def body(hub: Hub) -> tuple[dict, bool, dict]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        await hub.infer(request())
+        before = shadow.summary()
+        with open_registry(url) as reg:
+            reg.promote("tok@2", "candidate")
+        switched = await hub.shadows.check_alias(shadow)
+        await hub.infer(request())
+        settle(shadow)
+        return before, switched, shadow.summary()
+
+    serve = ServeConfig(
+        predictor=PredictorConfig(registry=url),
+        poll_seconds=0,
+        shadow=ShadowSettings(candidates=("tok@candidate",), persist=False),
+    )
+    before, switched, after = run_hub(["tok@champion"], serve, body)
+    assert not before["shadowing"] and "cannot be opened" in before["reason"]
+    assert before["follows"] == "tok@candidate" and before["pairs"] == 0
+    assert switched and after["shadowing"] and after["version"] == "2"
+    assert (after["pairs"], after["passed"]) == (1, 1)

@@ -205,12 +205,13 @@ def configure_logging(verbose: int) -> Callable[[], None]:
 def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn GateErrors into a message and their exit code; never a traceback for a user error.
 
-    The wrapped command must take a ``fmt`` keyword argument (its ``--format``).
+    The wrapped command must take a ``fmt`` keyword argument (its ``--format``); an ``as_json``
+    one (a ``--json`` shorthand) makes errors JSON too.
     """
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        fmt = str(kwargs.get("fmt", "text"))
+        fmt = "json" if kwargs.get("as_json") else str(kwargs.get("fmt", "text"))
         heard: list[Synthesized] = []
         try:
             with (

@@ -191,8 +191,8 @@ def render_shadow(report: ShadowReport) -> Lines:
             f"{_VERDICT[v.status]}"
         ),
         line(
-            f"  {v.pairs} request(s) judged, {v.failed_pairs} failed; needs {c.min_pairs} in "
-            f"all, {c.min_per_bucket} per bucket, failure rate <= {c.max_failure_rate:g}"
+            f"  {v.pairs} judged, {v.failed_pairs} failed; needs {c.min_pairs}, "
+            f"{c.min_per_bucket} per bucket, failure rate <= {c.max_failure_rate:g}"
         ),
     ]
     lines += [line(f"  [red]•[/] {escape(r)}") for r in v.reasons]

@@ -40,9 +40,9 @@ from onnxgate.shadow import (
     ShadowTally,
     WorstPair,
     judge,
+    storable,
     tally,
 )
-from onnxgate.shadow._verdict import storable
 
 WORST = 10
 """Worst requests a report shows."""

@@ -39,9 +39,9 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import Field
@@ -50,7 +50,13 @@ from onnxgate.compare import judge_output
 from onnxgate.errors import ConfigError, GateError
 from onnxgate.serve._offpath import OffPath
 from onnxgate.serve._predictor import Predictor, PredictorConfig
-from onnxgate.serve._source import served_name, split_name
+from onnxgate.serve._shadow_sink import (
+    Persister,
+    RegistrySink,
+    ShadowSink,
+    SinkUnsupported,
+)
+from onnxgate.serve._source import is_file_ref, registry_ref, served_name, split_name
 from onnxgate.settings import Part
 from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
 
@@ -64,6 +70,17 @@ Served = Any
 """``serve._hub.Served``: a served version's ``version`` and ``batcher``."""
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "Persister",
+    "RegistrySink",
+    "Shadow",
+    "ShadowRecord",
+    "ShadowSettings",
+    "ShadowSink",
+    "Shadows",
+    "SinkUnsupported",
+]
 
 NO_SPIN = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
 """Session config of a candidate's session: its idle threads sleep instead of spinning."""
@@ -198,211 +215,6 @@ def _pair_json(pair: ShadowPair) -> dict[str, Any]:
     return data
 
 
-# -- persistence ---------------------------------------------------------------------------------
-
-
-class ShadowSink(Protocol):
-    """Where judged pairs are kept beyond the process (the registry by default)."""
-
-    def open(self, name: str, candidate: int, champion: int, settings: dict[str, Any]) -> int:
-        """Start a shadow run of ``candidate`` against ``champion``; its id."""
-        ...
-
-    def add(self, run_id: int, pairs: Sequence[ShadowPair]) -> None:
-        """Append judged pairs to a run."""
-        ...
-
-
-class SinkUnsupported(Exception):
-    """The sink cannot keep shadow runs at all (a registry without shadow tables): not retried."""
-
-
-class RegistrySink:
-    """``Registry.shadow_open`` / ``shadow_add`` on the registry the versions came from.
-
-    The registry is opened lazily in the writer's thread, and reopened after a failure.
-    """
-
-    def __init__(self, url: str | None, store: str | None) -> None:
-        self.url = url
-        self.store = store
-        self._registry: Any = None
-
-    def _open_registry(self) -> Any:
-        if self._registry is None:
-            from onnxgate.registry import open_registry
-
-            self._registry = open_registry(self.url, self.store)
-        if not hasattr(self._registry, "shadow_open"):
-            raise SinkUnsupported(
-                "this registry has no shadow runs (Registry.shadow_open is missing: onnxgate's "
-                "registry predates them)"
-            )
-        return self._registry
-
-    def _reset(self) -> None:
-        registry, self._registry = self._registry, None
-        if registry is not None:
-            try:
-                registry.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
-                log.debug("closing the registry failed", exc_info=True)
-
-    def open(self, name: str, candidate: int, champion: int, settings: dict[str, Any]) -> int:
-        try:
-            return int(self._open_registry().shadow_open(name, candidate, champion, settings))
-        except SinkUnsupported:
-            raise
-        except Exception:
-            self._reset()
-            raise
-
-    def add(self, run_id: int, pairs: Sequence[ShadowPair]) -> None:
-        try:
-            self._open_registry().shadow_add(run_id, pairs)
-        except SinkUnsupported:
-            raise
-        except Exception:
-            self._reset()
-            raise
-
-
-@dataclass
-class _Run:
-    name: str
-    candidate: int
-    champion: int
-    settings: dict[str, Any]
-    id: int | None = None
-
-
-class Persister:
-    """Writes pairs to a sink in batches from its own thread; retries with backoff; bounded.
-
-    ``add`` is called by the shadow's worker, never by the request path. When the sink fails
-    (the registry is unreachable), pairs wait, up to ``bound``; beyond, they are dropped and
-    counted in ``dropped``. A sink that cannot keep shadow runs at all is said once in the log,
-    and what it would have kept is dropped.
-    """
-
-    BACKOFF = (0.5, 30.0)
-    """First and longest wait (seconds) before retrying a failed write."""
-
-    def __init__(
-        self, sink: ShadowSink, *, batch: int, bound: int, label: str, on_drop: Any = None
-    ) -> None:
-        self.sink = sink
-        self.batch = batch
-        self.bound = bound
-        self.label = label
-        self.dropped = self.written = 0
-        self.unsupported: str | None = None
-        self._on_drop = on_drop or (lambda count: None)
-        self._items: deque[tuple[_Run, ShadowPair]] = deque()
-        self._inflight = 0
-        """Pairs taken by the writer and not yet written (they count toward ``bound``)."""
-        self._run: _Run | None = None
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = False
-        self._thread = threading.Thread(target=self._loop, name=f"{label}-persist", daemon=True)
-        self._thread.start()
-
-    def start_run(self, name: str, candidate: int, champion: int, settings: dict) -> None:
-        """Pairs added from now on belong to a new run (opened by the writer before its first)."""
-        with self._lock:
-            self._run = _Run(name, candidate, champion, settings)
-
-    def add(self, pair: ShadowPair) -> None:
-        """Queue a pair for the current run (dropped and counted when full or unsupported)."""
-        with self._lock:
-            run = self._run
-            if run is None or self.unsupported or len(self._items) + self._inflight >= self.bound:
-                self.dropped += 1
-                dropped = True
-            else:
-                self._items.append((run, pair))
-                dropped = False
-        if dropped:
-            self._on_drop(1)
-        elif len(self._items) >= self.batch:
-            self._wake.set()
-
-    @property
-    def waiting(self) -> int:
-        """Pairs not written yet."""
-        return len(self._items) + self._inflight
-
-    def _take(self) -> list[tuple[_Run, ShadowPair]]:
-        with self._lock:
-            if not self._items:
-                return []
-            run = self._items[0][0]
-            taken = []
-            while self._items and len(taken) < self.batch and self._items[0][0] is run:
-                taken.append(self._items.popleft())
-            self._inflight = len(taken)
-            return taken
-
-    def _give_back(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
-        with self._lock:
-            self._items.extendleft(reversed(taken))
-            self._inflight = 0
-
-    def _write(self, taken: list[tuple[_Run, ShadowPair]]) -> None:
-        run = taken[0][0]
-        if run.id is None:
-            run.id = self.sink.open(run.name, run.candidate, run.champion, run.settings)
-            log.info("%s: shadow run %d of version %d against %d", self.label, run.id,
-                     run.candidate, run.champion)  # fmt: skip
-        self.sink.add(run.id, [pair for _, pair in taken])
-        with self._lock:
-            self.written += len(taken)
-            self._inflight = 0
-
-    def _loop(self) -> None:
-        wait = self.BACKOFF[0]
-        while True:
-            self._wake.wait(1.0)
-            self._wake.clear()
-            while taken := self._take():
-                try:
-                    self._write(taken)
-                except SinkUnsupported as err:
-                    self._unsupported(str(err), len(taken))
-                    break
-                except Exception as err:  # the registry is down: keep counting, retry later
-                    self._give_back(taken)
-                    log.warning("%s: writing %d shadow pair(s) failed (%s); retrying in %.1f s",
-                                self.label, len(taken), err, wait)  # fmt: skip
-                    if self._stop:
-                        return
-                    self._wake.wait(wait)
-                    wait = min(wait * 2, self.BACKOFF[1])
-                    break
-                else:
-                    wait = self.BACKOFF[0]
-            if self._stop:
-                return
-
-    def _unsupported(self, why: str, count: int) -> None:
-        with self._lock:
-            dropped = count + len(self._items)
-            self._items.clear()
-            self._inflight = 0
-            self.unsupported = why
-            self.dropped += dropped
-        self._on_drop(dropped)
-        log.warning("%s: %s; shadow pairs are kept in memory only (GET /v2/models/NAME/shadow)",
-                    self.label, why)  # fmt: skip
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Try a last write of what waits, then stop."""
-        self._stop = True
-        self._wake.set()
-        self._thread.join(timeout)
-
-
 # -- one candidate -------------------------------------------------------------------------------
 
 
@@ -449,8 +261,8 @@ class Shadow:
         """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
         self.sampled_out = 0
         self.label = ""
-        self._counters: tuple[Any, Any, Any] = ()  # type: ignore[assignment]
         """The ``candidate`` label of its metrics: the registry version, or the file."""
+        self._counters: tuple[Any, Any, Any] = ()  # type: ignore[assignment]
 
     @property
     def active(self) -> bool:
@@ -462,7 +274,7 @@ class Shadow:
         old = self.predictor
         self.predictor = predictor
         self.current = predictor.version
-        self.label = predictor.version if predictor.source.registry else split_name(self.item)[1]
+        self.label = predictor.version if in_registry(self.item) else split_name(self.item)[1]
         self.generation += 1
         self.metrics.ready(self.name, self.label, predictor.ready)
         self._counters = self.metrics.offered(self.name, self.label)
@@ -604,6 +416,28 @@ class Shadow:
             self.predictor.close()
 
 
+def followed_ref(item: str) -> str | None:
+    """The registry reference ``item`` follows (``name@candidate``, ``name``), None if pinned."""
+    if not in_registry(item):
+        return None
+    from onnxgate.registry import parse_ref
+
+    ref = split_name(item)[1]
+    try:
+        _, which = parse_ref(registry_ref(ref))
+    except ConfigError:  # malformed: opening it says so
+        return None
+    return None if isinstance(which, int) else ref
+
+
+def in_registry(item: str) -> bool:
+    """Whether ``item`` (``REF`` or ``NAME=REF``) names a version of onnxgate's registry."""
+    from onnxgate.registry import is_mlflow_ref
+
+    ref = split_name(item)[1]
+    return not is_file_ref(ref) and not is_mlflow_ref(ref)
+
+
 def _declared(predictor: Predictor, name: str) -> str | None:
     return next((o.type for o in predictor.outputs if o.name == name), None)
 
@@ -678,25 +512,25 @@ class Shadows:
                     "model: NAME@ALIAS, NAME@N, or NAME=FILE.",
                     field="shadow.candidates",
                 )
-            shadow = Shadow(name, item, self.settings, metrics)
+            shadow = Shadow(name, item, self.settings, metrics, follow=followed_ref(item))
             self.by_name.setdefault(name, []).append(shadow)
-            try:
-                predictor = await loop.run_in_executor(self.hub._executor, self.open, item)
-            except GateError as err:
-                shadow.why = f"cannot be opened: {err.message}"
-                log.error("%s: candidate %s never shadows: %s", name, item, shadow.why)
-                continue
-            if predictor.source.alias:
-                shadow.follow = split_name(item)[1]
-            champion = entry.versions[entry.current].predictor.source
-            if self.settings.persist and predictor.source.registry and champion.registry:
+            if self.settings.persist and in_registry(item) and in_registry(entry.item):
                 shadow.persister = Persister(
-                    RegistrySink(predictor.source.registry, self.hub.config.predictor.store),
+                    RegistrySink(
+                        self.hub.config.predictor.registry, self.hub.config.predictor.store
+                    ),
                     batch=self.settings.persist_batch,
                     bound=self.settings.persist_buffer,
                     label=f"shadow {item}",
                     on_drop=lambda count, s=shadow: metrics.dropped(s.name, s.label, count),
                 )
+            try:
+                predictor = await loop.run_in_executor(self.hub._executor, self.open, item)
+            except GateError as err:
+                shadow.why = f"cannot be opened: {err.message}"
+                later = f" until {shadow.follow} moves" if shadow.follow else ""
+                log.error("%s: candidate %s does not shadow%s: %s", name, item, later, shadow.why)
+                continue
             shadow.use(predictor)
             if not predictor.ready:  # kept out of the way, with its reason; an alias may move on
                 shadow.predictor = None

@@ -20,6 +20,7 @@ from onnxgate.shadow._verdict import (
     WorstPair,
     judge,
     merge,
+    storable,
     tally,
 )
 
@@ -38,5 +39,6 @@ __all__ = [
     "bucket_of",
     "judge",
     "merge",
+    "storable",
     "tally",
 ]
