@@ -344,6 +344,17 @@ def rss_summary(series: list[dict] | None, warmup: float, duration: float) -> di
     }
 
 
+def slim(doc: dict) -> dict:
+    """The JSON kept in results/: each run's /shadow record without its pair lists (worst and
+    newest pairs, thousands of lines a run; their counts and figures stay)."""
+    for run in doc.get("runs", []) + (doc.get("soak") or []):
+        record = run.get("shadow_record") or {}
+        for candidate in record.get("candidates", []):
+            candidate.pop("worst", None)
+            candidate.pop("newest", None)
+    return doc
+
+
 def isa() -> str:
     try:
         flags = set(re.findall(r"avx512[a-z_]*|avx2|amx[a-z_]*", Path("/proc/cpuinfo").read_text()))
@@ -425,6 +436,8 @@ def markdown(doc: dict) -> str:
                 f"| {run['other_busy_cores']} | {'**spoiled**' if run['spoiled'] else 'no'} |"
             )
         lines.append("")
+    if doc.get("notes"):
+        lines += ["## Reading", ""] + [f"- {note}" for note in doc["notes"]] + [""]
     shed_reasons: dict[str, float] = {}
     for run in doc["runs"] + (doc.get("soak") or []):
         for key, value in run["shadow"]["shed"].items():
@@ -518,7 +531,7 @@ def main(argv=None) -> dict:
         }
         for run in doc.get("soak") or []:
             run["rss"] = rss_summary(run["rss_series"], doc["args"]["warmup"], doc["args"]["soak"])
-        args.render.write_text(json.dumps(doc, indent=2))
+        args.render.write_text(json.dumps(slim(doc), indent=2))
         args.render.with_suffix(".md").write_text(markdown(doc))
         return doc
     args.work.mkdir(parents=True, exist_ok=True)
@@ -605,7 +618,7 @@ def main(argv=None) -> dict:
         "soak": soak,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2))
+    args.out.write_text(json.dumps(slim(doc), indent=2))
     args.out.with_suffix(".md").write_text(markdown(doc))
     print(args.out.with_suffix(".md").read_text())
     return doc

@@ -512,7 +512,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "shadow_minilm.json")
     args = parser.parse_args(argv)
     if args.phases == "render":  # the Markdown of the JSON already written, nothing run
-        doc = json.loads(args.out.read_text())
+        doc = slim(json.loads(args.out.read_text()))
+        args.out.write_text(json.dumps(doc, indent=2, default=str))
         args.out.with_suffix(".md").write_text(markdown(doc))
         return doc
     log: list[dict] = []
@@ -554,9 +555,22 @@ def main(argv=None) -> dict:
     doc["isa"] = isa()
     doc["log"] = log
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2, default=str))
+    args.out.write_text(json.dumps(slim(doc), indent=2, default=str))
     args.out.with_suffix(".md").write_text(markdown(doc))
     print(args.out.with_suffix(".md").read_text())
+    return doc
+
+
+def slim(doc: dict) -> dict:
+    """The JSON kept in results/: five worst pairs per candidate, no newest list, commands'
+    output cut to its end (the Markdown shows what matters of it)."""
+    for candidate in ((doc.get("shadow") or {}).get("record") or {}).get("candidates", []):
+        candidate["worst"] = candidate.get("worst", [])[:5]
+        candidate.pop("newest", None)
+    for entry in doc.get("log", []):
+        for key in ("stdout", "stderr"):
+            if key in entry:
+                entry[key] = entry[key][-1500:]
     return doc
 
 
