@@ -599,6 +599,8 @@ def markdown(doc: dict) -> str:
         "× their std, gated as an .onnx source against its own goldens: its gate passed).",
         "",
     ]
+    if doc.get("notes"):
+        lines += ["## Reading", ""] + [f"- {note}" for note in doc["notes"]] + [""]
     shadow = doc.get("shadow")
     if shadow:
         names = {
