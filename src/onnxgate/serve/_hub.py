@@ -32,6 +32,7 @@ from onnxgate.errors import (
     Unavailable,
 )
 from onnxgate.serve._batcher import Batcher, Observer
+from onnxgate.serve._fallback import Placements
 from onnxgate.serve._metrics import Metrics
 from onnxgate.serve._model_config import PLATFORM, TritonOptions, build_config
 from onnxgate.serve._predictor import Predictor, PredictorConfig
@@ -44,6 +45,7 @@ from onnxgate.serve._types import (
     ModelMetadata,
     TensorMetadata,
 )
+from onnxgate.serve._watch import Watch, WatchSettings, versions_of
 from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,8 @@ class ServeConfig(Part):
     metadata (beyond, RESOURCE_EXHAUSTED)."""
     max_headers: int = Field(100, ge=1)
     """The most header fields a REST request may have; beyond, 431."""
+    watch: WatchSettings = WatchSettings()
+    """Drift of traffic and provider fallback while serving (``serve._watch``, ``_fallback``)."""
 
     def settings_for(self, name: str) -> ModelSettings:
         """The settings of one served model."""
@@ -174,6 +178,10 @@ class Hub:
         self.started = time.time()
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="onnxgate-run")
         self._watchers: list[asyncio.Task[None]] = []
+        self.watch = Watch(self.config.watch, self.metrics.watch)
+        """Drift summaries of the traffic, off the request path."""
+        self.placements = Placements(self.config.watch, self.metrics.watch)
+        """Periodic placement audits: a provider that stops claiming nodes."""
 
     @property
     def leaving(self) -> bool:
@@ -277,6 +285,8 @@ class Hub:
             for entry in self.entries.values():
                 if entry.follow:
                     self._watchers.append(loop.create_task(self._watch(entry)))
+        served = lambda: versions_of(list(self.entries.values()))  # noqa: E731
+        self._watchers.append(loop.create_task(self.placements.follow(served, self._executor)))
 
     def _add(self, entry: Entry, predictor: Predictor) -> None:
         entry.versions[predictor.version] = Served(predictor, self._batcher(predictor))
@@ -353,6 +363,8 @@ class Hub:
         await served.batcher.close()
         served.predictor.close()
         self.metrics.ready.labels(entry.name, served.version).set(0)
+        self.watch.forget(entry.name, served.version)
+        self.placements.forget(entry.name, served.version)
 
     # -- health and metadata ---------------------------------------------------------------------
 
@@ -366,6 +378,7 @@ class Hub:
             not self.leaving
             and bool(self.entries)
             and all(e.versions[e.current].predictor.ready for e in self.entries.values())
+            and not any(self.placements.unready(e.name, e.current) for e in self.entries.values())
         )
 
     def served(self, name: str, version: str | None = None) -> Served:
@@ -412,9 +425,10 @@ class Hub:
         if self.leaving:
             return False, "the server is shutting down"
         predictor = served.predictor
-        if predictor.ready:
+        held = self.placements.unready(name, served.version)
+        if predictor.ready and not held:
             return True, ""
-        return False, f"{name}@{served.version} is not ready: {predictor.why_not()}"
+        return False, f"{name}@{served.version} is not ready: {predictor.why_not() or held}"
 
     def model_config(self, name: str, version: str | None = None) -> Any:
         """Triton's ``ModelConfig`` of the model as served.
@@ -549,6 +563,7 @@ class Hub:
                     f"{', '.join(predictor.output_names)} (rule output.unknown)"
                 )
             result = await served.batcher.submit(feeds, asked)
+            self.watch.offer(predictor, feeds, result)
         except Exception as err:
             self.count_failure(name, version, err, time.perf_counter() - start)
             raise
@@ -591,6 +606,7 @@ class Hub:
             await served.batcher.close()
             served.predictor.close()
             self.metrics.ready.labels(served.predictor.name, served.version).set(0)
+        self.watch.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
