@@ -25,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnxgate.errors import GateError
 from onnxgate.serve._metrics import drop
@@ -131,15 +131,22 @@ class Placements:
         """Drop what is known of a retired version."""
         self.fallen.pop((name, version), None)
 
-    async def follow(self, served: Callable[[], Sequence[Predictor]], executor: Executor) -> None:
-        """Audit every served version every ``placement_seconds`` (returns at once for 0)."""
+    async def follow(self, entries: Mapping[str, Any], executor: Executor) -> None:
+        """Audit every served version every ``placement_seconds`` (returns at once for 0).
+
+        Args:
+            entries: the hub's served names (read anew each period: versions come and go).
+            executor: where the audits run (they create a session: not on the event loop).
+        """
         period = self.settings.placement_seconds
         if period <= 0:
             return
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
-            for predictor in served():
+            for predictor in [
+                s.predictor for e in list(entries.values()) for s in e.versions.values()
+            ]:
                 if not predictor.ready:
                     continue
                 try:

@@ -45,7 +45,7 @@ from onnxgate.serve._types import (
     ModelMetadata,
     TensorMetadata,
 )
-from onnxgate.serve._watch import Watch, WatchSettings, versions_of
+from onnxgate.serve._watch import Watch, WatchSettings
 from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
@@ -285,8 +285,9 @@ class Hub:
             for entry in self.entries.values():
                 if entry.follow:
                     self._watchers.append(loop.create_task(self._watch(entry)))
-        served = lambda: versions_of(list(self.entries.values()))  # noqa: E731
-        self._watchers.append(loop.create_task(self.placements.follow(served, self._executor)))
+        self._watchers.append(
+            loop.create_task(self.placements.follow(self.entries, self._executor))
+        )
 
     def _add(self, entry: Entry, predictor: Predictor) -> None:
         entry.versions[predictor.version] = Served(predictor, self._batcher(predictor))

@@ -31,9 +31,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import Field
@@ -350,8 +350,3 @@ class Watch:
         """Stop the worker (what is queued is dropped)."""
         if self._offpath is not None:
             self._offpath.close()
-
-
-def versions_of(entries: Sequence[Any]) -> list[Predictor]:
-    """Every served version's predictor, of the hub's entries."""
-    return [s.predictor for e in entries for s in e.versions.values()]
