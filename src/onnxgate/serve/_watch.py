@@ -157,12 +157,32 @@ class Histogram:
         return found
 
 
-def classes_of(name: str, value: np.ndarray, batched: bool, most: int) -> int | None:
-    """How many classes an output of ``[rows, classes]`` float scores has (None: not one)."""
-    if not batched or value.ndim != 2 or value.dtype.kind != "f":
+SCORE_NAMES = ("logit", "prob", "score")
+"""Output names that say "class scores" (``logits``, ``probabilities``, ``output_probability``)."""
+
+
+def classes_of(name: str, values: list[np.ndarray], metric: str | None, most: int) -> int | None:
+    """How many classes an output of ``[rows, classes]`` scores has (None: not a classifier's).
+
+    A 2-D float output of at most ``most`` fixed columns is a classifier's when its contract
+    rule judges top classes (``top1>=…``), its name says scores, or every golden row is a
+    probability distribution (non-negative, summing to 1).
+    """
+    first = values[0]
+    if (
+        first.ndim != 2
+        or first.dtype.kind != "f"
+        or any(v.shape[1:] != first.shape[1:] for v in values)
+    ):
         return None
-    k = int(value.shape[1])
-    return k if 2 <= k <= most else None
+    k = int(first.shape[1])
+    if not 2 <= k <= most:
+        return None
+    rows = np.concatenate(values)
+    distributions = bool(np.all(rows >= 0) and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
+    named = any(word in name.lower() for word in SCORE_NAMES)
+    ranked = metric is not None and "top" in metric
+    return k if distributions or named or ranked else None
 
 
 class VersionWatch:
@@ -179,6 +199,8 @@ class VersionWatch:
         self.batched = predictor.batch_dim is not None
         self.rows = 0
         pairs = read_golden(predictor.contract, predictor.source.model)
+        golden = predictor.contract.golden
+        self.metrics_of = {r.output: r.metric for r in (golden.rules if golden else [])}
         self.histograms: dict[tuple[Kind, str], Histogram] = {}
         for kind, arrays in (
             ("input", [sample.feeds for sample, _ in pairs]),
@@ -200,8 +222,9 @@ class VersionWatch:
                 np.searchsorted(edges, flat, side="right"), minlength=edges.size + 1
             )
             self.histograms[(kind, tensor)] = Histogram(kind, tensor, edges, golden, rows)
-        k = classes_of(tensor, values[0], self.batched, self.settings.max_classes)
-        if kind == "output" and k is not None and all(v.shape[1:] == (k,) for v in values):
+        metric = self.metrics_of.get(tensor)
+        k = classes_of(tensor, values, metric, self.settings.max_classes) if self.batched else None
+        if kind == "output" and k is not None:
             top = np.concatenate([np.argmax(v, axis=1) for v in values])
             golden = np.bincount(top, minlength=k)
             self.histograms[("class", tensor)] = Histogram("class", tensor, None, golden, rows)
