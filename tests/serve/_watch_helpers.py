@@ -132,3 +132,15 @@ def value(text: str, metric: str, **labels: str) -> float | None:
     ]
     assert len(hits) <= 1, f"{metric} {labels}: {len(hits)} samples"
     return hits[0] if hits else None
+
+
+async def infer_tokens(hub: Hub, name: str = "tok") -> np.ndarray:
+    """One request of the token model (``_serve_helpers.make_token_model``); its logits."""
+    ids = np.array([[1, 2, 3]], np.int64)
+    mask = np.ones_like(ids)
+    answer = await hub.infer(
+        InferRequest(
+            name, None, [RequestTensor("ids", "INT64", ids), RequestTensor("mask", "INT64", mask)]
+        )
+    )
+    return dict(answer.outputs)["logits"]
