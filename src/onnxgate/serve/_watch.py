@@ -33,7 +33,7 @@ import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -201,6 +201,7 @@ class VersionWatch:
         pairs = read_golden(predictor.contract, predictor.source.model)
         golden = predictor.contract.golden
         self.metrics_of = {r.output: r.metric for r in (golden.rules if golden else [])}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.histograms: dict[tuple[Kind, str], Histogram] = {}
         for kind, arrays in (
             ("input", [sample.feeds for sample, _ in pairs]),
@@ -229,6 +230,14 @@ class VersionWatch:
             golden = np.bincount(top, minlength=k)
             self.histograms[("class", tensor)] = Histogram("class", tensor, None, golden, rows)
 
+    def _series(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(model, version, *labels)``, looked up once (the worker's main cost)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(self.name, self.version, *labels)
+        return found
+
     def observe(self, feeds: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
         """Add one request's feeds and outputs; close the window when it is full."""
         first = next(iter(feeds.values()), None)
@@ -245,7 +254,7 @@ class VersionWatch:
                     hist.window += hist.bin(top)
                     for c, n in enumerate(np.bincount(top, minlength=hist.golden.size)):
                         if n:
-                            m.classes.labels(self.name, self.version, tensor, str(c)).inc(int(n))
+                            self._series(m.classes, tensor, str(c)).inc(int(n))
                 continue
             flat = _sampled(value.ravel(), self.settings.max_values).astype(np.float64)
             finite = np.isfinite(flat)
@@ -254,20 +263,20 @@ class VersionWatch:
                 inf = int(flat.size - finite.sum()) - nan
                 if kind == "output":
                     if nan:
-                        m.nonfinite.labels(self.name, self.version, tensor, "nan").inc(nan)
+                        self._series(m.nonfinite, tensor, "nan").inc(nan)
                     if inf:
-                        m.nonfinite.labels(self.name, self.version, tensor, "inf").inc(inf)
+                        self._series(m.nonfinite, tensor, "inf").inc(inf)
                 flat = flat[finite]
             counts = hist.bin(flat)
             hist.window += counts
-            m.values.labels(self.name, self.version, kind, tensor).inc(int(flat.size))
+            self._series(m.values, kind, tensor).inc(int(flat.size))
             if kind == "input" and (counts[0] or counts[-1]):
                 if counts[0]:
-                    m.outside.labels(self.name, self.version, tensor, "below").inc(int(counts[0]))
+                    self._series(m.outside, tensor, "below").inc(int(counts[0]))
                 if counts[-1]:
-                    m.outside.labels(self.name, self.version, tensor, "above").inc(int(counts[-1]))
+                    self._series(m.outside, tensor, "above").inc(int(counts[-1]))
         self.rows += rows
-        m.rows.labels(self.name, self.version).inc(rows)
+        self._series(m.rows).inc(rows)
         if self.rows >= self.settings.window_rows:
             self.rows = 0
             self._close()
