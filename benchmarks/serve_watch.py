@@ -30,12 +30,11 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from serve._serve_helpers import make_token_contract  # noqa: E402
-from serve._watch_helpers import config, images, make_image_contract  # noqa: E402
-
 from onnxgate.serve._hub import Hub  # noqa: E402
 from onnxgate.serve._types import InferRequest, RequestTensor  # noqa: E402
 from onnxgate.serve._watch import VersionWatch, Watch, WatchSettings  # noqa: E402
+from serve._serve_helpers import make_token_contract  # noqa: E402
+from serve._watch_helpers import config, images, make_image_contract  # noqa: E402
 
 ROUNDS, BLOCK = 10, 200
 
