@@ -93,6 +93,8 @@ def test_a_provider_that_stops_claiming_nodes_raises_the_fallback_alert(model, o
         else:
             assert not hub.ready() and not ready
             assert "provider fallback" in why and f"not on {FAKE}" in why and "Gather" in why
+            metadata = hub.model_metadata("tok")
+            assert not metadata.ready and "provider fallback" in (metadata.reason or "")
         # requests are answered either way (readiness steers the balancer, not the answers)
         assert (await infer_tokens(hub)).shape == (1, 4)
 

@@ -515,8 +515,9 @@ class Hub:
                 for s in specs
             ]
 
-        ready = predictor.ready and not self.leaving
-        reason = predictor.proof.reason if predictor.proof else predictor.why_not()
+        held = self.placements.unready(name, served.version)
+        ready = predictor.ready and not self.leaving and not held
+        reason = held or (predictor.proof.reason if predictor.proof else predictor.why_not())
         return ModelMetadata(
             name=name,
             versions=sorted(self.entries[name].versions, key=_number),
