@@ -166,3 +166,25 @@ def test_a_full_queue_sheds_and_counts_never_failing_a_request(image_model):
     assert shed is not None and rows is not None
     # every request was summarised (2 rows each) or shed; at most one in hand and one queued
     assert shed + rows / 2 == 10 and shed >= 8
+
+
+def test_the_arrays_held_for_the_worker_are_bounded_in_bytes(image_model):
+    """Requests are referenced, not copied: beyond max_queue_mb they are shed, and released."""
+
+    async def body(hub: Hub) -> tuple[str, int, int]:
+        release = threading.Event()
+        handle = hub.watch._offpath._handle  # type: ignore[union-attr]
+        hub.watch._offpath._handle = lambda item: (release.wait(30), handle(item))  # type: ignore[union-attr]
+        for _ in range(10):
+            await infer(hub, "img", images(np.random.default_rng(0), 2))
+        held = hub.watch.held_bytes
+        release.set()
+        assert hub.watch.wait_idle(60)
+        return hub.metrics.text().decode(), held, hub.watch.held_bytes
+
+    # a request: 2 images of 3x8x8 float32 (1,536 bytes) and probs 2x4 (32): 1,568 bytes
+    limit = (5 * 1568 + 100) / (1 << 20)  # room for 5, not 6
+    text, held, after = run_hub(image_model, config(max_queue_mb=limit, window_rows=10), body)
+    assert held == 5 * 1568 and after == 0
+    assert value(text, "onnxgate_drift_shed_total") == 5
+    assert value(text, "onnxgate_drift_rows_total") == 10

@@ -61,6 +61,9 @@ class WatchSettings(Part):
     """The share of requests summarised (every k-th, deterministic)."""
     max_queue: int = Field(64, ge=1)
     """Requests waiting to be summarised at most; beyond, they are shed (counted)."""
+    max_queue_mb: float = Field(64.0, gt=0)
+    """Megabytes of request and answer arrays held for the worker at most (they are referenced,
+    not copied, so a queue of large requests keeps them alive); beyond, shed (counted)."""
     bins: int = Field(20, ge=2, le=200)
     """Bins inside the golden span at most (fewer when the goldens have few values)."""
     max_values: int = Field(4096, ge=16)
@@ -314,6 +317,7 @@ class _Item:
     predictor: Predictor
     feeds: Mapping[str, np.ndarray]
     outputs: Mapping[str, np.ndarray]
+    size: int
 
 
 class Watch:
@@ -329,6 +333,9 @@ class Watch:
         self._versions: dict[tuple[str, str], VersionWatch | None] = {}
         self._credit = 0.0
         self._lock = threading.Lock()
+        self._held = 0
+        """Bytes of the arrays queued or in hand."""
+        self._most = int(settings.max_queue_mb * (1 << 20))
         self._offpath: OffPath[_Item] | None = (
             OffPath(self._handle, max_queue=settings.max_queue, label="onnxgate-watch")
             if settings.drift
@@ -351,10 +358,33 @@ class Watch:
         if self._credit < 1.0:
             return
         self._credit -= 1.0
-        if not self._offpath.offer(_Item(predictor, feeds, outputs)):
+        size = sum(a.nbytes for a in feeds.values()) + sum(a.nbytes for a in outputs.values())
+        with self._lock:
+            fits = self._held + size <= self._most
+            self._held += size if fits else 0
+        if not fits or not self._offpath.offer(_Item(predictor, feeds, outputs, size)):
+            if fits:
+                self._release(size)
             self.metrics.shed.labels(predictor.name, predictor.version).inc()
 
+    def _release(self, size: int) -> None:
+        with self._lock:
+            self._held -= size
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of request and answer arrays waiting for, or in the hands of, the worker."""
+        return self._held
+
     def _handle(self, item: _Item) -> None:
+        try:
+            self._summarise(item)
+        finally:
+            self._release(item.size)
+
+    def _summarise(self, item: _Item) -> None:
+        if not item.predictor.ready:
+            return  # retired (closed) since: its series are gone and must not come back
         key = (item.predictor.name, item.predictor.version)
         with self._lock:
             known = key in self._versions
