@@ -9,7 +9,8 @@ window of traffic is complete) with the first window of traffic, the reference.
 Why fixed bins: histograms on the same edges add up (a window is a sum of requests, the
 reference is the first window) and compare bin by bin, with no sample kept; quantiles are read
 off them by interpolation inside a bin. The edges are the golden values' quantiles (equal mass
-under the goldens), plus one bin below and one above the span the goldens covered: an input's
+under the goldens; of equal width when the goldens are few), plus one bin below and one above
+the span the goldens covered: an input's
 values outside what the contract proved are counted by those two bins, at no extra cost.
 
 Why the population stability index (PSI, ``sum((p - q) * ln(p / q))`` over the bins, with half a
@@ -19,8 +20,10 @@ moderate shift, above 0.25 a significant one"; it is symmetric, and it weighs a 
 or fills as much as one that moves. Its noise on two samples from the SAME distribution is about
 ``(bins - 1) * (1/n + 1/m)`` for ``n`` and ``m`` independent values; values inside one request
 (pixels of one image, tokens of one sentence) are not independent, so the noise is larger:
-``WatchSettings.threshold`` defaults to 0.25 and the golden comparison alerts only with enough
-golden rows (``min_golden_rows``).
+``WatchSettings.threshold`` defaults to 0.25, and the golden comparison alerts only with enough
+golden rows (``min_golden_rows``) and 25 golden values per bin; with fewer the bins are of equal
+width over the golden span and the golden score is exported but not alerted on (the reference
+window, of ``window_rows`` rows, is what alerts then).
 
 The request path only calls :meth:`Watch.offer`: a sampling decision and ``OffPath.offer``
 (O(1), never blocks, sheds when full, counted). Histograms are filled in a low-priority worker.
@@ -65,7 +68,8 @@ class WatchSettings(Part):
     """Megabytes of request and answer arrays held for the worker at most (they are referenced,
     not copied, so a queue of large requests keeps them alive); beyond, shed (counted)."""
     bins: int = Field(20, ge=2, le=200)
-    """Bins inside the golden span at most (fewer when the goldens have few values)."""
+    """Bins inside the golden span: the goldens' quantiles when they have 25 values per bin,
+    else of equal width (the golden comparison is then not alerted on)."""
     max_values: int = Field(4096, ge=16)
     """Values of one tensor of one request summarised at most (an even stride beyond)."""
     window_rows: int = Field(1000, ge=10)
@@ -90,17 +94,28 @@ def psi(observed: np.ndarray, expected: np.ndarray) -> float:
     return float(np.sum((p - q) * np.log(p / q)))
 
 
-def golden_edges(values: np.ndarray, bins: int) -> np.ndarray:
-    """Edges: the golden span's ends and its quantiles between (equal mass under the goldens).
+PER_BIN = 25
+"""Golden values per bin that make the golden histogram worth alerting on (PSI noise ~1/25)."""
 
-    About 25 golden values per bin, at least 2 bins inside, at most ``bins``. A value ``v`` falls
-    in bin ``searchsorted(edges, v, "right")``: 0 below the span, ``len(edges)`` above it.
+
+def golden_edges(values: np.ndarray, bins: int) -> tuple[np.ndarray, bool]:
+    """Edges over the golden span, and whether they are the goldens' quantiles.
+
+    With ``PER_BIN`` golden values for each of ``bins`` bins, the edges are the golden values'
+    quantiles (equal mass under the goldens: the golden comparison is as sure as it can be);
+    with fewer, ``bins`` bins of equal width over the span (fine enough to see traffic move
+    against the reference window; the golden comparison is then scored, not alerted on). A
+    value ``v`` falls in bin ``searchsorted(edges, v, "right")``: 0 below the span,
+    ``len(edges)`` above it.
     """
-    inside = max(2, min(bins, values.size // 25))
     lo, hi = float(values.min()), float(values.max())
-    between = np.quantile(values, np.linspace(0, 1, inside + 1)[1:-1])
+    quantiled = values.size >= PER_BIN * bins
+    if quantiled:
+        between = np.quantile(values, np.linspace(0, 1, bins + 1)[1:-1])
+    else:
+        between = np.linspace(lo, hi, bins + 1)[1:-1]
     top = np.nextafter(hi, math.inf)
-    return np.unique(np.concatenate([[lo], between, [top]]).astype(np.float64))
+    return np.unique(np.concatenate([[lo], between, [top]]).astype(np.float64)), quantiled
 
 
 def _sampled(flat: np.ndarray, most: int) -> np.ndarray:
@@ -116,7 +131,8 @@ class Histogram:
     edges: np.ndarray | None
     """Value edges; None for a class histogram (a bin per class)."""
     golden: np.ndarray
-    golden_rows: int
+    trusted: bool
+    """Whether the golden comparison may raise the alert (enough golden rows and values)."""
     window: np.ndarray = field(init=False)
     reference: np.ndarray | None = None
     last: np.ndarray | None = None
@@ -220,18 +236,20 @@ class VersionWatch:
         rows = sum(int(v.shape[0]) if self.batched and v.ndim else 1 for v in values)
         flat = np.concatenate([v.ravel() for v in values]).astype(np.float64)
         flat = flat[np.isfinite(flat)]
+        enough = rows >= self.settings.min_golden_rows
         if flat.size:
-            edges = golden_edges(flat, self.settings.bins)
+            edges, quantiled = golden_edges(flat, self.settings.bins)
             golden = np.bincount(
                 np.searchsorted(edges, flat, side="right"), minlength=edges.size + 1
             )
-            self.histograms[(kind, tensor)] = Histogram(kind, tensor, edges, golden, rows)
+            trusted = quantiled and enough
+            self.histograms[(kind, tensor)] = Histogram(kind, tensor, edges, golden, trusted)
         metric = self.metrics_of.get(tensor)
         k = classes_of(tensor, values, metric, self.settings.max_classes) if self.batched else None
         if kind == "output" and k is not None:
             top = np.concatenate([np.argmax(v, axis=1) for v in values])
             golden = np.bincount(top, minlength=k)
-            self.histograms[("class", tensor)] = Histogram("class", tensor, None, golden, rows)
+            self.histograms[("class", tensor)] = Histogram("class", tensor, None, golden, enough)
 
     def _series(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(model, version, *labels)``, looked up once (the worker's main cost)."""
@@ -291,9 +309,7 @@ class VersionWatch:
             labels = (self.name, self.version, kind, tensor)
             for against, score in scores.items():
                 m.score.labels(*labels, against).set(score)
-            trusted = {"reference"} | (
-                {"golden"} if hist.golden_rows >= self.settings.min_golden_rows else set()
-            )
+            trusted = {"reference", "golden"} if hist.trusted else {"reference"}
             alert = any(s > self.settings.threshold for a, s in scores.items() if a in trusted)
             m.alert.labels(*labels).set(int(alert))
             if alert:
