@@ -40,7 +40,7 @@ ROUNDS, BLOCK = 10, 200
 
 
 def _isa() -> str:
-    flags = set(re.findall(r"avx512[a-z_]*|avx2|amx[a-z_]*", Path("/proc/cpuinfo").read_text()))
+    flags = set(re.findall(r"avx512\w*|avx2|amx\w*", Path("/proc/cpuinfo").read_text()))
     return " ".join(sorted(flags))
 
 
