@@ -1,12 +1,16 @@
-"""The alerting rules in docs/ name only what the server exports, with labels it has."""
+"""The alerting rules in docs/ name only what the server exports, with labels it has; the watch's
+flags."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from onnxgate.cli import app
 from onnxgate.serve._metrics import Metrics
 
 yaml = pytest.importorskip("yaml")  # PyPI's PyYAML, of the kserve extra
@@ -68,3 +72,13 @@ def test_the_docs_page_explains_every_alert():
     page = (RULES.parents[1] / "alerts.md").read_text()
     for rule in _rules():
         assert f"### {rule['alert']}" in page, rule["alert"]
+
+
+def test_a_refused_watch_setting_names_its_flag():
+    result = CliRunner().invoke(
+        app, ["serve", "model.onnx", "--watch-threshold", "0", "--format", "json"]
+    )
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)
+    assert error["field"] == "watch.threshold"
+    assert error["message"].startswith("--watch-threshold 0.0")
