@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -21,6 +22,15 @@ from onnxgate.errors import ConfigError, ExitCode, ExtraMissing
 SERVING = "Serving"
 BATCHING = "Batching and limits"
 SHADOW = "Shadow serving"
+WATCHING = "Watching: drift and provider fallback"
+
+
+class OnFallback(StrEnum):
+    """What a provider fallback does (``WatchSettings.on_fallback``)."""
+
+    alert = "alert"
+    unready = "unready"
+
 
 HELP = """Serve gated models over the Open Inference Protocol (KServe v2), REST and gRPC.
 
@@ -57,6 +67,14 @@ shadowing stops first: a request is shed when the candidate's queue is full or t
 requests waiting. Figures are in `/metrics` (`onnxgate_shadow_*`) and at
 `GET /v2/models/NAME/shadow`; with registry versions on both sides the pairs are also written to
 the registry for `registry shadow-report`.
+
+While serving, traffic is watched off the request path: per input and output, its values are
+compared with the golden samples' and with the first window of traffic (population stability
+index, `onnxgate_drift_score`; `onnxgate_drift_alert` above `--watch-threshold`), inputs outside
+what the goldens spanned and NaN/Inf outputs are counted, and every `--placement-check` seconds
+a fresh session's placement is audited: a provider that stops claiming nodes raises
+`onnxgate_provider_fallback` (and, with `--on-fallback unready`, turns the version not ready).
+Alerting rules for these: docs/alerts/onnxgate.rules.yml.
 
 Example: `onnxgate serve minilm@champion --registry sqlite:///registry.db`, then
 `curl localhost:8000/v2/health/ready`; with a shadow: `onnxgate serve minilm@champion --shadow
@@ -226,6 +244,66 @@ def serve_command(
             rich_help_panel=BATCHING,
         ),
     ] = 100,
+    watch: Annotated[
+        bool,
+        flag_option(
+            "watch.drift",
+            "--watch/--no-watch",
+            help="Summarise traffic for drift (off the request path; a request that finds the "
+            "watch's queue full is answered and not summarised).",
+            rich_help_panel=WATCHING,
+        ),
+    ] = True,
+    watch_fraction: Annotated[
+        float,
+        flag_option(
+            "watch.fraction",
+            "--watch-fraction",
+            help="Share of requests summarised (every k-th): lower it on very busy servers.",
+            rich_help_panel=WATCHING,
+        ),
+    ] = 1.0,
+    watch_window: Annotated[
+        int,
+        flag_option(
+            "watch.window_rows",
+            "--watch-window",
+            help="Rows per window: the first is the reference, each later one is scored "
+            "against it and against the golden samples.",
+            rich_help_panel=WATCHING,
+        ),
+    ] = 1000,
+    watch_threshold: Annotated[
+        float,
+        flag_option(
+            "watch.threshold",
+            "--watch-threshold",
+            help="Population stability index above which a tensor's drift alert is raised "
+            "(below 0.1 no shift, 0.1-0.25 moderate, above 0.25 significant).",
+            rich_help_panel=WATCHING,
+        ),
+    ] = 0.25,
+    placement_check: Annotated[
+        float,
+        flag_option(
+            "watch.placement_seconds",
+            "--placement-check",
+            help="Seconds between audits of each version's placement with a fresh session "
+            "(a driver or plugin change makes nodes fall back to CPU); 0 never.",
+            rich_help_panel=WATCHING,
+        ),
+    ] = 600.0,
+    on_fallback: Annotated[
+        OnFallback,
+        flag_option(
+            "watch.on_fallback",
+            "--on-fallback",
+            help="alert: export onnxgate_provider_fallback only (answers stay correct, only "
+            "slower; a fleet-wide driver change would otherwise take every replica out); "
+            "unready: also turn the version not ready until placement holds again.",
+            rich_help_panel=WATCHING,
+        ),
+    ] = OnFallback.alert,
     model_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -371,6 +449,14 @@ def serve_command(
             threads=shadow_threads,
             keep_inputs=shadow_keep_inputs,
             keep_pairs=shadow_record,
+        ),
+        watch=dict(  # validated inside ServeConfig: a refusal names watch.FIELD, shown as its flag
+            drift=watch,
+            fraction=watch_fraction,
+            window_rows=watch_window,
+            threshold=watch_threshold,
+            placement_seconds=placement_check,
+            on_fallback=on_fallback.value,
         ),
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):

@@ -26,6 +26,7 @@ from onnxgate.serve._predictor import Counts, Predictor, PredictorConfig, Proof,
 from onnxgate.serve._source import Source, resolve
 from onnxgate.serve._tensors import OIP_OF
 from onnxgate.serve._types import InferRequest, InferResponse, RequestTensor
+from onnxgate.serve._watch import WatchSettings
 
 if TYPE_CHECKING:
     from onnxgate.serve._hub import Hub, ModelSettings, ServeConfig
@@ -48,6 +49,7 @@ __all__ = [
     "ShadowSettings",
     "Source",
     "TritonOptions",
+    "WatchSettings",
     "batch_axis",
     "batching",
     "build_config",

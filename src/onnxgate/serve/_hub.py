@@ -32,6 +32,7 @@ from onnxgate.errors import (
     Unavailable,
 )
 from onnxgate.serve._batcher import Batcher, Observer
+from onnxgate.serve._fallback import Placements
 from onnxgate.serve._metrics import Metrics
 from onnxgate.serve._model_config import PLATFORM, TritonOptions, build_config
 from onnxgate.serve._predictor import Predictor, PredictorConfig
@@ -45,6 +46,7 @@ from onnxgate.serve._types import (
     ModelMetadata,
     TensorMetadata,
 )
+from onnxgate.serve._watch import Watch, WatchSettings
 from onnxgate.settings import Part
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,8 @@ class ServeConfig(Part):
     """The most header fields a REST request may have; beyond, 431."""
     shadow: ShadowSettings = ShadowSettings()
     """Candidates run beside the champions on sampled traffic, judged (see ``serve._shadow``)."""
+    watch: WatchSettings = WatchSettings()
+    """Drift of traffic and provider fallback while serving (``serve._watch``, ``_fallback``)."""
 
     def settings_for(self, name: str) -> ModelSettings:
         """The settings of one served model."""
@@ -178,6 +182,10 @@ class Hub:
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="onnxgate-run")
         self._watchers: list[asyncio.Task[None]] = []
         self.shadows = Shadows(self)
+        self.watch = Watch(self.config.watch, self.metrics.watch)
+        """Drift summaries of the traffic, off the request path."""
+        self.placements = Placements(self.config.watch, self.metrics.watch)
+        """Periodic placement audits: a provider that stops claiming nodes."""
 
     @property
     def leaving(self) -> bool:
@@ -286,6 +294,9 @@ class Hub:
             for shadow in self.shadows.followed():
                 watch = self._watch(shadow, lambda s=shadow: self.shadows.check_alias(s))
                 self._watchers.append(loop.create_task(watch))
+        self._watchers.append(
+            loop.create_task(self.placements.follow(self.entries, self._executor))
+        )
 
     def _add(self, entry: Entry, predictor: Predictor) -> None:
         entry.versions[predictor.version] = Served(predictor, self._batcher(predictor))
@@ -378,6 +389,8 @@ class Hub:
         await served.batcher.close()
         served.predictor.close()
         self.metrics.ready.labels(entry.name, served.version).set(0)
+        self.watch.forget(entry.name, served.version)
+        self.placements.forget(entry.name, served.version)
 
     # -- health and metadata ---------------------------------------------------------------------
 
@@ -391,6 +404,7 @@ class Hub:
             not self.leaving
             and bool(self.entries)
             and all(e.versions[e.current].predictor.ready for e in self.entries.values())
+            and not any(self.placements.unready(e.name, e.current) for e in self.entries.values())
         )
 
     def served(self, name: str, version: str | None = None) -> Served:
@@ -437,9 +451,10 @@ class Hub:
         if self.leaving:
             return False, "the server is shutting down"
         predictor = served.predictor
-        if predictor.ready:
+        held = self.placements.unready(name, served.version)
+        if predictor.ready and not held:
             return True, ""
-        return False, f"{name}@{served.version} is not ready: {predictor.why_not()}"
+        return False, f"{name}@{served.version} is not ready: {predictor.why_not() or held}"
 
     def model_config(self, name: str, version: str | None = None) -> Any:
         """Triton's ``ModelConfig`` of the model as served.
@@ -525,8 +540,9 @@ class Hub:
                 for s in specs
             ]
 
-        ready = predictor.ready and not self.leaving
-        reason = predictor.proof.reason if predictor.proof else predictor.why_not()
+        held = self.placements.unready(name, served.version)
+        ready = predictor.ready and not self.leaving and not held
+        reason = held or (predictor.proof.reason if predictor.proof else predictor.why_not())
         return ModelMetadata(
             name=name,
             versions=sorted(self.entries[name].versions, key=_number),
@@ -574,6 +590,7 @@ class Hub:
                     f"{', '.join(predictor.output_names)} (rule output.unknown)"
                 )
             result = await served.batcher.submit(feeds, asked)
+            self.watch.offer(predictor, feeds, result)
         except Exception as err:
             self.count_failure(name, version, err, time.perf_counter() - start)
             raise
@@ -619,6 +636,7 @@ class Hub:
             served.predictor.close()
             self.metrics.ready.labels(served.predictor.name, served.version).set(0)
         self.shadows.close()
+        self.watch.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 

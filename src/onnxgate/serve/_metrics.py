@@ -10,6 +10,7 @@ these same metrics by :meth:`Metrics.statistics`: one source of truth for both.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -140,6 +141,7 @@ class Metrics:
             registry=self.registry,
         )
         self.shadow = ShadowMetrics(self.registry)
+        self.watch = WatchMetrics(self.registry)
 
     def text(self) -> bytes:
         """The exposition text of every metric."""
@@ -373,3 +375,107 @@ class ShadowMetrics:
                     continue
                 worst[i] = value if worst[i] is None else pick(worst[i], value)
                 gauge.labels(*key).set(worst[i])
+
+
+class WatchMetrics:
+    """Drift and provider fallback while serving (``serve._watch``, ``serve._fallback``).
+
+    Every label set is bounded: models and versions served, the contract's tensors, at most
+    ``WatchSettings.max_classes`` classes, the session's providers. A retired version's series
+    are removed (``forget``).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "version")
+        tensor = (*labels, "kind", "tensor")
+
+        def gauge(name: str, text: str, names: tuple[str, ...]) -> Gauge:
+            return Gauge(name, text, names, registry=registry)
+
+        def counter(name: str, text: str, names: tuple[str, ...]) -> Counter:
+            return Counter(name, text, names, registry=registry)
+
+        self.score = gauge(
+            "onnxgate_drift_score",
+            "Population stability index of the last window of traffic against the golden "
+            "samples or the reference window (the first window), per tensor (kind: input, "
+            "output, or class for a classifier's top class); above 0.25 is a significant shift.",
+            (*tensor, "against"),
+        )
+        self.alert = gauge(
+            "onnxgate_drift_alert",
+            "1 when the tensor's last window drifted beyond the threshold (--watch-threshold) "
+            "against the reference window, or the golden samples when they have enough rows.",
+            tensor,
+        )
+        self.quantile = gauge(
+            "onnxgate_drift_quantile",
+            "A quantile of the tensor's values in the last window (interpolated on fixed bins).",
+            (*tensor, "quantile"),
+        )
+        self.rows = counter("onnxgate_drift_rows", "Rows (samples) summarised for drift.", labels)
+        self.values = counter(
+            "onnxgate_drift_values",
+            "Finite values summarised for drift, per tensor (the denominator of the outside and "
+            "non-finite rates).",
+            tensor,
+        )
+        self.windows = counter(
+            "onnxgate_drift_windows", "Windows of traffic completed and scored.", labels
+        )
+        self.shed = counter(
+            "onnxgate_drift_shed",
+            "Requests not summarised because the watch's queue was full (answered all the same).",
+            labels,
+        )
+        self.classes = counter(
+            "onnxgate_drift_class",
+            "Rows per top class of a classifier output ([rows, classes] scores, argmax).",
+            (*labels, "output", "class"),
+        )
+        self.nonfinite = counter(
+            "onnxgate_output_nonfinite",
+            "NaN and infinite values in answered outputs (value: nan or inf).",
+            (*labels, "output", "value"),
+        )
+        self.outside = counter(
+            "onnxgate_input_outside_golden",
+            "Input values below or above the span the golden inputs covered (side).",
+            (*labels, "input", "side"),
+        )
+        self.nodes = gauge(
+            "onnxgate_provider_nodes",
+            "Nodes per provider in the latest placement audit of a fresh session.",
+            (*labels, "provider"),
+        )
+        self.fallback = gauge(
+            "onnxgate_provider_fallback",
+            "1 when the latest audit found compute nodes off the provider the gate required, "
+            "or the provider did not start.",
+            labels,
+        )
+        self.checks = counter(
+            "onnxgate_provider_checks",
+            "Placement audits by outcome (passed, fallback, failed: no session, error).",
+            (*labels, "outcome"),
+        )
+        self.check_time = gauge(
+            "onnxgate_provider_check_timestamp_seconds",
+            "When the latest placement audit ended (Unix time).",
+            labels,
+        )
+
+    def forget(self, name: str, version: str) -> None:
+        """Remove every series of one version."""
+        for metric in vars(self).values():
+            drop(metric, name, version)
+
+
+def drop(metric: Any, name: str, version: str) -> None:
+    """Remove the series of one model version (``remove_by_labels`` needs prometheus-client 0.22)."""
+    for family in metric.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("model") == name and labels.get("version") == version:
+                with contextlib.suppress(KeyError, ValueError):  # a counter's _created twin
+                    metric.remove(*(labels[n] for n in metric._labelnames))
