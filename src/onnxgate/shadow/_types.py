@@ -51,7 +51,7 @@ class ShadowPair(BaseModel):
     inputs: bytes | None = None
     """The feeds as an ``.npz``, kept only when the server is told it may keep inputs."""
     champion_ms: float
-    """The champion's execution time for the batch this request ran in, in milliseconds."""
+    """From the request reaching the champion to its answer (queue time included), in ms."""
     candidate_ms: float
     """The candidate's execution time for this request alone, in milliseconds."""
 
