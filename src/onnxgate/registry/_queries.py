@@ -36,6 +36,16 @@ from onnxgate.registry._records import (
 )
 
 
+def version_numbers(session: Session, model_id: int) -> dict[int, int]:
+    """Every version of one model: its row id to its number."""
+    rows = session.execute(
+        select(ModelVersionRow.id, ModelVersionRow.number).where(
+            ModelVersionRow.model_id == model_id
+        )
+    )
+    return dict(rows.all())
+
+
 def utc(value: datetime) -> datetime:
     """A stored time as an aware UTC datetime (SQLite hands back naive ones)."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -224,13 +234,7 @@ def detail(session: Session, row: ModelVersionRow) -> VersionDetail:
             .order_by(PerformanceRow.id)
         )
     ]
-    numbers = dict(
-        session.execute(
-            select(ModelVersionRow.id, ModelVersionRow.number).where(
-                ModelVersionRow.model_id == model.id
-            )
-        ).all()
-    )
+    numbers = version_numbers(session, model.id)
     promotions = [
         PromotionRecord(
             alias=p.alias,

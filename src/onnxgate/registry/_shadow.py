@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session  # noqa: TID251
 from onnxgate.errors import ConfigError, NotFound, ShadowRefused
 from onnxgate.registry import _queries
 from onnxgate.registry._models import (
-    ModelVersionRow,
     ShadowPairRow,
     ShadowRunRow,
     ShadowTallyRow,
@@ -182,13 +181,7 @@ def report(
     name, _ = parse_ref(ref)
     candidate = _queries.resolve(session, ref, where)
     champion = _queries.resolve(session, f"{name}@{against}", where)
-    numbers = dict(
-        session.execute(
-            select(ModelVersionRow.id, ModelVersionRow.number).where(
-                ModelVersionRow.model_id == candidate.model_id
-            )
-        ).all()
-    )
+    numbers = _queries.version_numbers(session, candidate.model_id)
     runs = [
         ShadowRunInfo(
             id=r.id,
