@@ -223,6 +223,7 @@ def shadow_figures(change: dict) -> dict:
         "shed": shed,
         "shed_total": sum(shed.values()),
         "sampled_out": sum(by("onnxgate_shadow_sampled_out", "model").values()),
+        "cancelled": sum(by("onnxgate_shadow_cancelled", "model").values()),
         "coverage": round(judged / answered, 4) if answered else None,
     }
 
@@ -309,6 +310,7 @@ def summarise(runs: list[dict], servers: list[str], tag: str) -> dict:
             else None,
             "judged": sum(r["shadow"]["judged"] for r in mine),
             "shed": sum(r["shadow"]["shed_total"] for r in mine),
+            "cancelled": sum(r["shadow"].get("cancelled", 0) for r in mine),
             "errors": sum(r["errors"] for r in mine),
         }
     base = table[servers[0]]
@@ -395,15 +397,15 @@ def markdown(doc: dict) -> str:
         lines += [
             f"## Champion latency, {title}",
             "",
-            "| server | runs (spoiled) | p50 ms | ×alone | p99 ms | ×alone | req/s | coverage | judged | shed | errors |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| server | runs (spoiled) | p50 ms | ×alone | p99 ms | ×alone | req/s | coverage | judged | shed | runs cancelled | errors |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for label, row in table.items():
             lines.append(
                 f"| {label} | {row['runs']} ({row['spoiled']}) | {row['p50_ms']} | {row['p50_ms_ratio']} "
                 f"| {row['p99_ms']} | {row['p99_ms_ratio']} | {row['requests_per_s']} "
                 f"| {row['coverage'] if row['coverage'] is not None else '–'} | {row['judged']} "
-                f"| {row['shed']} | {row['errors']} |"
+                f"| {row['shed']} | {row.get('cancelled', '–')} | {row['errors']} |"
             )
         lines.append("")
     lines += [

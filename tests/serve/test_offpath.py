@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from onnxgate.serve._offpath import OffPath
+from onnxgate.serve._offpath import Foreground, OffPath
 
 
 def test_a_full_queue_sheds_instead_of_blocking() -> None:
@@ -59,3 +59,61 @@ def test_workers_run_at_a_lower_priority() -> None:
     assert work.wait_idle(30)
     work.close()
     assert seen == [os.getpriority(os.PRIO_PROCESS, 0) + 7] or seen == [19]
+
+
+def test_a_request_cancels_the_runs_that_yield_at_its_count_and_no_other() -> None:
+    front = Foreground()
+    cancelled: list[str] = []
+    with (
+        front.yielding(1, lambda: cancelled.append("at 1")) as first,
+        front.yielding(2, lambda: cancelled.append("at 2")) as second,
+    ):
+        assert first and second  # nothing in flight: both may start
+        front.enter()
+        assert cancelled == ["at 1"]
+        front.enter()
+        front.enter()  # the third request cancels nothing more: each run is cancelled once
+        assert cancelled == ["at 1", "at 2"]
+    assert front.cancelled == 2
+    for _ in range(3):
+        front.leave()
+    assert front.busy == 0
+
+
+def test_a_run_waits_while_requests_are_in_flight_and_starts_when_they_are_answered() -> None:
+    front = Foreground()
+    front.enter()
+    with front.yielding(1, lambda: None, timeout=0.01) as quiet:
+        assert not quiet  # busy until the timeout: the caller waits again
+    started = threading.Event()
+
+    def background() -> None:
+        with front.yielding(1, lambda: None, timeout=60) as quiet:
+            if quiet:
+                started.set()
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    assert not started.wait(0.05)  # a bound on a wrong answer, not a timing assertion
+    front.leave()
+    assert started.wait(60)
+    worker.join(60)
+
+
+def test_closing_ends_every_wait_and_no_run_starts_after() -> None:
+    front = Foreground()
+    front.enter()
+    answers: list[bool] = []
+
+    def background() -> None:
+        with front.yielding(1, lambda: None, timeout=60) as quiet:
+            answers.append(quiet)
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    front.close()
+    worker.join(60)
+    front.leave()
+    with front.yielding(1, lambda: None, timeout=0) as quiet:
+        answers.append(quiet)
+    assert answers == [False, False] and front.closed

@@ -22,7 +22,7 @@ import pytest
 
 from onnxgate.errors import ConfigError, RunFailed
 from onnxgate.serve._hub import Hub, ServeConfig
-from onnxgate.serve._predictor import PredictorConfig
+from onnxgate.serve._predictor import PredictorConfig, RunCancelled
 from onnxgate.serve._rest import make_app
 from onnxgate.serve._shadow import Persister, Shadow, ShadowSettings
 from onnxgate.serve._types import InferRequest, RequestTensor
@@ -191,37 +191,92 @@ def test_a_full_queue_sheds_and_the_champion_still_answers(
         [str(models.champion)], config(f"tok={models.faithful}", max_queue=2), body
     )
     assert len(answers) == 5 and all(a.outputs[0][0] == "logits" for a in answers)
-    assert mid["shed"] == {"queue_full": 2, "champion_busy": 0}
+    assert mid["shed"] == {"queue_full": 2, "preempted": 0}
     assert mid["queue"] == {"pending": 3, "max": 2}
     labels = f'candidate="{models.faithful}",model="tok"'
     assert f'onnxgate_shadow_shed_total{{{labels},reason="queue_full"}} 2.0' in metrics
     assert f'onnxgate_shadow_pairs_total{{{labels},outcome="passed"}} 3.0' in metrics
 
 
-def test_a_busy_champion_sheds_and_a_sampled_out_request_is_not_shed(
-    models: SimpleNamespace,
+def test_a_request_cancels_the_candidates_run_which_is_judged_again_once_the_server_is_idle(
+    models: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def body(hub: Hub) -> dict:
-        (shadow,) = hub.shadows.by_name["tok"]
-        served = hub.served("tok")
-        feeds = {"ids": IDS, "mask": np.ones_like(IDS)}
-        outputs = (await hub.infer(request())).outputs
-        busy = SimpleNamespace(
-            version=served.version,
-            batcher=SimpleNamespace(pending=3, max_batch=served.batcher.max_batch, instances=1),
-        )
-        shadow.offer(busy, feeds, dict(outputs), 0.001)  # 3 others pending: busy_pending=3
-        shadow.settings = shadow.settings.model_copy(update={"fraction": 0.0})
-        shadow.offer(served, feeds, dict(outputs), 0.001)
-        settle(shadow)
-        return shadow.summary()
+    started = threading.Event()
 
-    summary = run_hub(
-        [str(models.champion)], config(f"tok={models.faithful}", busy_pending=3), body
+    async def body(hub: Hub) -> tuple[dict, list[int], str]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        assert shadow.predictor is not None
+        serve = shadow.predictor.serve
+        in_flight: list[int] = []  # requests in flight as each candidate run starts
+
+        def runs_until_cancelled(feeds: Any, outputs: Any, options: Any) -> dict:
+            in_flight.append(hub.foreground.busy)
+            if len(in_flight) == 1:  # the first run is under way until a request arrives
+                started.set()
+                until(lambda: options.terminate)
+            return serve(feeds, outputs, options)  # ONNX Runtime refuses the cancelled run
+
+        monkeypatch.setattr(shadow.predictor, "serve", runs_until_cancelled)
+        await hub.infer(request())
+        assert await asyncio.to_thread(started.wait, 60)
+        await hub.infer(request())  # arrives while the candidate runs: cancels it
+        settle(shadow)
+        return shadow.summary(), in_flight, hub.metrics.text().decode()
+
+    summary, in_flight, metrics = run_hub(
+        [str(models.champion)], config(f"tok={models.faithful}"), body
     )
-    assert summary["shed"] == {"queue_full": 0, "champion_busy": 1}
-    assert summary["sampled_out"] == 1
-    assert summary["pairs"] == 1  # only the first request, shadowed before the others
+    assert summary["cancelled"] == 1
+    assert (summary["pairs"], summary["passed"]) == (2, 2)  # the cancelled one, tried again
+    assert summary["shed"] == {"queue_full": 0, "preempted": 0}
+    assert in_flight == [0, 0, 0]  # no candidate run started while a request was in flight
+    labels = f'candidate="{models.faithful}",model="tok"'
+    assert f"onnxgate_shadow_cancelled_total{{{labels}}} 1.0" in metrics
+
+
+def test_a_request_cancelled_as_often_as_allowed_is_shed_as_preempted(
+    models: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = threading.Event()
+
+    async def body(hub: Hub) -> tuple[dict, str]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        assert shadow.predictor is not None
+        serve = shadow.predictor.serve
+
+        def runs_until_cancelled(feeds: Any, outputs: Any, options: Any) -> dict:
+            if not started.is_set():
+                started.set()
+                until(lambda: options.terminate)
+            return serve(feeds, outputs, options)
+
+        monkeypatch.setattr(shadow.predictor, "serve", runs_until_cancelled)
+        await hub.infer(request())
+        assert await asyncio.to_thread(started.wait, 60)
+        shadow.settings = shadow.settings.model_copy(update={"fraction": 0.0})
+        await hub.infer(request())  # cancels the only attempt; itself sampled out
+        settle(shadow)
+        return shadow.summary(), hub.metrics.text().decode()
+
+    summary, metrics = run_hub(
+        [str(models.champion)], config(f"tok={models.faithful}", attempts=1), body
+    )
+    assert (summary["cancelled"], summary["pairs"], summary["sampled_out"]) == (1, 0, 1)
+    assert summary["shed"] == {"queue_full": 0, "preempted": 1}
+    labels = f'candidate="{models.faithful}",model="tok"'
+    assert f'onnxgate_shadow_shed_total{{{labels},reason="preempted"}} 1.0' in metrics
+
+
+def test_a_cancelled_run_is_not_counted_as_a_failure(models: SimpleNamespace) -> None:
+    async def body(hub: Hub) -> tuple[int, int]:
+        predictor = hub.served("tok").predictor
+        options = predictor.runner.run_options()
+        options.terminate = True
+        with pytest.raises(RunCancelled):
+            predictor.serve({"ids": IDS, "mask": np.ones_like(IDS)}, None, options)
+        return predictor.counts.failures, predictor.counts.runs
+
+    assert run_hub([str(models.champion)], config(), body) == (0, 0)
 
 
 def test_a_failing_candidate_never_fails_the_champions_request(

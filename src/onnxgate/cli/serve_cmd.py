@@ -62,9 +62,11 @@ answers every request as without it; afterwards a sampled share (`--shadow-fract
 the candidate in a low-priority background thread and each output is judged by the candidate
 contract's rules, as `compare` judges. CANDIDATE names the served model it shadows:
 `minilm@candidate` (an alias, followed like `@champion`), `minilm@5`, or `minilm=cand.onnx` for a
-file. The candidate is proven first; one that is not ready never shadows, and says why. Under load
-shadowing stops first: a request is shed when the candidate's queue is full or the champion has
-requests waiting. Figures are in `/metrics` (`onnxgate_shadow_*`) and at
+file. The candidate is proven first; one that is not ready never shadows, and says why. The
+candidate runs only while the server answers nothing (`--shadow-busy`): a request that arrives
+cancels its run, which is tried again later. Under load shadowing stops first: a request is shed
+when the candidate's queue is full (queue_full) or its run was cancelled too often (preempted).
+Figures are in `/metrics` (`onnxgate_shadow_*`) and at
 `GET /v2/models/NAME/shadow`; with registry versions on both sides the pairs are also written to
 the registry for `registry shadow-report`.
 
@@ -347,16 +349,17 @@ def serve_command(
         ),
     ] = 32,
     shadow_busy: Annotated[
-        int | None,
+        int,
         flag_option(
-            "shadow.busy_pending",
+            "shadow.busy_at",
             "--shadow-busy",
-            help="Shed (champion_busy) while the champion has this many other requests pending. "
-            "Default: its max batch times its instances (requests queue behind a full batch).",
-            show_default=False,
+            help="Requests in flight in this server at which candidates yield: no candidate run "
+            "starts, and one under way is cancelled and tried again later. 1 (the default): "
+            "candidates run only while the server answers nothing. Raise it only where the "
+            "champion does not use every core.",
             rich_help_panel=SHADOW,
         ),
-    ] = None,
+    ] = 1,
     shadow_threads: Annotated[
         int,
         flag_option(
@@ -445,7 +448,7 @@ def serve_command(
             candidates=tuple(shadow or ()),
             fraction=shadow_fraction,
             max_queue=shadow_queue,
-            busy_pending=shadow_busy,
+            busy_at=shadow_busy,
             threads=shadow_threads,
             keep_inputs=shadow_keep_inputs,
             keep_pairs=shadow_record,

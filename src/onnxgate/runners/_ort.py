@@ -255,6 +255,14 @@ class OrtRunner:
     def __exit__(self, *exc: object) -> None:
         self._session = None
 
+    @staticmethod
+    def run_options() -> ort.RunOptions:
+        """Fresh run options, for one run that may be cancelled (``options.terminate = True``).
+
+        ONNX Runtime checks the flag between nodes, so a cancelled run stops within one node.
+        """
+        return _quiet_run()
+
     @property
     def session(self) -> ort.InferenceSession:
         """The live session (inside the ``with`` block)."""

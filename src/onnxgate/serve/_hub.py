@@ -35,6 +35,7 @@ from onnxgate.serve._batcher import Batcher, Observer
 from onnxgate.serve._fallback import Placements
 from onnxgate.serve._metrics import Metrics
 from onnxgate.serve._model_config import PLATFORM, TritonOptions, build_config
+from onnxgate.serve._offpath import Foreground
 from onnxgate.serve._predictor import Predictor, PredictorConfig
 from onnxgate.serve._refuse import echo, unique
 from onnxgate.serve._shadow import Shadows, ShadowSettings
@@ -181,6 +182,8 @@ class Hub:
         self.started = time.time()
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="onnxgate-run")
         self._watchers: list[asyncio.Task[None]] = []
+        self.foreground = Foreground()
+        """Requests in flight, to which shadow runs yield (``serve._offpath``)."""
         self.shadows = Shadows(self)
         self.watch = Watch(self.config.watch, self.metrics.watch)
         """Drift summaries of the traffic, off the request path."""
@@ -568,6 +571,13 @@ class Hub:
             Unavailable: not ready, queue full, or shutting down (503).
             RunFailed: ONNX Runtime failed on valid input (500).
         """
+        self.foreground.enter()  # shadow runs under way are cancelled; none starts until leave()
+        try:
+            return await self._infer(request)
+        finally:
+            self.foreground.leave()
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
         start = time.perf_counter()
         name = request.model
         version = request.version or ""
@@ -621,6 +631,7 @@ class Hub:
             grace: what is left of the grace period (default: all of ``grace_seconds``).
         """
         self.stopping = True
+        self.foreground.close()  # no shadow run starts any more
         for task in self._watchers:
             task.cancel()
         for task in self._watchers:

@@ -269,7 +269,8 @@ class ShadowMetrics:
 
     A request not drawn by the sampling fraction is ``sampled_out``, which is not shedding;
     ``shed`` counts the requests drawn but not shadowed, by reason: ``queue_full`` (the
-    candidate's queue is full) or ``champion_busy`` (the champion has requests waiting). The
+    candidate's queue is full) or ``preempted`` (its run was cancelled for the champion's
+    requests as many times as allowed); ``cancelled`` counts every cancelled run. The
     per-output gauges hold the worst figure over every pair judged since the candidate started.
     """
 
@@ -291,8 +292,13 @@ class ShadowMetrics:
         )
         self._shed = counter(
             "onnxgate_shadow_shed",
-            "Requests drawn for shadowing but not shadowed, by reason: queue_full, champion_busy.",
+            "Requests drawn for shadowing but not shadowed, by reason: queue_full, preempted.",
             ("reason",),
+        )
+        self._cancelled = counter(
+            "onnxgate_shadow_cancelled",
+            "Candidate runs cancelled because the server got a request (each is tried again "
+            "while attempts remain).",
         )
         self._sampled_out = counter(
             "onnxgate_shadow_sampled_out",
@@ -338,16 +344,21 @@ class ShadowMetrics:
     def depth(self, name: str, version: str, queue: Any) -> None:
         self._depth.labels(name, version).set_function(lambda: queue.pending)
 
-    def offered(self, name: str, version: str) -> tuple[Any, Any, Any]:
+    def offered(self, name: str, version: str) -> tuple[Any, Any]:
         """The request path's counters of one candidate, looked up once.
 
-        Sampled out, shed because the queue is full, shed because the champion is busy.
+        Sampled out, shed because the queue is full.
         """
         return (
             self._sampled_out.labels(name, version),
             self._shed.labels(name, version, "queue_full"),
-            self._shed.labels(name, version, "champion_busy"),
         )
+
+    def cancelled(self, name: str, version: str) -> None:
+        self._cancelled.labels(name, version).inc()
+
+    def preempted(self, name: str, version: str) -> None:
+        self._shed.labels(name, version, "preempted").inc()
 
     def dropped(self, name: str, version: str, count: int) -> None:
         self._dropped.labels(name, version).inc(count)

@@ -6,6 +6,13 @@ never blocks and never raises; when the queue is full the item is dropped (count
 the request goes on. The worker threads lower their own scheduling priority (``nice``; Linux
 applies it per thread) so that under CPU contention the threads answering requests run first, and
 the queue fills and sheds instead of slowing them.
+
+Priority alone does not keep background work out of the way on a small machine: a worker at
+``nice`` 10 still holds a core for its scheduling slice, and an ONNX Runtime run whose operators
+are split over every core waits for its slowest part. ``Foreground`` is the stronger rule: it
+counts the requests the server is answering, background work waits until fewer than its
+threshold are in flight before it starts, and a run under way is cancelled (``cancel``, e.g.
+setting ONNX Runtime's ``RunOptions.terminate``) the moment that many arrive, to be retried later.
 """
 
 from __future__ import annotations
@@ -25,6 +32,73 @@ T = TypeVar("T")
 
 NICENESS = 10
 """How much lower than the serving threads the workers run (``nice`` steps, 0 to 19)."""
+
+
+class Foreground:
+    """The requests a server is answering now, and the background runs that yield to them.
+
+    ``enter``/``leave`` bracket every request (they are cheap: a lock and a counter). Background
+    work calls ``yielding(below, cancel)``: it waits until fewer than ``below`` requests are in
+    flight, then registers ``cancel``, which ``enter`` calls when the count reaches ``below``
+    again; the work learns it was cancelled from what it ran (for ONNX Runtime, the run fails with
+    its ``terminate`` flag set).
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.busy = 0
+        """Requests in flight."""
+        self._runs: dict[int, tuple[int, Callable[[], None]]] = {}
+        self._closed = False
+        self.cancelled = 0
+        """Background runs cancelled so far."""
+
+    def enter(self) -> None:
+        """A request arrived: cancel the background runs that yield at this many."""
+        with self._changed:
+            self.busy += 1
+            for key, (below, cancel) in list(self._runs.items()):
+                if self.busy >= below:
+                    del self._runs[key]
+                    self.cancelled += 1
+                    cancel()
+
+    def leave(self) -> None:
+        """A request was answered (or refused)."""
+        with self._changed:
+            self.busy -= 1
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def yielding(self, below: int, cancel: Callable[[], None], timeout: float = 1.0):
+        """Wait (up to ``timeout`` s) for fewer than ``below`` requests in flight, then hold.
+
+        Yields whether the work may start now; while it holds, a request that brings the count to
+        ``below`` calls ``cancel`` (once). Without permission to start, the caller waits again
+        or gives up; ``close`` ends every wait.
+        """
+        key = id(cancel)
+        with self._changed:
+            quiet = self._changed.wait_for(lambda: self._closed or self.busy < below, timeout)
+            quiet = quiet and not self._closed
+            if quiet:
+                self._runs[key] = (below, cancel)
+        try:
+            yield quiet
+        finally:
+            with self._changed:
+                self._runs.pop(key, None)
+
+    @property
+    def closed(self) -> bool:
+        """The server is stopping: no background run starts any more."""
+        return self._closed
+
+    def close(self) -> None:
+        """End every wait (the server is stopping)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
 
 
 class OffPath(Generic[T]):

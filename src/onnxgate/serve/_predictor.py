@@ -58,6 +58,13 @@ log = logging.getLogger(__name__)
 MiB = 1 << 20
 
 
+class RunCancelled(Exception):
+    """A run cancelled from another thread (a shadow run yielding to the champion).
+
+    Internal: it never reaches a client, so it is not a ``GateError``.
+    """
+
+
 class PredictorConfig(Part):
     """How a predictor opens and runs a model."""
 
@@ -370,12 +377,24 @@ class Predictor:
                 self.counts.failures += 1
             raise
 
-    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict:
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+        options: Any = None,
+    ) -> dict:
         """Run validated feeds once; every output (or ``outputs``) by name.
+
+        Args:
+            feeds: validated feeds, by input name.
+            outputs: the outputs wanted (None: every output).
+            options: ONNX Runtime run options of this run (``runner.run_options()``), to cancel
+                it from another thread; None: the runner's own.
 
         Raises:
             InvalidRequest: an output name the model does not have.
             RunFailed: ONNX Runtime failed on feeds that passed validation.
+            RunCancelled: ``options.terminate`` was set while it ran (not counted as a failure).
         """
         names = list(outputs) if outputs else self.output_names
         unknown = [n for n in names if n not in self.output_names]
@@ -387,8 +406,12 @@ class Predictor:
         first = next(iter(feeds.values()), None)
         rows = int(first.shape[0]) if self.batch_dim and first is not None and first.ndim else 1
         try:
-            values = self.runner.session.run(names, dict(feeds), self.runner._run_options)
+            values = self.runner.session.run(
+                names, dict(feeds), options or self.runner._run_options
+            )
         except Exception as err:  # ORT raises its own exception types, not a shared base
+            if options is not None and options.terminate:
+                raise RunCancelled(f"{self.name}@{self.version}: the run was cancelled") from err
             with self._lock:
                 self.counts.failures += 1
             raise RunFailed(f"{self.name}@{self.version} failed to run: {err}") from err
@@ -397,14 +420,20 @@ class Predictor:
             self.counts.samples += rows
         return dict(zip(names, values, strict=True))
 
-    def serve(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict:
+    def serve(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+        options: Any = None,
+    ) -> dict:
         """``run``, with every map output as the FP32 tensor the protocol can carry.
 
         Raises:
             InvalidRequest: an output name the model does not have.
             RunFailed: ONNX Runtime failed, or a map output's keys are not its labels.
+            RunCancelled: ``options.terminate`` was set while it ran.
         """
-        values = self.run(feeds, outputs)
+        values = self.run(feeds, outputs, options)
         try:
             return tensors_of(values, self.labels)
         except ValueError as err:

@@ -2,22 +2,27 @@
 
 The champion answers every request exactly as without a shadow. After its answer is computed,
 ``Hub.infer`` offers the request (the validated feeds, the champion's outputs, its time) to each
-candidate of that name; the offer is O(1) and never blocks or raises: a sampling draw, a look at
-the champion's queue, and ``OffPath.offer``. A request is *shed* (counted, not shadowed) when the
-candidate's queue is full or when the champion is busy, so under load shadowing stops first:
+candidate of that name; the offer is O(1) and never blocks or raises: a sampling draw and
+``OffPath.offer``.
 
-- ``champion_busy``: the champion has at least ``busy_pending`` other requests pending (default:
-  its ``max_batch`` times its ``instances``, i.e. more than one round of executions can take:
-  requests are queueing behind a full batch). A shadow run then would take CPU from requests
-  that are waiting.
-- ``queue_full``: ``max_queue`` requests wait for the candidate already (it is slower than the
-  sampled traffic).
+The candidate runs only while the server is idle, and gets out of the way when it is not: its
+worker (a thread at lower priority, ``OffPath``) waits until fewer than ``busy_at`` requests (1 by
+default: none) are in flight in this server (``Foreground``) before it starts a run, and a request
+that arrives while the candidate runs cancels that run at once (ONNX Runtime's
+``RunOptions.terminate``, checked between nodes); the cancelled request is tried again when the
+server is idle, up to ``attempts`` times. So the champion never waits for more than one candidate
+node, and under load shadowing stops first. A request drawn for shadowing but not judged is
+*shed*, by reason:
+
+- ``queue_full``: ``max_queue`` requests wait for the candidate already (the server's idle time is
+  too short for the sampled traffic);
+- ``preempted``: its run was cancelled ``attempts`` times (the idle gaps are shorter than one
+  candidate run).
 
 A request not drawn by ``fraction`` is *sampled out*, which is not shedding.
 
-The candidate runs in the ``OffPath`` worker (a thread at lower priority) with its own session of
-``threads`` intra-op threads (1 by default) and no spinning: a spinning ORT thread pool burns a
-core waiting for work, and these threads must yield the CPU to the champion's. Each output is
+The candidate's session has ``threads`` intra-op threads (1 by default) and no spinning: a
+spinning ORT thread pool burns a core waiting for work. Each output is
 judged by ``compare``'s judge with the CANDIDATE contract's rules (what its proof admitted), into
 a ``ShadowPair``; pairs go to a bounded in-memory ``ShadowRecord`` (``GET
 /v2/models/{name}/shadow``), to Prometheus, and, when both versions come from the registry, to the
@@ -48,8 +53,8 @@ from pydantic import Field
 
 from onnxgate.compare import judge_output
 from onnxgate.errors import ConfigError, GateError
-from onnxgate.serve._offpath import OffPath
-from onnxgate.serve._predictor import Predictor, PredictorConfig
+from onnxgate.serve._offpath import Foreground, OffPath
+from onnxgate.serve._predictor import Predictor, PredictorConfig, RunCancelled
 from onnxgate.serve._shadow_sink import (
     Persister,
     RegistrySink,
@@ -98,9 +103,12 @@ class ShadowSettings(Part):
     """Share of the champion's answered requests offered to each candidate."""
     max_queue: int = Field(32, ge=1)
     """Requests waiting for a candidate at most; beyond, shed (``queue_full``)."""
-    busy_pending: int | None = Field(None, ge=1)
-    """The champion's other pending requests at which shadowing sheds (``champion_busy``);
-    default: its max_batch times its instances."""
+    busy_at: int = Field(1, ge=1)
+    """Requests in flight in this server at which a candidate yields: it does not start a run,
+    and a run under way is cancelled and tried again later. 1: it runs only while the server
+    answers nothing."""
+    attempts: int = Field(5, ge=1)
+    """Times a shadowed request may be cancelled before it is shed (``preempted``)."""
     threads: int = Field(1, ge=1)
     """Intra-op threads of a candidate's session (it never spins)."""
     keep_inputs: bool = False
@@ -248,6 +256,8 @@ class Shadow:
     persister: Persister | None = None
     champion_source: Any = None
     generation: int = 0
+    foreground: Foreground = field(default_factory=Foreground)
+    """The server's requests in flight, to which the candidate yields."""
 
     def __post_init__(self) -> None:
         self.record = ShadowRecord(self.settings.keep_pairs)
@@ -258,11 +268,15 @@ class Shadow:
         self._run_champion: str | None = None
         self._tolerances: Any = None
         self.shed: Counter[str] = Counter()
-        """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
+        """Requests drawn but not shadowed, by reason (queue_full counted on the event loop,
+        preempted by the one worker)."""
+        self.cancelled = 0
+        """Candidate runs cancelled for the champion (each is tried again, up to attempts)."""
+        self._closing = False
         self.sampled_out = 0
         self.label = ""
         """The ``candidate`` label of its metrics: the registry version, or the file."""
-        self._counters: tuple[Any, Any, Any] = ()  # type: ignore[assignment]
+        self._counters: tuple[Any, Any] = ()  # type: ignore[assignment]
 
     @property
     def active(self) -> bool:
@@ -299,17 +313,11 @@ class Shadow:
         predictor = self.predictor
         if predictor is None or not predictor.ready:
             return
-        sampled_out, queue_full, champion_busy = self._counters
+        sampled_out, queue_full = self._counters
         fraction = self.settings.fraction
         if fraction < 1.0 and random.random() >= fraction:
             self.sampled_out += 1
             sampled_out.inc()
-            return
-        batcher = served.batcher
-        busy = self.settings.busy_pending or batcher.max_batch * batcher.instances
-        if batcher.pending >= busy:
-            self.shed["champion_busy"] += 1
-            champion_busy.inc()
             return
         job = _Job(feeds, outputs, time.time(), seconds * 1000, served.version, self.generation)
         if not self.queue.offer(job):
@@ -321,16 +329,35 @@ class Shadow:
         if predictor is None or job.generation != self.generation or not predictor.ready:
             return  # the candidate switched while this waited: judged by the old one, not kept
         version = self.label
-        start = time.perf_counter()
-        try:
-            values = predictor.serve(
-                job.feeds, [n for n in job.outputs if n in predictor.output_names]
-            )
-        except GateError as err:
-            self.record.error(err.message)
-            self.metrics.pair(self.name, version, "error", time.perf_counter() - start)
-            return
-        took = time.perf_counter() - start
+        outputs = [n for n in job.outputs if n in predictor.output_names]
+        attempt = 0
+        while True:
+            if self._closing or self.foreground.closed or job.generation != self.generation:
+                return
+            options = predictor.runner.run_options()
+            with self.foreground.yielding(
+                self.settings.busy_at, lambda o=options: setattr(o, "terminate", True)
+            ) as quiet:
+                if not quiet:
+                    continue  # the server is busy: wait again (checking for a switch or stop)
+                start = time.perf_counter()
+                try:
+                    values = predictor.serve(job.feeds, outputs, options)
+                except RunCancelled:
+                    self.cancelled += 1
+                    self.metrics.cancelled(self.name, version)
+                    attempt += 1
+                    if attempt < self.settings.attempts:
+                        continue
+                    self.shed["preempted"] += 1
+                    self.metrics.preempted(self.name, version)
+                    return
+                except GateError as err:
+                    self.record.error(err.message)
+                    self.metrics.pair(self.name, version, "error", time.perf_counter() - start)
+                    return
+                took = time.perf_counter() - start
+                break
         figures = tuple(self._judge(predictor, n, values.get(n), v) for n, v in job.outputs.items())
         assert self._buckets is not None
         pair = ShadowPair(
@@ -379,7 +406,8 @@ class Shadow:
 
     def _run_settings(self) -> dict[str, Any]:
         return self.settings.model_dump(
-            mode="json", include={"fraction", "max_queue", "busy_pending", "threads", "keep_inputs"}
+            mode="json",
+            include={"fraction", "max_queue", "busy_at", "attempts", "threads", "keep_inputs"},
         ) | {"item": self.item}
 
     def summary(self) -> dict[str, Any]:
@@ -394,8 +422,9 @@ class Shadow:
             "queue": {"pending": self.queue.pending, "max": self.settings.max_queue},
             "shed": {
                 "queue_full": self.shed["queue_full"],
-                "champion_busy": self.shed["champion_busy"],
+                "preempted": self.shed["preempted"],
             },
+            "cancelled": self.cancelled,
             "sampled_out": self.sampled_out,
             "persisted": None
             if self.persister is None
@@ -409,6 +438,7 @@ class Shadow:
 
     def close(self) -> None:
         """Stop the worker and the writer; release the candidate's session."""
+        self._closing = True
         self.queue.close()
         if self.persister is not None:
             self.persister.close()
@@ -512,7 +542,14 @@ class Shadows:
                     "model: NAME@ALIAS, NAME@N, or NAME=FILE.",
                     field="shadow.candidates",
                 )
-            shadow = Shadow(name, item, self.settings, metrics, follow=followed_ref(item))
+            shadow = Shadow(
+                name,
+                item,
+                self.settings,
+                metrics,
+                follow=followed_ref(item),
+                foreground=self.hub.foreground,
+            )
             self.by_name.setdefault(name, []).append(shadow)
             if self.settings.persist and in_registry(item) and in_registry(entry.item):
                 shadow.persister = Persister(
