@@ -618,7 +618,7 @@ def markdown(doc: dict) -> str:
             "while a candidate's queue was over half full (the trial wants every request judged; "
             "shedding under load is `shadow_load.py`'s subject).",
             "",
-            "| candidate | pairs | passed | failed | errors | shed (queue full / preempted) | output | rule | failed | max abs | min cosine | first failure |",
+            "| candidate | pairs | passed | failed | errors | shed (queue full) / runs cancelled | output | rule | failed | max abs | min cosine | first failure |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for cand in shadow["record"]["candidates"]:
@@ -627,7 +627,7 @@ def markdown(doc: dict) -> str:
             for output, t in cand["outputs"].items():
                 head = (
                     f"| {label} (`{cand['candidate']}`) | {cand['pairs']} | {cand['passed']} | {cand['failed']} "
-                    f"| {cand['errors']} | {cand['shed']['queue_full']} / {cand['shed']['preempted']} "
+                    f"| {cand['errors']} | {cand['shed']['queue_full']} / {cand.get('cancelled', '–')} "
                     if first
                     else "| | | | | | "
                 )

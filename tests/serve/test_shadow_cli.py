@@ -25,7 +25,7 @@ def test_help_teaches_shadowing() -> None:
                  "--shadow-record", "--shadow-busy", "--shadow-threads"):  # fmt: skip
         assert flag in text
     assert "GET /v2/models/NAME/shadow" in text and "onnxgate_shadow_" in text
-    assert "shed" in text and "queue_full" in text and "preempted" in text
+    assert "shed" in text and "queue_full" in text
     assert "cancels its run" in text
 
 

@@ -65,7 +65,7 @@ contract's rules, as `compare` judges. CANDIDATE names the served model it shado
 file. The candidate is proven first; one that is not ready never shadows, and says why. The
 candidate runs only while the server answers nothing (`--shadow-busy`): a request that arrives
 cancels its run, which is tried again later. Under load shadowing stops first: a request is shed
-when the candidate's queue is full (queue_full) or its run was cancelled too often (preempted).
+(queue_full) when the candidate's queue is full.
 Figures are in `/metrics` (`onnxgate_shadow_*`) and at
 `GET /v2/models/NAME/shadow`; with registry versions on both sides the pairs are also written to
 the registry for `registry shadow-report`.

@@ -269,8 +269,8 @@ class ShadowMetrics:
 
     A request not drawn by the sampling fraction is ``sampled_out``, which is not shedding;
     ``shed`` counts the requests drawn but not shadowed, by reason: ``queue_full`` (the
-    candidate's queue is full) or ``preempted`` (its run was cancelled for the champion's
-    requests as many times as allowed); ``cancelled`` counts every cancelled run. The
+    candidate's queue is full); ``cancelled`` counts the candidate runs cancelled because a
+    request arrived (each is tried again). The
     per-output gauges hold the worst figure over every pair judged since the candidate started.
     """
 
@@ -292,13 +292,12 @@ class ShadowMetrics:
         )
         self._shed = counter(
             "onnxgate_shadow_shed",
-            "Requests drawn for shadowing but not shadowed, by reason: queue_full, preempted.",
+            "Requests drawn for shadowing but not shadowed, by reason: queue_full.",
             ("reason",),
         )
         self._cancelled = counter(
             "onnxgate_shadow_cancelled",
-            "Candidate runs cancelled because the server got a request (each is tried again "
-            "while attempts remain).",
+            "Candidate runs cancelled because the server got a request (each is tried again).",
         )
         self._sampled_out = counter(
             "onnxgate_shadow_sampled_out",
@@ -356,9 +355,6 @@ class ShadowMetrics:
 
     def cancelled(self, name: str, version: str) -> None:
         self._cancelled.labels(name, version).inc()
-
-    def preempted(self, name: str, version: str) -> None:
-        self._shed.labels(name, version, "preempted").inc()
 
     def dropped(self, name: str, version: str, count: int) -> None:
         self._dropped.labels(name, version).inc(count)

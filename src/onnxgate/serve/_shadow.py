@@ -9,15 +9,13 @@ The candidate runs only while the server is idle, and gets out of the way when i
 worker (a thread at lower priority, ``OffPath``) waits until fewer than ``busy_at`` requests (1 by
 default: none) are in flight in this server (``Foreground``) before it starts a run, and a request
 that arrives while the candidate runs cancels that run at once (ONNX Runtime's
-``RunOptions.terminate``, checked between nodes); the cancelled request is tried again when the
-server is idle, up to ``attempts`` times. So the champion never waits for more than one candidate
-node, and under load shadowing stops first. A request drawn for shadowing but not judged is
-*shed*, by reason:
-
-- ``queue_full``: ``max_queue`` requests wait for the candidate already (the server's idle time is
-  too short for the sampled traffic);
-- ``preempted``: its run was cancelled ``attempts`` times (the idle gaps are shorter than one
-  candidate run).
+``RunOptions.terminate``, checked between nodes); the cancelled request is tried again, from
+the start, when the server is idle again. So the champion never waits for more than one candidate
+node, and under load shadowing stops first: a request drawn for shadowing is *shed* (counted, not
+judged) when ``max_queue`` requests wait for the candidate already (``queue_full``: the server's
+idle time is too short for the sampled traffic). A cancelled request is never dropped for being
+cancelled: a long input is cancelled more often than a short one, and dropping it would leave
+the verdict blind to long inputs; what is shed is decided by arrival time alone.
 
 A request not drawn by ``fraction`` is *sampled out*, which is not shedding.
 
@@ -107,8 +105,6 @@ class ShadowSettings(Part):
     """Requests in flight in this server at which a candidate yields: it does not start a run,
     and a run under way is cancelled and tried again later. 1: it runs only while the server
     answers nothing."""
-    attempts: int = Field(5, ge=1)
-    """Times a shadowed request may be cancelled before it is shed (``preempted``)."""
     threads: int = Field(1, ge=1)
     """Intra-op threads of a candidate's session (it never spins)."""
     keep_inputs: bool = False
@@ -268,10 +264,9 @@ class Shadow:
         self._run_champion: str | None = None
         self._tolerances: Any = None
         self.shed: Counter[str] = Counter()
-        """Requests drawn but not shadowed, by reason (queue_full counted on the event loop,
-        preempted by the one worker)."""
+        """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
         self.cancelled = 0
-        """Candidate runs cancelled for the champion (each is tried again, up to attempts)."""
+        """Candidate runs cancelled for the champion (each is tried again)."""
         self._closing = False
         self.sampled_out = 0
         self.label = ""
@@ -330,7 +325,6 @@ class Shadow:
             return  # the candidate switched while this waited: judged by the old one, not kept
         version = self.label
         outputs = [n for n in job.outputs if n in predictor.output_names]
-        attempt = 0
         while True:
             if self._closing or self.foreground.closed or job.generation != self.generation:
                 return
@@ -346,12 +340,7 @@ class Shadow:
                 except RunCancelled:
                     self.cancelled += 1
                     self.metrics.cancelled(self.name, version)
-                    attempt += 1
-                    if attempt < self.settings.attempts:
-                        continue
-                    self.shed["preempted"] += 1
-                    self.metrics.preempted(self.name, version)
-                    return
+                    continue  # tried again once the server is idle
                 except GateError as err:
                     self.record.error(err.message)
                     self.metrics.pair(self.name, version, "error", time.perf_counter() - start)
@@ -407,7 +396,7 @@ class Shadow:
     def _run_settings(self) -> dict[str, Any]:
         return self.settings.model_dump(
             mode="json",
-            include={"fraction", "max_queue", "busy_at", "attempts", "threads", "keep_inputs"},
+            include={"fraction", "max_queue", "busy_at", "threads", "keep_inputs"},
         ) | {"item": self.item}
 
     def summary(self) -> dict[str, Any]:
@@ -420,10 +409,7 @@ class Shadow:
             "reason": self.why or None,
             "fraction": self.settings.fraction,
             "queue": {"pending": self.queue.pending, "max": self.settings.max_queue},
-            "shed": {
-                "queue_full": self.shed["queue_full"],
-                "preempted": self.shed["preempted"],
-            },
+            "shed": {"queue_full": self.shed["queue_full"]},
             "cancelled": self.cancelled,
             "sampled_out": self.sampled_out,
             "persisted": None
