@@ -148,6 +148,37 @@ def test_a_faithful_candidate_passes_and_a_perturbed_one_fails_naming_output_and
     )
 
 
+def test_top1_agreement_is_kept_for_class_scores_only(tmp_path: Path) -> None:
+    import onnx
+
+    from onnxgate.contract import ContractConfig, init_contract
+    from onnxgate.settings import FeedSettings
+
+    scores = make_token_contract(tmp_path / "scores" / "tok.onnx")
+    features = tmp_path / "features" / "tok.onnx"
+    model = onnx.load(scores)  # the same graph, its output named as an embedding's
+    model.graph.node[-1].output[0] = model.graph.output[0].name = "features"
+    features.parent.mkdir()
+    onnx.save(model, features)
+    init_contract(
+        features, ContractConfig(feeds=FeedSettings(dims={"batch": [1, 8], "seq": [1, 16]}))
+    )
+
+    async def body(hub: Hub) -> dict:
+        await hub.infer(request())
+        (shadow,) = hub.shadows.by_name["tok"]
+        settle(shadow)
+        return shadow.summary()["outputs"]
+
+    named_scores = run_hub([str(scores)], config(f"tok={copy_model(scores, tmp_path / 'c')}"), body)
+    assert named_scores["logits"]["min_top1"] == 1.0
+    named_features = run_hub(
+        [str(features)], config(f"tok={copy_model(features, tmp_path / 'd')}"), body
+    )
+    assert named_features["features"]["min_top1"] is None
+    assert named_features["features"]["max_abs"] == 0.0
+
+
 def test_the_champions_answer_is_the_same_with_and_without_shadowing(
     models: SimpleNamespace,
 ) -> None:

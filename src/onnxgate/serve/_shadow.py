@@ -60,6 +60,7 @@ from onnxgate.serve._shadow_sink import (
     SinkUnsupported,
 )
 from onnxgate.serve._source import is_file_ref, registry_ref, served_name, split_name
+from onnxgate.serve._watch import classes_of
 from onnxgate.settings import Part
 from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
 
@@ -87,6 +88,8 @@ __all__ = [
 
 NO_SPIN = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
 """Session config of a candidate's session: its idle threads sleep instead of spinning."""
+MAX_CLASSES = 1 << 20
+"""Columns at most of an output judged on top-1 agreement (any real classifier's count)."""
 WORST_KEPT = 10
 """Worst pairs the in-memory record keeps besides the newest."""
 
@@ -263,6 +266,8 @@ class Shadow:
         self._buckets: Buckets | None = None
         self._run_champion: str | None = None
         self._tolerances: Any = None
+        self._ranked: frozenset[str] = frozenset()
+        """Outputs whose top-1 agreement means something (class scores)."""
         self.shed: Counter[str] = Counter()
         """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
         self.cancelled = 0
@@ -291,6 +296,7 @@ class Shadow:
             self.why = ""
             self._buckets = Buckets(predictor.contract)
             self._tolerances = predictor.tolerances
+            self._ranked = ranked_outputs(predictor)
             self._run_champion = None  # a new run starts with the next pair
             self.metrics.depth(self.name, self.label, self.queue)
             log.info("%s: %s@%s shadows it (fraction %g, queue %d, %d intra-op thread(s))",
@@ -388,7 +394,7 @@ class Shadow:
             reason=found.reason,
             max_abs=found.max_abs,
             cosine=found.cosine,
-            top1=found.top1,
+            top1=found.top1 if name in self._ranked else None,
             mismatch_fraction=found.mismatch_fraction,
             nonfinite=found.nonfinite_mismatches,
         )
@@ -430,6 +436,25 @@ class Shadow:
             self.persister.close()
         if self.predictor is not None:
             self.predictor.close()
+
+
+def ranked_outputs(predictor: Predictor) -> frozenset[str]:
+    """The outputs that are class scores, by the watch's rule (``classes_of``) on the goldens.
+
+    compare figures a top-1 agreement for any 2-D output; for an embedding or a box list it is
+    the agreement of the largest coordinate, which says nothing, and the record leaves it out.
+    """
+    from onnxgate.contract import read_golden
+
+    golden = predictor.contract.golden
+    metrics = {r.output: r.metric for r in (golden.rules if golden else [])}
+    outputs = [answers for _, answers in read_golden(predictor.contract, predictor.source.model)]
+    return frozenset(
+        name
+        for name in predictor.output_names
+        if (values := [np.asarray(o[name]) for o in outputs if name in o])
+        and classes_of(name, values, metrics.get(name), MAX_CLASSES) is not None
+    )
 
 
 def followed_ref(item: str) -> str | None:
