@@ -43,10 +43,11 @@ def _size(size: int) -> str:
     return f"{size} B"
 
 
-def _table(*columns: str) -> Table:
+def _table(*columns: str, whole: tuple[str, ...] = ()) -> Table:
+    """A borderless table; cells fold at the width, except those of ``whole`` columns."""
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in whole)
     return table
 
 
@@ -229,13 +230,16 @@ def render_shadow(report: ShadowReport) -> Lines:
             )
         lines += [line(), table]
     if report.worst:
-        table = _table("PAIR", "BUCKET", "FAILED", "MIN COSINE", "MAX ABS", "INPUT SHA256")
+        table = _table(
+            "PAIR", "BUCKET", "FAILED", "MIN COSINE", "MAX ABS", "INPUT SHA256",
+            whole=("PAIR", "BUCKET", "INPUT SHA256"),
+        )  # fmt: skip
         for w in report.worst:
             kept = " (kept)" if w.inputs_kept else ""
             table.add_row(
                 str(w.id),
                 escape(w.bucket),
-                escape(", ".join(w.failed_outputs)) or "-",
+                escape("\n".join(w.failed_outputs)) or "-",  # one output per line
                 _num(w.min_cosine),
                 _num(w.max_abs),
                 w.input_digest[:16] + kept,
