@@ -256,3 +256,23 @@ def test_batches_added_at_once_from_many_processes_all_count(seeded, backend):
     with seeded.engine.connect() as conn:
         kept = conn.execute(text("SELECT count(*) FROM shadow_pairs")).scalar_one()
     assert kept == 20
+
+
+def test_show_on_a_registry_from_before_the_shadow_tables(backend, tmp_path):
+    """A registry at revision 0002 (no shadow tables) is migrated on open and shows a version."""
+    from alembic import command
+
+    from onnxgate.registry import _db, open_registry
+
+    with backend.open() as reg:
+        files = make_files(tmp_path / "v1")
+        reg.register("bert", files, gate_report(files))
+    url = _db.resolve_url(backend.url)
+    engine = _db.create(url)
+    with _db.write_connection(engine) as conn, conn.begin():
+        command.downgrade(_db.alembic_config(conn), "0002")
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+    engine.dispose()
+    with open_registry(backend.url, backend.store, read_only=True) as reg:
+        detail = reg.show("bert@1")
+    assert detail.version.number == 1 and detail.shadow_runs == []

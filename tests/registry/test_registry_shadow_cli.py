@@ -105,3 +105,52 @@ def test_promote_when_shadow_passes_on_the_command_line(shadowed):
     detail = json.loads(invoke(shadowed, "show", "bert@2", "-f", "json").output)
     (promotion,) = [p for p in detail["promotions"] if p["alias"] == "champion"]
     assert promotion["evidence"]["pairs"] == 40 and promotion["evidence"]["status"] == "passed"
+
+
+def test_show_lists_the_shadow_runs_of_a_candidate_with_their_figures(shadowed):
+    with shadowed.open() as reg:  # a second run of bert@3 beside bert@1: one hint for both
+        reg.shadow_add(reg.shadow_open("bert", 3, 1, {}), [pair(i, passed=False) for i in range(3)])
+    result = invoke(shadowed, "show", "bert@bad")
+    assert result.exit_code == 0, result.output
+    page = result.output
+    assert max(len(line) for line in page.splitlines()) <= 80
+    assert "shadow runs" in page
+    rows = [line.split() for line in page.splitlines() if line.split()[:1] in (["2"], ["3"])]
+    assert [(r[0], r[1], r[-2], r[-1]) for r in rows] == [
+        ("2", "bert@1", "40", "5"),
+        ("3", "bert@1", "3", "3"),
+    ]
+    hint = "onnxgate registry shadow-report bert@3 --against 1"
+    assert page.count(hint) == 1
+
+    detail = json.loads(invoke(shadowed, "show", "bert@3", "-f", "json").output)
+    runs = [
+        (r["id"], r["role"], r["candidate"], r["champion"], r["pairs"], r["failed"])
+        for r in detail["shadow_runs"]
+    ]
+    assert runs == [
+        (2, "candidate", "bert@3", "bert@1", 40, 5),
+        (3, "candidate", "bert@3", "bert@1", 3, 3),
+    ]
+    assert all(r["host"] and r["started_at"] for r in detail["shadow_runs"])
+
+
+def test_show_of_a_champion_counts_the_runs_beside_it_and_unshadowed_shows_none(shadowed):
+    result = invoke(shadowed, "show", "bert@champion")
+    assert result.exit_code == 0, result.output
+    assert "shadow runs with this version as the champion: 2" in result.output
+    assert "bert@2: 1 run(s), 40 request(s), 0 failed" in result.output
+    assert "bert@3: 1 run(s), 40 request(s), 5 failed" in result.output
+    detail = json.loads(invoke(shadowed, "show", "bert@1", "-f", "json").output)
+    assert [(r["role"], r["candidate"]) for r in detail["shadow_runs"]] == [
+        ("champion", "bert@2"),
+        ("champion", "bert@3"),
+    ]
+
+    with shadowed.open() as reg:
+        files = make_files(shadowed.store.parent / "v4")
+        reg.register("bert", files, gate_report(files))
+    result = invoke(shadowed, "show", "bert@4")
+    assert result.exit_code == 0, result.output
+    assert "shadow" not in result.output
+    assert json.loads(invoke(shadowed, "show", "bert@4", "-f", "json").output)["shadow_runs"] == []

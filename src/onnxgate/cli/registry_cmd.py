@@ -148,7 +148,8 @@ def show_command(
 ) -> None:
     """Show one version: status, aliases, artefacts, gate run steps, performance, promotions.
 
-    Forced promotions are shown with their reason.
+    Forced promotions are shown with their reason; the shadow runs the version took part in
+    with their requests judged and failed, and the shadow-report command for the verdict.
 
     For example:
 

@@ -5,6 +5,7 @@ Every function takes an open session and returns records (``_records``), never r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from onnxgate.registry._records import (
     ModelVersion,
     PerformanceRecord,
     PromotionRecord,
+    ShadowRunRecord,
     StepRecord,
     VersionDetail,
     parse_ref,
@@ -213,8 +215,10 @@ def gate_runs(session: Session, version_id: int) -> list[GateRunRecord]:
     return runs
 
 
-def detail(session: Session, row: ModelVersionRow) -> VersionDetail:
-    """Everything recorded about one version."""
+def detail(
+    session: Session, row: ModelVersionRow, *, shadow_runs: Sequence[ShadowRunRecord] = ()
+) -> VersionDetail:
+    """Everything recorded about one version; its ``shadow_runs`` come from ``_shadow.runs_of``."""
     model = session.get_one(RegisteredModel, row.model_id)
     tags = {
         t.key: t.value
@@ -262,4 +266,5 @@ def detail(session: Session, row: ModelVersionRow) -> VersionDetail:
         gate_runs=gate_runs(session, row.id),
         performance=performance,
         promotions=promotions,
+        shadow_runs=list(shadow_runs),
     )

@@ -106,6 +106,25 @@ class PromotionRecord(_Record):
     """What the move rests on beyond the gate: a shadow verdict's figures (``kind: shadow``)."""
 
 
+class ShadowRunRecord(_Record):
+    """A shadow run the version took part in, as the candidate or as the champion."""
+
+    id: int
+    role: Literal["candidate", "champion"]
+    """The shown version's part in the run."""
+    candidate: str
+    """``NAME@N`` of the version judged on traffic."""
+    champion: str
+    """``NAME@N`` of the version it ran beside."""
+    host: str
+    started_at: datetime
+    last_at: datetime | None = None
+    pairs: int
+    """Requests judged (every pair ever added, kept or pruned)."""
+    failed: int
+    """Requests with any output outside its rule."""
+
+
 class VersionDetail(_Record):
     """Everything recorded about one version (``registry show``)."""
 
@@ -118,6 +137,8 @@ class VersionDetail(_Record):
     performance: list[PerformanceRecord] = []
     promotions: list[PromotionRecord] = []
     """Alias moves onto this version, forced ones with their reason."""
+    shadow_runs: list[ShadowRunRecord] = []
+    """Shadow runs of this version as the candidate, then as the champion, oldest first."""
 
 
 class ModelSummary(_Record):

@@ -460,7 +460,8 @@ class Registry:
             NotFound: no such model, version or alias.
         """
         with self._reading() as session:
-            return _queries.detail(session, _queries.resolve(session, ref, self.url_masked))
+            row = _queries.resolve(session, ref, self.url_masked)
+            return _queries.detail(session, row, shadow_runs=_shadow.runs_of(session, row.id))
 
     def gate_report(self, ref: str, run: int | None = None) -> dict[str, Any]:
         """The whole gate report stored for a version (its registering run unless ``run``).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -14,9 +15,10 @@ from onnxgate.registry._records import (
     FsckReport,
     ModelSummary,
     ModelVersion,
+    ShadowRunRecord,
     VersionDetail,
 )
-from onnxgate.shadow import ShadowReport
+from onnxgate.shadow import ShadowReport, ShadowRunInfo
 
 _STATUS = {"ready": "[green]ready[/]", "failed": "[red]failed[/]"}
 _VERDICT = {
@@ -148,6 +150,34 @@ def render_detail(detail: VersionDetail) -> Lines:
         for p in detail.promotions:
             if p.evidence and p.evidence.get("kind") == "shadow":
                 lines += _evidence(p.alias, p.evidence)
+    return lines + _shadow_runs(detail.shadow_runs)
+
+
+def _shadow_runs(runs: list[ShadowRunRecord]) -> Lines:
+    """The runs a version was judged in, with where to read their verdict; those it was beside."""
+    lines: Lines = []
+    judged = [r for r in runs if r.role == "candidate"]
+    if judged:
+        failed = [f"[bold red]{r.failed}[/]" if r.failed else "0" for r in judged]
+        table = _runs_table(judged, "FAILED", failed)
+        lines += [line(), line("[bold]shadow runs[/] of this version as the candidate"), table]
+        for champion in dict.fromkeys(r.champion for r in judged):  # one verdict per champion
+            command = f"onnxgate registry shadow-report {judged[0].candidate} --against "
+            lines.append(line(f"  [dim]verdict:[/] {escape(command + champion.rsplit('@', 1)[1])}"))
+    beside = [r for r in runs if r.role == "champion"]
+    if beside:
+        lines += [
+            line(),
+            line(f"[bold]shadow runs[/] with this version as the champion: {len(beside)}"),
+        ]
+        for candidate in dict.fromkeys(r.candidate for r in beside):
+            of = [r for r in beside if r.candidate == candidate]
+            lines.append(
+                line(
+                    f"  {escape(candidate)}: {len(of)} run(s), {sum(r.pairs for r in of)} "
+                    f"request(s), {sum(r.failed for r in of)} failed"
+                )
+            )
     return lines
 
 
@@ -175,6 +205,18 @@ def _evidence(alias: str, evidence: dict[str, Any]) -> Lines:
             _num(o.get("min_top1")),
         )
     return [*lines, table]
+
+
+def _runs_table(
+    runs: Sequence[ShadowRunInfo | ShadowRunRecord], column: str, cells: list[str]
+) -> Table:
+    """Shadow runs, one a row, against their champion; ``column`` holds ``cells``, one a run."""
+    table = _table("RUN", "AGAINST", "HOST", "STARTED", "REQUESTS", column)
+    for r, cell in zip(runs, cells, strict=True):
+        table.add_row(
+            str(r.id), escape(r.champion), escape(r.host), _when(r.started_at), str(r.pairs), cell
+        )
+    return table
 
 
 def _num(value: object) -> str:
@@ -218,17 +260,8 @@ def render_shadow(report: ShadowReport) -> Lines:
             table.add_row(escape(bucket), f"[yellow]{count}[/]" if short else str(count))
         lines += [line(), table]
     if report.runs:
-        table = _table("RUN", "AGAINST", "HOST", "STARTED", "REQUESTS", "COUNTED")
-        for r in report.runs:
-            table.add_row(
-                str(r.id),
-                escape(r.champion),
-                escape(r.host),
-                _when(r.started_at),
-                str(r.pairs),
-                "yes" if r.counted else "[yellow]no[/]",
-            )
-        lines += [line(), table]
+        counted = ["yes" if r.counted else "[yellow]no[/]" for r in report.runs]
+        lines += [line(), _runs_table(report.runs, "COUNTED", counted)]
     if report.worst:
         table = _table(
             "PAIR", "BUCKET", "FAILED", "MIN COSINE", "MAX ABS", "INPUT SHA256",

@@ -6,6 +6,8 @@ inserts the pairs, adds them to the run's tallies, and prunes the run's pairs be
 failing ones kept first, then the newest: the tallies count every pair ever added, so pruning
 loses examples, never evidence.
 
+``runs_of`` lists the runs one version took part in, each with its figures (``registry show``).
+
 ``report`` sums the tallies of every run of a candidate against the version the champion's
 alias names NOW (runs against an earlier champion judged another comparison) and draws the
 verdict with ``onnxgate.shadow.judge``. Every function runs inside its caller's transaction.
@@ -19,19 +21,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import delete, func, select, update  # noqa: TID251
-from sqlalchemy.orm import Session  # noqa: TID251
+from sqlalchemy import case, delete, func, or_, select, update  # noqa: TID251
+from sqlalchemy.orm import Session, aliased  # noqa: TID251
 
 from onnxgate.errors import ConfigError, NotFound, ShadowRefused
 from onnxgate.registry import _queries
 from onnxgate.registry._models import (
+    ModelVersionRow,
+    RegisteredModel,
     ShadowPairRow,
     ShadowRunRow,
     ShadowTallyRow,
 )
-from onnxgate.registry._records import parse_ref
+from onnxgate.registry._records import ShadowRunRecord, parse_ref
 from onnxgate.settings import invalid
 from onnxgate.shadow import (
+    REQUEST,
     ShadowCriteria,
     ShadowPair,
     ShadowReport,
@@ -234,6 +239,51 @@ def report(
         worst=tuple(_worst(session, counted, worst)),
         notes=tuple(notes),
     )
+
+
+def runs_of(session: Session, version_id: int) -> list[ShadowRunRecord]:
+    """The shadow runs of one version, as the candidate then as the champion, oldest first.
+
+    One query: each run with both versions' numbers and its failed requests, summed from its
+    whole-request tallies (``REQUEST``), so pruned pairs still count.
+    """
+    candidate, champion = aliased(ModelVersionRow), aliased(ModelVersionRow)
+    failed = (
+        select(ShadowTallyRow.run_id, func.sum(ShadowTallyRow.failed).label("failed"))
+        .where(ShadowTallyRow.output == REQUEST)
+        .group_by(ShadowTallyRow.run_id)
+        .subquery()
+    )
+    is_candidate = ShadowRunRow.candidate_version_id == version_id
+    rows = session.execute(
+        select(
+            ShadowRunRow,
+            RegisteredModel.name,
+            candidate.number,
+            champion.number,
+            func.coalesce(failed.c.failed, 0),
+        )
+        .join(RegisteredModel, RegisteredModel.id == ShadowRunRow.model_id)
+        .join(candidate, candidate.id == ShadowRunRow.candidate_version_id)
+        .join(champion, champion.id == ShadowRunRow.champion_version_id)
+        .outerjoin(failed, failed.c.run_id == ShadowRunRow.id)
+        .where(or_(is_candidate, ShadowRunRow.champion_version_id == version_id))
+        .order_by(case((is_candidate, 0), else_=1), ShadowRunRow.id)
+    )
+    return [
+        ShadowRunRecord(
+            id=run.id,
+            role="candidate" if run.candidate_version_id == version_id else "champion",
+            candidate=f"{name}@{cand}",
+            champion=f"{name}@{champ}",
+            host=run.host,
+            started_at=_queries.utc(run.started_at),
+            last_at=_queries.utc(run.last_at) if run.last_at else None,
+            pairs=run.pairs,
+            failed=int(fails),
+        )
+        for run, name, cand, champ, fails in rows
+    ]
 
 
 def _worst(session: Session, runs: list[int], limit: int) -> list[WorstPair]:
