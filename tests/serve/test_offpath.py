@@ -117,3 +117,63 @@ def test_closing_ends_every_wait_and_no_run_starts_after() -> None:
     with front.yielding(1, lambda: None, timeout=0) as quiet:
         answers.append(quiet)
     assert answers == [False, False] and front.closed
+
+
+def test_closing_cancels_the_runs_under_way() -> None:
+    front = Foreground()
+    cancelled: list[str] = []
+    with front.yielding(1, lambda: cancelled.append("run")) as quiet:
+        assert quiet
+        front.close()
+        assert cancelled == ["run"]
+    assert not front.wait_quiet(1, timeout=0)
+
+
+def test_a_failing_cancel_neither_fails_the_request_nor_leaks_its_count() -> None:
+    front = Foreground()
+
+    def breaks() -> None:
+        raise RuntimeError("planted")
+
+    with front.yielding(1, breaks), front.yielding(1, lambda: None):
+        with front.request():
+            assert front.busy == 1 and front.cancelled == 2  # the second cancelled all the same
+    assert front.busy == 0
+
+
+def test_a_request_is_counted_once_however_deeply_nested_and_once_per_task() -> None:
+    import asyncio
+
+    front = Foreground()
+    seen: list[int] = []
+
+    async def one() -> None:
+        with front.request():  # a front end
+            with front.request():  # the hub, inside it
+                seen.append(front.busy)
+                await asyncio.sleep(0.01)
+
+    async def both() -> None:
+        await asyncio.gather(one(), one())
+
+    asyncio.run(both())
+    assert sorted(seen) == [1, 2] and front.busy == 0
+
+
+def test_an_item_put_back_goes_behind_the_others_and_is_not_offered_again() -> None:
+    gate = threading.Event()
+    seen: list[str] = []
+
+    def handle(item: str) -> None:
+        gate.wait(10)
+        seen.append(item)
+        if seen.count(item) == 1 and item == "long":
+            assert work.requeue(item)
+
+    work: OffPath[str] = OffPath(handle, max_queue=4, label="t")
+    for item in ("long", "short"):
+        work.offer(item)
+    gate.set()
+    assert work.wait_idle(30)
+    work.close()
+    assert seen == ["long", "short", "long"] and work.offered == 2

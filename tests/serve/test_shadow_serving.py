@@ -102,6 +102,30 @@ async def get(hub: Hub, path: str) -> tuple[int, bytes]:
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
+async def post(hub: Hub, path: str, body: bytes) -> tuple[int, bytes]:
+    """POST ``body`` to ``path`` of the REST app (ASGI, in this loop): status and body."""
+    sent: list[dict] = []
+    chunks = [body]
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": chunks.pop() if chunks else b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": headers,
+        "query_string": b"",
+    }
+    await make_app(hub)(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
 def test_a_faithful_candidate_passes_and_a_perturbed_one_fails_naming_output_and_rule(
     models: SimpleNamespace,
 ) -> None:
@@ -225,8 +249,10 @@ def test_a_full_queue_sheds_and_the_champion_still_answers(
     assert mid["shed"] == {"queue_full": 2}
     assert mid["queue"] == {"pending": 3, "max": 2}
     labels = f'candidate="{models.faithful}",model="tok"'
-    assert f'onnxgate_shadow_shed_total{{{labels},reason="queue_full"}} 2.0' in metrics
-    assert f'onnxgate_shadow_pairs_total{{{labels},outcome="passed"}} 3.0' in metrics
+    # the held run was cancelled by the next request and found the queue full when put back
+    assert f'onnxgate_shadow_shed_total{{{labels},reason="queue_full"}} 3.0' in metrics
+    assert f"onnxgate_shadow_cancelled_total{{{labels}}} 1.0" in metrics
+    assert f'onnxgate_shadow_pairs_total{{{labels},outcome="passed"}} 2.0' in metrics
 
 
 def test_a_request_cancels_the_candidates_run_which_is_judged_again_once_the_server_is_idle(
@@ -298,6 +324,157 @@ def test_a_request_cancelled_again_and_again_is_never_dropped_and_a_sampled_out_
     assert (summary["pairs"], summary["passed"]) == (1, 1)  # judged in the end, not dropped
     assert summary["shed"] == {"queue_full": 0}
     assert summary["sampled_out"] == cancels
+
+
+def test_a_cancelled_request_goes_behind_the_others_so_a_long_input_holds_none_up(
+    models: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = threading.Event()
+    first, second = IDS, IDS + 1
+
+    async def body(hub: Hub) -> tuple[list[int], dict]:
+        (shadow,) = hub.shadows.by_name["tok"]
+        assert shadow.predictor is not None
+        serve = shadow.predictor.serve
+        order: list[int] = []
+
+        def runs(feeds: Any, outputs: Any, options: Any) -> dict:
+            order.append(int(feeds["ids"][0, 0]))
+            if len(order) == 1:  # the first request's run lasts until a request arrives
+                started.set()
+                until(lambda: options.terminate)
+            return serve(feeds, outputs, options)
+
+        monkeypatch.setattr(shadow.predictor, "serve", runs)
+        await hub.infer(request(first))
+        assert await asyncio.to_thread(started.wait, 60)
+        await hub.infer(request(second))  # cancels the first, which goes behind this one
+        settle(shadow)
+        return order, shadow.summary()
+
+    order, summary = run_hub([str(models.champion)], config(f"tok={models.faithful}"), body)
+    assert order == [int(first[0, 0]), int(second[0, 0]), int(first[0, 0])]
+    assert (summary["pairs"], summary["cancelled"], summary["shed"]) == (2, 1, {"queue_full": 0})
+
+
+def test_a_refused_request_leaves_no_request_in_flight_behind(models: SimpleNamespace) -> None:
+    from onnxgate.errors import InvalidRequest
+
+    async def body(hub: Hub) -> tuple[int, dict]:
+        with pytest.raises(InvalidRequest):
+            await hub.infer(request(IDS[..., None]))  # a rank the contract never proved
+        await hub.infer(request())
+        (shadow,) = hub.shadows.by_name["tok"]
+        settle(shadow)
+        return hub.foreground.busy, shadow.summary()
+
+    busy, summary = run_hub([str(models.champion)], config(f"tok={models.faithful}"), body)
+    assert busy == 0 and summary["pairs"] == 1
+
+
+def test_stopping_while_requests_are_in_flight_ends_without_running_the_candidate(
+    models: SimpleNamespace,
+) -> None:
+    shadows: list[Shadow] = []
+
+    async def body(hub: Hub) -> None:
+        hub.foreground.enter()  # a request in flight that never ends before the stop
+        await hub.infer(request())
+        shadows.extend(hub.shadows.by_name["tok"])
+
+    run_hub([str(models.champion)], config(f"tok={models.faithful}"), body)  # stop() returns
+    (shadow,) = shadows
+    assert shadow.summary()["pairs"] == 0 and shadow.cancelled == 0
+
+
+def test_the_rest_front_end_counts_a_request_in_flight_once_from_body_to_reply(
+    models: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.serve import _rest
+
+    seen: dict[str, int] = {}
+    encode = _rest.encode
+
+    def encoding(*args: Any) -> Any:
+        seen["encoding"] = hub_of[0].foreground.busy
+        return encode(*args)
+
+    monkeypatch.setattr(_rest, "encode", encoding)
+    hub_of: list[Hub] = []
+
+    async def body(hub: Hub) -> tuple[int, dict]:
+        hub_of.append(hub)
+        infer = hub._infer
+
+        async def running(request: InferRequest) -> Any:
+            seen["running"] = hub.foreground.busy
+            return await infer(request)
+
+        monkeypatch.setattr(hub, "_infer", running)
+        document = {
+            "inputs": [
+                {
+                    "name": n,
+                    "datatype": "INT64",
+                    "shape": list(IDS.shape),
+                    "data": v.ravel().tolist(),
+                }
+                for n, v in (("ids", IDS), ("mask", np.ones_like(IDS)))
+            ]
+        }
+        status, _ = await post(hub, "/v2/models/tok/infer", json.dumps(document).encode())
+        assert status == 200
+        (shadow,) = hub.shadows.by_name["tok"]
+        settle(shadow)
+        return hub.foreground.busy, shadow.summary()
+
+    busy, summary = run_hub([str(models.champion)], config(f"tok={models.faithful}"), body)
+    assert seen == {"running": 1, "encoding": 1} and busy == 0 and summary["pairs"] == 1
+
+
+def test_onnx_runtime_stops_a_long_run_when_its_options_are_cancelled(tmp_path: Path) -> None:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxgate.runners import OrtRunner
+
+    steps = 3000  # one shared 256x256 weight: seconds of work in a few hundred KB
+    nodes = [
+        helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", "w"], [f"h{i}"])
+        for i in range(steps)
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
+        [helper.make_tensor_value_info(f"h{steps - 1}", TensorProto.FLOAT, [64, 256])],
+        [numpy_helper.from_array(np.eye(256, dtype=np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    run = OrtRunner.run_options()
+    running = threading.Event()
+    failure: list[BaseException] = []
+
+    def go() -> None:
+        running.set()
+        try:
+            session.run(None, {"x": np.ones((64, 256), np.float32)}, run)
+        except Exception as err:  # what ONNX Runtime raises for a cancelled run
+            failure.append(err)
+
+    worker = threading.Thread(target=go)
+    worker.start()
+    assert running.wait(60)
+    time.sleep(0.05)  # most likely part-way through; before it starts is refused the same way
+    run.terminate = True
+    worker.join(120)
+    assert failure and "terminate" in str(failure[0])
 
 
 def test_a_cancelled_run_is_not_counted_as_a_failure(models: SimpleNamespace) -> None:

@@ -296,6 +296,10 @@ class _Service:
         return reply
 
     async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        with self.hub.foreground.request():  # in flight from decoding to the encoded reply
+            return await self._infer(request, context)
+
+    async def _infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         hub = self.hub
         name, version = request.model_name, request.model_version or None
         try:

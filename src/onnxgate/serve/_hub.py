@@ -571,11 +571,8 @@ class Hub:
             Unavailable: not ready, queue full, or shutting down (503).
             RunFailed: ONNX Runtime failed on valid input (500).
         """
-        self.foreground.enter()  # shadow runs under way are cancelled; none starts until leave()
-        try:
+        with self.foreground.request():  # shadow runs yield (counted once: a front end may have)
             return await self._infer(request)
-        finally:
-            self.foreground.leave()
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         start = time.perf_counter()

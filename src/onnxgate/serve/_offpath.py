@@ -23,7 +23,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -34,14 +35,20 @@ NICENESS = 10
 """How much lower than the serving threads the workers run (``nice`` steps, 0 to 19)."""
 
 
-class Foreground:
-    """The requests a server is answering now, and the background runs that yield to them.
+_COUNTED: ContextVar[bool] = ContextVar("onnxgate_foreground_counted", default=False)
+"""Whether the current request (its task) is counted in flight already."""
 
-    ``enter``/``leave`` bracket every request (they are cheap: a lock and a counter). Background
-    work calls ``yielding(below, cancel)``: it waits until fewer than ``below`` requests are in
-    flight, then registers ``cancel``, which ``enter`` calls when the count reaches ``below``
-    again; the work learns it was cancelled from what it ran (for ONNX Runtime, the run fails with
-    its ``terminate`` flag set).
+
+class Foreground:
+    """The requests a server is answering now, and the background work that yields to them.
+
+    ``request()`` brackets a request from its first byte to its last (the front ends hold it
+    around reading, decoding, running and encoding; ``Hub.infer`` holds it too, for callers
+    without a front end, and a request already counted is not counted twice). Background work
+    either waits for a quiet moment (``wait_quiet``: fewer than ``below`` requests in flight) or
+    runs ``yielding(below, cancel)``: it starts only in such a moment, and ``cancel`` is called
+    the instant a request brings the count to ``below`` again; the work learns it was cancelled
+    from what it ran (for ONNX Runtime, the run fails with its ``terminate`` flag set).
     """
 
     def __init__(self) -> None:
@@ -53,15 +60,26 @@ class Foreground:
         self.cancelled = 0
         """Background runs cancelled so far."""
 
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Count one request in flight while the block runs (once, however deeply nested)."""
+        if _COUNTED.get():
+            yield
+            return
+        token = _COUNTED.set(True)
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+            _COUNTED.reset(token)
+
     def enter(self) -> None:
         """A request arrived: cancel the background runs that yield at this many."""
         with self._changed:
             self.busy += 1
-            for key, (below, cancel) in list(self._runs.items()):
-                if self.busy >= below:
-                    del self._runs[key]
-                    self.cancelled += 1
-                    cancel()
+            due = [key for key, (below, _) in self._runs.items() if self.busy >= below]
+            self._cancel(due)
 
     def leave(self) -> None:
         """A request was answered (or refused)."""
@@ -69,18 +87,38 @@ class Foreground:
             self.busy -= 1
             self._changed.notify_all()
 
+    def _cancel(self, keys: list[int]) -> None:
+        for key in keys:
+            _, cancel = self._runs.pop(key)
+            self.cancelled += 1
+            try:
+                cancel()
+            except Exception:  # a request must not fail, nor its count leak, for background work
+                log.exception("cancelling background work failed")
+
+    def wait_quiet(self, below: int, timeout: float = 1.0) -> bool:
+        """Wait (up to ``timeout`` s) for fewer than ``below`` requests in flight: whether so.
+
+        False once closed.
+        """
+        with self._changed:
+            self._changed.wait_for(lambda: self._closed or self.busy < below, timeout)
+            return self.busy < below and not self._closed
+
     @contextlib.contextmanager
-    def yielding(self, below: int, cancel: Callable[[], None], timeout: float = 1.0):
+    def yielding(
+        self, below: int, cancel: Callable[[], None], timeout: float = 1.0
+    ) -> Iterator[bool]:
         """Wait (up to ``timeout`` s) for fewer than ``below`` requests in flight, then hold.
 
         Yields whether the work may start now; while it holds, a request that brings the count to
-        ``below`` calls ``cancel`` (once). Without permission to start, the caller waits again
-        or gives up; ``close`` ends every wait.
+        ``below`` calls ``cancel`` (once), and so does ``close``. Without permission to start,
+        the caller waits again or gives up.
         """
-        key = id(cancel)
+        key = id(cancel)  # unique while registered: the entry keeps ``cancel`` alive
         with self._changed:
-            quiet = self._changed.wait_for(lambda: self._closed or self.busy < below, timeout)
-            quiet = quiet and not self._closed
+            self._changed.wait_for(lambda: self._closed or self.busy < below, timeout)
+            quiet = self.busy < below and not self._closed
             if quiet:
                 self._runs[key] = (below, cancel)
         try:
@@ -95,9 +133,10 @@ class Foreground:
         return self._closed
 
     def close(self) -> None:
-        """End every wait (the server is stopping)."""
+        """End every wait and cancel every run under way (the server is stopping)."""
         with self._changed:
             self._closed = True
+            self._cancel(list(self._runs))
             self._changed.notify_all()
 
 
@@ -154,6 +193,18 @@ class OffPath(Generic[T]):
         except queue.Full:
             with self._lock:
                 self.shed += 1
+            return False
+        return True
+
+    def requeue(self, item: T) -> bool:
+        """Put an item a worker took back at the end of the queue (not counted as offered).
+
+        Returns:
+            Whether it was queued (False: the queue is full; the caller sheds it).
+        """
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
             return False
         return True
 

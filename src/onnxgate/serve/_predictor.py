@@ -410,7 +410,7 @@ class Predictor:
                 names, dict(feeds), options or self.runner._run_options
             )
         except Exception as err:  # ORT raises its own exception types, not a shared base
-            if options is not None and options.terminate:
+            if options is not None and options.terminate and "terminate" in str(err):
                 raise RunCancelled(f"{self.name}@{self.version}: the run was cancelled") from err
             with self._lock:
                 self.counts.failures += 1

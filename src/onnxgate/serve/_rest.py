@@ -186,6 +186,12 @@ class RestApp:
     async def _infer(
         self, scope: Scope, receive: Receive, send: Send, name: str, version: str | None
     ) -> None:
+        with self.hub.foreground.request():  # in flight from the body's first byte to the reply
+            await self._answer(scope, receive, send, name, version)
+
+    async def _answer(
+        self, scope: Scope, receive: Receive, send: Send, name: str, version: str | None
+    ) -> None:
         hub = self.hub
         served = version or ""
         try:

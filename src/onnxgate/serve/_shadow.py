@@ -7,15 +7,18 @@ candidate of that name; the offer is O(1) and never blocks or raises: a sampling
 
 The candidate runs only while the server is idle, and gets out of the way when it is not: its
 worker (a thread at lower priority, ``OffPath``) waits until fewer than ``busy_at`` requests (1 by
-default: none) are in flight in this server (``Foreground``) before it starts a run, and a request
-that arrives while the candidate runs cancels that run at once (ONNX Runtime's
-``RunOptions.terminate``, checked between nodes); the cancelled request is tried again, from
-the start, when the server is idle again. So the champion never waits for more than one candidate
-node, and under load shadowing stops first: a request drawn for shadowing is *shed* (counted, not
-judged) when ``max_queue`` requests wait for the candidate already (``queue_full``: the server's
-idle time is too short for the sampled traffic). A cancelled request is never dropped for being
-cancelled: a long input is cancelled more often than a short one, and dropping it would leave
-the verdict blind to long inputs; what is shed is decided by arrival time alone.
+default: none) are in flight in this server (``Foreground``: the front ends count a request from
+its body's first byte to its reply) before it starts a run, and a request that arrives while the
+candidate runs cancels that run at once (ONNX Runtime's ``RunOptions.terminate``, checked between
+nodes). Judging waits for a quiet moment too, output by output. So the champion waits for one
+candidate node, or one output's judging, at most; under load shadowing stops first.
+
+A cancelled request goes back to the end of the candidate's queue and is run again, from the
+start, in a later quiet moment: a long input never holds up the short ones behind it. A request
+is *shed* (counted, not judged) when ``max_queue`` requests wait for the candidate already, as it
+is offered or as it is put back (``queue_full``: the server's idle time is too short for the
+sampled traffic). Long inputs are cancelled more often, so under a full queue they are shed more
+often; the verdict's minimum per shape bucket is what keeps that from passing unseen.
 
 A request not drawn by ``fraction`` is *sampled out*, which is not shedding.
 
@@ -269,7 +272,10 @@ class Shadow:
         self._ranked: frozenset[str] = frozenset()
         """Outputs whose top-1 agreement means something (class scores)."""
         self.shed: Counter[str] = Counter()
-        """Requests drawn but not shadowed, by reason (counted on the event loop only)."""
+        """Requests drawn but not shadowed, by reason (the offer's and the worker's)."""
+        self._lock = threading.Lock()
+        self._running: tuple[Predictor, Any] | None = None
+        """The candidate version the worker runs now, and that run's options (to cancel it)."""
         self.cancelled = 0
         """Candidate runs cancelled for the champion (each is tried again)."""
         self._closing = False
@@ -290,6 +296,8 @@ class Shadow:
         self.current = predictor.version
         self.label = predictor.version if in_registry(self.item) else split_name(self.item)[1]
         self.generation += 1
+        if (running := self._running) is not None:
+            running[1].terminate = True  # the version it replaces stops within one node
         self.metrics.ready(self.name, self.label, predictor.ready)
         self._counters = self.metrics.offered(self.name, self.label)
         if predictor.ready:
@@ -314,7 +322,7 @@ class Shadow:
         predictor = self.predictor
         if predictor is None or not predictor.ready:
             return
-        sampled_out, queue_full = self._counters
+        sampled_out, _ = self._counters
         fraction = self.settings.fraction
         if fraction < 1.0 and random.random() >= fraction:
             self.sampled_out += 1
@@ -322,38 +330,22 @@ class Shadow:
             return
         job = _Job(feeds, outputs, time.time(), seconds * 1000, served.version, self.generation)
         if not self.queue.offer(job):
-            self.shed["queue_full"] += 1
-            queue_full.inc()
+            self._shed_full()
 
     def _handle(self, job: _Job) -> None:
         predictor = self.predictor
         if predictor is None or job.generation != self.generation or not predictor.ready:
             return  # the candidate switched while this waited: judged by the old one, not kept
         version = self.label
-        outputs = [n for n in job.outputs if n in predictor.output_names]
-        while True:
-            if self._closing or self.foreground.closed or job.generation != self.generation:
+        ran = self._run(predictor, job)
+        if ran is None:
+            return
+        values, took = ran
+        figures = []
+        for name, champion in job.outputs.items():  # judging a large output takes a while too
+            if not self._wait_quiet(job):
                 return
-            options = predictor.runner.run_options()
-            with self.foreground.yielding(
-                self.settings.busy_at, lambda o=options: setattr(o, "terminate", True)
-            ) as quiet:
-                if not quiet:
-                    continue  # the server is busy: wait again (checking for a switch or stop)
-                start = time.perf_counter()
-                try:
-                    values = predictor.serve(job.feeds, outputs, options)
-                except RunCancelled:
-                    self.cancelled += 1
-                    self.metrics.cancelled(self.name, version)
-                    continue  # tried again once the server is idle
-                except GateError as err:
-                    self.record.error(err.message)
-                    self.metrics.pair(self.name, version, "error", time.perf_counter() - start)
-                    return
-                took = time.perf_counter() - start
-                break
-        figures = tuple(self._judge(predictor, n, values.get(n), v) for n, v in job.outputs.items())
+            figures.append(self._judge(predictor, name, values.get(name), champion))
         assert self._buckets is not None
         pair = ShadowPair(
             at=job.at,
@@ -374,6 +366,70 @@ class Shadow:
                     self.name, int(predictor.version), int(job.champion), self._run_settings()
                 )
             self.persister.add(pair)
+
+    def _gone(self, job: _Job) -> bool:
+        """The shadow stops, or the candidate switched since ``job`` was offered."""
+        return self._closing or self.foreground.closed or job.generation != self.generation
+
+    def _wait_quiet(self, job: _Job) -> bool:
+        """Wait for a moment the server is quiet; False when ``job`` is gone meanwhile."""
+        while not self._gone(job):
+            if self.foreground.wait_quiet(self.settings.busy_at):
+                return True
+        return False
+
+    def _run(self, predictor: Predictor, job: _Job) -> tuple[dict, float] | None:
+        """The candidate's outputs for ``job`` and its time, run in a quiet moment.
+
+        None when it did not run to the end: cancelled by a request (put back at the end of the
+        queue, so a long input never holds up the others; shed when the queue is full), failed
+        (an error pair), or gone (the shadow stops or switched).
+        """
+        outputs = [n for n in job.outputs if n in predictor.output_names]
+        while not self._gone(job):
+            options = predictor.runner.run_options()
+            with self.foreground.yielding(
+                self.settings.busy_at, lambda o=options: setattr(o, "terminate", True)
+            ) as quiet:
+                if not quiet:
+                    continue  # the server is busy: wait again (checking for a switch or stop)
+                self._running = (predictor, options)
+                start = time.perf_counter()
+                try:
+                    return predictor.serve(job.feeds, outputs, options), time.perf_counter() - start
+                except RunCancelled:
+                    if self._gone(job):
+                        return None
+                    self.cancelled += 1
+                    self.metrics.cancelled(self.name, self.label)
+                    if not self.queue.requeue(job):
+                        self._shed_full()
+                    return None
+                except GateError as err:
+                    self.record.error(err.message)
+                    seconds = time.perf_counter() - start
+                    self.metrics.pair(self.name, self.label, "error", seconds)
+                    return None
+                finally:
+                    self._running = None
+        return None
+
+    def _shed_full(self) -> None:
+        with self._lock:
+            self.shed["queue_full"] += 1
+        self._counters[1].inc()
+
+    def release(self, old: Predictor, timeout: float) -> bool:
+        """Wait (up to ``timeout`` s) until the worker no longer runs ``old``; whether it does not.
+
+        ``use`` cancels the run of the version it replaces, so this is one node's wait.
+        """
+        deadline = time.monotonic() + timeout
+        while (running := self._running) is not None and running[0] is old:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def _judge(
         self, predictor: Predictor, name: str, candidate: Any, champion: Any
@@ -602,7 +658,7 @@ class Shadows:
         log.info("%s: the shadow switched to candidate version %s", shadow.name, predictor.version)
         if old is not None:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, shadow.queue.wait_idle, self.hub.config.grace_seconds)
+            await loop.run_in_executor(None, shadow.release, old, self.hub.config.grace_seconds)
             old.close()
         return True
 
