@@ -143,3 +143,4 @@ def test_ultraface_in_shadow_and_watched_bad_variant_fails_and_darker_traffic_al
     assert value(shifted, "onnxgate_drift_windows_total", model=NAME) == 3.0
     assert score is not None and score > 0.25
     assert alerts(shifted)[("input", "input")] == 1.0
+    assert alerts(shifted)[("output", "scores")] == 1.0  # the face scores move too
