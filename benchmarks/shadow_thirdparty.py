@@ -84,6 +84,14 @@ MODELS = {
         "pre": _ultraface,
         "what": "face detector, opset 9 + 7 other opset imports, [1,3,240,320] as (pixel-127)/128 → scores [1,4420,2], boxes [1,4420,4]",
     },
+    "classifier32": {
+        "file": "image_classifier32.onnx",
+        "input": "modelInput",
+        "shape": (32, 32),
+        "pre": _unit,
+        "batch_dim": "batch_size",
+        "what": "PyTorch 1.10 image classifier, opset 11, modelInput [batch_size,3,32,32] in [0,1] → modelOutput [batch_size,10] (raw class scores, no Softmax)",
+    },
     "convlstm": {
         "file": "convcommon_test_model_1.onnx",
         "input": "input_1",
@@ -139,7 +147,14 @@ def prepare(key: str, args, log: list) -> dict:
     champion = work / "champion" / spec["file"]
     champion.parent.mkdir(parents=True)
     shutil.copyfile(CORPUS / spec["file"], champion)
-    golden = write_folder(work / "golden", spec, raw_inputs(spec, GOLDEN, seed=100))
+    if spec.get("batch_dim"):  # a free batch axis: one file of 64 rows, proved at batch 1 and 64
+        golden = work / "golden.npz"
+        rows = raw_inputs(spec, 64, seed=100)
+        np.savez(golden, **{spec["input"]: spec["pre"](rows).astype(np.float32)})
+        golden_args = ["--inputs", str(golden), "--dim", f"{spec['batch_dim']}=1,64"]
+    else:
+        golden = write_folder(work / "golden", spec, raw_inputs(spec, GOLDEN, seed=100))
+        golden_args = ["--inputs", str(golden)]
     evaluation = write_folder(work / "eval", spec, raw_inputs(spec, EVAL, seed=200))
     out: dict = {"what": spec["what"], "steps": {}}
 
@@ -147,7 +162,7 @@ def prepare(key: str, args, log: list) -> dict:
     default = work / "default" / spec["file"]
     default.parent.mkdir()
     shutil.copyfile(champion, default)
-    init = run(["contract", "init", str(default), "--inputs", str(golden)], log=log, expect=None)
+    init = run(["contract", "init", str(default), *golden_args], log=log, expect=None)
     verify = run(["verify", str(default)], log=log, expect=None)
     out["default"] = {
         "init_exit": init.returncode,
@@ -158,7 +173,7 @@ def prepare(key: str, args, log: list) -> dict:
     if init.returncode == 0 and verify.returncode != 0:
         out["default"]["serve"] = serve_probe(stem, default, args)
 
-    init_args = ["--inputs", str(golden), *TOLERANCE]
+    init_args = [*golden_args, *TOLERANCE]
     done = run(["contract", "init", str(champion), *init_args], log=log)
     out["steps"]["champion"] = tail(done)
     candidates: dict[str, Path] = {}
@@ -359,10 +374,12 @@ def detector_figures(key: str, prepared: dict, args) -> dict | None:
     confident cell (and, for FastestDet, its class) is the same."""
     import onnxruntime as ort
 
-    if key not in ("fastestdet", "ultraface"):
-        return None
     spec = MODELS[key]
     raw = raw_inputs(spec, 3 * args.window, seed=0)[args.window :]
+    if key == "classifier32":
+        return classifier_figures(spec, prepared, raw)
+    if key not in ("fastestdet", "ultraface"):
+        return None
 
     def parts(outputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         if key == "fastestdet":  # [1, 484, 85]: 4 box columns in pixels, objectness, 80 classes
@@ -411,6 +428,31 @@ def detector_figures(key: str, prepared: dict, args) -> dict | None:
         }
     found["confidence drift"] = confidence_drift(key, prepared, raw, args.shift)
     return found
+
+
+def classifier_figures(spec: dict, prepared: dict, raw: np.ndarray) -> dict:
+    """Per candidate, against the champion on the unshifted traffic: the class scores' largest
+    difference, the worst row cosine and how often the top class is the same."""
+    import onnxruntime as ort
+
+    def answers(path: str) -> np.ndarray:
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        x = spec["pre"](raw).astype(np.float32)
+        return session.run(None, {spec["input"]: x})[0]
+
+    champion = answers(prepared["champion"])
+    found = {}
+    for label, path in prepared["candidates"].items():
+        theirs = answers(path)
+        dot = (champion * theirs).sum(1)
+        norms = np.linalg.norm(champion, axis=1) * np.linalg.norm(theirs, axis=1)
+        found[label] = {
+            "images": len(raw),
+            "max_abs": float(np.abs(champion - theirs).max()),
+            "min_row_cosine": float((dot / np.maximum(norms, 1e-30)).min()),
+            "top1_agreement": float((champion.argmax(1) == theirs.argmax(1)).mean()),
+        }
+    return {"classifier": found}
 
 
 def confidence_drift(key: str, prepared: dict, raw: np.ndarray, shift: float) -> dict:
@@ -474,7 +516,7 @@ def markdown(doc: dict) -> str:
         "Models from `../shared/corpus`, copied to `~/.cache/onnxgate-bench/shadow-3p/`. Inputs: smooth "
         "random-field images (five octaves of upsampled Gaussian grids, colour field, tint, sensor "
         "noise; mean ≈ 0.45) or sums of sinusoids (`benchmarks/_thirdparty_traffic.py`). Contracts: "
-        f"8 golden inputs, `{' '.join(TOLERANCE)}`; shifted traffic = the same inputs × {doc['shift']} "
+        f"8 golden inputs (the classifier: 64 rows in one file, proved at batch 1 and 64), `{' '.join(TOLERANCE)}`; shifted traffic = the same inputs × {doc['shift']} "
         "(images clipped to [0, 1] before the model's preprocessing).",
         "",
     ]
@@ -565,8 +607,13 @@ def markdown(doc: dict) -> str:
                 "| candidate | images | box max abs | score max abs | min cosine, whole output | min cosine, score columns | most confident cell same | its class same | champion's highest confidence |",
                 "|---|---|---|---|---|---|---|---|---|",
             ]
+            for label, f in m["detector"].get("classifier", {}).items():
+                lines.append(
+                    f"| {label} | {f['images']} | – | {fmt(f['max_abs'])} | {fmt(f['min_row_cosine'], 6)} "
+                    f"| – | {f['top1_agreement']:.0%} (top-1 over the batch) | – | – |"
+                )
             for label, f in m["detector"].items():
-                if label == "confidence drift":
+                if label in ("confidence drift", "classifier"):
                     continue
                 lines.append(
                     f"| {label} | {f['images']} | {fmt(f['box_max_abs'])} | {fmt(f['score_max_abs'])} "
