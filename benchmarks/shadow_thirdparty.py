@@ -1,10 +1,11 @@
 """Shadow serving and drift watching on third-party ONNX models (issue 32, models nobody here made).
 
-For each corpus model (``../shared/corpus``: FastestDet, ultraface RFB-320, keras2onnx Conv+LSTM),
-in ``~/.cache/onnxgate-bench/shadow-3p/MODEL/``, every step through the real CLI, each command
-in a process of its own:
+For each corpus model (``../shared/corpus``: FastestDet, ultraface RFB-320, image_classifier32,
+keras2onnx Conv+LSTM), in ``~/.cache/onnxgate-bench/shadow-3p/MODEL/``, every step through the
+real CLI, each command in a process of its own:
 
-1. **Contract**: ``contract init`` on 8 golden inputs of the model's domain (``_thirdparty_traffic``:
+1. **Contract**: ``contract init`` on 8 golden inputs (the classifier, whose batch axis is free:
+   64 rows proved at batch 1 and 64) of the model's domain (``_thirdparty_traffic``:
    smooth random-field images at normal brightness, preprocessed as the model expects; sums of
    sinusoids for the 1-D model). First with the default rules (``default/``), then ``verify``:
    what a user who accepts the defaults gets; then the champion with ``--atol 1e-4 --rtol 1e-3``
