@@ -339,11 +339,11 @@ def serve(args, refs: list[str], extra: list[str], label: str, *, registry: bool
     return server
 
 
-def drain(port: int, *, limit: float = 600) -> dict:
-    """Wait until no candidate has a request pending; the /shadow record then."""
+def drain(port: int, *, limit: float = 600, name: str = NAME) -> dict:
+    """Wait until no candidate of ``name`` has a request pending; the /shadow record then."""
     deadline = time.monotonic() + limit
     while True:
-        record = get_json(port, f"/v2/models/{NAME}/shadow")
+        record = get_json(port, f"/v2/models/{name}/shadow")
         if (
             all(c["queue"]["pending"] == 0 for c in record["candidates"])
             or time.monotonic() > deadline
