@@ -211,7 +211,10 @@ class OffPath(Generic[T]):
     def _work(self) -> None:
         if self._niceness:
             with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._niceness)
+                me = threading.get_native_id()
+                # relative to the server's own: `nice -n 5 onnxgate serve` gives workers 15, not 10
+                lower = min(os.getpriority(os.PRIO_PROCESS, me) + self._niceness, 19)
+                os.setpriority(os.PRIO_PROCESS, me, lower)
         while True:
             item = self._queue.get()
             if item is None:
