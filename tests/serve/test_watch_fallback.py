@@ -33,6 +33,8 @@ class FakeProvider:
         self.claims = True
         self.starts = True
         self.audits = 0
+        self.claimed = 0
+        """Audits that ended with every node claimed (``audits`` counts them as they start)."""
 
     def __call__(self, predictor) -> PlacementReport:
         self.audits += 1
@@ -46,6 +48,7 @@ class FakeProvider:
             for n in real.nodes
         ]
         off = [n for n in nodes if n.provider != FAKE]
+        self.claimed += not off
         return real.model_copy(
             update={
                 "passed": not off,
@@ -127,8 +130,8 @@ def test_the_audit_runs_every_period_off_the_event_loop(model):
     async def body(hub: Hub) -> str:
         hub.placements.probe = fake
         deadline = time.monotonic() + 60
-        while fake.audits < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        while fake.claimed < 3 and time.monotonic() < deadline:  # an audit under way may
+            await asyncio.sleep(0.05)  # read ``claims`` after it changes: wait for three ends
         fake.claims = False
         seen = fake.audits
         while fake.audits < seen + 2 and time.monotonic() < deadline:
