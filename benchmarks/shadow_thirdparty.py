@@ -572,7 +572,7 @@ def markdown(doc: dict) -> str:
             "",
         ]
         lines += [
-            "| candidate | shadowing | pairs | passed | failed | errors | shed | output | rule | failed | max abs | min cosine | first failure |",
+            "| candidate | shadowing | pairs | passed | failed | errors | shed / runs cancelled | output | rule | failed | max abs | min cosine | first failure |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         before = {
@@ -587,7 +587,7 @@ def markdown(doc: dict) -> str:
             head = (
                 f"| {label} | {cand['shadowing']}{' (' + str(cand['reason'])[:100] + ')' if cand.get('reason') else ''} "
                 f"| {cand.get('pairs')} | {cand.get('passed')} (unshifted: {un.get('passed')}/{un.get('pairs')}) "
-                f"| {cand.get('failed')} | {cand.get('errors')} | {cand['shed']['queue_full']}/{cand['shed']['champion_busy']} "
+                f"| {cand.get('failed')} | {cand.get('errors')} | {cand['shed']['queue_full']}/{cand.get('cancelled', '–')} "
             )
             outputs = cand.get("outputs") or {"–": None}
             for j, (output, f) in enumerate(outputs.items()):
