@@ -63,7 +63,7 @@ from onnxgate.serve._shadow_sink import (
     SinkUnsupported,
 )
 from onnxgate.serve._source import is_file_ref, registry_ref, served_name, split_name
-from onnxgate.serve._watch import classes_of
+from onnxgate.serve._watch import classes_of, rule_metrics
 from onnxgate.settings import Part
 from onnxgate.shadow import Buckets, OutputFigures, ShadowPair
 
@@ -502,8 +502,7 @@ def ranked_outputs(predictor: Predictor) -> frozenset[str]:
     """
     from onnxgate.contract import read_golden
 
-    golden = predictor.contract.golden
-    metrics = {r.output: r.metric for r in (golden.rules if golden else [])}
+    metrics = rule_metrics(predictor.contract)
     outputs = [answers for _, answers in read_golden(predictor.contract, predictor.source.model)]
     return frozenset(
         name

@@ -180,6 +180,12 @@ SCORE_NAMES = ("logit", "prob", "score")
 """Output names that say "class scores" (``logits``, ``probabilities``, ``output_probability``)."""
 
 
+def rule_metrics(contract: Any) -> dict[str, str | None]:
+    """Each output's rule metric in ``contract`` (``cosine``, ``top1``…; None for allclose)."""
+    golden = contract.golden
+    return {r.output: r.metric for r in (golden.rules if golden else [])}
+
+
 def classes_of(name: str, values: list[np.ndarray], metric: str | None, most: int) -> int | None:
     """How many classes an output of ``[rows, classes]`` scores has (None: not a classifier's).
 
@@ -218,8 +224,7 @@ class VersionWatch:
         self.batched = predictor.batch_dim is not None
         self.rows = 0
         pairs = read_golden(predictor.contract, predictor.source.model)
-        golden = predictor.contract.golden
-        self.metrics_of = {r.output: r.metric for r in (golden.rules if golden else [])}
+        self.metrics_of = rule_metrics(predictor.contract)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.histograms: dict[tuple[Kind, str], Histogram] = {}
         for kind, arrays in (
