@@ -34,6 +34,7 @@ def test_help_teaches_shadowing() -> None:
     [
         (["--shadow-fraction", "1.5"], "--shadow-fraction 1.5"),
         (["--shadow-queue", "0"], "--shadow-queue 0"),
+        (["--shadow-busy", "0"], "--shadow-busy 0"),
         (["--shadow", "other=cand.onnx"], "'other', which this server does not serve"),
     ],
 )
