@@ -767,3 +767,16 @@ def test_bench_tuned_times_a_record_of_an_isolated_build_on_that_build(model):
     assert measured.runtime.startswith("onnxruntime-openvino 1.24.1"), measured.runtime
     assert measured.providers[0] == "OpenVINOExecutionProvider"
     assert any("timed on onnxruntime-openvino==1.24.1" in n for n in measured.notes)
+
+
+def test_verify_tuned_from_the_command_line_exits_3_where_the_records_provider_is_missing(model):
+    from onnxgate.runners import _session
+
+    _record_on(model, None, OV_PROVIDERS)
+    result = CliRunner().invoke(app, ["verify", str(model), "--tuned", "--format", "json"])
+    if "OpenVINOExecutionProvider" in _session.plugin_providers():  # an Intel host
+        assert result.exit_code == 0, result.stdout
+        return
+    assert result.exit_code == 3, result.stdout
+    answer = json.loads(result.stdout)
+    assert answer["error"] == "provider-unavailable" and "onnxruntime-ep-openvino" in answer["message"]
