@@ -779,4 +779,6 @@ def test_verify_tuned_from_the_command_line_exits_3_where_the_records_provider_i
         return
     assert result.exit_code == 3, result.stdout
     answer = json.loads(result.stdout)
-    assert answer["error"] == "provider-unavailable" and "onnxruntime-ep-openvino" in answer["message"]
+    assert (
+        answer["error"] == "provider-unavailable" and "onnxruntime-ep-openvino" in answer["message"]
+    )
