@@ -247,6 +247,7 @@ def test_a_tuned_record_on_openvino_is_served_on_it_or_refused_where_it_is_missi
     assert "the tuned record in" in caught.value.message
     assert "tok.contract.json" in caught.value.message
     assert "names OpenVINOExecutionProvider" in caught.value.message
+    assert "--no-tuned" in (caught.value.hint or "")
     # told not to use the tuned settings, it serves on the installed CPU provider
     untuned = PredictorConfig(allow_ungated=True, tuned=False)
     with Predictor.open(model, untuned, prove=False) as predictor:

@@ -524,7 +524,11 @@ def _servable(
             hint="Serve without the tuned settings (--no-tuned), or tune again on the installed "
             "runtime and serve that record.",
         )
-    require_providers(tuned, what=record)
+    try:
+        require_providers(tuned, what=record)
+    except GateError as err:  # the hint says how to serve it anyway: without the record
+        err.hint = f"{err.hint or ''} Or serve without the tuned settings (--no-tuned).".strip()
+        raise
 
 
 def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:
