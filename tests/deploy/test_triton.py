@@ -271,7 +271,9 @@ def test_tuned_cpu_settings_become_parameters_on_cpu_and_are_left_out_on_gpu(
 
     settings = {"providers": ["CPUExecutionProvider"], "optimization": "basic",
                 "intra_op_threads": 2, "parallel": False, "cpu_mem_arena": False}  # fmt: skip
-    monkeypatch.setattr(tuned, "tuned_for", lambda model, objective: (settings, model))
+    monkeypatch.setattr(
+        tuned, "tuned_for", lambda model, objective: tuned.TunedChoice(settings, model, None)
+    )
     deploy_triton(proven, TritonConfig(out=tmp_path / "cpu", allow_ungated=True))
     config = parse(tmp_path / "cpu" / "mlp" / "config.pbtxt")
     assert {k: v.string_value for k, v in config.parameters.items()} == {
@@ -431,3 +433,41 @@ def test_a_repository_on_a_full_disk_is_exit_3_and_nothing_is_half_written(prove
     report = deploy_triton(proven, TritonConfig(out=repo, allow_ungated=True))
     assert report.passed, report.findings
     assert check_repository(repo).passed
+
+
+def _tuned_on_openvino(monkeypatch, options: dict, runtime: str | None) -> None:
+    import onnxgate.perf as tuned  # deploy reads perf.tuned_for when it runs
+
+    settings = {"providers": ["OpenVINOExecutionProvider", "CPUExecutionProvider"],
+                "provider_options": {"OpenVINOExecutionProvider": options},
+                "intra_op_threads": 2}  # fmt: skip
+    monkeypatch.setattr(
+        tuned, "tuned_for", lambda model, objective: tuned.TunedChoice(settings, model, runtime)
+    )
+
+
+def test_settings_tuned_on_openvino_deploy_with_tritons_openvino_accelerator(
+    proven, tmp_path, monkeypatch
+):
+    _tuned_on_openvino(monkeypatch, {}, "onnxruntime-openvino==1.24.1")
+    report = deploy_triton(proven, TritonConfig(out=tmp_path / "ov", allow_ungated=True))
+    config = parse(tmp_path / "ov" / "mlp" / "config.pbtxt")
+    (accelerator,) = config.optimization.execution_accelerators.cpu_execution_accelerator
+    assert accelerator.name == "openvino" and not accelerator.parameters
+    assert config.parameters["intra_op_thread_count"].string_value == "2"
+    assert any("TRITON_ENABLE_ONNXRUNTIME_OPENVINO" in n for n in report.notes)
+    assert any("measured on onnxruntime-openvino==1.24.1" in n for n in report.notes)
+
+
+def test_openvino_options_tritons_accelerator_cannot_take_leave_the_tuned_settings_out(
+    proven, tmp_path, monkeypatch
+):
+    _tuned_on_openvino(monkeypatch, {"precision": "FP16"}, None)
+    report = deploy_triton(proven, TritonConfig(out=tmp_path / "ov", allow_ungated=True))
+    config = parse(tmp_path / "ov" / "mlp" / "config.pbtxt")
+    assert not config.optimization.execution_accelerators.cpu_execution_accelerator
+    assert not config.parameters
+    assert any(
+        "tuned settings not used" in n and "precision=FP16" in n and "takes no options" in n
+        for n in report.notes
+    )

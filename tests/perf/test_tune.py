@@ -236,8 +236,9 @@ def test_a_clear_winner_is_recorded_in_the_contract_and_read_back(model):
     assert record.settings == report.settings and record.replaced_defaults
     assert record.optimized_model is None and record.graph == AS_GIVEN
     assert record.interval == report.interval
-    settings, path = tuned_for(model, objective="latency", dims={"batch": 4})
+    settings, path, runtime = tuned_for(model, objective="latency", dims={"batch": 4})
     assert settings == report.settings and path == model
+    assert runtime is None  # tuned on the installed ONNX Runtime
 
     # tuning the same key again replaces the record instead of adding one
     tune(model, TuneConfig(batch=4, **FAST), measure=timer, race=Race(best=1.0))
@@ -259,7 +260,7 @@ def test_a_winning_graph_is_written_beside_the_model_and_named_in_the_record(mod
     assert tuned.is_file() and str(tuned) in report.written
     (record,) = load_contract(model).performance.tuned
     assert record.optimized_model.path == tuned.name
-    settings, path = tuned_for(model)
+    settings, path, _ = tuned_for(model)
     assert path == tuned and settings == report.settings
 
     tuned.write_bytes(tuned.read_bytes() + b"\0")
@@ -693,3 +694,91 @@ def test_no_contract_to_record_in_offers_the_setting_in_the_caller_s_words(tmp_p
     with pytest.raises(ConfigError, match="no contract to record") as caught:
         tune(path)
     assert caught.value.hint.endswith("or tune without recording (write=False).")
+
+
+def _record_on(model, runtime: str | None, providers: list[str]) -> None:
+    """Tune here, then file the record as one tuned on ``runtime`` (None: the installed one)
+    with ``providers``, as ``tune`` writes it when it searched them, under this machine's
+    fingerprint for them."""
+    tune(model, TuneConfig(**FAST), measure=Timer(), race=Race(best=2.0))
+    contract_file, _ = contract_paths(model)
+    document = json.loads(contract_file.read_text())
+    (record,) = document["performance"]["tuned"]
+    version = runtime.partition("==")[2] if runtime else None
+    record["runtime"] = runtime
+    record["settings"]["providers"] = providers
+    record["machine"] = fingerprint(providers, runtime=version).model_dump()
+    contract_file.write_text(json.dumps(document))
+
+
+OV_PROVIDERS = ["OpenVINOExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_tuned_for_names_the_build_a_record_was_tuned_on(model):
+    _record_on(model, "onnxruntime-openvino==1.24.1", OV_PROVIDERS)
+    settings, path, runtime = tuned_for(model)
+    assert runtime == "onnxruntime-openvino==1.24.1" and path == model
+    assert settings["providers"] == OV_PROVIDERS
+
+
+def test_verify_tuned_refuses_another_runtime_or_session_settings_beside_the_record(model):
+    from onnxgate.contract import VerifyConfig
+    from onnxgate.perf import verify_tuned
+    from onnxgate.settings import SessionSettings
+
+    _record_on(model, "onnxruntime-openvino==1.24.1", OV_PROVIDERS)
+    with pytest.raises(ConfigError, match="measured on onnxruntime-openvino==1.24.1"):
+        verify_tuned(model, VerifyConfig(runtimes=("onnxruntime==1.20.1",)))
+    with pytest.raises(ConfigError, match="both given"):
+        verify_tuned(model, VerifyConfig(session=SessionSettings(threads=1)))
+
+
+def test_verify_tuned_on_the_installed_runtime_asks_for_the_records_provider(model):
+    """A record tuned on OpenVINO in this process (its plugin): refused where it has no device."""
+    from onnxgate.errors import ProviderUnavailable
+    from onnxgate.perf import verify_tuned
+    from onnxgate.runners import _session
+
+    _record_on(model, None, OV_PROVIDERS)
+    if "OpenVINOExecutionProvider" in _session.plugin_providers():  # an Intel host
+        report = verify_tuned(model)
+        assert report.providers == OV_PROVIDERS and report.passed
+        return
+    with pytest.raises(ProviderUnavailable, match="onnxruntime-ep-openvino"):
+        verify_tuned(model)
+
+
+def test_bench_tuned_refuses_another_runtime_than_the_records(model):
+    from onnxgate.perf import BenchConfig, bench
+
+    _record_on(model, "onnxruntime-openvino==1.24.1", OV_PROVIDERS)
+    with pytest.raises(ConfigError, match="measured on onnxruntime-openvino==1.24.1") as caught:
+        bench(model, BenchConfig(runs=3, warmup=0, tuned=True, runtime="onnxruntime==1.20.1"))
+    assert caught.value.field == "runtime"
+
+
+@pytest.mark.slow
+def test_bench_tuned_times_a_record_of_an_isolated_build_on_that_build(model):
+    """The record's OpenVINO runs in onnxruntime-openvino's own environment, for real."""
+    from onnxgate.perf import BenchConfig, bench
+
+    _record_on(model, "onnxruntime-openvino==1.24.1", OV_PROVIDERS)
+    measured = bench(model, BenchConfig(runs=3, warmup=0, tuned=True))
+    assert measured.runtime.startswith("onnxruntime-openvino 1.24.1"), measured.runtime
+    assert measured.providers[0] == "OpenVINOExecutionProvider"
+    assert any("timed on onnxruntime-openvino==1.24.1" in n for n in measured.notes)
+
+
+def test_verify_tuned_from_the_command_line_exits_3_where_the_records_provider_is_missing(model):
+    from onnxgate.runners import _session
+
+    _record_on(model, None, OV_PROVIDERS)
+    result = CliRunner().invoke(app, ["verify", str(model), "--tuned", "--format", "json"])
+    if "OpenVINOExecutionProvider" in _session.plugin_providers():  # an Intel host
+        assert result.exit_code == 0, result.stdout
+        return
+    assert result.exit_code == 3, result.stdout
+    answer = json.loads(result.stdout)
+    assert (
+        answer["error"] == "provider-unavailable" and "onnxruntime-ep-openvino" in answer["message"]
+    )

@@ -215,3 +215,62 @@ def test_a_weak_rule_is_refused_unless_admitted(
     with Predictor.open(model, config) as predictor:
         assert predictor.ready, predictor.why_not()
         assert "CON006 admitted" in predictor.proof.identity
+
+
+def _tuned_record(monkeypatch: pytest.MonkeyPatch, settings: dict, runtime: str | None) -> None:
+    """Serving reads ``perf.tuned_for``: here it answers one record, as ``tune`` writes it."""
+    import onnxgate.perf as perf
+
+    def tuned_for(model: Path, objective: str | None = None) -> perf.TunedChoice:
+        return perf.TunedChoice(settings, Path(model), runtime)
+
+    monkeypatch.setattr(perf, "tuned_for", tuned_for)
+
+
+OV_RECORD = {"providers": ["OpenVINOExecutionProvider", "CPUExecutionProvider"]}
+
+
+def test_a_tuned_record_on_openvino_is_served_on_it_or_refused_where_it_is_missing(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.errors import ProviderUnavailable
+    from onnxgate.runners import _session
+
+    _tuned_record(monkeypatch, OV_RECORD, None)
+    config = PredictorConfig(allow_ungated=True)
+    if "OpenVINOExecutionProvider" in _session.plugin_providers():  # an Intel host
+        with Predictor.open(model, config, prove=False) as predictor:
+            assert predictor.runner.providers()[0] == "OpenVINOExecutionProvider"
+        return
+    with pytest.raises(ProviderUnavailable) as caught:
+        Predictor.open(model, config, prove=False)
+    assert "the tuned record in" in caught.value.message
+    assert "tok.contract.json" in caught.value.message
+    assert "names OpenVINOExecutionProvider" in caught.value.message
+    assert "--no-tuned" in (caught.value.hint or "")
+    # told not to use the tuned settings, it serves on the installed CPU provider
+    untuned = PredictorConfig(allow_ungated=True, tuned=False)
+    with Predictor.open(model, untuned, prove=False) as predictor:
+        assert predictor.runner.providers() == ["CPUExecutionProvider"]
+
+
+def test_a_tuned_record_of_an_isolated_build_is_refused_by_the_server(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.errors import ConfigError
+
+    _tuned_record(monkeypatch, OV_RECORD, "onnxruntime-openvino==1.24.1")
+    with pytest.raises(ConfigError, match="onnxruntime-openvino==1.24.1, an isolated build") as e:
+        Predictor.open(model, PredictorConfig(allow_ungated=True), prove=False)
+    assert "--no-tuned" in (e.value.hint or "")
+
+
+def test_a_tuned_record_on_the_installed_runtime_is_served_as_recorded(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = {"providers": ["CPUExecutionProvider"], "intra_op_threads": 1, "optimization": "basic"}
+    _tuned_record(monkeypatch, record, None)
+    with Predictor.open(model, PredictorConfig(allow_ungated=True), prove=False) as predictor:
+        assert predictor.runner.settings.threads == 1
+        assert predictor.runner.settings.opt_level == "basic"
+        assert any(note.startswith("tuned settings: ") for note in predictor.notes)

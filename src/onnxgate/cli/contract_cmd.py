@@ -211,6 +211,21 @@ def verify_command(
             "same. With a key configured a valid signature is always required.",
         ),
     ] = False,
+    tuned: Annotated[
+        bool,
+        typer.Option(
+            "--tuned",
+            help="Verify with the settings `onnxgate tune` recorded for this machine (their "
+            "providers and options), on the runtime they were tuned on; a provider that is not "
+            "usable here fails (exit 3), never runs on CPU in its place.",
+        ),
+    ] = False,
+    objective: Annotated[
+        str | None,
+        typer.Option(
+            "--objective", help="With --tuned: latency or throughput, when both were tuned."
+        ),
+    ] = None,
     fmt: FormatOpt = Format.text,
 ) -> None:
     """Does the contract hold on this host, or on named ONNX Runtime releases?
@@ -235,7 +250,9 @@ def verify_command(
 
     Examples: `onnxgate verify model.onnx -r installed -r onnxruntime==1.20.1` · `onnxgate verify
     model.onnx -r onnxruntime-openvino==1.24.1 --providers openvino` (the providers are asked of
-    every runtime named: one that lacks them exits 3)
+    every runtime named: one that lacks them exits 3) · `onnxgate verify model.onnx --tuned` (the
+    session settings tune recorded for this machine, with their providers, on the runtime they
+    were tuned on: a record tuned on OpenVINO exits 3 on a host where OpenVINO offers no device)
 
     Exit codes: 0 every cell passed; 1 a cell failed, the model changed, the contract names
     another model (CON001) or its signature does not hold (CON010, CON011); 2 no contract, a
@@ -251,4 +268,13 @@ def verify_command(
         allow_weak_rules=allow_weak_rules,
         require_signature=require_signature,
     )
+    if tuned:
+        from onnxgate.perf import verify_tuned
+
+        run(
+            fmt,
+            lambda progress: verify_tuned(model, config, objective=objective, progress=progress),
+            render_verify,
+        )
+        return
     run(fmt, lambda progress: verify(model, config, progress=progress), render_verify)

@@ -47,6 +47,7 @@ from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, load_model
 from onnxgate.serve import (
     GRAPH_LEVEL,
+    OPENVINO,
     TritonOptions,
     batching,
     build_config,
@@ -424,20 +425,47 @@ def warmup_bytes(array: np.ndarray, name: str) -> bytes:
     return np.ascontiguousarray(array).tobytes()
 
 
+OPENVINO_OPTIONS = {"device_type": "CPU"}
+"""The OpenVINO options Triton's ``openvino`` accelerator applies (its source sets ``device_type``
+CPU and passes nothing from the model config)."""
+
+
 def _tuned_settings(model: Path, notes: list[str], *, gpu: bool) -> dict[str, Any]:
     """The settings tuned on this machine (latency objective) for the deployment's device.
 
     CPU thread settings tuned here say nothing about a GPU deployment, so with ``gpu`` only
-    settings tuned with CUDA or TensorRT are used.
+    settings tuned with CUDA or TensorRT are used. Settings tuned on OpenVINO (in this process
+    through its plugin, or on an isolated build such as ``onnxruntime-openvino==1.24.1``) are
+    deployed with Triton's ``openvino`` CPU execution accelerator (``build_config``), which takes
+    no provider options: a record whose OpenVINO options are other than ``device_type=CPU`` is
+    not used (the backend would run other settings than were measured). The host deploy runs on
+    needs no OpenVINO: the Triton server that loads the model does, and refuses it without.
     """
     from onnxgate.perf import tuned_for
 
     try:
-        settings, path = tuned_for(model, objective="latency")
+        settings, path, runtime = tuned_for(model, objective="latency")
     except ConfigError as err:
         notes.append(f"tuned settings not used: {err.message}")
         return {}
     providers = [str(p) for p in settings.get("providers") or ()]
+    options = (settings.get("provider_options") or {}).get(OPENVINO) or {}
+    if OPENVINO in providers and {str(k): str(v) for k, v in options.items()} not in (
+        {},
+        OPENVINO_OPTIONS,
+    ):
+        given = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+        notes.append(
+            f"tuned settings not used: they were tuned on {OPENVINO} with {given}"
+            + (f" ({runtime})" if runtime else "")
+            + ", and Triton's openvino accelerator takes no options (it runs device_type=CPU)"
+        )
+        return {}
+    if runtime is not None:
+        notes.append(
+            f"tuned settings were measured on {runtime}; Triton runs them on its own ONNX "
+            "Runtime build"
+        )
     on_gpu = any(p.startswith(("CUDA", "Tensorrt", "cuda", "tensorrt")) for p in providers)
     if gpu != on_gpu:
         where = ", ".join(providers) or "CPU"

@@ -199,6 +199,17 @@ def _provider(facts: Facts, provider: str, *, wanted: bool) -> list[DoctorFindin
     if provider not in ort.available_providers:
         if not wanted:
             return []
+        plugin = ort.plugins_without_device.get(provider)
+        if plugin is not None:  # installed as a plugin that offers no device here
+            return [
+                _finding(
+                    Severity.ERROR,
+                    "PRV001",
+                    f"{plugin['message']}.",
+                    plugin.get("hint") or prov.install_hint(provider),
+                    provider,
+                )
+            ]
         # what the machine would still lack once the right wheel of this release is installed
         later = _library_findings(facts, provider, severity=Severity.WARNING)
         return [

@@ -26,6 +26,19 @@ else:  # run as a script: the log capture the settings applier uses, stdlib only
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runners"))
     import _ortlog  # type: ignore[no-redef]
 
+
+def _applier():
+    """The settings applier (``runners/_session.py``): it registers plugin providers.
+
+    Imported once ONNX Runtime is (it imports ONNX Runtime itself), the same way as ``_ortlog``.
+    """
+    if __package__:
+        from onnxgate.runners import _session
+    else:
+        import _session  # type: ignore[no-redef]
+    return _session
+
+
 CPU = "CPUExecutionProvider"
 LOG_LINES = 12
 
@@ -40,6 +53,7 @@ def _probe(ort, np, model, provider, provider_options):
     if provider != CPU:
         # CPU must not be disabled when it is the provider asked for (ONNX Runtime refuses that)
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    session_args = {"providers": [provider], "provider_options": [provider_options]}
 
     def run():
         answer = {
@@ -50,9 +64,10 @@ def _probe(ort, np, model, provider, provider_options):
             "options": provider_options,
         }
         try:
-            session = ort.InferenceSession(
-                model, options, providers=[provider], provider_options=[provider_options]
-            )
+            applier = _applier()
+            if applier.add_devices(options, [provider], [dict(provider_options)]):
+                session_args.clear()  # a plugin's provider: in the options, by device
+            session = ort.InferenceSession(model, options, **session_args)
             answer["session_providers"] = list(session.get_providers())
             a = np.arange(6, dtype=np.float32).reshape(2, 3)
             b = np.full((2, 3), 0.5, dtype=np.float32)
@@ -100,9 +115,26 @@ def _info(ort):
         "cuda_version": getattr(built, "cuda_version", None) or None,
         "build_info": get_build_info() if get_build_info else None,
         "device": ort.get_device(),
-        "available_providers": list(ort.get_available_providers()),
+        "available_providers": [*ort.get_available_providers(), *_applier().plugin_providers()],
         "all_providers": list(ort.get_all_providers()),
+        "plugins_without_device": _without_device(ort),
     }
+
+
+def _without_device(ort):
+    """Plugin providers installed here that offer no CPU device: provider -> why, in words."""
+    applier, found = _applier(), {}
+    for plugin in applier.PLUGINS:
+        chosen = applier.plugin_for(plugin.provider)
+        if chosen is None or plugin.provider in ort.get_available_providers():
+            continue
+        try:
+            if not applier.plugin_devices(chosen):
+                refused = applier.no_device(chosen)
+                found[plugin.provider] = {"message": refused.message, "hint": refused.hint}
+        except applier.Refused as refused:
+            found[plugin.provider] = {"message": refused.message, "hint": None}
+    return found
 
 
 def main():

@@ -86,7 +86,11 @@ class OrtFacts(BaseModel):
     build_info: str | None = None
     device: str
     available_providers: list[str]
-    """Providers compiled into this build (``get_available_providers``)."""
+    """Providers compiled into this build (``get_available_providers``), then those an installed
+    plugin package brings with a CPU device here (``runners/_session.py``)."""
+    plugins_without_device: dict[str, dict[str, str | None]] = Field(default_factory=dict)
+    """Providers an installed plugin package brings but cannot run here: provider ->
+    ``{"message": why, "hint": what to do}`` (no device for this host, or no library load)."""
     all_providers: list[str]
     """Every provider any build knows of (``get_all_providers``)."""
     import_log: list[str] = Field(default_factory=list)

@@ -57,7 +57,9 @@ def _providers(report: DoctorReport) -> Lines:
     lines: Lines = []
     for index, provider in enumerate(rows):
         probe = facts.probe(provider)
-        if provider not in facts.ort.available_providers:
+        if provider in facts.ort.plugins_without_device:
+            state = "[red]plugin installed, no device here[/]"
+        elif provider not in facts.ort.available_providers:
             state = "[red]not compiled in[/]"
         elif probe is None:
             state = "not probed"

@@ -8,7 +8,7 @@ from onnxgate.perf._profile import ProfileConfig, ProfileReport, profile
 from onnxgate.perf._render import render_bench, render_profile, render_tune
 from onnxgate.perf._stats import interval_reasons, judge
 from onnxgate.perf._tune import TuneConfig, TuneReport, tune
-from onnxgate.perf._tuned import tuned_for
+from onnxgate.perf._tuned import TunedChoice, tuned_for, verify_tuned
 
 __all__ = [
     "NOISY_CV",
@@ -22,6 +22,7 @@ __all__ = [
     "ProfileReport",
     "TuneConfig",
     "TuneReport",
+    "TunedChoice",
     "Watch",
     "batch_dim",
     "bench",
@@ -34,4 +35,5 @@ __all__ = [
     "save_arrays",
     "tune",
     "tuned_for",
+    "verify_tuned",
 ]

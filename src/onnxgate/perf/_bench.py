@@ -137,7 +137,8 @@ def bench(
         validate_feeds(signature, sample.feeds, where=sample.label)
     options = [config.session_at(threads) for threads in config.thread_counts()]
     if config.tuned:
-        loaded, options = _tuned(loaded, config, samples, notes)
+        loaded, options, runtime = _tuned(loaded, config, samples, notes)
+        config = config.model_copy(update={"runtime": runtime})
     total = len(options) * len(samples)
     done = [0]
 
@@ -157,15 +158,34 @@ def bench(
 
 def _tuned(
     loaded: LoadedModel, config: BenchConfig, samples: Sequence[Sample], notes: list[str]
-) -> tuple[LoadedModel, list[SessionSettings]]:
-    """The graph and settings ``tune`` recorded for this machine (one shape: tuned at it)."""
+) -> tuple[LoadedModel, list[SessionSettings], str]:
+    """The graph, settings and runtime ``tune`` recorded for this machine (one shape: tuned at it).
+
+    A record tuned on an isolated build (``onnxruntime-openvino==1.24.1``) is timed there, as it
+    was tuned: ``runtime`` left at ``installed`` takes the record's; another one is refused.
+
+    Raises:
+        ConfigError: no record applies, or ``runtime`` names another build than the record's.
+    """
     from onnxgate.perf._tuned import tuned_for
-    from onnxgate.runners import check_session
+    from onnxgate.runners import RuntimeSpec, check_session
 
     # The shape asked for picks the record; with none asked, a single record needs no picking.
     asked = bool(config.batches or config.feeds.dims)
     dims = samples[0].dims if asked and len(samples) == 1 else None
-    settings, path = tuned_for(loaded.path, objective=config.objective, dims=dims)
+    settings, path, tuned_on = tuned_for(loaded.path, objective=config.objective, dims=dims)
+    asked_on = RuntimeSpec.parse(config.runtime)
+    runtime = str(asked_on)
+    if tuned_on is not None and RuntimeSpec.parse(tuned_on) != asked_on:
+        if not asked_on.installed:
+            raise ConfigError(
+                f"{loaded.path}: its tuned settings were measured on {tuned_on}, and runtime "
+                f"asks for {asked_on}; settings tuned on one build say nothing of another.",
+                hint=f"Leave runtime out (the record's {tuned_on} is used), or tune on {asked_on}.",
+                field="runtime",
+            )
+        runtime = tuned_on
+        notes.append(f"timed on {tuned_on}, the build the settings were tuned on")
     options = SessionSettings.from_wire(settings)
     if config.session.ops_libraries:
         # libraries are what the model needs, not a tuned choice (serve does the same): the ones
@@ -174,7 +194,7 @@ def _tuned(
     check_session(options)
     notes.append(f"tuned settings from the contract: {options.describe()}; graph {path.name}")
     graph = loaded if path == loaded.path else load_model(path)
-    return graph, [options]
+    return graph, [options], runtime
 
 
 def _bench_here(

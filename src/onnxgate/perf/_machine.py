@@ -31,17 +31,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def fingerprint(providers: Sequence[str] | None = None) -> Machine:
+def fingerprint(providers: Sequence[str] | None = None, *, runtime: str | None = None) -> Machine:
     """This machine as tuned settings are filed: CPU, usable cores, ONNX Runtime, providers.
 
     Args:
         providers: the providers the settings are for (resolved names, CPU last); the ones
             requested by default, i.e. CPU only.
+        runtime: the version of the ONNX Runtime build the settings are for (an isolated
+            build's, ``1.24.1``); None: the installed one's.
     """
     from onnxgate.runners import resolved_providers, runtime_version  # imports ONNX Runtime
 
     resolved = resolved_providers(list(providers or ()))
-    cpu, cores, runtime = cpu_model(), usable_cpus(), runtime_version()
+    cpu, cores, runtime = cpu_model(), usable_cpus(), runtime or runtime_version()
     text = "\n".join([cpu, str(cores), runtime, *resolved])
     return Machine(
         id=hashlib.sha256(text.encode()).hexdigest()[:10],

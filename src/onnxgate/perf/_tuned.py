@@ -9,17 +9,46 @@ changed optimised file.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
-from onnxgate.contract import SIDECAR, Contract, ContractStore, TunedSettings, sha256_file
+from onnxgate.contract import (
+    SIDECAR,
+    Contract,
+    ContractStore,
+    TunedSettings,
+    VerifyConfig,
+    VerifyReport,
+    sha256_file,
+    verify,
+)
 from onnxgate.contract_store import digest
 from onnxgate.errors import ConfigError
 from onnxgate.perf._machine import fingerprint
+from onnxgate.settings import SessionSettings
+
+
+class TunedChoice(NamedTuple):
+    """The tuned record that applies here, as a step runs it (``tuned_for``)."""
+
+    settings: dict[str, Any]
+    """``SessionSettings.wire()`` as recorded (``SessionSettings.from_wire`` takes them)."""
+    path: Path
+    """The optimised graph's path, or the model's own when the settings run the model as is."""
+    runtime: str | None
+    """None: the installed ONNX Runtime; else the ``RuntimeSpec`` text of the build the settings
+    were tuned on (``onnxruntime-openvino==1.24.1``), where they must run."""
+
+
+def _version(runtime: str | None) -> str | None:
+    """The release a record's ``runtime`` names (None: the installed one)."""
+    from onnxgate.runners import RuntimeSpec
+
+    return None if runtime is None else RuntimeSpec.parse(runtime).version
 
 
 def shape_tag(shape: Mapping[str, int]) -> str:
@@ -90,8 +119,8 @@ def tuned_for(
     objective: str | None = None,
     dims: Mapping[str, int] | None = None,
     store: ContractStore = SIDECAR,
-) -> tuple[dict[str, Any], Path]:
-    """The tuned session settings for this machine and the model file to run them on.
+) -> TunedChoice:
+    """The tuned session settings for this machine, the model file and the runtime to run them on.
 
     Args:
         model: the model whose contract holds the tuning.
@@ -101,8 +130,9 @@ def tuned_for(
         store: where the contract is kept.
 
     Returns:
-        ``SessionSettings.wire()`` as recorded (``SessionSettings.from_wire`` takes them), and the
-        optimised graph's path, or the model's own path when the settings run the model as is.
+        The settings as recorded, the graph to run them on and the runtime they were tuned on
+        (``TunedChoice``): a record tuned on an isolated build (``onnxruntime-openvino==1.24.1``)
+        is matched against this machine with that build's version, and must run there.
 
     Raises:
         ModelLoadError: there is no contract.
@@ -128,9 +158,9 @@ def tuned_for(
     here = {}
     matching = []
     for record in records:
-        key = tuple(record.machine.providers)
+        key = (*record.machine.providers, record.runtime)
         if key not in here:
-            here[key] = fingerprint(record.machine.providers)
+            here[key] = fingerprint(record.machine.providers, runtime=_version(record.runtime))
         if here[key].id == record.machine.id:
             matching.append(record)
     if not matching:
@@ -177,4 +207,50 @@ def tuned_for(
                 "that passed the parity gate.",
                 hint=f"Run `onnxgate tune {model}` again.",
             )
-    return dict(record.settings), path
+    return TunedChoice(dict(record.settings), path, record.runtime)
+
+
+def verify_tuned(
+    model: str | Path,
+    config: VerifyConfig | None = None,
+    *,
+    objective: str | None = None,
+    store: ContractStore = SIDECAR,
+    progress: Callable[[str], None] | None = None,
+) -> VerifyReport:
+    """``verify`` with the session settings ``tune`` recorded for this machine.
+
+    The record's providers (OpenVINO, say) and their options are asked of the runtime the
+    record was tuned on (``config.runtimes`` left at ``installed`` takes it; another is
+    refused): a provider that runtime lacks here fails as it does when asked for by hand
+    (``ProviderUnavailable``, exit 3), never on CPU in its place. Only the session settings are
+    the record's: the contract's model is what is verified, not an optimised graph the record
+    may run (tune's parity gate judged that one).
+
+    Raises:
+        ConfigError: no record applies here, session settings were given too, or
+            ``config.runtimes`` names another runtime than the record's.
+        GateError: what ``verify`` raises.
+    """
+    from onnxgate.runners import RuntimeSpec
+
+    config = config or VerifyConfig()
+    if config.session.model_copy(update={"ops_libraries": ()}) != SessionSettings():
+        raise ConfigError(
+            "tuned and session settings were both given; verify holds the contract to one set.",
+            hint="Drop the session settings to verify the tuned ones, or verify yours untuned.",
+        )
+    settings, _, runtime = tuned_for(model, objective=objective, store=store)
+    tuned_on = RuntimeSpec.parse(runtime)
+    asked = [str(RuntimeSpec.parse(r)) for r in config.runtimes]
+    if asked not in (["installed"], [str(tuned_on)]):
+        raise ConfigError(
+            f"{model}: its tuned settings were measured on {tuned_on}; verify was asked for "
+            f"{', '.join(asked)}, where they say nothing.",
+            hint=f"Leave the runtimes out (the record's {tuned_on} is used), or verify untuned.",
+        )
+    session = SessionSettings.from_wire(settings).model_copy(
+        update={"ops_libraries": config.session.ops_libraries}
+    )
+    tuned = config.model_copy(update={"session": session, "runtimes": (str(tuned_on),)})
+    return verify(Path(model), tuned, progress=progress)

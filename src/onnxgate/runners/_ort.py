@@ -118,6 +118,29 @@ def resolved_wire(settings: SessionSettings, known: list[str] | None = None) -> 
     }
 
 
+def require_providers(settings: SessionSettings, *, what: str) -> None:
+    """Refuse settings whose providers this process cannot run, before any session is made.
+
+    The same check a session makes (``_session.provider_arguments``): a provider neither in
+    this build nor brought by an installed plugin with a device here is refused, with
+    ``what`` (the record the settings come from) named in the message.
+
+    Raises:
+        ProviderUnavailable: a provider is not usable here.
+        RuntimeEnvError: a plugin's library cannot be loaded.
+    """
+    wire = resolved_wire(settings)
+    try:
+        _session.provider_arguments(wire)
+    except _session.Refused as refused:
+        err = refusal(
+            refused.to_dict(), runtime=f"onnxruntime {ort.__version__}", providers=wire["providers"]
+        )
+        raise type(err)(
+            f"{what} names {refused.provider or 'a provider'}: {err.message}", hint=err.hint
+        ) from None
+
+
 def with_tensorrt(
     settings: SessionSettings, model: Path, derive: TensorrtFor | None
 ) -> SessionSettings:

@@ -36,7 +36,8 @@ def refusal(
     """The GateError for an ``error`` answer.
 
     Args:
-        answer: ``{"error": KIND, "message": ..., "provider": ...}``; kinds ``unavailable``,
+        answer: ``{"error": KIND, "message": ..., "provider": ..., "hint": ...}`` (a hint when
+            the applier knows what to do better than the kind does); kinds ``unavailable``,
             ``provider``, ``level``, ``library``, ``session``, ``run``.
         runtime: ``onnxruntime 1.24.1`` or ``onnxruntime-openvino 1.24.1``, for messages.
         what: the model, for messages.
@@ -46,6 +47,8 @@ def refusal(
     message = str(answer.get("message") or "").strip()
     provider = str(answer.get("provider") or "")
     on = f" on {', '.join(providers)}" if providers else ""
+    if kind == "unavailable" and answer.get("hint"):  # a plugin that offers no device here
+        return ProviderUnavailable(f"{message}.", hint=str(answer["hint"]))
     if kind == "unavailable":
         return ProviderUnavailable(
             f"{message}; it comes with {provided_by(provider)}.",

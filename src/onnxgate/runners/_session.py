@@ -21,15 +21,26 @@ Two ways a provider can fail are caught here rather than run silently on CPU:
   logs "Failed to create OpenVINOExecutionProvider" and carries on without it. The log goes to file
   descriptor 2 from C++, so it is captured during creation, and a requested provider missing from
   ``get_providers()`` is refused with ONNX Runtime's own words.
+
+Plugin execution providers (ONNX Runtime 1.23 and later) are packages of their own
+(``onnxruntime-ep-openvino``) whose shared library ONNX Runtime registers at run time; the
+session then takes the provider for one of the devices the plugin offers
+(``add_provider_for_devices``), not by name. ``PLUGINS`` lists them. A provider this build lacks
+whose plugin package is installed is registered once per process and added for its device (the
+option ``device_type`` picks it, CPU by default); a plugin that offers no such device here is
+refused (``unavailable``), never left to ONNX Runtime, which would warn and run on CPU.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import onnxruntime as ort  # noqa: TID251  (the settings applier: runs beside every session)
@@ -84,18 +95,22 @@ class Refused(Exception):
         *,
         provider: str | None = None,
         library: str | None = None,
+        hint: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.provider = provider
         self.library = library
+        self.hint = hint
 
     def to_dict(self) -> dict[str, Any]:
         """The refusal as a JSON answer of a script."""
         answer = {"error": self.kind, "message": self.message, "provider": self.provider}
         if self.library is not None:
             answer["library"] = self.library
+        if self.hint is not None:
+            answer["hint"] = self.hint
         return answer
 
 
@@ -190,16 +205,189 @@ def register_library(so: Any, spec: str) -> None:
         ) from err
 
 
+@dataclass(frozen=True)
+class Plugin:
+    """A package that brings an execution provider to ONNX Runtime as a plugin library."""
+
+    provider: str
+    """The provider it brings, as ONNX Runtime names it."""
+    module: str
+    """Its Python module, whose ``get_library_path()`` names the library."""
+    package: str
+    """Its distribution, as messages name it."""
+    device_option: str
+    """The provider option that picks the device (``device_type``): it selects one of the
+    plugin's devices and is not passed on (the device carries it)."""
+    device_key: str
+    """The key of the plugin's device metadata that holds that option's value (``ov_device``)."""
+    lists: str
+    """The hardware the plugin offers devices for, for the refusal when it offers none here."""
+    instead: str
+    """What else runs the provider, for that refusal's hint."""
+
+
+PLUGINS = (
+    Plugin(
+        "OpenVINOExecutionProvider",
+        "onnxruntime_ep_openvino",
+        "onnxruntime-ep-openvino",
+        device_option="device_type",
+        device_key="ov_device",
+        # ov_factory.cc, GetSupportedDevices: hardware whose vendor id is not 0x8086 is skipped
+        lists="only Intel CPUs, GPUs and NPUs (PCI vendor id 0x8086)",
+        instead="the isolated build that brings its own OpenVINO "
+        "(runtime onnxruntime-openvino==1.24.1, say)",
+    ),
+)
+"""Every plugin package onnxgate knows, one per provider."""
+
+_LOADED: set[str] = set()
+"""Providers whose plugin library this process registered (ONNX Runtime refuses a second time)."""
+
+
+def plugin_for(provider: str) -> Plugin | None:
+    """The installed plugin package that brings ``provider``, or None.
+
+    None too when this release of ONNX Runtime loads no plugins (before 1.23).
+    """
+    if not hasattr(ort, "register_execution_provider_library"):
+        return None
+    for plugin in PLUGINS:
+        if plugin.provider == provider and importlib.util.find_spec(plugin.module) is not None:
+            return plugin
+    return None
+
+
+def plugin_version(plugin: Plugin) -> str:
+    """The installed version of a plugin package."""
+    try:
+        return importlib.metadata.version(plugin.package)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def load_plugin(plugin: Plugin) -> None:
+    """Register a plugin's library with ONNX Runtime, once per process.
+
+    Raises:
+        Refused: ``library`` when the package names no library, or ONNX Runtime cannot load it
+            (built against another ONNX Runtime API, say).
+    """
+    if plugin.provider in _LOADED:
+        return
+    try:
+        path = importlib.import_module(plugin.module).get_library_path()
+        ort.register_execution_provider_library(plugin.provider, path)
+    except Exception as err:  # ORT raises its own exception types, not a shared base
+        text = " ".join(str(err).split()) or type(err).__name__
+        if "already registered" not in text:
+            raise Refused(
+                "library",
+                f"{plugin.package} {plugin_version(plugin)}: onnxruntime {ort.__version__} "
+                f"cannot load its {plugin.provider} library: {_after_source(text)}",
+                library=plugin.package,
+            ) from err
+    _LOADED.add(plugin.provider)
+
+
+def _device_name(device: Any) -> str:
+    kind = device.device.type
+    return str(getattr(kind, "name", kind))
+
+
+def host_cpu() -> str:
+    """The CPU as ONNX Runtime sees it: ``AMD (PCI vendor id 0x1022)``."""
+    for device in ort.get_ep_devices():
+        if device.ep_name == CPU:
+            hardware = device.device
+            return (
+                f"{hardware.vendor or 'unknown vendor'} (PCI vendor id {hardware.vendor_id:#06x})"
+            )
+    return "unknown"
+
+
+def plugin_devices(plugin: Plugin, options: Mapping[str, Any] | None = None) -> list[Any]:
+    """The plugin's devices that ``options`` pick (its ``device_option``, CPU by default).
+
+    The library is registered first (``load_plugin``). A value such as ``GPU.1`` matches the
+    device whose metadata names it; ``GPU`` matches the first device of that type.
+
+    Raises:
+        Refused: ``library`` when the library cannot be loaded.
+    """
+    load_plugin(plugin)
+    wanted = str((options or {}).get(plugin.device_option) or "CPU")
+    offered = [d for d in ort.get_ep_devices() if d.ep_name == plugin.provider]
+    named = [d for d in offered if dict(d.ep_metadata).get(plugin.device_key) == wanted]
+    typed = [d for d in offered if _device_name(d) == wanted.upper()]
+    return (named or typed)[:1]
+
+
+def no_device(plugin: Plugin, options: Mapping[str, Any] | None = None) -> Refused:
+    """The refusal of a plugin that offers no device for the options here."""
+    wanted = str((options or {}).get(plugin.device_option) or "CPU")
+    offered = [
+        dict(d.ep_metadata).get(plugin.device_key) or _device_name(d)
+        for d in ort.get_ep_devices()
+        if d.ep_name == plugin.provider
+    ]
+    it_offers = f"it offers {', '.join(offered)}" if offered else "it offers no device at all"
+    return Refused(
+        "unavailable",
+        f"{plugin.package} {plugin_version(plugin)} registered {plugin.provider} with "
+        f"onnxruntime {ort.__version__}, but it offers no {wanted} device on this host "
+        f"({it_offers}; the CPU is {host_cpu()}): the plugin lists {plugin.lists}, and ONNX "
+        "Runtime would have run the model on CPUExecutionProvider instead",
+        provider=plugin.provider,
+        hint=f"Run {plugin.provider} on hardware the plugin lists, or through {plugin.instead}"
+        + (f"; or pick a device it offers ({plugin.device_option}=...)." if offered else "."),
+    )
+
+
+def plugin_providers() -> list[str]:
+    """Providers this build lacks that an installed plugin brings with a device here.
+
+    A CPU device, by default; in ``PLUGINS`` order. They count as available.
+    """
+    found = []
+    for plugin in PLUGINS:
+        if plugin.provider in ort.get_available_providers():
+            continue
+        chosen = plugin_for(plugin.provider)
+        try:
+            if chosen is not None and plugin_devices(chosen):
+                found.append(plugin.provider)
+        except Refused:
+            continue
+    return found
+
+
+def _plugged(providers: list[str], available: list[str]) -> dict[str, Plugin]:
+    """The requested providers this build lacks whose plugin package is installed."""
+    chosen = {p: plugin_for(p) for p in providers if p not in available}
+    return {p: plugin for p, plugin in chosen.items() if plugin is not None}
+
+
 def provider_arguments(settings: Mapping[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
     """Providers (full names, CPU last) and their options, as ``InferenceSession`` takes them.
 
+    A provider an installed plugin brings counts as available when the plugin offers the device
+    its options pick (``add_devices`` adds it to the session).
+
     Raises:
-        Refused: ``unavailable`` when a provider is not in this build.
+        Refused: ``unavailable`` when a provider is not in this build, nor brought by an
+            installed plugin with a device here; ``library`` when a plugin cannot be loaded.
     """
     settings = complete(settings)
     providers = list(dict.fromkeys([*settings["providers"], CPU]))
+    given = settings["provider_options"]
+    options = [{str(k): str(v) for k, v in given.get(p, {}).items()} for p in providers]
     available = ort.get_available_providers()
-    missing = [p for p in providers if p not in available]
+    plugged = _plugged(providers, available)
+    for provider, option in zip(providers, options, strict=True):
+        if provider in plugged and not plugin_devices(plugged[provider], option):
+            raise no_device(plugged[provider], option)
+    missing = [p for p in providers if p not in available and p not in plugged]
     if missing:
         raise Refused(
             "unavailable",
@@ -207,8 +395,41 @@ def provider_arguments(settings: Mapping[str, Any]) -> tuple[list[str], list[dic
             f"(it has {', '.join(available)})",
             provider=missing[0],
         )
-    given = settings["provider_options"]
-    return providers, [{str(k): str(v) for k, v in given.get(p, {}).items()} for p in providers]
+    return providers, options
+
+
+def add_devices(so: Any, providers: list[str], options: list[dict[str, str]]) -> bool:
+    """Add the providers to ``so`` by device when a plugin brings one of them; whether it did.
+
+    ONNX Runtime takes a plugin's provider only for a device, and a session whose options hold
+    providers by device takes none by name, so then every provider is added by device, in
+    order, but CPU: ONNX Runtime appends it to every session itself (adding its device too is
+    refused as registered twice). Call after ``provider_arguments`` has checked them.
+
+    Raises:
+        Refused: ``unavailable`` when a provider of this build offers no device.
+    """
+    plugged = _plugged(providers, ort.get_available_providers())
+    if not plugged:
+        return False
+    for provider, option in zip(providers, options, strict=True):
+        plugin = plugged.get(provider)
+        if provider == CPU:
+            continue
+        if plugin is not None:
+            devices = plugin_devices(plugin, option)
+            option = {k: v for k, v in option.items() if k != plugin.device_option}
+        else:
+            devices = [d for d in ort.get_ep_devices() if d.ep_name == provider][:1]
+        if not devices:
+            raise Refused(
+                "unavailable",
+                f"{provider} offers no device to onnxruntime {ort.__version__}, so it cannot "
+                f"run beside the plugin providers {', '.join(plugged)}",
+                provider=provider,
+            )
+        so.add_provider_for_devices(devices, option)
+    return True
 
 
 def _why(lines: list[str], provider: str) -> str:
@@ -290,8 +511,12 @@ def create(
     if optimized_model_path is not None:
         so.optimized_model_filepath = optimized_model_path
 
+    by_device = add_devices(so, providers, options)
+
     def build() -> Any:
         try:
+            if by_device:  # the providers are in the session options, by device
+                return ort.InferenceSession(model, so, enable_fallback=0)
             return ort.InferenceSession(
                 model, so, providers=providers, provider_options=options, enable_fallback=0
             )

@@ -15,6 +15,7 @@ from onnxgate.serve._maps import map_labels
 from onnxgate.serve._model_config import DATATYPES as TRITON_DATATYPES
 from onnxgate.serve._model_config import (
     GRAPH_LEVEL,
+    OPENVINO,
     TritonOptions,
     batching,
     build_config,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GRAPH_LEVEL",
     "OIP_OF",
+    "OPENVINO",
     "TRITON_DATATYPES",
     "Counts",
     "Hub",

@@ -154,6 +154,9 @@ def session_parameters(settings: Mapping[str, Any]) -> dict[str, str]:
     return parameters
 
 
+OPENVINO = "OpenVINOExecutionProvider"
+"""Settings with this provider get Triton's ``openvino`` CPU execution accelerator."""
+
 GRAPH_LEVEL = {"disable": 2, "basic": -1, "extended": 1}
 """ORT optimisation level → the ORT backend's ``optimization.graph.level`` (its source maps -1 to
 basic, 1 to extended, 2 to none; 0 or no ``graph`` is ONNX Runtime's default, all)."""
@@ -201,6 +204,14 @@ def build_config(
         message.optimization.graph.level = GRAPH_LEVEL[level]
     for key, value in session_parameters(settings).items():
         message.parameters[key].string_value = value
+    if OPENVINO in (settings.get("providers") or ()) and not config.gpu:
+        # the backend's name for its OpenVINO provider on CPU instances; a backend built without
+        # OpenVINO refuses the model ("OpenVINO Execution Accelerator is not enabled"): loudly
+        message.optimization.execution_accelerators.cpu_execution_accelerator.add(name="openvino")
+        notes.append(
+            "OpenVINO as the CPU execution accelerator: Triton's ONNX Runtime backend must be "
+            "built with it (TRITON_ENABLE_ONNXRUNTIME_OPENVINO=ON), or it refuses to load the model"
+        )
     if config.gpu:
         _add_tensorrt(message, contract, config, name, version, batch_dim, max_batch, notes)
     _add_warmups(message, contract, warmups, max_batch)

@@ -497,6 +497,40 @@ def _datatype(name: str, array: np.ndarray) -> str:
         raise InvalidRequest(f"input {echo(name)}: dtype {array.dtype} has no datatype.") from None
 
 
+def _servable(
+    tuned: SessionSettings, runtime: str | None, *, where: str, objective: str | None
+) -> None:
+    """Refuse tuned settings this process cannot serve as they were tuned.
+
+    A record tuned on an isolated build (``onnxruntime-openvino==1.24.1``) ran in that build's
+    own environment; the server runs the installed ONNX Runtime in its process, so it cannot
+    host that build, and serving the settings on another build would serve what was not
+    measured. A record whose providers this host lacks (OpenVINO, with no build or plugin that
+    offers a device here) is refused as a missing provider is, before anything is loaded:
+    nothing runs on CPU in its place.
+
+    Raises:
+        ConfigError: the record was tuned on an isolated build.
+        ProviderUnavailable: a provider of the record is not usable here.
+    """
+    from onnxgate.runners import require_providers  # imports ONNX Runtime
+
+    record = f"the tuned record{f' ({objective})' if objective else ''} in {where}"
+    if runtime is not None:
+        raise ConfigError(
+            f"{record} was tuned on {runtime}, an isolated build the server cannot host in its "
+            f"process (it runs the installed ONNX Runtime); serving its settings here would "
+            "serve what was not measured.",
+            hint="Serve without the tuned settings (--no-tuned), or tune again on the installed "
+            "runtime and serve that record.",
+        )
+    try:
+        require_providers(tuned, what=record)
+    except GateError as err:  # the hint says how to serve it anyway: without the record
+        err.hint = f"{err.hint or ''} Or serve without the tuned settings (--no-tuned).".strip()
+        raise
+
+
 def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:
     """The session settings and the graph to run: gated providers, tuned settings if they apply."""
     from onnxgate.runners import check_session  # imports ONNX Runtime
@@ -527,7 +561,7 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings,
         from onnxgate.perf import tuned_for
 
         try:
-            settings, path = tuned_for(source.model, objective=config.objective)
+            settings, path, runtime = tuned_for(source.model, objective=config.objective)
         except ConfigError as err:
             notes.append(f"tuned settings not used: {err.message}")
             path = source.model
@@ -544,6 +578,7 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings,
                 )
                 path = source.model
             else:
+                _servable(tuned, runtime, where=where, objective=config.objective)
                 options, used = tuned, True
                 notes.append(f"tuned settings: {tuned.describe()}; graph {path.name}")
     else:
