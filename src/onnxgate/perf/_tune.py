@@ -28,7 +28,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -676,8 +676,6 @@ def tune(
         warm_run=time_.budget_end is not None,
     )
     time_.phase("reference")
-    start_s = max(WORKER_START_S, time_.start_up_s)  # a worker starts as the command did
-    reserve = _Reserve(time_.phases["reference"], RunPace(run_s), load_s, config, start_s)
 
     run = _Run(config, time_, say, notes, loaded, sample, batch, defaults)
     graphs = _graphs(run, graphs, first_s=load_s)
@@ -702,7 +700,8 @@ def tune(
         passing = passed(gate, defaults.opt_level, loaded.path)
 
         grid = _grid(run, passing, providers)
-        reserve = replace(reserve, parity_s=max(pair_s))
+        start_s = max(WORKER_START_S, time_.start_up_s)  # a worker starts as the command did
+        reserve = _Reserve(max(pair_s), RunPace(run_s), load_s, config, start_s)
         best, rounds = _search(run, grid, files, reserve, measure)
         best, dropped = _winner_parity(run, best, grid, by_label, files, parity, reserve)
         raced = _final_contest(run, best, grid, files, race, dropped)
