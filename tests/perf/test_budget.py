@@ -391,3 +391,24 @@ def test_a_budget_below_what_the_model_as_given_costs_names_the_least_that_can_b
     kept = _busy_tune(model, machine, least, search_run_s=0.5, started=-2.0)
     assert kept.least_budget is None
     assert kept.seconds == machine.clock.t + 2.0 <= 1.1 * least, kept.phases
+
+
+def test_a_run_past_a_budget_it_could_have_kept_says_by_how_much(model, machine):
+    clock = machine.clock
+    stalled: list[bool] = []
+
+    def measure(candidate, runs):
+        # one session stalls for 58 s of a 60 s budget, past the search's deadline: nothing
+        # could see it coming, and the contest that every verdict needs runs past the budget
+        clock.t += 58.0 if len(stalled) == 1 else 0.5
+        stalled.append(True)
+        return [2.0] * runs
+
+    config = TuneConfig(time_budget=60.0, levels=("all",), threads=(1,), batch=4, min_runs=10)
+    report = tune(model, config, measure=measure, clock=clock)
+    assert report.seconds == clock.t > 60.0
+    assert report.least_budget is None, "60 s could have been kept"
+    assert report.notes[-1] == (
+        f"time budget 60 s: the run took {report.seconds:.1f} s, "
+        f"{report.seconds / 60 - 1:.0%} past it: a phase took longer than its pace so far said"
+    )
