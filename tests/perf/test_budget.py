@@ -8,6 +8,7 @@ them, so what is tested is how they spend time; no test reads a wall clock.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -412,3 +413,13 @@ def test_a_run_past_a_budget_it_could_have_kept_says_by_how_much(model, machine)
         f"time budget 60 s: the run took {report.seconds:.1f} s, "
         f"{report.seconds / 60 - 1:.0%} past it: a phase took longer than its pace so far said"
     )
+
+
+def test_the_least_budget_is_no_more_than_what_the_run_needed(model, machine):
+    # the workers start in 0.5 s, well under the 3 s a worker is expected to take: the least
+    # budget named is what the run needed, not the estimate (`--budget 3` took 3.2 s on
+    # FastestDet and named 5 s)
+    machine.start_s, machine.run_s = 0.5, 0.01
+    report = _busy_tune(model, machine, 3.0, search_run_s=0.01, started=-1.0, min_runs=10)
+    assert report.seconds > 3.0
+    assert 3.0 < report.least_budget <= math.ceil(report.seconds), (report.seconds, report.phases)

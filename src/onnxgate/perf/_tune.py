@@ -312,15 +312,16 @@ class _Reserve:
         )
 
 
-def _least(reserve: _Reserve, reference_s: float) -> float:
+def _least(reserve: _Reserve, pair_s: float, contest_s: float) -> float:
     """Seconds the rest of a run takes at the least, after its reference: what every verdict needs.
 
-    The model as given gated under the defaults (as long as its reference took), the defaults
-    measured once in the search, and timed alone in a worker at the fewest runs.
+    The model as given gated under the defaults (``pair_s``), the defaults measured once in the
+    search, and timed alone in a worker at the fewest runs (no longer than the contest run,
+    ``contest_s``: a worker may start sooner than estimated).
     """
     config, run_s = reserve.config, reserve.pace.run_s
     measured = reserve.load_s + (config.search_warmup + config.first_runs) * run_s
-    return reference_s + measured + reserve.alone_s()
+    return pair_s + measured + min(reserve.alone_s(), contest_s)
 
 
 def _overrun(
@@ -329,8 +330,8 @@ def _overrun(
     """Say that a run went past its budget, and why when even what every verdict needs did.
 
     What every verdict needs is re-estimated at the pace the search saw (``_least``, the model
-    as given gated as long as it was), with what the start-up, the load, the reference and the
-    record took.
+    as given gated as long as it was, the contest no longer than it was), with what the
+    start-up, the load, the reference and the record took.
 
     Returns:
         The least budget that can be kept, when the one given was less; else None.
@@ -339,7 +340,7 @@ def _overrun(
     if budget is None or seconds <= budget:
         return None
     fixed = sum(clock.phases.get(p, 0.0) for p in ("start-up", "load", "reference", "record"))
-    least = math.ceil(fixed + _least(reserve, first_pair_s))
+    least = math.ceil(fixed + _least(reserve, first_pair_s, clock.phases["contest"]))
     if least <= budget:
         notes.append(
             f"{clock.budget}: the run took {seconds:.1f} s, {seconds / budget - 1:.0%} past "
