@@ -297,6 +297,24 @@ def test_bench_runs_tuned_settings_only_at_the_shape_tune_measured(tmp_path: Pat
     assert any("tuned settings" in w for w in same.step("bench").report["notes"])
 
 
+def test_a_tune_budget_below_the_least_run_names_its_key_and_the_least_that_can_be_kept(
+    tmp_path: Path,
+) -> None:
+    # no run is shorter than a worker's start: the model as given is gated and timed all the
+    # same, and the key is named with the least budget that can be kept
+    body = "[steps.tune]\nenabled = true\ntime_budget = 0.01\ncontest_seconds = 0.2\n"
+    body += "threads = [1]\n[steps.bench]\nenabled = false\n"
+    tune = run_gate(_config(tmp_path, body)).step("tune")
+    assert tune.status == "passed", tune.reason
+    least = tune.report["least_budget"]
+    assert least is not None and least > 0.01
+    assert any(
+        note.endswith(f"steps.tune.time_budget = {least:g} or more can be kept")
+        for note in tune.report["notes"]
+    ), tune.report["notes"]
+    assert f"steps.tune.time_budget is less than this run's least, {least:g} s" in tune.summary
+
+
 def test_a_bench_without_a_speed_threshold_informs_on_a_busy_machine(
     tmp_path: Path, busy: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,6 +8,7 @@ them, so what is tested is how they spend time; no test reads a wall clock.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,9 +16,10 @@ import pytest
 
 from models import mlp, save
 from onnxgate.contract import init_contract
-from onnxgate.perf import TuneConfig, _contest, _final, tune
+from onnxgate.perf import TuneConfig, _contest, _final, _tune, tune
 from onnxgate.perf._contention import judge
 from onnxgate.perf._contest import Contender, Contest
+from onnxgate.perf._fusion import AS_GIVEN
 from onnxgate.perf._search import SPINNING
 
 
@@ -168,9 +170,10 @@ def test_a_race_shrinks_below_min_runs_when_the_warm_ups_pace_says_they_would_no
     assert [len(side) for side in latencies] == [_contest.FEWEST_RUNS] * 2
 
 
-def _busy_tune(model, machine: Machine, budget: float, search_run_s: float, **config):
+def _busy_tune(model, machine: Machine, budget: float, search_run_s: float, started=None, **config):
     """tune on the busy machine: the search's runs cost ``search_run_s`` each (0.8x for one
-    thread without spinning), a session 0.5 s, each parity check 2 s."""
+    thread without spinning), a session 0.5 s, each parity check 2 s; ``started``: the
+    command's start, before the call (at 0 on the clock)."""
     clock = machine.clock
 
     def progress(message: str) -> None:
@@ -190,6 +193,7 @@ def _busy_tune(model, machine: Machine, budget: float, search_run_s: float, **co
         measure=measure,
         progress=progress,
         clock=clock,
+        started=started,
     )
 
 
@@ -296,6 +300,12 @@ def test_graph_rewrites_start_none_that_would_end_past_the_deadline(tmp_path):
     notes.clear()
     graph_candidates(loaded, notes=notes, deadline=1.0, clock=clock)
     assert notes == ["attention-fusion: no attention pattern matched; not tried"]
+    # the first rewrite has a pace too: one expected to take longer than the time left is not
+    # started (a rewrite of MiniLM took 3.9 s, started 0.1 s before its deadline)
+    notes.clear()
+    found = graph_candidates(loaded, notes=notes, deadline=1.0, clock=clock, first_s=2.0)
+    assert [g.label for g in found] == ["as given"]
+    assert notes[-1].endswith("rewrites were made: attention-fusion, attention-fusion-mha")
 
 
 def test_a_search_that_overran_leaves_no_time_for_the_winners_parity_and_keeps_the_defaults(
@@ -325,3 +335,91 @@ def test_a_search_that_overran_leaves_no_time_for_the_winners_parity_and_keeps_t
         "the time budget left no time to check the search's winner for parity"
     )
     assert report.seconds == clock.t <= 1.1 * 100.0
+
+
+def test_the_budget_counts_the_commands_start_up_and_its_workers_start_as_slowly(model, machine):
+    # `onnxgate tune --budget 30` took 6.7 s to start on a busy machine (Python, the CLI and
+    # ONNX Runtime imported) before tune's clock started, and a contest worker starts as slowly:
+    # here 20 s each, against a budget of 80 s (the estimate of 3 s a worker overran it by 21%)
+    machine.start_s = 20.0
+    budget = 80.0
+    report = _busy_tune(model, machine, budget, search_run_s=0.3, started=-20.0)
+    assert report.phases["start-up"] == 20.0
+    assert report.seconds == machine.clock.t + 20.0 <= 1.1 * budget, report.phases
+    assert report.least_budget is None
+    assert report.defaults.runs >= _contest.FEWEST_RUNS, "a verdict all the same"
+
+
+def test_the_record_keeps_its_time_at_the_budgets_end(model, machine, monkeypatch):
+    # reading the model took 8 s, and the record writes an optimised graph as large: the
+    # contest ends early enough for it, not at the budget's end
+    def slow(call):
+        def slowed(*args, **kwargs):
+            machine.clock.t += 8.0
+            return call(*args, **kwargs)
+
+        return slowed
+
+    monkeypatch.setattr(_tune, "load_model", slow(_tune.load_model))
+    monkeypatch.setattr(_tune, "record_tuning", slow(_tune.record_tuning))
+    budget = 60.0
+    report = _busy_tune(model, machine, budget, search_run_s=0.1, min_runs=10)
+    assert report.phases["load"] == 8.0 and report.phases["record"] == 8.0
+    assert report.seconds == machine.clock.t <= 1.1 * budget, report.phases
+    assert report.written, "recorded"
+
+
+def test_a_budget_below_what_the_model_as_given_costs_names_the_least_that_can_be_kept(
+    model, machine
+):
+    # the model as given is always gated, measured and timed: here that costs more than 5 s
+    budget = 5.0
+    report = _busy_tune(model, machine, budget, search_run_s=0.5, started=-2.0)
+    least = report.least_budget
+    assert least is not None and least > budget
+    assert any(
+        note.startswith("time budget 5 s is less than the least this run costs")
+        and note.endswith(f"time_budget={least:g} or more can be kept")
+        for note in report.notes
+    ), report.notes
+    # a verdict all the same, from only what every verdict needs
+    assert [(v.graph, v.level) for v in report.gate] == [(AS_GIVEN, "all")]
+    assert report.rounds[0].candidates == 1 and not report.replaced_defaults
+    assert report.defaults.runs >= _contest.FEWEST_RUNS
+    assert report.seconds <= 1.1 * least, (report.seconds, least, report.phases)
+    # and the least budget named is kept
+    machine.clock.t = 0.0
+    kept = _busy_tune(model, machine, least, search_run_s=0.5, started=-2.0)
+    assert kept.least_budget is None
+    assert kept.seconds == machine.clock.t + 2.0 <= 1.1 * least, kept.phases
+
+
+def test_a_run_past_a_budget_it_could_have_kept_says_by_how_much(model, machine):
+    clock = machine.clock
+    stalled: list[bool] = []
+
+    def measure(candidate, runs):
+        # one session stalls for 58 s of a 60 s budget, past the search's deadline: nothing
+        # could see it coming, and the contest that every verdict needs runs past the budget
+        clock.t += 58.0 if len(stalled) == 1 else 0.5
+        stalled.append(True)
+        return [2.0] * runs
+
+    config = TuneConfig(time_budget=60.0, levels=("all",), threads=(1,), batch=4, min_runs=10)
+    report = tune(model, config, measure=measure, clock=clock)
+    assert report.seconds == clock.t > 60.0
+    assert report.least_budget is None, "60 s could have been kept"
+    assert report.notes[-1] == (
+        f"time budget 60 s: the run took {report.seconds:.1f} s, "
+        f"{report.seconds / 60 - 1:.0%} past it: a phase took longer than its pace so far said"
+    )
+
+
+def test_the_least_budget_is_no_more_than_what_the_run_needed(model, machine):
+    # the workers start in 0.5 s, well under the 3 s a worker is expected to take: the least
+    # budget named is what the run needed, not the estimate (`--budget 3` took 3.2 s on
+    # FastestDet and named 5 s)
+    machine.start_s, machine.run_s = 0.5, 0.01
+    report = _busy_tune(model, machine, 3.0, search_run_s=0.01, started=-1.0, min_runs=10)
+    assert report.seconds > 3.0
+    assert 3.0 < report.least_budget <= math.ceil(report.seconds), (report.seconds, report.phases)

@@ -358,6 +358,39 @@ def test_the_cpu_grid_crosses_threads_modes_spinning_and_memory():
     assert 1 <= usable_cpus()
 
 
+def test_the_cli_budget_counts_from_the_commands_start_and_names_its_flag(model, monkeypatch):
+    import onnxgate.cli._common as common
+    import onnxgate.cli.tune_cmd as command
+
+    real = command.tune
+    monkeypatch.setattr(
+        command,
+        "tune",
+        lambda m, c, progress, started: real(m, c, measure=Timer(), race=Race(), started=started),
+    )
+    # a process that started 1000 s ago (as `main` records it): its budget of 5 s is long spent
+    monkeypatch.setattr(common, "_started", [time.monotonic() - 1000.0])
+    result = CliRunner().invoke(
+        app, ["tune", str(model), "--batch", "2", "--budget", "5", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["phases"]["start-up"] >= 1000.0
+    least = document["least_budget"]
+    assert least >= 1000.0 and document["seconds"] <= least
+    assert any(
+        note.endswith(f"--budget {least:g} or more can be kept") for note in document["notes"]
+    ), document["notes"]
+
+
+def test_the_process_start_is_read_before_the_command():
+    from onnxgate.cli._common import process_started
+
+    # read from the kernel (the fallback is the reading itself): this process is older than
+    # the line running now
+    assert process_started(lambda: 100.0) < 100.0
+
+
 def test_the_bootstrap_interval_separates_a_real_gain_from_noise():
     rng = np.random.default_rng(1)
     slow, fast = 2.0 + rng.normal(0, 0.1, 200), 1.5 + rng.normal(0, 0.1, 200)
@@ -381,7 +414,9 @@ def test_cli_help_teaches_and_json_is_one_document(model, monkeypatch):
     monkeypatch.setattr(
         command,
         "tune",
-        lambda m, c, progress: real(m, c, measure=Timer(one_thread_no_spin), race=Race()),
+        lambda m, c, progress, started: real(
+            m, c, measure=Timer(one_thread_no_spin), race=Race(), started=started
+        ),
     )
     result = runner.invoke(
         app, ["tune", str(model), "--batch", "2", "--threads", "1", "--format", "json"]

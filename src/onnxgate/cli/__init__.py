@@ -11,7 +11,7 @@ from typer.core import TyperOption
 
 from onnxgate import __version__
 from onnxgate.cli import _help
-from onnxgate.cli._common import configure_logging, quiet_closed_pipes
+from onnxgate.cli._common import configure_logging, mark_started, quiet_closed_pipes
 from onnxgate.cli._flags import declare_flags
 from onnxgate.cli._supervise import run as run_supervised
 from onnxgate.cli._supervise import supervised
@@ -140,6 +140,7 @@ def main() -> None:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     quiet_closed_pipes()  # `onnxgate ... | head` ends with the command's own exit code
+    mark_started()  # a time budget (tune's) counts from here, the interpreter's start-up too
     args = hoist_verbosity(sys.argv[1:])
     if supervised(args):
         run_supervised(lambda: app(args=args), args)

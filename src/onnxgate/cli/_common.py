@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -44,6 +45,39 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 for _console in (out, err):  # text from models never reaches the terminal as control codes
     _console.push_render_hook(Scrub())
+
+
+_started: list[float] = []
+"""When the running command's process started (``mark_started``): empty in-process."""
+
+
+def process_started(now: Callable[[], float] = time.monotonic) -> float:
+    """A reading of ``now`` (a monotonic clock) when this process started.
+
+    Linux says when (``/proc/self/stat``, in clock ticks since boot, against the boot-time
+    clock); elsewhere, now.
+    """
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22, starttime; the fields here start at field 3
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, IndexError, ValueError):
+        return now()
+    return now() - max(age, 0.0)
+
+
+def mark_started() -> None:
+    """Remember when this command's process started (``main``, before a supervised fork)."""
+    _started[:] = [process_started()]
+
+
+def command_started() -> float | None:
+    """A ``time.monotonic`` reading of the command's start, for a budget counting its start-up.
+
+    None when the CLI runs in-process (called as a library, as tests do).
+    """
+    return _started[0] if _started else None
 
 
 class Format(StrEnum):

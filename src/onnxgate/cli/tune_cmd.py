@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from onnxgate.cli._common import Format, handles_errors, run
+from onnxgate.cli._common import Format, command_started, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import (
     FEEDS,
@@ -107,10 +107,12 @@ def tune_command(
         flag_option(
             "time_budget",
             "--budget",
-            help="Seconds the whole run may take; 0 for no limit. The parity gate stops trying "
-            "graph candidates after a third of it, the search stops in time for the final "
-            "contest, and the contest ends with the budget (each side once it has its minimum "
-            "runs); what was skipped or cut short is noted.",
+            help="Seconds the whole command may take, from its start (imports and the model's "
+            "load count); 0 for no limit. The parity gate stops trying graph candidates after "
+            "a third of it, the search stops in time for the final contest, and the contest "
+            "ends with the budget (each side once it has its minimum runs), leaving the record "
+            "its time; what was skipped or cut short is noted. A budget below what the model "
+            "as given costs to gate and time is noted with the least that can be kept.",
             min=0,
         ),
     ] = 600.0,
@@ -179,7 +181,7 @@ def tune_command(
     )
     run(
         fmt,
-        lambda progress: tune(model, config, progress=progress),
+        lambda progress: tune(model, config, progress=progress, started=command_started()),
         render_tune,
         progress="steps",
         passed=None,

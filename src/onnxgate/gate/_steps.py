@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
+from onnxgate._words import setting
 from onnxgate.compat.providers import short_name
 from onnxgate.errors import ConfigError, GateError, ParityError, ResourceExhausted
 from onnxgate.gate._record import library_config
@@ -451,6 +452,11 @@ def tune(ctx: Context, step: TuneStep) -> Outcome:
     # the report's own sentence: why what was kept was kept (the winner's figure beside the
     # defaults' alone reads as a contradiction when the defaults stay)
     summary = f"{searched}; {report.decision}"
+    if report.least_budget is not None:  # the model as given was gated and timed past it
+        summary += (
+            f"; {setting('time_budget')} is less than this run's least, "
+            f"{report.least_budget:g} s, and was overrun"
+        )
     return Outcome(report.passed, summary, figures, report)
 
 

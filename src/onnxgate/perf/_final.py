@@ -29,7 +29,9 @@ from onnxgate.perf._stats import Judgement, judge
 
 WORKER_START_S = 3.0
 """Seconds a contest worker takes to start (Python, onnxgate and ONNX Runtime imported) on two
-busy cores, before it loads the model: part of the final contest's share of the time budget."""
+busy cores, before it loads the model: part of the final contest's share of the time budget. The
+least it is expected to take: a command whose own start-up was timed (``tune(started=...)``)
+expects its workers to take as long as it did."""
 
 Side = tuple[str, Path, Mapping[str, Any]]
 """One side of the final contest: its label, the ONNX file and the session settings."""
@@ -101,10 +103,11 @@ def contest_cost(
     budget_s: float,
     min_runs: int,
     least: bool = False,
+    start_s: float = WORKER_START_S,
 ) -> float:
     """Seconds a final contest of ``sides`` is expected to take, at ``run_s`` seconds a run.
 
-    Per side: a worker to start, the model to load (``load_s``, as long as it took here), the
+    Per side: a worker to start (``start_s``), the model to load (``load_s``, as long as it took here), the
     warm-up, then ``budget_s`` seconds of timed runs and at least ``min_runs``, a pause after
     each slice. With ``least``, what a contest past its deadline still spends: one warm-up run
     and ``min_runs``.
@@ -112,7 +115,7 @@ def contest_cost(
     timed = min_runs * run_s if least else max(budget_s, min_runs * run_s)
     warm = (1 if least else warmup) * run_s
     slices = timed / max(SLICE_S, run_s, 1e-9) + 1
-    return sides * (WORKER_START_S + load_s + warm + timed + PAUSE_S * slices)
+    return sides * (start_s + load_s + warm + timed + PAUSE_S * slices)
 
 
 class RunPace:

@@ -167,18 +167,21 @@ def _fused(
 class _Pace:
     """Whether another rewrite starts: none that would end past the deadline.
 
-    The next rewrite is expected to take as long as those made took on average; the labels of
-    the rewrites it stopped are kept for the notes.
+    The next rewrite is expected to take as long as those made took on average, the first one
+    ``first_s``; the labels of the rewrites it stopped are kept for the notes.
     """
 
-    def __init__(self, deadline: float | None, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, deadline: float | None, clock: Callable[[], float], first_s: float = 0.0
+    ) -> None:
         self.deadline = deadline
         self.clock = clock
+        self.first_s = first_s
         self.took: list[float] = []
         self.skipped: list[str] = []
 
     def allows(self, label: str) -> bool:
-        expected = statistics.fmean(self.took) if self.took else 0.0
+        expected = statistics.fmean(self.took) if self.took else self.first_s
         if self.deadline is None or self.clock() + expected <= self.deadline:
             return True
         self.skipped.append(label)
@@ -240,6 +243,7 @@ def graph_candidates(
     notes: list[str] | None = None,
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    first_s: float = 0.0,
 ) -> list[GraphCandidate]:
     """The model as given, its attention-fused variants, and ONNX Runtime's transformer fusions.
 
@@ -249,7 +253,9 @@ def graph_candidates(
     (``opt_level=1``, kept only when it fuses differently), and the first with the GELU
     approximation. A variant that cannot be made, or that repeats an earlier graph, becomes a
     note, not an error. No rewrite starts that would end past ``deadline`` (a ``clock()``
-    reading) at the pace of those made; the ones left out are noted.
+    reading) at the pace of those made, the first expected to take ``first_s`` (tune: as long
+    as ONNX Runtime took to load the model, whose graph each rewrite walks too, in Python); the
+    ones left out are noted.
     """
     notes = notes if notes is not None else []
     found = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
@@ -260,7 +266,7 @@ def graph_candidates(
         )
         return found
     seen: list[Counter[str]] = [Counter(n.op_type for n in loaded.proto.graph.node)]
-    pace = _Pace(deadline, clock)
+    pace = _Pace(deadline, clock, first_s)
     _attention_candidates(loaded, found, seen, notes, pace)
     shape = encoder_shape(loaded.proto)
     if shape is not None:

@@ -23,6 +23,7 @@ Four steps, in this order because each one protects the next:
 from __future__ import annotations
 
 import logging
+import math
 import re
 import tempfile
 import time
@@ -34,6 +35,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._version import __version__
+from onnxgate._words import setting
 from onnxgate.compat.providers import CPU
 from onnxgate.contract import Contract, Lineage, Machine, Timing, TunedSettings
 from onnxgate.contract_store import contract_extras
@@ -41,7 +43,9 @@ from onnxgate.data import Sample
 from onnxgate.errors import ConfigError
 from onnxgate.model import LoadedModel, Signature, load_model
 from onnxgate.perf._contention import Conditions
+from onnxgate.perf._contest import FEWEST_RUNS
 from onnxgate.perf._final import (
+    WORKER_START_S,
     Outcome,
     Raced,
     Racer,
@@ -134,16 +138,20 @@ class TuneConfig(Part):
     """Seconds of timed runs per side in the final contest (at least ``min_runs``)."""
     min_runs: int = Field(30, ge=2)
     time_budget: float | None = Field(TIME_BUDGET, gt=0, allow_inf_nan=False)
-    """Seconds the whole run may take (None: no limit). Each phase is timed as it runs
-    (``TuneReport.phases``): the graph rewrites and the parity gate start no step that would end
-    past a third of the budget (at the pace of those done); the search starts no measurement
+    """Seconds the whole run may take (None: no limit), from the call, or from the command's
+    start when its caller gives it (``tune(started=)``: the CLI's process start, so its imports
+    count). Each phase is timed as it runs (``TuneReport.phases``), and the work ends early
+    enough for the record (as long as the model's load took). The graph rewrites and the parity
+    gate start no step that would end past a third of the budget (at the pace of those done; the
+    first rewrite as long as ONNX Runtime's load of the model); the search starts no measurement
     that would end too late to leave the winner's parity check and the final contest (workers
-    started, the model loaded, both sides timed at the pace the search saw) their share; the
-    final contest ends at the budget's end, each side stopping there once it has ``min_runs``
-    (or fewer, down to 10, when its warm-up's pace says those would not fit); a contest other
-    load spoiled is timed again only when the budget has room for it. The model as given under
-    the defaults is always gated and timed, so a tiny budget still gives a verdict (the
-    defaults), a little late. What was skipped or cut short is in the report's notes."""
+    started as slowly as the command did, the model loaded, both sides timed at the pace the
+    search saw) their share; the final contest ends at the work's end, each side stopping there
+    once it has ``min_runs`` (or fewer, down to 10, when its warm-up's pace says those would not
+    fit); a contest other load spoiled is timed again only when the budget has room for it. The
+    model as given under the defaults is always gated and timed, so a tiny budget still gives a
+    verdict (the defaults), late: the report's ``least_budget`` and notes then give the least
+    budget that can be kept. What was skipped or cut short is in the report's notes."""
     search_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Seconds the search itself may take, on top of ``time_budget``: past them no further
     candidate is measured and the best of those measured goes to the final contest (the
@@ -190,10 +198,14 @@ class TuneReport(BaseModel):
     time_budget: float | None = None
     """The time budget the run was given (seconds), None for none."""
     seconds: float = 0.0
-    """How long the run took."""
+    """How long the run took (from the command's start when it was timed: ``tune(started=)``)."""
+    least_budget: float | None = None
+    """The least time budget this run could have kept on this machine, set when the one given
+    was less (seconds): the model as given was gated and timed all the same, past the budget."""
     phases: dict[str, float] = {}
-    """Seconds each phase took: ``reference``, ``graphs``, ``parity gate``, ``search``,
-    ``winner parity``, ``contest``, ``record``; what a time budget is spent on."""
+    """Seconds each phase took: ``start-up`` (when the command's start was timed), ``load``,
+    ``reference``, ``graphs``, ``parity gate``, ``search``, ``winner parity``, ``contest``,
+    ``record``; what a time budget is spent on."""
     decision: str = ""
     """Why the settings kept were kept, in one sentence (the gate's summary line)."""
 
@@ -203,24 +215,46 @@ def _safe(label: str) -> str:
 
 
 class _Clock:
-    """tune's clock: where the time budget ends, and the seconds each phase took."""
+    """tune's clock: where the time budget ends, and the seconds each phase took.
 
-    def __init__(self, now: Callable[[], float], time_budget: float | None) -> None:
+    The budget counts from ``started``: the command's start when its caller timed it (the CLI's
+    interpreter start-up and imports are spent from the budget too), else the call. Its work
+    ends before the budget does by what ``keep`` set aside for the record.
+    """
+
+    def __init__(
+        self, now: Callable[[], float], time_budget: float | None, started: float | None = None
+    ) -> None:
         self.now = now
-        self.started = now()
+        called = now()
+        self.started = called if started is None else min(started, called)
+        self.time_budget = time_budget
         self.budget_end = self.started + time_budget if time_budget is not None else None
+        """Where the work ends: the budget's end, less what ``keep`` set aside."""
         # the graph rewrites and their parity gate share the first third of the budget
         self.gate_end = self.started + GATE_SHARE * time_budget if time_budget is not None else None
         self.budget = f"time budget {time_budget or 0:g} s"
         """How notes name the time budget."""
         self.phases: dict[str, float] = {}
-        self._mark = self.started
+        if started is not None:
+            self.phases["start-up"] = round(called - self.started, 3)
+        self._mark = called
+
+    @property
+    def start_up_s(self) -> float:
+        """Seconds the command took to start before tune was called (0.0 when not timed)."""
+        return self.phases.get("start-up", 0.0)
 
     def phase(self, name: str) -> None:
         """Close the phase ``name``: its seconds go into the report."""
         t = self.now()
         self.phases[name] = round(self.phases.get(name, 0.0) + t - self._mark, 3)
         self._mark = t
+
+    def keep(self, seconds: float) -> None:
+        """Set ``seconds`` aside at the budget's end (the record): the work ends that much sooner."""
+        if self.budget_end is not None:
+            self.budget_end -= seconds
 
 
 @dataclass(frozen=True)
@@ -247,6 +281,9 @@ class _Reserve:
     """A contest run, at the pace the search sees the machine at."""
     load_s: float
     config: TuneConfig
+    start_s: float = WORKER_START_S
+    """A contest worker's start-up: as long as the command's own took, and at least
+    ``WORKER_START_S``."""
 
     def contest_s(self, *, least: bool = False) -> float:
         """Seconds the final contest is expected to take (``least``: its shortest)."""
@@ -258,18 +295,86 @@ class _Reserve:
             budget_s=self.config.contest_seconds,
             min_runs=self.config.min_runs,
             least=least,
+            start_s=self.start_s,
+        )
+
+    def alone_s(self) -> float:
+        """Seconds the shortest contest takes: the defaults alone, at the fewest runs a race keeps."""
+        return contest_cost(
+            1,
+            run_s=self.pace.run_s,
+            load_s=self.load_s,
+            warmup=self.config.warmup,
+            budget_s=self.config.contest_seconds,
+            min_runs=min(self.config.min_runs, FEWEST_RUNS),
+            least=True,
+            start_s=self.start_s,
         )
 
 
-def _graphs(run: _Run, given: Sequence[GraphCandidate] | None) -> Sequence[GraphCandidate]:
-    """The graph candidates: those given, else the rewrites found within the gate's share."""
+def _least(reserve: _Reserve, pair_s: float, contest_s: float) -> float:
+    """Seconds the rest of a run takes at the least, after its reference: what every verdict needs.
+
+    The model as given gated under the defaults (``pair_s``), the defaults measured once in the
+    search, and timed alone in a worker at the fewest runs (no longer than the contest run,
+    ``contest_s``: a worker may start sooner than estimated).
+    """
+    config, run_s = reserve.config, reserve.pace.run_s
+    measured = reserve.load_s + (config.search_warmup + config.first_runs) * run_s
+    return pair_s + measured + min(reserve.alone_s(), contest_s)
+
+
+def _overrun(
+    clock: _Clock, reserve: _Reserve, first_pair_s: float, seconds: float, notes: list[str]
+) -> float | None:
+    """Say that a run went past its budget, and why when even what every verdict needs did.
+
+    What every verdict needs is re-estimated at the pace the search saw (``_least``, the model
+    as given gated as long as it was, the contest no longer than it was), with what the
+    start-up, the load, the reference and the record took.
+
+    Returns:
+        The least budget that can be kept, when the one given was less; else None.
+    """
+    budget = clock.time_budget
+    if budget is None or seconds <= budget:
+        return None
+    fixed = sum(clock.phases.get(p, 0.0) for p in ("start-up", "load", "reference", "record"))
+    least = math.ceil(fixed + _least(reserve, first_pair_s, clock.phases["contest"]))
+    if least <= budget:
+        notes.append(
+            f"{clock.budget}: the run took {seconds:.1f} s, {seconds / budget - 1:.0%} past "
+            "it: a phase took longer than its pace so far said"
+        )
+        return None
+    notes.append(
+        f"{clock.budget} is less than the least this run costs on this machine now, about "
+        f"{least} s: the start-up and the model's load, the parity reference, the model as "
+        "given gated and measured once, then timed alone in a worker, and the record, which "
+        f"every verdict needs; the run took {seconds:.1f} s. "
+        f"{setting('time_budget', least)} or more can be kept"
+    )
+    return float(least)
+
+
+def _graphs(
+    run: _Run, given: Sequence[GraphCandidate] | None, *, first_s: float
+) -> Sequence[GraphCandidate]:
+    """The graph candidates: those given, else the rewrites found within the gate's share.
+
+    The first rewrite is expected to take ``first_s``.
+    """
     graphs = given
     if graphs is None:
         run.say("looking for graph rewrites (attention fusion; transformer fusions for encoders)")
         graphs = []
         if run.config.fusions:
             graphs = graph_candidates(
-                run.loaded, notes=run.notes, deadline=run.clock.gate_end, clock=run.clock.now
+                run.loaded,
+                notes=run.notes,
+                deadline=run.clock.gate_end,
+                clock=run.clock.now,
+                first_s=first_s,
             )
         if not graphs:
             graphs = [GraphCandidate(AS_GIVEN, None, "the model file as given")]
@@ -516,6 +621,7 @@ def tune(
     race: Racer | None = None,
     progress: Callable[[str], None] | None = None,
     clock: Callable[[], float] | None = None,
+    started: float | None = None,
 ) -> TuneReport:
     """Find the fastest settings that pass parity; the library function behind ``onnxgate tune``.
 
@@ -528,6 +634,9 @@ def tune(
         race: the final contest instead of worker processes (``_contest``).
         progress: called with a short message before each step.
         clock: seconds, instead of ``time.monotonic`` (the time budget reads only this clock).
+        started: a reading of ``clock`` when the command began (the CLI's process start): the
+            time budget counts from there, so its start-up is spent from the budget too.
+            Default: the call.
 
     Raises:
         ConfigError: bad options, no contract to write to, or a contract of other bytes.
@@ -537,7 +646,7 @@ def tune(
     from onnxgate.runners import resolved_providers  # imports ONNX Runtime
 
     config = config or TuneConfig()
-    time_ = _Clock(clock or time.monotonic, config.time_budget)
+    time_ = _Clock(clock or time.monotonic, config.time_budget, started)
     say = progress or (lambda message: log.info("%s", message))
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     signature = Signature.from_graph(loaded.proto.graph)
@@ -552,6 +661,10 @@ def tune(
     )
     providers = resolved_providers(defaults)
     machine = fingerprint(providers)
+    time_.phase("load")
+    # set aside for the record, which writes what the load read: the contract, and an
+    # optimised graph as large as the model
+    time_.keep(time_.phases["load"])
 
     parity, load_s, run_s = reference(
         loaded,
@@ -566,7 +679,7 @@ def tune(
     time_.phase("reference")
 
     run = _Run(config, time_, say, notes, loaded, sample, batch, defaults)
-    graphs = _graphs(run, graphs)
+    graphs = _graphs(run, graphs, first_s=load_s)
     with tempfile.TemporaryDirectory(prefix="onnxgate-tune-") as tmp:
         files = _graph_files(graphs, loaded, Path(tmp))
         by_label = {g.label: g for g in graphs}
@@ -588,7 +701,8 @@ def tune(
         passing = passed(gate, defaults.opt_level, loaded.path)
 
         grid = _grid(run, passing, providers)
-        reserve = _Reserve(max(pair_s), RunPace(run_s), load_s, config)
+        start_s = max(WORKER_START_S, time_.start_up_s)  # a worker starts as the command did
+        reserve = _Reserve(max(pair_s), RunPace(run_s), load_s, config, start_s)
         best, rounds = _search(run, grid, files, reserve, measure)
         best, dropped = _winner_parity(run, best, grid, by_label, files, parity, reserve)
         raced = _final_contest(run, best, grid, files, race, dropped)
@@ -609,6 +723,8 @@ def tune(
         proto = by_label[outcome.kept.graph].proto
         written = _record(run, outcome, contract, machine, shape, proto)
     time_.phase("record")
+    seconds = time_.now() - time_.started
+    least_budget = _overrun(time_, reserve, pair_s[0], seconds, notes)
     return TuneReport(
         passed=True,
         model=str(loaded.path),
@@ -633,7 +749,8 @@ def tune(
         conditions=raced.conditions,
         reliable=outcome.reliable,
         time_budget=config.time_budget,
-        seconds=time_.now() - time_.started,
+        seconds=seconds,
+        least_budget=least_budget,
         phases=time_.phases,
         decision=outcome.decision,
     )
