@@ -28,6 +28,7 @@ def render_text(report: QuantizeReport) -> Lines:
     lines.extend(_kept_in_float(report))
     lines.extend(_size_and_latency(report))
     lines.extend(_speed(report))
+    lines.extend(_candidates(report))
     for warning in report.warnings:
         lines.append(line(f"[yellow]warning:[/] {escape(warning)}"))
     lines.extend(_verdict(report))
@@ -46,7 +47,12 @@ def _header(report: QuantizeReport) -> Lines:
             f"[bold]{escape(report.model)}[/]: {s.mode} int8 ({s.format}, preset {s.preset}, "
             f"activations {s.activation_type}, weights {s.weight_type}"
             f"{' per-channel' if s.per_channel else ''}{', 7-bit' if s.reduce_range else ''}, "
-            f"op types {','.join(s.op_types)})"
+            f"op types {','.join(s.op_types)}"
+            + (f", recipe {s.recipe}" if s.recipe else "")
+            + (", fused graph" if s.fused else "")
+            + (f", runs on {','.join(s.providers)}" if s.providers else "")
+            + (f" of {s.runtime}" if s.runtime else "")
+            + ")"
         )
     ]
     for notice in report.notices:
@@ -243,3 +249,39 @@ def _speed(report: QuantizeReport) -> Lines:
             )
     lines.append(line(f"  [bold]hint:[/] {escape(cost.hint)}"))
     return lines
+
+
+def _candidates(report: QuantizeReport) -> Lines:
+    """One row per int8 recipe tried: accuracy, size, speed against float, kept or why not."""
+    if not report.candidates:
+        return []
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("recipe", "runs on", "accuracy", "worst row", "in float", "size", "speed-up"):
+        table.add_column(column, justify="left" if column in ("recipe", "runs on") else "right")
+    table.add_column("kept / why not", justify="left")
+    for c in report.candidates:
+        accuracy = (
+            "-"
+            if c.error is None and not c.passed_accuracy
+            else ("[green]ok[/]" if c.passed_accuracy else "[red]miss[/]")
+            + ("" if c.error is None else f" {1 - c.error:.4f}")
+        )
+        speedup = "-" if c.speedup is None else f"x{c.speedup:.2f}"
+        size = "-" if c.size_ratio is None else f"{_mb(c.size_bytes)} (x{c.size_ratio:.2f})"
+        table.add_row(
+            ("[bold]" if c.chosen else "") + escape(c.recipe) + ("[/]" if c.chosen else ""),
+            escape(c.where),
+            accuracy,
+            "-" if c.worst_cosine is None else f"{c.worst_cosine:.4f}",
+            str(c.kept_in_float),
+            size,
+            speedup,
+            escape(c.why),
+        )
+    return [
+        line(
+            "  int8 recipes tried (accuracy: mean row cosine of the worst output; speed-up: "
+            "geometric mean over the shapes, float median / candidate median, one contest):"
+        ),
+        table,
+    ]
