@@ -161,6 +161,16 @@ def test_when_no_recipe_beats_float_the_verdict_says_so_and_nothing_is_written(
     assert {c["recipe"] for c in report["candidates"]} == {"dynamic-u8s8-pc", "static-s8s8-qdq"}
     assert not any(c["chosen"] for c in report["candidates"])
     assert all(c["verdict"] == "slower" for c in report["candidates"])
+    text = CliRunner().invoke(
+        app,
+        ["quantize", str(mlp), "-o", str(out), "--eval", str(tmp_path / "eval.npz"),
+         "--calibration", str(tmp_path / "calib.npz"), "--recipes", RECIPES, "--max-drop", "0.05"],
+        terminal_width=200,
+    )  # fmt: skip
+    assert text.exit_code == 1
+    flat = " ".join(text.output.split())
+    assert "int8 recipes tried" in flat and "no int8 recipe beats the float model" in flat
+    assert "dynamic-u8s8-pc (CPU provider): met the budget, cosine" in flat
 
 
 def test_two_recipes_through_the_real_pipeline_and_a_real_contest(mlp, tmp_path):

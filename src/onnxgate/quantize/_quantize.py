@@ -22,10 +22,8 @@ import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
@@ -34,14 +32,13 @@ from onnxgate._words import offered, setting
 from onnxgate.contract import (
     SIDECAR,
     SecondOpinion,
-    contract_dims,
     drop_stale_contract,
     host_libraries,
 )
-from onnxgate.data import Sample, synthetic_samples
+from onnxgate.data import Sample
 from onnxgate.errors import ConfigError, GateError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.quantize import _data, _float16, _ort
+from onnxgate.quantize import _float16, _ort
 from onnxgate.quantize._choose import Choice, candidate_results, no_gain_text, race_candidates
 from onnxgate.quantize._config import (
     DEFAULT_OP_TYPES,
@@ -60,26 +57,19 @@ from onnxgate.quantize._contract import (
 )
 from onnxgate.quantize._gate import Judge, gate_rules
 from onnxgate.quantize._ort import (
-    candidates,
-    name_nodes,
-    preprocess,
     quantisable,
-    quantise,
     quantised_nodes,
     refuse_unquantisable,
-    speed_costs,
     unquantisable_present,
 )
-from onnxgate.quantize._recipes import Recipe, choose_recipes, fuse_graph, recipe_settings
+from onnxgate.quantize._recipes import Recipe
 from onnxgate.quantize._report import (
-    Attempt,
     DataInfo,
     Latency,
     NodeScore,
     QuantizeReport,
     SpeedGate,
 )
-from onnxgate.quantize._search import Make, naive, search
 from onnxgate.quantize._speed import (
     figures_text,
     growth_text,
@@ -89,14 +79,18 @@ from onnxgate.quantize._speed import (
     profile_cost,
     timing_samples,
 )
+from onnxgate.quantize._trial import (
+    Data,
+    Tried,
+    plans,
+    prepare,
+    read_data,
+    try_candidate,
+    words,
+)
 from onnxgate.settings import SessionSettings, Tolerances, config_hash
 
 log = logging.getLogger(__name__)
-
-
-def words(settings: Settings) -> tuple[str, str]:
-    """The format converted to and the one nodes are kept in: int8/float, fp16/fp32."""
-    return (settings.to, "float" if settings.to == "int8" else "fp32")
 
 
 def _ops(proto: onnx.ModelProto) -> dict[str, int]:
@@ -292,169 +286,6 @@ def _output(config: QuantizeConfig, model: Path) -> Path:
     return out
 
 
-@dataclass
-class _Data:
-    """The calibration and evaluation data, read and checked against each other."""
-
-    calibration: list[Sample]
-    calibration_info: DataInfo | None
-    evaluation: list[Sample]
-    eval_source: str
-    eval_rows: int
-    labels: np.ndarray | None
-    overlap_rows: int
-    warnings: list[str]
-
-
-def _read_data(
-    config: QuantizeConfig,
-    static: bool,
-    signature: Signature,
-    loaded: LoadedModel,
-    say: Callable[[str], None],
-) -> _Data:
-    """Read the calibration data (static mode), the evaluation data (or synthesise it), labels."""
-    _data.check_distinct(config.calibration, config.eval)
-    warnings: list[str] = []
-    calibration: list[Sample] = []
-    calibration_info = None
-    if static:
-        assert config.calibration is not None  # resolve() refused static without it
-        say("reading the calibration data")
-        calibration = _data.load_samples(config.calibration, signature, option="calibration")
-        calibration_info = DataInfo(
-            source=config.calibration,
-            samples=len(calibration),
-            rows=sum(_data.rows(s) for s in calibration),
-        )
-    if config.eval is not None:
-        say("reading the evaluation data")
-        evaluation = _data.load_samples(config.eval, signature, option="eval")
-        eval_source = config.eval
-    else:
-        evaluation = synthetic_samples(
-            signature, model=loaded.proto, seed=config.seed, known=contract_dims(loaded.path)
-        )
-        eval_source = f"synthetic (seed {config.seed})"
-        warnings.append(
-            f"no evaluation data ({setting('eval')}): the gate ran on synthetic inputs, which say "
-            "little about accuracy on real data"
-        )
-    eval_rows = sum(_data.rows(s) for s in evaluation)
-    labels = _data.load_labels(config.labels, eval_rows) if config.labels is not None else None
-    overlap_rows = _data.overlap(calibration, evaluation) if calibration else 0
-    if overlap_rows:
-        warnings.append(
-            f"{overlap_rows} of {eval_rows} evaluation row(s) also appear in the calibration "
-            "data: the accuracy measured on them flatters the model"
-        )
-    return _Data(
-        calibration,
-        calibration_info,
-        evaluation,
-        eval_source,
-        eval_rows,
-        labels,
-        overlap_rows,
-        warnings,
-    )
-
-
-@dataclass
-class _Found:
-    """What the search for nodes to keep in float found, and the attempt the report shows."""
-
-    attempts: list[Attempt]
-    ranking: list[NodeScore]
-    best: tuple[Path, list[str]] | None
-    shown: Path
-    shown_attempt: Attempt
-    reason: str | None
-    ranked_on: str | None
-
-
-def _keep_in_float(
-    config: QuantizeConfig,
-    first: Attempt,
-    all_int8: Path,
-    nodes: list[onnx.NodeProto],
-    make: Make,
-    keep: Callable[[Path, int], Path],
-    judge: Judge,
-    prepared: onnx.ModelProto,
-    say: Callable[[str], None],
-    warnings: list[str],
-    settings: Settings,
-    *,
-    calibration: list[Sample],
-    calibration_judge: Callable[[], Judge],
-) -> _Found:
-    """When every node in int8 misses the budget, search for the worst nodes to keep in float."""
-    low, high = words(settings)
-    attempts: list[Attempt] = [first]
-    ranking: list[NodeScore] = []
-    best: tuple[Path, list[str]] | None = (all_int8, []) if first.passed else None
-    shown, shown_attempt = all_int8, first
-    reason = None
-    ranked_on = None
-    limit = len(nodes) - 1 if config.max_excluded is None else config.max_excluded
-    limit = min(limit, len(nodes) - 1)  # at least one node stays int8
-    if not first.passed and config.search and limit >= 1:
-        error = judge.error
-        ranked_on = "evaluation"
-        if calibration:
-            say(f"running the float model on {len(calibration)} calibration sample(s)")
-            error = calibration_judge().error
-            ranked_on = "calibration"
-        found = search(
-            nodes,
-            make,
-            judge.judge,
-            error=error,
-            max_excluded=limit,
-            progress=say,
-            keep=keep,
-            costs=speed_costs(prepared, nodes),
-            words=(low, high),
-        )
-        attempts += found.attempts
-        ranking = found.ranking
-        best = found.best
-        if best is not None:
-            shown = best[0]
-            shown_attempt = next(a for a in found.attempts if a.passed and a.excluded == best[1])
-        else:
-            if found.last is not None:
-                shown, shown_attempt = found.last
-            reason = (
-                f"the budget cannot be met: with the {found.limit} worst of {len(nodes)} "
-                f"node(s) kept in {high}"
-                + (
-                    f" ({setting('max_excluded', config.max_excluded)})"
-                    if config.max_excluded is not None and found.limit == config.max_excluded
-                    else f" (at least one must stay {low})"
-                )
-                + " it is still missed"
-            )
-        if ranked_on == "evaluation":
-            warnings.append(
-                f"nodes kept in {high} are chosen on the evaluation data ("
-                + ("dynamic mode has" if settings.to == "int8" else f"{low} needs")
-                + " no calibration data to rank them on): the gate's figures flatter the model "
-                "a little; check it on other data"
-            )
-    elif not first.passed:
-        why = (
-            f" and the search is off ({setting('search', False)})"
-            if not config.search
-            else f" and {setting('max_excluded', 0)} allows no node in {high}"
-            if config.max_excluded == 0
-            else f" and the model has a single candidate node (it must stay {low})"
-        )
-        reason = f"the budget was missed with every node in {low}" + why
-    return _Found(attempts, ranking, best, shown, shown_attempt, reason, ranked_on)
-
-
 def _check_kept_in_float(
     shown: onnx.ModelProto,
     excluded_names: Sequence[str],
@@ -628,169 +459,6 @@ def _refuse_int8(
         )
 
 
-@dataclass
-class _Tried:
-    """One candidate through the gate and the search for nodes to keep in float."""
-
-    recipe: Recipe | None
-    settings: Settings
-    judge: Judge
-    """The gate, running the candidates where they will run."""
-    prepared: onnx.ModelProto
-    nodes: list[onnx.NodeProto]
-    all_int8: Path
-    found: _Found
-
-    @property
-    def label(self) -> str:
-        return self.recipe.name if self.recipe is not None else "quantised"
-
-    @property
-    def delivered(self) -> Path | None:
-        return self.found.best[0] if self.found.best is not None else None
-
-
-def _plans(
-    config: QuantizeConfig, settings: Settings, features: list[str], notices: list[str]
-) -> list[tuple[Recipe | None, Settings]]:
-    """The candidates to try: one from the settings, or one per recipe (``recipes``)."""
-    if not config.recipes or settings.to != "int8":
-        return [(None, settings)]
-    recipes, chosen = choose_recipes(
-        config.recipes, features, calibration=config.calibration is not None
-    )
-    notices += chosen
-    return [(r, recipe_settings(config, settings, r, quantisable)) for r in recipes]
-
-
-def _prepare(
-    settings: Settings,
-    recipe: Recipe | None,
-    loaded: LoadedModel,
-    source: Path,
-    tmp: Path,
-    done: dict[bool, Path],
-    notices: list[str],
-    say: Callable[[str], None],
-) -> Path:
-    """The pre-processed float model a candidate is made from (once per graph rewrite)."""
-    fuse = recipe is not None and recipe.fuse
-    if fuse in done:
-        return done[fuse]
-    pre = tmp / ("pre-fused.onnx" if fuse else "pre.onnx")
-    if settings.to != "int8":  # the converter needs only node names: exclusion lists name nodes
-        named = onnx.load(str(source))
-        name_nodes(named)
-        onnx.save(named, str(pre))
-    else:
-        start = source
-        if fuse:
-            say("fusing attention, layer norm and GELU (onnxscript's ONNX Runtime fusions)")
-            fused = fuse_graph(loaded.proto)
-            start = tmp / "fused.onnx"
-            onnx.save(fused.proto, str(start))
-            notices.append(f"fused before quantising: {fused.describe() or 'nothing matched'}")
-        say("pre-processing (ONNX Runtime's quant_pre_process)")
-        notices += [n for n in preprocess(start, pre) if n not in notices]
-    done[fuse] = pre
-    return pre
-
-
-def _try(
-    config: QuantizeConfig,
-    recipe: Recipe | None,
-    settings: Settings,
-    loaded: LoadedModel,
-    pre: Path,
-    folder: Path,
-    judge: Judge,
-    data: _Data,
-    notices: list[str],
-    say: Callable[[str], None],
-    calibration_judge: Callable[[], Judge],
-) -> _Tried:
-    """Make one candidate, judge it where it runs, and search for nodes to keep in float.
-
-    Raises:
-        ConfigError: ONNX Runtime quantised none of the candidate nodes.
-        GateError: the quantiser or a runtime failed.
-    """
-    low, _ = words(settings)
-    folder.mkdir(exist_ok=True)
-    session = judge.session
-    judge = judge.on(settings.providers, settings.runtime)
-    prepared = onnx.load(str(pre), load_external_data=False)
-    nodes = (
-        candidates(prepared, settings) if settings.to == "int8" else _float16.candidates(prepared)
-    )
-    overflow: dict[str, str] = {}
-    if settings.to != "int8":
-        say("looking for float32 outputs beyond float16's range")
-        overflow = _float16.overflowing(pre, data.evaluation, session)
-        nodes = [n for n in nodes if n.name not in overflow]
-        if overflow:
-            notices.append(
-                f"kept in float32 before the search, their outputs beyond float16's range "
-                f"on the evaluation data (infinite on float16 hardware, which ONNX "
-                f"Runtime's CPU provider would not show): {'; '.join(overflow.values())}"
-            )
-    cache = folder / "calibration.json" if settings.mode == "static" else None
-
-    def make(exclude: Sequence[str], only: Sequence[str] | None) -> Path:
-        target = folder / "candidate.onnx"
-        if settings.to != "int8":
-            only = None if only is None else [n for n in only if n not in overflow]
-            _float16.convert(
-                pre,
-                target,
-                exclude=[*overflow, *exclude],
-                only=only,
-                ops_libraries=config.ops_libraries,
-            )
-            return target
-        quantise(
-            pre,
-            target,
-            settings,
-            exclude=exclude,
-            only=only,
-            calibration=data.calibration,
-            cache=cache,
-        )
-        return target
-
-    def keep(path: Path, count: int) -> Path:
-        return path.rename(folder / f"attempt-{count}.onnx")
-
-    say(f"converting {len(nodes)} node(s) to {low}" + (f" ({recipe.name})" if recipe else ""))
-    all_int8, first = naive(make, judge.judge, keep)
-    if (
-        settings.to == "int8"
-        and quantised_nodes(onnx.load(str(all_int8), load_external_data=False)) == 0
-    ):
-        raise ConfigError(
-            f"{loaded.path}: ONNX Runtime quantised none of its "
-            f"{'/'.join(settings.op_types)} nodes.",
-            hint=f"Check {setting('op_types')}; dynamic quantisation needs constant weights.",
-        )
-    found = _keep_in_float(
-        config,
-        first,
-        all_int8,
-        nodes,
-        make,
-        keep,
-        judge,
-        prepared,
-        say,
-        data.warnings,
-        settings,
-        calibration=data.calibration,
-        calibration_judge=lambda: calibration_judge().on(settings.providers, settings.runtime),
-    )
-    return _Tried(recipe, settings, judge, prepared, nodes, all_int8, found)
-
-
 def _quantize_checked(
     config: QuantizeConfig,
     settings: Settings,
@@ -804,9 +472,9 @@ def _quantize_checked(
     session = SessionSettings(ops_libraries=config.ops_libraries)
     if config.ops_libraries:
         notices.append(f"custom operator libraries: {', '.join(config.ops_libraries)}")
-    plans = _plans(config, settings, features, notices)
-    static = any(s.mode == "static" for _, s in plans)
-    data = _read_data(config, static, signature, loaded, say)
+    planned_all = plans(config, settings, features, notices)
+    static = any(s.mode == "static" for _, s in planned_all)
+    data = read_data(config, static, signature, loaded, say)
     evaluation, labels = data.evaluation, data.labels
     rules, gate_notices = gate_rules(loaded.proto, signature, config, labels is not None)
     notices += gate_notices
@@ -824,16 +492,16 @@ def _quantize_checked(
             labels=labels,
             session=session,
         )
-        tried: list[_Tried] = []
+        tried: list[Tried] = []
         failed: dict[str, tuple[Recipe, str]] = {}
         prepared: dict[bool, Path] = {}
-        for recipe, planned in plans:
+        for recipe, planned in planned_all:
             if recipe is not None:
                 say(f"recipe {recipe.name}: {recipe.why} ({recipe.where()})")
             try:
-                pre = _prepare(planned, recipe, loaded, source, tmp, prepared, notices, say)
+                pre = prepare(planned, recipe, loaded, source, tmp, prepared, notices, say)
                 tried.append(
-                    _try(
+                    try_candidate(
                         config,
                         recipe,
                         planned,
@@ -855,9 +523,13 @@ def _quantize_checked(
                     )
                 )
             except Exception as err:  # one recipe failing leaves the others to judge
-                if recipe is None or not isinstance(err, GateError | RuntimeError | ValueError):
+                if recipe is None:
                     raise
-                message = err.message if isinstance(err, GateError) else first_line(err)
+                message = (
+                    err.message
+                    if isinstance(err, GateError)
+                    else first_line(err, with_type=True)  # onnxscript's fusions raise anything
+                )
                 log.warning("recipe %s failed: %s", recipe.name, message)
                 failed[recipe.name] = (recipe, message)
         if not tried:
@@ -879,9 +551,9 @@ def _judged(
     say: Callable[[str], None],
     notices: list[str],
     features: list[str],
-    data: _Data,
+    data: Data,
     judge: Judge,
-    tried: list[_Tried],
+    tried: list[Tried],
     failed: dict[str, tuple[Recipe, str]],
 ) -> QuantizeReport:
     """Time what passed, keep one, and write it with its contract; the report either way."""

@@ -252,36 +252,30 @@ def _speed(report: QuantizeReport) -> Lines:
 
 
 def _candidates(report: QuantizeReport) -> Lines:
-    """One row per int8 recipe tried: accuracy, size, speed against float, kept or why not."""
+    """One line per int8 recipe tried: accuracy, size, speed against float, kept or why not."""
     if not report.candidates:
         return []
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("recipe", "runs on", "accuracy", "worst row", "in float", "size", "speed-up"):
-        table.add_column(column, justify="left" if column in ("recipe", "runs on") else "right")
-    table.add_column("kept / why not", justify="left")
-    for c in report.candidates:
-        accuracy = (
-            "-"
-            if c.error is None and not c.passed_accuracy
-            else ("[green]ok[/]" if c.passed_accuracy else "[red]miss[/]")
-            + ("" if c.error is None else f" {1 - c.error:.4f}")
-        )
-        speedup = "-" if c.speedup is None else f"x{c.speedup:.2f}"
-        size = "-" if c.size_ratio is None else f"{_mb(c.size_bytes)} (x{c.size_ratio:.2f})"
-        table.add_row(
-            ("[bold]" if c.chosen else "") + escape(c.recipe) + ("[/]" if c.chosen else ""),
-            escape(c.where),
-            accuracy,
-            "-" if c.worst_cosine is None else f"{c.worst_cosine:.4f}",
-            str(c.kept_in_float),
-            size,
-            speedup,
-            escape(c.why),
-        )
-    return [
+    lines: Lines = [
         line(
-            "  int8 recipes tried (accuracy: mean row cosine of the worst output; speed-up: "
-            "geometric mean over the shapes, float median / candidate median, one contest):"
-        ),
-        table,
+            "  int8 recipes tried (cosine: the mean row cosine of the worst output, and its worst "
+            "row; speed-up: float median / recipe median, geometric mean over the shapes, all "
+            "in one contest):"
+        )
     ]
+    for c in report.candidates:
+        figures = []
+        if c.error is not None or c.passed_accuracy:
+            figures.append(
+                ("[green]met the budget[/]" if c.passed_accuracy else "[red]missed the budget[/]")
+                + ("" if c.error is None else f", cosine {1 - c.error:.4f}")
+                + ("" if c.worst_cosine is None else f", worst row {c.worst_cosine:.4f}")
+                + (f", {c.kept_in_float} node(s) in float" if c.kept_in_float else "")
+            )
+        if c.size_ratio is not None:
+            figures.append(f"{_mb(c.size_bytes)} (x{c.size_ratio:.2f} of float)")
+        if c.speedup is not None:
+            figures.append(f"x{c.speedup:.2f} vs float ({c.verdict})")
+        name = f"[bold]{escape(c.recipe)}[/]" if c.chosen else escape(c.recipe)
+        lines.append(line(f"    {name} ({escape(c.where)}): {'; '.join(figures)}"))
+        lines.append(line(f"      {escape(c.why)}"))
+    return lines
