@@ -25,7 +25,9 @@ def test_a_vnni_cpu_gets_its_list_and_openvino_qdq_needs_calibration():
     recipes, notices = choose_recipes(("auto",), VNNI, calibration=True)
     assert [r.name for r in recipes] == list(CPU_RECIPES["vnni"])
     openvino = [r for r in recipes if r.runtime is not None]
-    assert [(r.mode, r.format, r.providers) for r in openvino] == [("static", "qdq", ("openvino",))]
+    assert [(r.mode, r.format, r.providers) for r in openvino] == [
+        ("static", "qdq", ("OpenVINOExecutionProvider",))
+    ]
     assert "avx512_vnni" in notices[0]
     without, notices = choose_recipes(("auto",), VNNI, calibration=False)
     assert all(r.mode == "dynamic" for r in without) and len(without) == len(recipes) - 1
@@ -193,3 +195,28 @@ def test_two_recipes_through_the_real_pipeline_and_a_real_contest(mlp, tmp_path)
     assert report.settings.recipe == kept.recipe
     assert report.latency == kept.latency
     assert load_contract(tmp_path / "q.onnx").lineage["settings"]["recipe"] == kept.recipe
+
+
+@pytest.mark.slow
+def test_a_static_qdq_recipe_is_judged_and_timed_on_openvino(mlp, tmp_path):
+    config = QuantizeConfig(
+        out=tmp_path / "q.onnx",
+        eval=str(tmp_path / "eval.npz"),
+        calibration=str(tmp_path / "calib.npz"),
+        recipes=("dynamic-u8s8-pc", "static-u8s8-qdq-openvino"),
+        max_drop=0.05,
+        bench_budget_s=0.05,
+        allow_slower=True,
+    )
+    report = quantize(mlp, config)
+    assert report.passed, report.reason
+    rows = {c.recipe: c for c in report.candidates}
+    openvino = rows["static-u8s8-qdq-openvino"]
+    assert openvino.where == "OpenVINOExecutionProvider on onnxruntime-openvino==1.24.1"
+    assert openvino.passed_accuracy and openvino.latency and openvino.speedup is not None
+    assert openvino.settings.runtime == "onnxruntime-openvino==1.24.1"
+    runs_on = load_contract(tmp_path / "q.onnx").lineage["runs_on"]
+    assert runs_on == {
+        "providers": list(report.settings.providers),
+        "runtime": report.settings.runtime,
+    }

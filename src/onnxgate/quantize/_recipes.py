@@ -117,7 +117,7 @@ RECIPES: dict[str, Recipe] = {
             activation_type="uint8",
             weight_type="int8",
             per_channel=True,
-            providers=("openvino",),
+            providers=("OpenVINOExecutionProvider",),
             runtime=OPENVINO,
             why="static QDQ run by OpenVINO (its own int8 kernels, fed by calibrated ranges)",
         ),
