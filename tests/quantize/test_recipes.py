@@ -29,6 +29,7 @@ def test_a_vnni_cpu_gets_its_list_and_openvino_qdq_needs_calibration():
         ("static", "qdq", ("OpenVINOExecutionProvider",))
     ]
     assert "avx512_vnni" in notices[0]
+    assert openvino[0].calibration_method == "percentile"
     without, notices = choose_recipes(("auto",), VNNI, calibration=False)
     assert all(r.mode == "dynamic" for r in without) and len(without) == len(recipes) - 1
     assert any("skipped" in n and "calibration" in n for n in notices)
@@ -215,6 +216,7 @@ def test_a_static_qdq_recipe_is_judged_and_timed_on_openvino(mlp, tmp_path):
     assert openvino.where == "OpenVINOExecutionProvider on onnxruntime-openvino==1.24.1"
     assert openvino.passed_accuracy and openvino.latency and openvino.speedup is not None
     assert openvino.settings.runtime == "onnxruntime-openvino==1.24.1"
+    assert openvino.settings.calibration_method == "percentile"
     runs_on = load_contract(tmp_path / "q.onnx").lineage["runs_on"]
     assert runs_on == {
         "providers": list(report.settings.providers),

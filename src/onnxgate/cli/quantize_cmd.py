@@ -297,8 +297,8 @@ def quantize_command(
     anyway, with a warning; `--no-bench` skips the timing and the report says speed was not gated.
 
     `--recipes auto` tries the int8 recipes that are fast on this CPU (VNNI: dynamic u8/s8
-    per-channel, the same on the fused graph, static QDQ on OpenVINO; AVX2 without VNNI: u8/s8
-    with and without per-channel, static s8/s8), each through the accuracy gate on the runtime it
+    per-channel, static QDQ on OpenVINO with percentile ranges; AVX2 without VNNI: u8/s8 with
+    and without per-channel, static s8/s8), each through the accuracy gate on the runtime it
     runs on; those that pass are timed against the float model in one interleaved contest and the
     fastest is kept (ties within noise: the more accurate). The report lists every recipe, and
     says so as a reason when none beats the float model.
