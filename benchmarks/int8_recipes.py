@@ -71,6 +71,10 @@ def main() -> int:
     made: dict[str, dict] = {}
     for recipe in recipes:
         out = args.work / f"{recipe.name}.onnx"
+        kept = args.work / f"{recipe.name}.json"
+        if out.exists() and kept.exists():  # made by an earlier run of this script
+            made[recipe.name] = json.loads(kept.read_text())
+            continue
         t0 = time.perf_counter()
         report = quantize(
             args.model,
@@ -91,6 +95,7 @@ def main() -> int:
             "size_ratio": row.size_ratio,
             "quantize_s": time.perf_counter() - t0,
         }
+        kept.write_text(json.dumps(made[recipe.name]))
         print(recipe.name, made[recipe.name], flush=True)
     from onnxgate.examples.minilm import tokenize
 

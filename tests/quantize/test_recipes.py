@@ -222,3 +222,24 @@ def test_a_static_qdq_recipe_is_judged_and_timed_on_openvino(mlp, tmp_path):
         "providers": list(report.settings.providers),
         "runtime": report.settings.runtime,
     }
+
+
+def test_a_matmul_kept_in_float_can_store_its_weight_in_int8(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    from onnxgate.quantize._ort import WEIGHT_ONLY, weight_only_inputs
+
+    proto = _mlp_model()
+    x = np.random.default_rng(3).uniform(0, 1, (8, 16)).astype(np.float32)
+    before = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    assert weight_only_inputs(proto, {"layer1"}) == 1
+    (dq,) = [n for n in proto.graph.node if n.op_type == "DequantizeLinear"]
+    assert dq.name.startswith(WEIGHT_ONLY)
+    layer1 = next(n for n in proto.graph.node if n.name == "layer1")
+    assert layer1.op_type == "MatMul" and layer1.input[1] == dq.output[0]
+    stored = {i.name: i for i in proto.graph.initializer}
+    assert stored[dq.input[0]].data_type == onnx.TensorProto.INT8 and "w1" not in stored
+    after = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    cosine = float((before * after).sum() / np.linalg.norm(before) / np.linalg.norm(after))
+    assert 0.999 < cosine < 1.0  # rounded, not unchanged

@@ -246,6 +246,8 @@ class Settings(BaseModel):
     recipe: str | None = Field(None, exclude_if=lambda value: value is None)
     """The recipe (``_recipes``) the settings came from; None when ``recipes`` was not given.
     Left out of the dump when None, like the three below, so dumps written before stay alike."""
+    weight_only_float: bool = Field(False, exclude_if=lambda value: not value)
+    """Static QDQ: the MatMuls kept in float read int8-stored weights (``_ort.weight_only_inputs``)."""
     fused: bool = Field(False, exclude_if=lambda value: not value)
     """Attention, layer norm and GELU were fused before quantising."""
     providers: tuple[str, ...] = Field((), exclude_if=lambda value: not value)

@@ -57,6 +57,7 @@ from onnxgate.quantize._contract import (
 )
 from onnxgate.quantize._gate import Judge, gate_rules
 from onnxgate.quantize._ort import (
+    WEIGHT_ONLY,
     quantisable,
     quantised_nodes,
     refuse_unquantisable,
@@ -121,7 +122,12 @@ def _float_names(proto: onnx.ModelProto, settings: Settings) -> set[str]:
             for n in proto.graph.node
             if n.op_type in settings.op_types and not any(i in eight_bit for i in n.input)
         }
-    dequantised = {o for n in proto.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    dequantised = {
+        o
+        for n in proto.graph.node
+        if n.op_type == "DequantizeLinear" and not n.name.startswith(WEIGHT_ONLY)
+        for o in n.output
+    }  # a weight stored in int8 behind a DequantizeLinear of its own is read by a float node
     return {
         n.name
         for n in proto.graph.node
@@ -606,7 +612,7 @@ def _judged(
             timing,
             say,
         )
-        if speed.verdict != "faster":
+        if speed.verdict in ("slower", "within noise"):  # inconclusive proves nothing either way
             no_gain = no_gain_text(pick.label, speed.note)
     settings, found = pick.settings, pick.found
     best, reason, attempts = found.best, found.reason, found.attempts
