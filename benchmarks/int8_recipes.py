@@ -8,6 +8,9 @@ contest (PyTorch eager first, each contender in its own worker process, interlea
 b1×s128 and b32×s128.
 
     python benchmarks/int8_recipes.py --model MiniLM.onnx --work DIR [--recipes a,b] [--budget 10]
+        [--max-drop 0.01]
+
+A model already in DIR with its .json is reused, so recipes can be added to a contest later.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--recipes", default="auto")
     parser.add_argument("--budget", type=float, default=10.0, help="timed seconds per shape")
+    parser.add_argument("--max-drop", type=float, default=0.01, help="quantize's budget")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     recipes, notices = choose_recipes(tuple(args.recipes.split(",")), None, calibration=True)
@@ -83,6 +87,7 @@ def main() -> int:
                 recipes=(recipe.name,),
                 calibration="onnxgate.examples.minilm:calibration_feeds",
                 eval="onnxgate.examples.minilm:eval_feeds",
+                max_drop=args.max_drop,
                 bench=False,
                 contract=False,
             ),
