@@ -70,6 +70,21 @@ def test_the_fastest_is_kept_and_a_tie_within_noise_goes_to_the_more_accurate():
     )
     assert clear.chosen == "fast" and clear.speedup["fast"] > clear.speedup["slow"]
     assert "slower beyond noise than fast" in clear.why["slow"]
+    # a busy machine spoils each verdict against the float model, not the comparison of two
+    # candidates interleaved in the same contest: the more accurate but slower one still loses
+    busy = choose(
+        shapes,
+        float_ms,
+        {
+            "slow": [_latencies(1.8, 0.05, seed=1), _latencies(36.0, 0.05, seed=1)],
+            "fast": [_latencies(1.0, 0.05, seed=2), _latencies(20.0, 0.05, seed=2)],
+        },
+        errors={"slow": 0.001, "fast": 0.005},
+        sizes={"slow": 10, "fast": 10},
+        unreliable=["other processes took 80% of the CPUs"],
+    )
+    assert busy.chosen == "fast"
+    assert {r.verdict for rows in busy.rows.values() for r in rows} == {"inconclusive"}
     # the same speed within noise: the more accurate wins, though its median may be a hair slower
     tied = choose(
         shapes,
