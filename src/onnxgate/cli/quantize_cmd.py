@@ -11,7 +11,14 @@ from onnxgate.cli._common import Format, handles_errors, run
 from onnxgate.cli._flags import flag_option
 from onnxgate.cli._options import FEEDS, FormatOpt, OpsLibraryOpt, build
 from onnxgate.errors import ConfigError
-from onnxgate.quantize import PRESET_HELP, TARGET_HELP, QuantizeConfig, quantize, render_text
+from onnxgate.quantize import (
+    PRESET_HELP,
+    RECIPES_HELP,
+    TARGET_HELP,
+    QuantizeConfig,
+    quantize,
+    render_text,
+)
 
 _DATA = (
     "an .npz (one sample), a folder of .npz files or test_data_set_* folders, a JSON file, or "
@@ -57,6 +64,15 @@ def quantize_command(
         ),
     ] = None,
     preset: Annotated[str, flag_option("preset", "--preset", help=PRESET_HELP)] = "auto",
+    recipes: Annotated[
+        list[str] | None,
+        flag_option(
+            "recipes",
+            "--recipes",
+            help=RECIPES_HELP + " Comma-separated or repeated.",
+            show_default=False,
+        ),
+    ] = None,
     per_channel: Annotated[
         bool | None,
         flag_option(
@@ -280,6 +296,13 @@ def quantize_command(
     slower beyond noise: it passes, with the figures. `--allow-slower` writes a slower model
     anyway, with a warning; `--no-bench` skips the timing and the report says speed was not gated.
 
+    `--recipes auto` tries the int8 recipes that are fast on this CPU (VNNI: dynamic u8/s8
+    per-channel, static QDQ on OpenVINO with percentile ranges; AVX2 without VNNI: u8/s8 with
+    and without per-channel, static s8/s8), each through the accuracy gate on the runtime it
+    runs on; those that pass are timed against the float model in one interleaved contest and the
+    fastest is kept (ties within noise: the more accurate). The report lists every recipe, and
+    says so as a reason when none beats the float model.
+
     The report shows every attempt, the nodes kept in float, size and latency before and after;
     the written model gets a contract naming its parent and the gates it passed (speed figures
     included), whose golden samples keep the gated outputs with the gate's rules as `verify`
@@ -301,6 +324,7 @@ def quantize_command(
         mode=mode,  # type: ignore[arg-type]
         format=quant_format,  # type: ignore[arg-type]
         preset=preset,  # type: ignore[arg-type]
+        recipes=_split(recipes),
         per_channel=per_channel,
         reduce_range=reduce_range,
         activation_type=activation_type,  # type: ignore[arg-type]

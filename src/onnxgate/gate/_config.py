@@ -400,6 +400,11 @@ class QuantizeStep(Step):
     preset: str = "auto"
     """Integer types for this CPU: ``auto`` reads its flags (``vnni``, ``avx2`` or ``arm64``;
     ``onnxgate quantize --help`` says what each chooses)."""
+    recipes: list[str] = Field([], exclude_if=lambda value: not value)
+    """int8 recipes to try instead of one way (``["auto"]``: those fast on this CPU; or names,
+    ``onnxgate quantize --help`` lists them): each is gated where it runs and the fastest that
+    meets the budget is kept; static ones need ``calibration``. Left out of the dump when empty,
+    so the hashes of steps written before it stay."""
     per_channel: bool | None = None
     """One scale per output channel of each weight (true) or one per tensor (false); not set:
     the preset's choice."""

@@ -1,5 +1,6 @@
 """Performance: measured honestly (bench), explained (profile) and searched for (tune)."""
 
+from onnxgate.perf._attention import AttentionFusion, fuse_attention
 from onnxgate.perf._bench import batch_dim, bench
 from onnxgate.perf._bench_records import NOISY_CV, BenchConfig, BenchReport, BenchResult
 from onnxgate.perf._contention import Conditions, Watch
@@ -12,6 +13,7 @@ from onnxgate.perf._tuned import TunedChoice, tuned_for, verify_tuned
 
 __all__ = [
     "NOISY_CV",
+    "AttentionFusion",
     "BenchConfig",
     "BenchReport",
     "BenchResult",
@@ -26,6 +28,7 @@ __all__ = [
     "Watch",
     "batch_dim",
     "bench",
+    "fuse_attention",
     "interval_reasons",
     "judge",
     "profile",

@@ -19,9 +19,11 @@ from onnxgate.quantize._config import (
     resolve,
 )
 from onnxgate.quantize._quantize import quantize
+from onnxgate.quantize._recipes import CPU_RECIPES, RECIPES, RECIPES_HELP, Recipe, choose_recipes
 from onnxgate.quantize._render import render_text
 from onnxgate.quantize._report import (
     Attempt,
+    CandidateResult,
     DataInfo,
     GateFigure,
     Latency,
@@ -34,11 +36,15 @@ from onnxgate.quantize._report import (
 )
 
 __all__ = [
+    "CPU_RECIPES",
     "DEFAULT_OP_TYPES",
     "PRESETS",
     "PRESET_HELP",
+    "RECIPES",
+    "RECIPES_HELP",
     "TARGET_HELP",
     "Attempt",
+    "CandidateResult",
     "DataInfo",
     "GateFigure",
     "Latency",
@@ -48,9 +54,11 @@ __all__ = [
     "Preset",
     "QuantizeConfig",
     "QuantizeReport",
+    "Recipe",
     "Settings",
     "SpeedCost",
     "SpeedGate",
+    "choose_recipes",
     "cpu_features",
     "detect_preset",
     "quantize",

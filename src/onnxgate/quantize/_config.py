@@ -194,6 +194,10 @@ class QuantizeConfig(Part):
     """Check the contract's golden outputs (the float parent's, from ONNX Runtime) with the
     reference evaluator on the float parent before anything is written."""
     seed: int = 0
+    recipes: tuple[str, ...] = Field((), exclude_if=lambda value: not value)
+    """int8 recipes to try (``_recipes``): ``("auto",)`` for the CPU's list, or names; the
+    fastest that passes the gate is kept. Empty: one candidate from ``mode``, ``preset`` and the
+    type options. Left out of the dump when empty (older settings' hashes stay)."""
     ops_libraries: OpsLibraries = Field((), exclude_if=lambda value: not value)
     """Custom operator libraries every session registers (the float model's, each candidate's,
     the timing workers'), for a model with custom-domain nodes, which stay in float; the contract
@@ -239,6 +243,17 @@ class Settings(BaseModel):
     op_types: tuple[str, ...] = ()
     """int8: the op types quantised; fp16/bf16: empty (every float node is a candidate)."""
     calibration_method: CalibrationMethod | None = None
+    recipe: str | None = Field(None, exclude_if=lambda value: value is None)
+    """The recipe (``_recipes``) the settings came from; None when ``recipes`` was not given.
+    Left out of the dump when None, like the three below, so dumps written before stay alike."""
+    weight_only_float: bool = Field(False, exclude_if=lambda value: not value)
+    """Static QDQ: the MatMuls kept in float read int8-stored weights (``_ort.weight_only_inputs``)."""
+    fused: bool = Field(False, exclude_if=lambda value: not value)
+    """Attention, layer norm and GELU were fused before quantising."""
+    providers: tuple[str, ...] = Field((), exclude_if=lambda value: not value)
+    """Where the model must run: its execution providers (empty: the CPU provider)."""
+    runtime: str | None = Field(None, exclude_if=lambda value: value is None)
+    """The runtime it must run on (``onnxruntime-openvino==1.24.1``); None: the installed one."""
 
 
 def where_quantised(op: str, quantisable: Quantisable) -> str:
@@ -286,6 +301,21 @@ def resolve(
     if config.to != "int8":
         return _resolve_float(config)
     notices: list[str] = []
+    if config.recipes:
+        given = [
+            n
+            for n in ("format", "per_channel", "activation_type", "weight_type")
+            if getattr(config, n) is not None
+        ]
+        given += ["mode"] if config.mode != "dynamic" else []
+        if given:
+            raise ConfigError(
+                f"{', '.join(setting(n) for n in given)} and {setting('recipes')} both choose "
+                "how to quantise: each recipe names its mode, format and types.",
+                hint=f"Drop {', '.join(setting(n) for n in given)} to try the recipes, or drop "
+                f"{setting('recipes')} to quantise one way.",
+                field="recipes",
+            )
     if config.mode == "dynamic":
         if config.format == "qdq":
             raise ConfigError(
@@ -313,7 +343,7 @@ def resolve(
             hint="Give an .npz, a folder of samples or package.module:function yielding feeds; "
             f"or use {setting('mode', 'dynamic')}, which needs none.",
         )
-    if config.mode == "dynamic" and config.calibration is not None:
+    if config.mode == "dynamic" and config.calibration is not None and not config.recipes:
         notices.append(
             f"{setting('calibration')} is not used by dynamic quantisation (ranges are computed "
             "at run time)"
@@ -387,6 +417,7 @@ def _resolve_float(config: QuantizeConfig) -> tuple[Settings, list[str]]:
     given += ["mode"] if config.mode != "dynamic" else []
     given += ["preset"] if config.preset != "auto" else []
     given += ["op_types"] if config.op_types else []
+    given += ["recipes"] if config.recipes else []
     given += ["allow_slower"] if config.allow_slower else []  # fp16 is never refused as slower
     if given:
         raise ConfigError(

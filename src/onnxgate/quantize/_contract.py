@@ -178,6 +178,11 @@ def write_quantized_contract(
             "contract": store.location(parent.path) if store.exists(parent.path) else None,
         },
         "settings": report.settings.model_dump(mode="json"),
+        # where the model was gated and must run: verify and serve read it here
+        "runs_on": {
+            "providers": list(report.settings.providers),
+            "runtime": report.settings.runtime,
+        },
         "excluded_nodes": [s.node for s in report.excluded],
         "calibration": report.calibration.model_dump(mode="json") if report.calibration else None,
         "gate": {

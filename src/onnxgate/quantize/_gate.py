@@ -15,6 +15,7 @@ scores, cosine for everything else (embeddings, hidden states).
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -192,10 +193,10 @@ class _Recorder:
         return self.inner.info()
 
 
-def _ort_runner(path: Path, session: SessionSettings) -> Runner:
+def _ort_runner(path: Path, session: SessionSettings, runtime: str | None = None) -> Runner:
     from onnxgate.runners import open_runner
 
-    return open_runner(load_model(path), session)
+    return open_runner(load_model(path), session, runtime=runtime or "installed")
 
 
 def _argmax(value: Any) -> np.ndarray:
@@ -287,8 +288,11 @@ class Judge:
         labels: np.ndarray | None = None,
         session: SessionSettings | None = None,
     ) -> None:
+        self.float_model = float_model
         self.session = session or SessionSettings()
         """The sessions' settings (their custom operator libraries), every model's alike."""
+        self.runtime: str | None = None
+        """The runtime candidates run on (``on``); the float model runs on the installed one."""
         self.signature = signature
         self.samples = list(samples)
         self.rules = list(rules)
@@ -314,6 +318,19 @@ class Judge:
             else {}
         )
 
+    def on(self, providers: Sequence[str], runtime: str | None) -> Judge:
+        """This judge with candidates run on ``providers`` of ``runtime`` (None: installed).
+
+        The float model's outputs stay the reference: a candidate is judged where it will run
+        against the float model where it was made.
+        """
+        if not providers and runtime is None:
+            return self
+        other = copy.copy(self)
+        other.session = self.session.model_copy(update={"providers": tuple(providers)})
+        other.runtime = runtime
+        return other
+
     def _accuracy(self, outputs: Sequence[Mapping[str, Any]], name: str) -> float:
         predicted = np.concatenate([_argmax(o[name]) for o in outputs])
         assert self.labels is not None
@@ -333,7 +350,7 @@ class Judge:
 
     def _run(self, candidate: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The candidate's outputs per sample, and compare's verdicts on ``--metric`` rules."""
-        recorder = _Recorder(_ort_runner(candidate, self.session))
+        recorder = _Recorder(_ort_runner(candidate, self.session, self.runtime))
         explicit = {r.output: r.criterion for r in self.rules if r.explicit and r.criterion}
         if not explicit:
             with recorder:

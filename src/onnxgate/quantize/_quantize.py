@@ -22,10 +22,8 @@ import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from onnxgate._fs import atomic_write_bytes
@@ -34,14 +32,14 @@ from onnxgate._words import offered, setting
 from onnxgate.contract import (
     SIDECAR,
     SecondOpinion,
-    contract_dims,
     drop_stale_contract,
     host_libraries,
 )
-from onnxgate.data import Sample, synthetic_samples
-from onnxgate.errors import ConfigError, GateError
+from onnxgate.data import Sample
+from onnxgate.errors import ConfigError, GateError, RunFailed, first_line
 from onnxgate.model import LoadedModel, Signature, load_model
-from onnxgate.quantize import _data, _float16, _ort
+from onnxgate.quantize import _float16, _ort
+from onnxgate.quantize._choose import Choice, candidate_results, no_gain_text, race_candidates
 from onnxgate.quantize._config import (
     DEFAULT_OP_TYPES,
     QuantizeConfig,
@@ -59,25 +57,20 @@ from onnxgate.quantize._contract import (
 )
 from onnxgate.quantize._gate import Judge, gate_rules
 from onnxgate.quantize._ort import (
-    candidates,
-    name_nodes,
-    preprocess,
+    WEIGHT_ONLY,
     quantisable,
-    quantise,
     quantised_nodes,
     refuse_unquantisable,
-    speed_costs,
     unquantisable_present,
 )
+from onnxgate.quantize._recipes import Recipe
 from onnxgate.quantize._report import (
-    Attempt,
     DataInfo,
     Latency,
     NodeScore,
     QuantizeReport,
     SpeedGate,
 )
-from onnxgate.quantize._search import Make, naive, search
 from onnxgate.quantize._speed import (
     figures_text,
     growth_text,
@@ -87,14 +80,18 @@ from onnxgate.quantize._speed import (
     profile_cost,
     timing_samples,
 )
+from onnxgate.quantize._trial import (
+    Data,
+    Tried,
+    plans,
+    prepare,
+    read_data,
+    try_candidate,
+    words,
+)
 from onnxgate.settings import SessionSettings, Tolerances, config_hash
 
 log = logging.getLogger(__name__)
-
-
-def words(settings: Settings) -> tuple[str, str]:
-    """The format converted to and the one nodes are kept in: int8/float, fp16/fp32."""
-    return (settings.to, "float" if settings.to == "int8" else "fp32")
 
 
 def _ops(proto: onnx.ModelProto) -> dict[str, int]:
@@ -125,7 +122,12 @@ def _float_names(proto: onnx.ModelProto, settings: Settings) -> set[str]:
             for n in proto.graph.node
             if n.op_type in settings.op_types and not any(i in eight_bit for i in n.input)
         }
-    dequantised = {o for n in proto.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    dequantised = {
+        o
+        for n in proto.graph.node
+        if n.op_type == "DequantizeLinear" and not n.name.startswith(WEIGHT_ONLY)
+        for o in n.output
+    }  # a weight stored in int8 behind a DequantizeLinear of its own is read by a float node
     return {
         n.name
         for n in proto.graph.node
@@ -186,6 +188,17 @@ def _speed_gate(config: QuantizeConfig, delivered: bool) -> SpeedGate | None:
     return None
 
 
+def _timing_failed(model: Path, err: GateError) -> GateError:
+    """A timing worker's failure, saying the speed gate cannot judge (nothing is written)."""
+    return type(err)(
+        f"{model}: timing the float model against its quantised version failed, so the "
+        f"speed gate cannot judge it (nothing written): {err.message}",
+        hint=(err.hint + " " if err.hint else "")
+        + f"{setting('bench', False)} skips the speed gate (the report then says speed was "
+        "not gated).",
+    )
+
+
 def _time_and_judge(
     model: Path,
     config: QuantizeConfig,
@@ -221,15 +234,22 @@ def _time_and_judge(
                 ops_libraries=config.ops_libraries,
             )
     except GateError as err:
-        raise type(err)(
-            f"{model}: timing the float model against its quantised version failed, so the "
-            f"speed gate cannot judge it (nothing written): {err.message}",
-            hint=(err.hint + " " if err.hint else "")
-            + f"{setting('bench', False)} skips the speed gate (the report then says speed was "
-            "not gated).",
-        ) from err
+        raise _timing_failed(model, err) from err
+    return rows, _judge_rows(rows, conditions.reasons, config, settings, paths, samples, say)
+
+
+def _judge_rows(
+    rows: list[Latency],
+    unreliable: Sequence[str],
+    config: QuantizeConfig,
+    settings: Settings,
+    paths: dict[str, Path],
+    samples: list[Sample],
+    say: Callable[[str], None],
+) -> SpeedGate:
+    """The speed gate on the timed rows; when slower, what costs the time (CPU provider only)."""
     if settings.to != "int8":  # slower on a CPU is expected of fp16: said, never refused
-        speed = judge_speed(rows, allow_slower=True, unreliable=conditions.reasons)
+        speed = judge_speed(rows, allow_slower=True, unreliable=unreliable)
         if speed.verdict == "slower":
             slower = "; ".join(figures_text(r) for r in rows if r.verdict == "slower")
             note = (
@@ -237,10 +257,10 @@ def _time_and_judge(
                 f"and not refused: {_float16.CPU_SLOWER}"
             )
             speed = speed.model_copy(update={"note": note})
-        return rows, speed
-    speed = judge_speed(rows, allow_slower=config.allow_slower, unreliable=conditions.reasons)
-    if speed.verdict != "slower":
-        return rows, speed
+        return speed
+    speed = judge_speed(rows, allow_slower=config.allow_slower, unreliable=unreliable)
+    if speed.verdict != "slower" or settings.runtime is not None or settings.providers:
+        return speed  # the profiler runs the installed CPU provider only
     worst = min(range(len(rows)), key=lambda i: rows[i].speedup)
     try:
         cost = profile_cost(
@@ -254,11 +274,11 @@ def _time_and_judge(
         )
     except GateError as err:  # the verdict stands; only its explanation is missing
         log.warning("profiling failed: %s", err.message)
-        return rows, speed.model_copy(
+        return speed.model_copy(
             update={"note": f"{speed.note}; profiling it failed: {err.message}"}
         )
     log.info("slower at %s", figures_text(rows[worst]))
-    return rows, speed.model_copy(update={"cost": cost})
+    return speed.model_copy(update={"cost": cost})
 
 
 def _output(config: QuantizeConfig, model: Path) -> Path:
@@ -270,169 +290,6 @@ def _output(config: QuantizeConfig, model: Path) -> Path:
     if out.resolve() == model.resolve():
         raise ConfigError(f"{named} is the model itself; write the quantised model elsewhere.")
     return out
-
-
-@dataclass
-class _Data:
-    """The calibration and evaluation data, read and checked against each other."""
-
-    calibration: list[Sample]
-    calibration_info: DataInfo | None
-    evaluation: list[Sample]
-    eval_source: str
-    eval_rows: int
-    labels: np.ndarray | None
-    overlap_rows: int
-    warnings: list[str]
-
-
-def _read_data(
-    config: QuantizeConfig,
-    settings: Settings,
-    signature: Signature,
-    loaded: LoadedModel,
-    say: Callable[[str], None],
-) -> _Data:
-    """Read the calibration data (static mode), the evaluation data (or synthesise it), labels."""
-    _data.check_distinct(config.calibration, config.eval)
-    warnings: list[str] = []
-    calibration: list[Sample] = []
-    calibration_info = None
-    if settings.mode == "static":
-        assert config.calibration is not None  # resolve() refused static without it
-        say("reading the calibration data")
-        calibration = _data.load_samples(config.calibration, signature, option="calibration")
-        calibration_info = DataInfo(
-            source=config.calibration,
-            samples=len(calibration),
-            rows=sum(_data.rows(s) for s in calibration),
-        )
-    if config.eval is not None:
-        say("reading the evaluation data")
-        evaluation = _data.load_samples(config.eval, signature, option="eval")
-        eval_source = config.eval
-    else:
-        evaluation = synthetic_samples(
-            signature, model=loaded.proto, seed=config.seed, known=contract_dims(loaded.path)
-        )
-        eval_source = f"synthetic (seed {config.seed})"
-        warnings.append(
-            f"no evaluation data ({setting('eval')}): the gate ran on synthetic inputs, which say "
-            "little about accuracy on real data"
-        )
-    eval_rows = sum(_data.rows(s) for s in evaluation)
-    labels = _data.load_labels(config.labels, eval_rows) if config.labels is not None else None
-    overlap_rows = _data.overlap(calibration, evaluation) if calibration else 0
-    if overlap_rows:
-        warnings.append(
-            f"{overlap_rows} of {eval_rows} evaluation row(s) also appear in the calibration "
-            "data: the accuracy measured on them flatters the model"
-        )
-    return _Data(
-        calibration,
-        calibration_info,
-        evaluation,
-        eval_source,
-        eval_rows,
-        labels,
-        overlap_rows,
-        warnings,
-    )
-
-
-@dataclass
-class _Found:
-    """What the search for nodes to keep in float found, and the attempt the report shows."""
-
-    attempts: list[Attempt]
-    ranking: list[NodeScore]
-    best: tuple[Path, list[str]] | None
-    shown: Path
-    shown_attempt: Attempt
-    reason: str | None
-    ranked_on: str | None
-
-
-def _keep_in_float(
-    config: QuantizeConfig,
-    first: Attempt,
-    all_int8: Path,
-    nodes: list[onnx.NodeProto],
-    make: Make,
-    keep: Callable[[Path, int], Path],
-    judge: Judge,
-    prepared: onnx.ModelProto,
-    say: Callable[[str], None],
-    warnings: list[str],
-    settings: Settings,
-    *,
-    calibration: list[Sample],
-    calibration_judge: Callable[[], Judge],
-) -> _Found:
-    """When every node in int8 misses the budget, search for the worst nodes to keep in float."""
-    low, high = words(settings)
-    attempts: list[Attempt] = [first]
-    ranking: list[NodeScore] = []
-    best: tuple[Path, list[str]] | None = (all_int8, []) if first.passed else None
-    shown, shown_attempt = all_int8, first
-    reason = None
-    ranked_on = None
-    limit = len(nodes) - 1 if config.max_excluded is None else config.max_excluded
-    limit = min(limit, len(nodes) - 1)  # at least one node stays int8
-    if not first.passed and config.search and limit >= 1:
-        error = judge.error
-        ranked_on = "evaluation"
-        if calibration:
-            say(f"running the float model on {len(calibration)} calibration sample(s)")
-            error = calibration_judge().error
-            ranked_on = "calibration"
-        found = search(
-            nodes,
-            make,
-            judge.judge,
-            error=error,
-            max_excluded=limit,
-            progress=say,
-            keep=keep,
-            costs=speed_costs(prepared, nodes),
-            words=(low, high),
-        )
-        attempts += found.attempts
-        ranking = found.ranking
-        best = found.best
-        if best is not None:
-            shown = best[0]
-            shown_attempt = next(a for a in found.attempts if a.passed and a.excluded == best[1])
-        else:
-            if found.last is not None:
-                shown, shown_attempt = found.last
-            reason = (
-                f"the budget cannot be met: with the {found.limit} worst of {len(nodes)} "
-                f"node(s) kept in {high}"
-                + (
-                    f" ({setting('max_excluded', config.max_excluded)})"
-                    if config.max_excluded is not None and found.limit == config.max_excluded
-                    else f" (at least one must stay {low})"
-                )
-                + " it is still missed"
-            )
-        if ranked_on == "evaluation":
-            warnings.append(
-                f"nodes kept in {high} are chosen on the evaluation data ("
-                + ("dynamic mode has" if settings.to == "int8" else f"{low} needs")
-                + " no calibration data to rank them on): the gate's figures flatter the model "
-                "a little; check it on other data"
-            )
-    elif not first.passed:
-        why = (
-            f" and the search is off ({setting('search', False)})"
-            if not config.search
-            else f" and {setting('max_excluded', 0)} allows no node in {high}"
-            if config.max_excluded == 0
-            else f" and the model has a single candidate node (it must stay {low})"
-        )
-        reason = f"the budget was missed with every node in {low}" + why
-    return _Found(attempts, ranking, best, shown, shown_attempt, reason, ranked_on)
 
 
 def _check_kept_in_float(
@@ -618,48 +475,19 @@ def _quantize_checked(
     signature: Signature,
     say: Callable[[str], None],
 ) -> QuantizeReport:
-    low, high = words(settings)
     session = SessionSettings(ops_libraries=config.ops_libraries)
     if config.ops_libraries:
         notices.append(f"custom operator libraries: {', '.join(config.ops_libraries)}")
-    data = _read_data(config, settings, signature, loaded, say)
-    calibration, evaluation, labels, warnings = (
-        data.calibration,
-        data.evaluation,
-        data.labels,
-        data.warnings,
-    )
+    planned_all = plans(config, settings, features, notices)
+    static = any(s.mode == "static" for _, s in planned_all)
+    data = read_data(config, static, signature, loaded, say)
+    evaluation, labels = data.evaluation, data.labels
     rules, gate_notices = gate_rules(loaded.proto, signature, config, labels is not None)
     notices += gate_notices
     with tempfile.TemporaryDirectory(prefix="onnxgate-quantize-") as folder:
         tmp = Path(folder)
         source = tmp / "float.onnx"
         onnx.save(loaded.proto, str(source))
-        pre = tmp / "pre.onnx"
-        if settings.to == "int8":
-            say("pre-processing (ONNX Runtime's quant_pre_process)")
-            notices += preprocess(source, pre)
-        else:  # the converter needs only node names: exclusion lists name nodes
-            named = onnx.load(str(source))
-            name_nodes(named)
-            onnx.save(named, str(pre))
-        prepared = onnx.load(str(pre), load_external_data=False)
-        nodes = (
-            candidates(prepared, settings)
-            if settings.to == "int8"
-            else _float16.candidates(prepared)
-        )
-        overflow: dict[str, str] = {}
-        if settings.to != "int8":
-            say("looking for float32 outputs beyond float16's range")
-            overflow = _float16.overflowing(pre, evaluation, session)
-            nodes = [n for n in nodes if n.name not in overflow]
-            if overflow:
-                notices.append(
-                    f"kept in float32 before the search, their outputs beyond float16's range "
-                    f"on the evaluation data (infinite on float16 hardware, which ONNX "
-                    f"Runtime's CPU provider would not show): {'; '.join(overflow.values())}"
-                )
         say(f"running the float model on {len(evaluation)} evaluation sample(s)")
         judge = Judge(
             source,
@@ -670,161 +498,231 @@ def _quantize_checked(
             labels=labels,
             session=session,
         )
-        cache = tmp / "calibration.json" if settings.mode == "static" else None
-
-        def make(exclude: Sequence[str], only: Sequence[str] | None) -> Path:
-            target = tmp / "candidate.onnx"
-            if settings.to != "int8":
-                only = None if only is None else [n for n in only if n not in overflow]
-                _float16.convert(
-                    pre,
-                    target,
-                    exclude=[*overflow, *exclude],
-                    only=only,
-                    ops_libraries=config.ops_libraries,
+        tried: list[Tried] = []
+        failed: dict[str, tuple[Recipe, str]] = {}
+        prepared: dict[bool, Path] = {}
+        for recipe, planned in planned_all:
+            if recipe is not None:
+                say(f"recipe {recipe.name}: {recipe.why} ({recipe.where()})")
+            try:
+                pre = prepare(planned, recipe, loaded, source, tmp, prepared, notices, say)
+                tried.append(
+                    try_candidate(
+                        config,
+                        recipe,
+                        planned,
+                        loaded,
+                        pre,
+                        tmp / (recipe.name if recipe else "candidate"),
+                        judge,
+                        data,
+                        notices,
+                        say,
+                        lambda: Judge(
+                            source,
+                            signature,
+                            data.calibration,
+                            rules,
+                            max_drop=config.max_drop,
+                            session=session,
+                        ),
+                    )
                 )
-                return target
-            quantise(
-                pre,
-                target,
-                settings,
-                exclude=exclude,
-                only=only,
-                calibration=calibration,
-                cache=cache,
+            except Exception as err:  # one recipe failing leaves the others to judge
+                if recipe is None:
+                    raise
+                message = (
+                    err.message
+                    if isinstance(err, GateError)
+                    else first_line(err, with_type=True)  # onnxscript's fusions raise anything
+                )
+                log.warning("recipe %s failed: %s", recipe.name, message)
+                failed[recipe.name] = (recipe, message)
+        if not tried:
+            raise RunFailed(
+                f"{loaded.path}: every int8 recipe failed: "
+                + "; ".join(f"{name}: {why}" for name, (_, why) in failed.items()),
+                hint=f"Name the recipes that work with {setting('recipes')}, or drop it.",
             )
-            return target
+        return _judged(
+            config, loaded, out, signature, say, notices, features, data, judge, tried, failed
+        )
 
-        def keep(path: Path, count: int) -> Path:
-            return path.rename(tmp / f"attempt-{count}.onnx")
 
-        say(f"converting {len(nodes)} node(s) to {low}")
-        all_int8, first = naive(make, judge.judge, keep)
-        if (
-            settings.to == "int8"
-            and quantised_nodes(onnx.load(str(all_int8), load_external_data=False)) == 0
-        ):
-            raise ConfigError(
-                f"{loaded.path}: ONNX Runtime quantised none of its "
-                f"{'/'.join(settings.op_types)} nodes.",
-                hint=f"Check {setting('op_types')}; dynamic quantisation needs constant weights.",
-            )
-        found = _keep_in_float(
+def _judged(
+    config: QuantizeConfig,
+    loaded: LoadedModel,
+    out: Path,
+    signature: Signature,
+    say: Callable[[str], None],
+    notices: list[str],
+    features: list[str],
+    data: Data,
+    judge: Judge,
+    tried: list[Tried],
+    failed: dict[str, tuple[Recipe, str]],
+) -> QuantizeReport:
+    """Time what passed, keep one, and write it with its contract; the report either way."""
+    evaluation, warnings = data.evaluation, data.warnings
+    recipes = tried[0].recipe is not None
+    passing = [t for t in tried if t.delivered is not None]
+    pick = min(passing or tried, key=lambda t: t.found.shown_attempt.worst or 0.0)
+    latency: list[Latency] = []
+    speed = _speed_gate(config, bool(passing))
+    timing = timing_samples(loaded, signature, config, evaluation[0]) if speed is None else []
+    source = Path(judge.float_model)
+    choice: Choice | None = None
+    no_gain: str | None = None
+    if speed is None and not recipes:
+        t = tried[0]
+        assert t.delivered is not None
+        excluded_names = t.found.best[1] if t.found.best else []
+        latency, speed = _time_and_judge(
+            loaded.path,
             config,
-            first,
-            all_int8,
-            nodes,
-            make,
-            keep,
-            judge,
-            prepared,
+            t.settings,
+            {"float": source, "quantised": t.delivered}
+            | ({"all-int8": t.all_int8} if excluded_names else {}),
+            timing,
             say,
-            warnings,
-            settings,
-            calibration=calibration,
-            calibration_judge=lambda: Judge(
-                source, signature, calibration, rules, max_drop=config.max_drop, session=session
-            ),
         )
-        attempts, ranking, best, reason, ranked_on = (
-            found.attempts,
-            found.ranking,
-            found.best,
-            found.reason,
-            found.ranked_on,
-        )
-        shown, shown_attempt = found.shown, found.shown_attempt
-        excluded_names = best[1] if best else shown_attempt.excluded
-        scores = {s.node: s for s in ranking}
-        excluded = [
-            scores.get(n) or NodeScore(node=n, op_type="", score=0.0) for n in excluded_names
-        ]
-        shown_proto = onnx.load(str(shown), load_external_data=False)
-        float_ops = _left_in_float(shown_proto, settings)
-        _check_kept_in_float(shown_proto, excluded_names, settings, warnings, notices)
-        if settings.to != "int8":
-            measured = _float16.cpu_float32_notice(shown_proto, str(loaded.path))
-            notices += [measured] if measured else []
-        latency: list[Latency] = []
-        speed = _speed_gate(config, best is not None)
-        if speed is None:
-            assert best is not None  # _speed_gate judges nothing without a delivered model
-            latency, speed = _time_and_judge(
-                loaded.path,
-                config,
-                settings,
-                {"float": source, "quantised": shown}
-                | ({"all-int8": all_int8} if excluded_names else {}),
-                timing_samples(loaded, signature, config, evaluation[0]),
-                say,
+    elif speed is None:
+        try:
+            choice, unreliable = race_candidates(
+                source,
+                {t.label: (t.delivered, t.settings) for t in passing if t.delivered},
+                timing,
+                errors={t.label: t.found.shown_attempt.worst for t in passing},
+                budget_s=config.bench_budget_s,
+                seed=config.seed,
+                ops_libraries=config.ops_libraries,
+                progress=say,
             )
-            if not speed.passed:
-                best = None
-                cost = speed.cost.grown[:1] if speed.cost else []
-                reason = (
-                    f"the quantised model is {speed.note}"
-                    + "".join(f"; grown most: {growth_text(g)}" for g in cost)
-                    + f"; {setting('allow_slower', True)} writes it anyway"
+        except GateError as err:
+            raise _timing_failed(loaded.path, err) from err
+        pick = next(t for t in passing if t.label == choice.chosen)
+        latency = choice.rows[choice.chosen]
+        assert pick.delivered is not None
+        speed = _judge_rows(
+            latency,
+            unreliable,
+            config,
+            pick.settings,
+            {"float": source, "quantised": pick.delivered},
+            timing,
+            say,
+        )
+        if speed.verdict in ("slower", "within noise"):  # inconclusive proves nothing either way
+            no_gain = no_gain_text(pick.label, speed.note)
+    settings, found = pick.settings, pick.found
+    best, reason, attempts = found.best, found.reason, found.attempts
+    if recipes and not passing:
+        reason = "no int8 recipe met the budget: " + "; ".join(
+            f"{t.label}: {t.found.reason}" for t in tried
+        )
+    shown, shown_attempt = found.shown, found.shown_attempt
+    excluded_names = best[1] if best else shown_attempt.excluded
+    scores = {s.node: s for s in found.ranking}
+    excluded = [scores.get(n) or NodeScore(node=n, op_type="", score=0.0) for n in excluded_names]
+    shown_proto = onnx.load(str(shown), load_external_data=False)
+    float_ops = _left_in_float(shown_proto, settings)
+    _check_kept_in_float(shown_proto, excluded_names, settings, warnings, notices)
+    if settings.to != "int8":
+        measured = _float16.cpu_float32_notice(shown_proto, str(loaded.path))
+        notices += [measured] if measured else []
+    if speed is not None and speed.gated and not speed.passed:
+        best = None
+        cost = speed.cost.grown[:1] if speed.cost else []
+        reason = (
+            (no_gain + "; " if no_gain else "")
+            + f"the quantised model is {speed.note}"
+            + "".join(f"; grown most: {growth_text(g)}" for g in cost)
+            + f"; {setting('allow_slower', True)} writes it anyway"
+        )
+    elif speed is not None and speed.verdict == "slower" and settings.to == "int8":
+        warnings.append(
+            (no_gain + "; " if no_gain else "") + f"the quantised model is {speed.note}"
+        )
+    elif no_gain:
+        warnings.append(no_gain)
+    elif speed is not None and speed.verdict == "inconclusive":
+        noun = "quantised" if settings.to == "int8" else settings.to
+        warnings.append(f"the {noun} model's {speed.note}")
+    if any(r.noisy for r in latency):
+        warnings.append(
+            "some latencies vary by more than 10% (CV): the machine is busy, so the "
+            "intervals are wide"
+        )
+    size_before = loaded.size_bytes + loaded.external_bytes  # the weights in side files too
+    assert speed is not None
+    report = QuantizeReport(
+        passed=best is not None,
+        model=str(loaded.path),
+        out=str(out) if best is not None else None,
+        settings=settings,
+        cpu_features=features,
+        notices=notices,
+        warnings=list(dict.fromkeys(warnings)),
+        calibration=data.calibration_info,
+        evaluation=DataInfo(source=data.eval_source, samples=len(evaluation), rows=data.eval_rows),
+        overlap_rows=data.overlap_rows,
+        max_drop=config.max_drop,
+        gate=shown_attempt.figures,
+        attempts=attempts,
+        ranking=found.ranking,
+        ranked_on=found.ranked_on,
+        excluded=excluded,
+        quantized_nodes=quantised_nodes(shown_proto)
+        if settings.to == "int8"
+        else _float16.half_nodes(shown_proto),
+        float_ops=float_ops,
+        size_before=size_before,
+        size_after=shown.stat().st_size,
+        size_ratio=shown.stat().st_size / size_before,
+        gain=None
+        if settings.to == "int8"
+        else _float16.gain(settings.to, speed, shown.stat().st_size / size_before),
+        ops_before=_ops(loaded.proto),
+        ops_after=_ops(shown_proto),
+        latency=latency,
+        speed=speed,
+        reason=reason,
+        candidates=candidate_results(
+            [
+                (
+                    t.recipe,
+                    t.settings,
+                    t.found.shown_attempt,
+                    t.found.shown,
+                    t.delivered is not None,
                 )
-            elif speed.verdict == "slower" and settings.to == "int8":
-                warnings.append(f"the quantised model is {speed.note}")
-            elif speed.verdict == "inconclusive":
-                noun = "quantised" if settings.to == "int8" else settings.to
-                warnings.append(f"the {noun} model's {speed.note}")
-        if any(r.noisy for r in latency):
-            warnings.append(
-                "some latencies vary by more than 10% (CV): the machine is busy, so the "
-                "intervals are wide"
-            )
-        size_before = loaded.size_bytes + loaded.external_bytes  # the weights in side files too
-        report = QuantizeReport(
-            passed=best is not None,
-            model=str(loaded.path),
-            out=str(out) if best is not None else None,
-            settings=settings,
-            cpu_features=features,
-            notices=notices,
-            warnings=warnings,
-            calibration=data.calibration_info,
-            evaluation=DataInfo(
-                source=data.eval_source, samples=len(evaluation), rows=data.eval_rows
-            ),
-            overlap_rows=data.overlap_rows,
-            max_drop=config.max_drop,
-            gate=shown_attempt.figures,
-            attempts=attempts,
-            ranking=ranking,
-            ranked_on=ranked_on,
-            excluded=excluded,
-            quantized_nodes=quantised_nodes(shown_proto)
-            if settings.to == "int8"
-            else _float16.half_nodes(shown_proto),
-            float_ops=float_ops,
+                for t in tried
+                if t.recipe is not None
+            ],
+            failed,
+            choice,
             size_before=size_before,
-            size_after=shown.stat().st_size,
-            size_ratio=shown.stat().st_size / size_before,
-            gain=None
-            if settings.to == "int8"
-            else _float16.gain(settings.to, speed, shown.stat().st_size / size_before),
-            ops_before=_ops(loaded.proto),
-            ops_after=_ops(shown_proto),
-            latency=latency,
-            speed=speed,
-            reason=reason,
+            kept=pick.label if best is not None else None,
+            timed=speed.gated,
         )
-        if best is None:
-            return report
-        contract_config = None
-        opinion = SecondOpinion(detail=f"not taken: {setting('second_opinion', False)}")
-        if config.contract:
-            say("measuring the contract's rules on its golden samples")
-            contract_config, rule_notices = contract_rules(
-                shown, judge, signature, evaluation[:GOLDEN_SAMPLES], config.max_drop
-            )
-            report = report.model_copy(update={"notices": report.notices + rule_notices})
-            if config.second_opinion:
-                # before anything is written: golden outputs a second runner disputes are not kept
-                opinion = second_opinion(loaded, judge, signature, evaluation[:GOLDEN_SAMPLES], say)
-        say(f"writing {out}")
-        _write_model(shown, out, external=bool(loaded.external_data))
-    return _write_contract(out, loaded, judge, evaluation, report, contract_config, opinion, config)
+        if recipes
+        else [],
+    )
+    if best is None:
+        return report
+    contract_config = None
+    opinion = SecondOpinion(detail=f"not taken: {setting('second_opinion', False)}")
+    if config.contract:
+        say("measuring the contract's rules on its golden samples")
+        contract_config, rule_notices = contract_rules(
+            shown, pick.judge, signature, evaluation[:GOLDEN_SAMPLES], config.max_drop
+        )
+        report = report.model_copy(update={"notices": report.notices + rule_notices})
+        if config.second_opinion:
+            # before anything is written: golden outputs a second runner disputes are not kept
+            opinion = second_opinion(loaded, judge, signature, evaluation[:GOLDEN_SAMPLES], say)
+    say(f"writing {out}")
+    _write_model(shown, out, external=bool(loaded.external_data))
+    return _write_contract(
+        out, loaded, pick.judge, evaluation, report, contract_config, opinion, config
+    )

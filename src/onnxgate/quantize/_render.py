@@ -28,6 +28,7 @@ def render_text(report: QuantizeReport) -> Lines:
     lines.extend(_kept_in_float(report))
     lines.extend(_size_and_latency(report))
     lines.extend(_speed(report))
+    lines.extend(_candidates(report))
     for warning in report.warnings:
         lines.append(line(f"[yellow]warning:[/] {escape(warning)}"))
     lines.extend(_verdict(report))
@@ -46,7 +47,12 @@ def _header(report: QuantizeReport) -> Lines:
             f"[bold]{escape(report.model)}[/]: {s.mode} int8 ({s.format}, preset {s.preset}, "
             f"activations {s.activation_type}, weights {s.weight_type}"
             f"{' per-channel' if s.per_channel else ''}{', 7-bit' if s.reduce_range else ''}, "
-            f"op types {','.join(s.op_types)})"
+            f"op types {','.join(s.op_types)}"
+            + (f", recipe {s.recipe}" if s.recipe else "")
+            + (", fused graph" if s.fused else "")
+            + (f", runs on {','.join(s.providers)}" if s.providers else "")
+            + (f" of {s.runtime}" if s.runtime else "")
+            + ")"
         )
     ]
     for notice in report.notices:
@@ -242,4 +248,34 @@ def _speed(report: QuantizeReport) -> Lines:
                 )
             )
     lines.append(line(f"  [bold]hint:[/] {escape(cost.hint)}"))
+    return lines
+
+
+def _candidates(report: QuantizeReport) -> Lines:
+    """One line per int8 recipe tried: accuracy, size, speed against float, kept or why not."""
+    if not report.candidates:
+        return []
+    lines: Lines = [
+        line(
+            "  int8 recipes tried (cosine: the mean row cosine of the worst output, and its worst "
+            "row; speed-up: float median / recipe median, geometric mean over the shapes, all "
+            "in one contest):"
+        )
+    ]
+    for c in report.candidates:
+        figures = []
+        if c.error is not None or c.passed_accuracy:
+            figures.append(
+                ("[green]met the budget[/]" if c.passed_accuracy else "[red]missed the budget[/]")
+                + ("" if c.error is None else f", cosine {1 - c.error:.4f}")
+                + ("" if c.worst_cosine is None else f", worst row {c.worst_cosine:.4f}")
+                + (f", {c.kept_in_float} node(s) in float" if c.kept_in_float else "")
+            )
+        if c.size_ratio is not None:
+            figures.append(f"{_mb(c.size_bytes)} (x{c.size_ratio:.2f} of float)")
+        if c.speedup is not None:
+            figures.append(f"x{c.speedup:.2f} vs float ({c.verdict})")
+        name = f"[bold]{escape(c.recipe)}[/]" if c.chosen else escape(c.recipe)
+        lines.append(line(f"    {name} ({escape(c.where)}): {'; '.join(figures)}"))
+        lines.append(line(f"      {escape(c.why)}"))
     return lines

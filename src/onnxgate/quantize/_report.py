@@ -163,6 +163,32 @@ class SpeedGate(_Strict):
     """When it is slower: what costs the time."""
 
 
+class CandidateResult(_Strict):
+    """One int8 recipe tried (``recipes``): its accuracy, size and speed, and whether it was kept."""
+
+    recipe: str
+    where: str
+    """Where it runs and was judged: ``CPU provider``, ``openvino on onnxruntime-openvino==...``."""
+    settings: Settings
+    passed_accuracy: bool
+    error: float | None = None
+    """1 - the mean row cosine of the worst gated output (``Attempt.worst``)."""
+    worst_cosine: float | None = None
+    """The lowest row cosine over the gated outputs."""
+    kept_in_float: int = 0
+    """Nodes the search kept in float to meet the budget."""
+    size_bytes: int | None = None
+    size_ratio: float | None = None
+    latency: list[Latency] = []
+    """Against the float model, per shape, all candidates timed in one interleaved contest."""
+    speedup: float | None = None
+    """The geometric mean of the speed-ups over the shapes timed."""
+    verdict: SpeedVerdict | None = None
+    chosen: bool = False
+    why: str
+    """Why it was kept, or why not (failed accuracy, slower, slower than another, ...)."""
+
+
 class QuantizeReport(_Strict):
     """What was quantised, how, whether it met the budget and is not slower, what it costs and saves."""
 
@@ -207,3 +233,5 @@ class QuantizeReport(_Strict):
     contract: str | None = None
     reason: str | None = None
     """Why no model was delivered."""
+    candidates: list[CandidateResult] = []
+    """Every recipe tried when ``recipes`` was given; the delivered model is the chosen one."""

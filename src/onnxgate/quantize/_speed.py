@@ -46,7 +46,7 @@ from onnxgate.quantize._report import (
 )
 
 if TYPE_CHECKING:
-    from onnxgate.perf import Conditions, ProfileReport
+    from onnxgate.perf import Conditions, Contender, ProfileReport
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +274,45 @@ def timing_samples(
     )
 
 
+def race(
+    contenders: Sequence[Contender],
+    samples: Sequence[Sample],
+    *,
+    budget_s: float,
+    progress: Callable[[str], None],
+) -> tuple[list[tuple[Mapping[str, int], list[list[float]]]], Conditions]:
+    """Time the contenders against each other per shape, each in a worker process of its own.
+
+    Returns, per sample, its dims and each contender's latencies (ms) in the contenders' order,
+    and what the machine did meanwhile.
+
+    Raises:
+        GateError: a worker failed (its class kept: ``RunFailed``, ``InternalError`` ...).
+    """
+    from onnxgate.perf import Contest, Watch
+
+    timed: list[tuple[Mapping[str, int], list[list[float]]]] = []
+    runs: dict[str, list[float]] = {}
+    with Contest(list(contenders)) as contest:
+        watch = Watch(lambda: [os.getpid(), *contest.pids])
+        for sample in samples:
+            shape = shape_text(sample.dims)
+            progress(f"timing float vs quantised at {shape}, interleaved in worker processes")
+            latencies = contest.race(
+                [sample.feeds] * len(contenders),
+                warmup=SPEED_WARMUP,
+                budget_s=budget_s,
+                min_runs=SPEED_MIN_RUNS,
+                progress=lambda message, shape=shape: progress(f"{shape}: {message}"),
+            )
+            runs |= {
+                f"the {c.label} at {shape}": v for c, v in zip(contenders, latencies, strict=True)
+            }
+            timed.append((sample.dims, latencies))
+        conditions = watch.conditions(runs)
+    return timed, conditions
+
+
 def measure(
     paths: Mapping[str, Path],
     samples: Sequence[Sample],
@@ -294,36 +333,19 @@ def measure(
     Raises:
         GateError: a worker failed (its class kept: ``RunFailed``, ``InternalError`` ...).
     """
-    from onnxgate.perf import Contender, Contest, Watch
+    from onnxgate.perf import Contender
 
     labels = [label for label in ("float", "quantised", "all-int8") if label in paths]
-    names = {label: label.replace("int8", to) for label in labels}
     settings = {"ops_libraries": list(ops_libraries)} if ops_libraries else {}
     contenders = [
         Contender(LABELS[label].replace("int8", to), onnx=Path(paths[label]), settings=settings)
         for label in labels
     ]
-    rows: list[Latency] = []
-    timed: list[tuple[Mapping[str, int], dict[str, list[float]]]] = []
-    runs: dict[str, list[float]] = {}
-    with Contest(contenders) as contest:
-        watch = Watch(lambda: [os.getpid(), *contest.pids])
-        for sample in samples:
-            shape = shape_text(sample.dims)
-            progress(f"timing float vs quantised at {shape}, interleaved in worker processes")
-            latencies = contest.race(
-                [sample.feeds] * len(contenders),
-                warmup=SPEED_WARMUP,
-                budget_s=budget_s,
-                min_runs=SPEED_MIN_RUNS,
-                progress=lambda message, shape=shape: progress(f"{shape}: {message}"),
-            )
-            by_label = dict(zip(labels, latencies, strict=True))
-            runs |= {f"the {names[label]} model at {shape}": v for label, v in by_label.items()}
-            timed.append((sample.dims, by_label))
-        conditions = watch.conditions(runs)
+    timed, conditions = race(contenders, samples, budget_s=budget_s, progress=progress)
     # judged once the conditions are known: a contest the machine spoiled proves nothing
-    for dims, by_label in timed:
+    rows: list[Latency] = []
+    for dims, latencies in timed:
+        by_label = dict(zip(labels, latencies, strict=True))
         rows.append(
             latency_row(
                 dims,
