@@ -282,6 +282,9 @@ class TunedSettings(_Strict):
     """The model the settings are for (the contract's own model at tuning time)."""
     settings: dict[str, Any]
     """The settings to use: the winner's when it replaced the defaults, else the defaults."""
+    runtime: str | None = None
+    """None: the installed ONNX Runtime; else the RuntimeSpec text of the build it was tuned on,
+    e.g. onnxruntime-openvino==1.24.1."""
     graph: str
     optimized_model: FileDigest | None = None
     """An optimised graph beside the model, when the recorded settings run one."""
