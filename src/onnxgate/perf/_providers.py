@@ -158,10 +158,22 @@ def provider_candidates(
 
 
 def where(c: Candidate) -> str:
-    """``OpenVINOExecutionProvider num_of_threads=2, ... on onnxruntime-openvino==1.24.1``."""
+    """``OpenVINOExecutionProvider num_of_threads=2, ..., CPU.PERFORMANCE_HINT=LATENCY (build)``.
+
+    ``load_config`` is shown as the properties it sets, ``DEVICE.PROPERTY=VALUE``.
+    """
     (provider,) = c.settings["providers"]
-    options = ", ".join(f"{k}={v}" for k, v in c.settings["provider_options"][provider].items())
-    return f"{provider} {options}" + (f" on {c.runtime}" if c.runtime else "")
+    shown = []
+    for key, value in c.settings["provider_options"][provider].items():
+        if key == "load_config" and value.lstrip().startswith("{"):
+            shown += [
+                f"{device}.{name}={setting}"
+                for device, properties in json.loads(value).items()
+                for name, setting in properties.items()
+            ]
+        else:
+            shown.append(f"{key}={value}")
+    return f"{provider} {', '.join(shown)}" + (f" ({c.runtime})" if c.runtime else "")
 
 
 def gate_providers(
