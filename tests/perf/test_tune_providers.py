@@ -70,6 +70,9 @@ def test_a_provider_neither_installed_nor_isolated_is_refused_naming_it(model):
         tune(model, TuneConfig(providers=("tensorrt",), **SMALL), measure=Timer(), race=Race())
     assert "no isolated build" in caught.value.message
     assert "onnxruntime-gpu" in (caught.value.hint or "")
+    result = CliRunner().invoke(app, ["tune", str(model), "--providers", "tensorrt", "-f", "json"])
+    assert result.exit_code == 3  # an environment problem
+    assert "tensorrt" in json.loads(result.stdout)["message"]
 
 
 def test_a_tuned_record_names_the_runtime_it_was_tuned_on(model):

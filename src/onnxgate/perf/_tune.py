@@ -9,7 +9,9 @@ Four steps, in this order because each one protects the next:
    never timed: a fast wrong answer is not a result (``_parity``; what is tuned on: ``_subject``).
 2. **Search.** The passing (graph, level) pairs crossed with the session grid (threads, execution
    mode, spinning, memory arena and patterns; provider options on a GPU) are searched by
-   successive halving in this process, one session at a time (``_search``).
+   successive halving in this process, one session at a time (``_search``); a provider with
+   settings of its own (OpenVINO) adds candidates gated one by one, and when they run on an
+   isolated build every candidate is timed in a worker of its runtime instead (``_providers``).
 3. **Contest.** The winner and the defaults are timed again, each in its own worker process, runs
    interleaved (``_contest``), ending with the time budget (``_final``). The winner replaces the
    defaults only when ``perf._stats.judge`` (the judge bench and quantize use) calls it faster:
