@@ -109,6 +109,9 @@ def test_openvino_candidates_are_gated_then_timed_and_the_winner_recorded_with_i
     own = [v for v in report.gate if v.provider == OPENVINO]
     assert len(own) == 4 and all(v.passed and v.runtime == RELEASE for v in own)
     assert sum(_openvino(c) for c in timer.timed) >= 4  # each gated candidate was timed
+    # in turn with the CPU grid's, so a deadline that cuts the first round still reaches them
+    first_round = timer.timed[: report.rounds[0].candidates]
+    assert [_openvino(c) for c in first_round[:5]] == [False, False, True, False, True]
     assert all(c.runtime == RELEASE for c in timer.timed if _openvino(c))
     assert race.sides == [["defaults", "tuned"]]
     assert report.replaced_defaults

@@ -157,6 +157,24 @@ def provider_candidates(
     ]
 
 
+def interleaved(cpu: Sequence[Candidate], own: Sequence[Candidate]) -> list[Candidate]:
+    """The CPU grid and each provider's candidates, taken in turn, each in its own order.
+
+    Successive halving measures its first round in grid order, and a deadline may end it after
+    a prefix: in turn, every provider has its likeliest candidates in that prefix.
+    """
+    families = [list(cpu)]
+    for c in own:
+        (provider,) = c.settings["providers"]
+        family = next((f for f in families[1:] if f[0].settings["providers"] == [provider]), None)
+        if family is None:
+            families.append([c])
+        else:
+            family.append(c)
+    longest = max(len(f) for f in families)
+    return [f[i] for i in range(longest) for f in families if i < len(f)]
+
+
 def where(c: Candidate) -> str:
     """``OpenVINOExecutionProvider num_of_threads=2, ..., CPU.PERFORMANCE_HINT=LATENCY (build)``.
 

@@ -132,7 +132,9 @@ def render_tune(report: TuneReport) -> Lines:
             else escape(v.reason or "")
         )
         on = f" on {v.note}" if v.provider else ""
-        lines.append(line(f"  {mark}  {escape(v.graph)} @ {v.level}{escape(on)}  {escape(figures)}"))
+        lines.append(
+            line(f"  {mark}  {escape(v.graph)} @ {v.level}{escape(on)}  {escape(figures)}")
+        )
     lines.append(line(f"\n[bold]Search[/]: {report.candidates} candidates, successive halving"))
     for i, r in enumerate(report.rounds, 1):
         unit = "ms p50" if report.objective == "latency" else "samples/s"

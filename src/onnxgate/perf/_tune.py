@@ -68,6 +68,7 @@ from onnxgate.perf._parity import (
 from onnxgate.perf._providers import (
     Placement,
     gate_providers,
+    interleaved,
     place_providers,
     provider_candidates,
     search_timer,
@@ -326,13 +327,14 @@ def _grid(
     libraries = (
         {"ops_libraries": list(run.defaults.ops_libraries)} if run.defaults.ops_libraries else {}
     )
-    grid += [
+    cpu = [
         Candidate(c.graph, dict(c.settings) | libraries)
         for c in session_grid(
             passing, usable=usable_cpus(), providers=providers, threads=run.config.threads
         )
     ]
-    grid += gated
+    # a deadline cuts the first round after a prefix of the grid: every provider gets its turn
+    grid += interleaved(cpu, gated)
     unique: dict[tuple[str, str, str], Candidate] = {}
     for c in grid:  # the defaults stay first, so they win a tie
         unique.setdefault(c.key, c)
