@@ -147,6 +147,17 @@ def tune_command(
     and patterns on/off (provider options on CUDA/TensorRT), are searched by successive
     halving: a few runs each, the best third goes on with three times the runs.
 
+    **Providers.** `--providers openvino` adds OpenVINO as candidates of its own, searched in
+    its own settings (num_of_threads over the same thread counts, num_streams 1 and, for
+    throughput, 2, precision FP32 or ACCURACY, the CPU device's PERFORMANCE_HINT LATENCY or
+    THROUGHPUT through load_config) on the model as given, each gated with its exact settings
+    before it is timed. It runs on the installed ONNX Runtime when that includes OpenVINO (then
+    it is searched unnamed too), else on onnxruntime-openvino==1.24.1 in its isolated
+    environment (built once under ONNXGATE_ENV_DIR); the search then times every candidate in a
+    worker process of its runtime, so both kinds are timed alike, and the winner's runtime is
+    recorded with its settings. Other providers the installed ONNX Runtime includes (cuda,
+    tensorrt) run every candidate; one it lacks is an error (exit 3).
+
     **Acceptance.** The winner and the defaults are then timed in worker processes of their own,
     runs interleaved. The winner replaces the defaults only when the 90% bootstrap interval of
     its improvement (p50 ratio for latency, samples/s ratio for throughput) lies above 1 and the

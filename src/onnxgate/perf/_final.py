@@ -66,15 +66,22 @@ def contest_race(
     min_runs: int,
     say: Callable[[str], None],
     clock: Callable[[], float],
+    runtimes: Mapping[str, str] | None = None,
 ) -> Racer:
-    """The final contest in worker processes (``_contest.Contest``), watched for other load."""
+    """The final contest in worker processes (``_contest.Contest``), watched for other load.
+
+    ``runtimes``: the isolated build a side runs on, by label (none: the installed runtime).
+    """
 
     def race(
         sides: Sequence[Side], feeds: Mapping[str, np.ndarray], *, deadline: float | None
     ) -> Raced:
         from onnxgate.perf._contest import Contender, Contest
 
-        contenders = [Contender(label, onnx=path, settings=s) for label, path, s in sides]
+        contenders = [
+            Contender(label, onnx=path, settings=s, runtime=(runtimes or {}).get(label))
+            for label, path, s in sides
+        ]
         with Contest(contenders) as contest:
             watch = Watch(lambda: [os.getpid(), *contest.pids])
             latencies = contest.race(

@@ -59,6 +59,11 @@ class GraphVerdict(BaseModel):
     reason: str | None = None
     outputs: list[OutputVerdict] = []
     """The failing outputs, or the worst one when every output passed."""
+    provider: str | None = None
+    """For a candidate of a provider's own settings (``_providers``): the provider, its options
+    in ``note``; None for a graph at a level under the defaults."""
+    runtime: str | None = None
+    """The isolated build the candidate ran on; None for the installed ONNX Runtime."""
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,10 @@ def render_tune(report: TuneReport) -> Lines:
             if worst is not None and worst.max_abs is not None
             else escape(v.reason or "")
         )
-        lines.append(line(f"  {mark}  {escape(v.graph)} @ {v.level}  {escape(figures)}"))
+        on = f" on {v.note}" if v.provider else ""
+        lines.append(
+            line(f"  {mark}  {escape(v.graph)} @ {v.level}{escape(on)}  {escape(figures)}")
+        )
     lines.append(line(f"\n[bold]Search[/]: {report.candidates} candidates, successive halving"))
     for i, r in enumerate(report.rounds, 1):
         unit = "ms p50" if report.objective == "latency" else "samples/s"
@@ -165,6 +168,8 @@ def render_tune(report: TuneReport) -> Lines:
         else f"[yellow]{escape(report.decision or 'defaults kept')}[/]"
     )
     lines.append(line(f"\n{kept}"))
+    runs_on = f"{report.runtime}, in its isolated environment" if report.runtime else "installed"
+    lines.append(line(f"  runs on: {report.provider} (onnxruntime: {escape(runs_on)})"))
     for note in report.notes:
         lines.append(line(f"[dim]note:[/] {escape(note)}"))
     for path in report.written:

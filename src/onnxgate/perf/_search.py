@@ -44,11 +44,18 @@ class Candidate:
     """The graph candidate's label (``as given`` for the model file)."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """``SessionSettings.wire()``."""
+    runtime: str | None = None
+    """Where it runs: None for the installed ONNX Runtime, else the build (``RuntimeSpec``
+    text, ``onnxruntime-openvino==1.24.1``) that brings its provider, in its isolated
+    environment."""
+    gated: bool = False
+    """The parity gate passed these exact settings (a provider's own candidates are gated one
+    by one), so the winner needs no second check."""
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> tuple[str, str, str]:
         """Identity for deduplication."""
-        return self.graph, repr(sorted(self.settings.items()))
+        return self.graph, repr(sorted(self.settings.items())), self.runtime or ""
 
 
 def describe(c: Candidate) -> str:
@@ -62,7 +69,8 @@ def describe(c: Candidate) -> str:
 
     settings = SessionSettings.from_wire(c.settings)
     check_session(settings)
-    return f"{c.graph}; {settings.describe()}"
+    where = f" on {c.runtime}" if c.runtime else ""
+    return f"{c.graph}; {settings.describe()}{where}"
 
 
 def thread_counts(usable: int) -> list[int]:

@@ -9,7 +9,9 @@ Four steps, in this order because each one protects the next:
    never timed: a fast wrong answer is not a result (``_parity``; what is tuned on: ``_subject``).
 2. **Search.** The passing (graph, level) pairs crossed with the session grid (threads, execution
    mode, spinning, memory arena and patterns; provider options on a GPU) are searched by
-   successive halving in this process, one session at a time (``_search``).
+   successive halving in this process, one session at a time (``_search``); a provider with
+   settings of its own (OpenVINO) adds candidates gated one by one, and when they run on an
+   isolated build every candidate is timed in a worker of its runtime instead (``_providers``).
 3. **Contest.** The winner and the defaults are timed again, each in its own worker process, runs
    interleaved (``_contest``), ending with the time budget (``_final``). The winner replaces the
    defaults only when ``perf._stats.judge`` (the judge bench and quantize use) calls it faster:
@@ -67,6 +69,14 @@ from onnxgate.perf._parity import (
     reference,
     verdict,
 )
+from onnxgate.perf._providers import (
+    Placement,
+    gate_providers,
+    interleaved,
+    place_providers,
+    provider_candidates,
+    search_timer,
+)
 from onnxgate.perf._search import (
     Candidate,
     Objective,
@@ -74,6 +84,7 @@ from onnxgate.perf._search import (
     describe,
     session_grid,
     successive_halving,
+    thread_counts,
 )
 from onnxgate.perf._subject import tuning_contract, tuning_sample
 from onnxgate.perf._tuned import record_tuning
@@ -112,7 +123,11 @@ class TuneConfig(Part):
     ``batch``, the largest golden sample within the default shape), else synthetic feeds with
     these value ranges; and the seed (also the bootstrap's)."""
     providers: tuple[str, ...] = ()
-    """Execution providers in preference order; CPU is appended."""
+    """Execution providers. Those of the installed ONNX Runtime run every candidate, in
+    preference order (CPU appended). A provider with settings of its own (OpenVINO: threads,
+    streams, precision, performance hint) is searched as candidates of its own instead, on the
+    installed ONNX Runtime when it includes it (it is then searched unnamed too), else on its
+    isolated build (``onnxruntime-openvino==1.24.1``)."""
     ops_libraries: OpsLibraries = ()
     """Custom operator libraries every candidate's session registers (``SessionSettings``)."""
     min_gain: float = Field(0.02, ge=0, lt=10)
@@ -208,6 +223,11 @@ class TuneReport(BaseModel):
     ``record``; what a time budget is spent on."""
     decision: str = ""
     """Why the settings kept were kept, in one sentence (the gate's summary line)."""
+    provider: str = CPU
+    """The execution provider the settings kept run on."""
+    runtime: str | None = None
+    """Where the settings kept run: None for the installed ONNX Runtime, else the isolated
+    build (``onnxruntime-openvino==1.24.1``)."""
 
 
 def _safe(label: str) -> str:
@@ -398,22 +418,59 @@ def _graph_files(
     return files
 
 
-def _grid(run: _Run, passing: list[tuple[str, str]], providers: Sequence[str]) -> list[Candidate]:
-    """The defaults first, then the session grid over the passing pairs, each setting once."""
+def _grid(
+    run: _Run,
+    passing: list[tuple[str, str]],
+    providers: Sequence[str],
+    gated: Sequence[Candidate] = (),
+) -> list[Candidate]:
+    """The defaults first, the session grid over the passing pairs, then ``gated``.
+
+    ``gated``: the providers' own candidates that passed the gate. Each setting once.
+    """
     grid = [Candidate(AS_GIVEN, run.defaults.wire())]
     libraries = (
         {"ops_libraries": list(run.defaults.ops_libraries)} if run.defaults.ops_libraries else {}
     )
-    grid += [
+    cpu = [
         Candidate(c.graph, dict(c.settings) | libraries)
         for c in session_grid(
             passing, usable=usable_cpus(), providers=providers, threads=run.config.threads
         )
     ]
-    unique: dict[tuple[str, str], Candidate] = {}
+    # a deadline cuts the first round after a prefix of the grid: every provider gets its turn
+    grid += interleaved(cpu, gated)
+    unique: dict[tuple[str, str, str], Candidate] = {}
     for c in grid:  # the defaults stay first, so they win a tie
         unique.setdefault(c.key, c)
     return list(unique.values())
+
+
+def _gate_providers(
+    run: _Run, placed: Sequence[Placement], parity: Parity
+) -> tuple[list[GraphVerdict], list[Candidate]]:
+    """The providers' own candidates (``_providers``), each gated with its exact settings."""
+    if not placed:
+        return [], []
+    threads = run.config.threads or thread_counts(usable_cpus())
+    candidates = provider_candidates(
+        placed, run.defaults, objective=run.config.objective, threads=threads
+    )
+    if run.config.fusions:
+        run.notes.append(
+            "the providers' own candidates run the model as given: the rewritten graphs use ONNX "
+            "Runtime's com.microsoft operators, which those providers do not compile"
+        )
+    return gate_providers(
+        candidates,
+        run.loaded,
+        parity,
+        deadline=run.clock.gate_end,
+        now=run.clock.now,
+        budget=run.clock.budget,
+        notes=run.notes,
+        say=run.say,
+    )
 
 
 def _search(
@@ -506,9 +563,11 @@ def _winner_parity(
     """
     from onnxgate.runners import open_runner  # imports ONNX Runtime
 
-    if best.key == grid[0].key or best.settings == run.defaults.wire() | {
-        "optimization": best.settings["optimization"]
-    }:
+    if (
+        best.gated
+        or best.key == grid[0].key
+        or best.settings == run.defaults.wire() | {"optimization": best.settings["optimization"]}
+    ):
         return best, None
     clock = run.clock
     if (
@@ -553,13 +612,15 @@ def _final_contest(
         min_runs=config.min_runs,
         say=say,
         clock=clock.now,
+        runtimes={"tuned": best.runtime} if best.runtime else None,
     )
     sides: list[Side] = [("defaults", run.loaded.path, grid[0].settings)]
     if best.key == grid[0].key:
         why = dropped or "the defaults won the search"
         say(f"{why}; timing the defaults in a worker process")
     else:
-        say("final contest: the defaults against the winner, interleaved, one process each")
+        on = f" (on {best.runtime})" if best.runtime else ""
+        say(f"final contest: the defaults against the winner{on}, interleaved, one process each")
         sides.append(("tuned", files[best.graph].path, best.settings))
     return watched_race(
         racer,
@@ -581,14 +642,23 @@ def _record(
     shape: dict[str, int],
     proto: Any,
 ) -> list[str]:
-    """File the settings kept, both sides' figures and an optimised graph in the contract."""
+    """File the settings kept, both sides' figures and an optimised graph in the contract.
+
+    Settings kept on an isolated build are filed under this machine as that build runs here
+    (its version in the fingerprint), which is how ``tuned_for`` finds them again.
+    """
     kept = outcome.kept
+    if kept.runtime is not None:
+        from onnxgate.runners import RuntimeSpec
+
+        machine = fingerprint(machine.providers, runtime=RuntimeSpec.parse(kept.runtime).version)
     record = TunedSettings(
         machine=machine,
         objective=run.config.objective,
         shape=shape,
         source_sha256=contract.identity.model.sha256,
         settings=dict(kept.settings),
+        runtime=kept.runtime,
         graph=kept.graph,
         replaced_defaults=outcome.replaced,
         defaults=outcome.defaults,
@@ -654,11 +724,10 @@ def tune(
     sample, shape, batch = tuning_sample(loaded, signature, config.feeds, config.batch)
     notes: list[str] = []
     answers = expected(contract, loaded, signature)
-    # Resolved as the grid resolves them, so the defaults and their twin in the grid are one.
-    resolved = resolved_providers(config.providers)
-    defaults = SessionSettings(
-        providers=tuple(p for p in resolved if p != CPU), ops_libraries=config.ops_libraries
-    )
+    # Resolved as the grid resolves them, so the defaults and their twin in the grid are one;
+    # a provider with settings of its own is searched apart (``_providers``)
+    kept_providers, placed = place_providers(config.providers)
+    defaults = SessionSettings(providers=kept_providers, ops_libraries=config.ops_libraries)
     providers = resolved_providers(defaults)
     machine = fingerprint(providers)
     time_.phase("load")
@@ -697,13 +766,18 @@ def tune(
             notes=notes,
             say=say,
         )
-        time_.phase("parity gate")
         passing = passed(gate, defaults.opt_level, loaded.path)
+        own, gated = _gate_providers(run, placed, parity)
+        gate += own
+        time_.phase("parity gate")
 
-        grid = _grid(run, passing, providers)
+        grid = _grid(run, passing, providers, gated)
         start_s = max(WORKER_START_S, time_.start_up_s)  # a worker starts as the command did
         reserve = _Reserve(max(pair_s), RunPace(run_s), load_s, config, start_s)
-        best, rounds = _search(run, grid, files, reserve, measure)
+        with search_timer(
+            grid, files, sample.feeds, warmup=config.search_warmup, notes=notes, given=measure
+        ) as timer:
+            best, rounds = _search(run, grid, files, reserve, timer)
         best, dropped = _winner_parity(run, best, grid, by_label, files, parity, reserve)
         raced = _final_contest(run, best, grid, files, race, dropped)
         time_.phase("contest")
@@ -753,4 +827,6 @@ def tune(
         least_budget=least_budget,
         phases=time_.phases,
         decision=outcome.decision,
+        provider=(outcome.kept.settings.get("providers") or [CPU])[0],
+        runtime=outcome.kept.runtime,
     )

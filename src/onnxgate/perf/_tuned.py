@@ -64,7 +64,17 @@ def tuned_path(model: Path, machine_id: str, objective: str, shape: Mapping[str,
 
 
 def _same_key(a: TunedSettings, b: TunedSettings) -> bool:
-    return (a.machine.id, a.objective, a.shape) == (b.machine.id, b.objective, b.shape)
+    """One slot per CPU, providers asked for, objective and shape.
+
+    A record tuned again replaces it whichever runtime (the installed one or an isolated build)
+    each winner ran on.
+    """
+
+    def key(r: TunedSettings) -> tuple:
+        m = r.machine
+        return (m.cpu, m.cores, tuple(m.providers), r.objective, r.shape)
+
+    return key(a) == key(b)
 
 
 def record_tuning(

@@ -14,6 +14,8 @@ from onnxgate.runners._onnxruntime import open_ort, ort_script, ort_worker
 from onnxgate.runners.runtimes import Provider, Runtime
 
 PROVIDER = "OpenVINOExecutionProvider"
+RELEASE = "onnxruntime-openvino==1.24.1"
+"""The release onnxgate runs OpenVINO through when the installed ONNX Runtime lacks it."""
 
 OPENVINO = Runtime(
     "openvino",
@@ -28,6 +30,7 @@ OPENVINO = Runtime(
             accelerator=True,
             kernel_registry=False,
             listed_after="DmlExecutionProvider",
+            isolated=RELEASE,
         ),
     ),
 )

@@ -161,6 +161,17 @@ def with_tensorrt(
     return flat.model_copy(update={"provider_options": given})
 
 
+def available_providers() -> list[str]:
+    """Providers the installed ONNX Runtime can run here.
+
+    Those compiled in, and plugin providers registered with a device (``get_ep_devices``).
+    """
+    available = list(ort.get_available_providers())
+    devices = getattr(ort, "get_ep_devices", None)
+    plugged = [d.ep_name for d in devices()] if devices is not None else []
+    return list(dict.fromkeys([*available, *plugged]))
+
+
 def runtime_version() -> str:
     """The installed ONNX Runtime's version."""
     return ort.__version__

@@ -130,6 +130,9 @@ class Provider:
     listed_after: str | None = None
     """The provider it follows in lists of providers (``compat.providers.provider_packages``);
     None: at the end."""
+    isolated: str | None = None
+    """The build (a ``RuntimeSpec`` text) that runs it in an isolated environment when the
+    installed ONNX Runtime does not include it (``tune``'s candidates); None: none."""
 
 
 Opener = Callable[[LoadedModel, Any, RuntimeSpec, RunExtras], Runner]
@@ -197,6 +200,11 @@ def packages() -> tuple[str, ...]:
 def providers() -> tuple[Provider, ...]:
     """Every provider the registered kinds bring, in registration order."""
     return tuple(provider for runtime in _REGISTERED for provider in runtime.providers)
+
+
+def isolated_build(provider: str) -> str | None:
+    """The build that runs ``provider`` (a full name) in an isolated environment, if one does."""
+    return next((p.isolated for p in providers() if p.name == provider and p.isolated), None)
 
 
 def no_kernel_registry() -> tuple[str, ...]:
