@@ -38,11 +38,13 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _contest_gate import checks as gate_checks
+from _contest_gate import markdown as gate_lines
+from _contest_gate import overall
 from _minilm import HOLDOUT, RESULTS, export, feeds, write
 
 from onnxgate.perf._contest import Contender, Contest
@@ -53,6 +55,7 @@ TORCH_INT8 = "_minilm:served_int8"
 OPENVINO = "onnxruntime-openvino==1.24.1"
 GEMM_FLAGS = {"avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"}
 """The flags ``gemm_peak.py`` records: its limits hold only on a CPU with the same ones."""
+OURS_INT8 = "onnxgate int8 (gated)"
 FUSED = ("Attention", "MultiHeadAttention", "QAttention", "SkipLayerNormalization", "FastGelu")
 
 
@@ -170,15 +173,6 @@ def fused_ops(path: Path) -> dict[str, int]:
 
 # ---- accuracy -----------------------------------------------------------------------------------
 
-OPENVINO_OUTPUTS = """
-import sys, numpy as np, onnxruntime as ort
-model, feeds, out = sys.argv[1:4]
-session = ort.InferenceSession(model, providers=["OpenVINOExecutionProvider"])
-inputs = dict(np.load(feeds))
-wanted = {i.name for i in session.get_inputs()}
-np.save(out, session.run(["last_hidden_state"], {k: v for k, v in inputs.items() if k in wanted})[0])
-"""
-
 
 def hidden_state(contender: Contender, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """``last_hidden_state`` of ``contender`` on ``inputs`` (not timed)."""
@@ -195,25 +189,15 @@ def hidden_state(contender: Contender, inputs: dict[str, np.ndarray]) -> np.ndar
             ]
             return module(*args)[0].numpy()
     if contender.runtime is not None:
-        from onnxgate.compat.runtime import RuntimeSpec, ensure_env
+        # the contender's own settings (provider options such as OpenVINO's precision change
+        # the figures), in its runtime's environment
+        from onnxgate.model import load_model
+        from onnxgate.runners import open_runner
+        from onnxgate.settings import SessionSettings
 
-        python = ensure_env(RuntimeSpec.parse(contender.runtime))
-        with tempfile.TemporaryDirectory() as tmp:
-            np.savez(Path(tmp) / "feeds.npz", **inputs)
-            out = Path(tmp) / "out.npy"
-            subprocess.run(
-                [
-                    str(python),
-                    "-c",
-                    OPENVINO_OUTPUTS,
-                    str(contender.onnx),
-                    str(Path(tmp) / "feeds.npz"),
-                    str(out),
-                ],
-                check=True,
-                capture_output=True,
-            )
-            return np.load(out)
+        settings = SessionSettings.from_wire(dict(contender.settings))
+        with open_runner(load_model(contender.onnx), settings, runtime=contender.runtime) as runner:
+            return runner.infer(inputs).outputs["last_hidden_state"]
     from onnxgate.model import load_model
     from onnxgate.runners import OrtOptions, OrtRunner
 
@@ -265,6 +249,11 @@ def main() -> int:
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=["tune", "optimum", "openvino"])
     parser.add_argument("--name", default="minilm", help="results/NAME.json and .md")
+    parser.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="exit 0 even when a check of the gate fails (the table shows it either way)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     work = args.work.expanduser().resolve()
@@ -289,7 +278,7 @@ def main() -> int:
     files["ORT dynamic int8"] = ort_int8(model, work)
     print("onnxgate quantize (gated)", flush=True)
     gated, quantize_report = onnxgate_int8(model, work)
-    files["onnxgate int8 (gated)"] = gated
+    files[OURS_INT8] = gated
 
     gemm, gemm_isa = peaks()
     if gemm and set(gemm_isa) != set(flags) & GEMM_FLAGS:
@@ -303,6 +292,7 @@ def main() -> int:
     reference: np.ndarray | None = None
     accuracy: dict[str, dict] = {}
     rows, tuning = [], {}
+    timed: dict[tuple[str, str], list[float]] = {}
     for shape, (batch, seq, objective) in SHAPES.items():
         contenders = [
             Contender("PyTorch eager", torch=TORCH, signature=model),
@@ -352,6 +342,8 @@ def main() -> int:
             latencies = contest.race(
                 [dict(inputs) for _ in contenders], warmup=5, budget_s=args.budget
             )
+        for contender, ms in zip(contenders, latencies, strict=True):
+            timed[(shape, contender.label)] = list(ms)
         eager = float(np.median(latencies[0]))
         flops = flops_minilm(batch, seq)
         for contender, ms in zip(contenders, latencies, strict=True):
@@ -392,6 +384,15 @@ def main() -> int:
             f"| {r['cv']:.1%} | {r['speedup_vs_eager']:.2f}× | {share} "
             f"| {r['token_cosine_mean']:.5f} / {r['token_cosine_worst']:.5f} | {size} | {fused} |"
         )
+    found = gate_checks(
+        rows,
+        timed,
+        ours_fp32={shape: f"onnxgate tune ({shape})" for shape in SHAPES},
+        ours_int8=OURS_INT8,
+        fp32_size_mb=size_mb(model),
+        flags=flags,
+    )
+    lines += ["", *gate_lines(found, flags)]
     elapsed = time.perf_counter() - started
     lines.append(
         f"\n{elapsed:.0f} s in all; medians of interleaved runs ({args.budget:g} s each), each contender "
@@ -408,9 +409,11 @@ def main() -> int:
         "gemm_limits": gemm,
         "seconds": elapsed,
         "budget_s": args.budget,
+        "gate": {"verdict": overall(found), "checks": [vars(c) for c in found]},
     }
     write(args.name, document, "\n".join(lines))
-    return 0
+    print(f"gate: {overall(found)}")
+    return 1 if overall(found) == "fail" and not args.no_gate else 0
 
 
 def cpu_name() -> str:
