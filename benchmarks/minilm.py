@@ -188,22 +188,15 @@ def hidden_state(contender: Contender, inputs: dict[str, np.ndarray]) -> np.ndar
                 for name in ("input_ids", "attention_mask", "token_type_ids")
             ]
             return module(*args)[0].numpy()
-    if contender.runtime is not None:
-        # the contender's own settings (provider options such as OpenVINO's precision change
-        # the figures), in its runtime's environment
-        from onnxgate.model import load_model
-        from onnxgate.runners import open_runner
-        from onnxgate.settings import SessionSettings
-
-        settings = SessionSettings.from_wire(dict(contender.settings))
-        with open_runner(load_model(contender.onnx), settings, runtime=contender.runtime) as runner:
-            return runner.infer(inputs).outputs["last_hidden_state"]
+    # the contender's own settings (provider options such as OpenVINO's precision change the
+    # figures), on its runtime: the installed ONNX Runtime or an isolated build
     from onnxgate.model import load_model
-    from onnxgate.runners import OrtOptions, OrtRunner
+    from onnxgate.runners import open_runner
+    from onnxgate.settings import SessionSettings
 
-    with OrtRunner(
-        load_model(contender.onnx), OrtOptions.from_settings(contender.settings)
-    ) as runner:
+    settings = SessionSettings.from_wire(dict(contender.settings)) if contender.settings else None
+    runtime = contender.runtime or "installed"
+    with open_runner(load_model(contender.onnx), settings, runtime=runtime) as runner:
         return runner.infer(inputs).outputs["last_hidden_state"]
 
 
@@ -300,9 +293,9 @@ def main() -> int:
         ]
         contenders += [Contender(label, onnx=path) for label, path in files.items()]
         if "openvino" not in args.skip:
-            from onnxgate.runners import OrtOptions
+            from onnxgate.settings import SessionSettings
 
-            settings = OrtOptions(providers=("OpenVINOExecutionProvider",)).settings()
+            settings = SessionSettings(providers=("OpenVINOExecutionProvider",)).wire()
             contenders.append(
                 Contender("OpenVINO EP", onnx=model, settings=settings, runtime=OPENVINO)
             )
