@@ -17,10 +17,18 @@ about 0.2 s in turn, the order flipping every round), so drift hits all alike. C
   VNNI): the peer, in its own venv (``peer_optimum.py``);
 - OpenVINO: the export on ``onnxruntime-openvino``'s OpenVINO execution provider (CPU, its default
   precision), in an isolated environment;
-- onnxgate tune: ``onnxgate tune --budget`` for this shape (graph rewrites such as attention
-  fusion included; ONNX Runtime's defaults when nothing beat them by a bootstrapped margin);
-- onnxgate int8: ``onnxgate quantize`` (dynamic, the CPU's preset), which writes the model only
-  when it meets its accuracy budget on the evaluation sentences and is not slower.
+- onnxgate tune: ``onnxgate tune --budget --providers openvino`` for this shape: the CPU
+  provider's settings (graph rewrites such as attention fusion included) and OpenVINO's own
+  (threads, streams, precision, hints; the plugin, or the isolated build where the plugin offers
+  no device), the winner run where it was recorded; ONNX Runtime's defaults when nothing beat
+  them by a bootstrapped margin;
+- onnxgate int8: ``onnxgate quantize --recipes auto --max-drop 0.005``: the CPU's int8 recipes
+  (on VNNI: dynamic u8/s8 per-channel on the CPU provider, static QDQ on OpenVINO), each gated
+  on the evaluation sentences where it runs, the fastest that passes kept, and run where the
+  quantiser recorded.
+
+After the table comes the gate (``_contest_gate.py``): onnxgate's fp32 and int8 artefacts against
+every rival, and issue 33's targets for this CPU kind; the script exits 1 when a check fails.
 
 Accuracy is judged on ``HOLDOUT`` sentences no quantiser or gate here has seen: each contender's
 ``last_hidden_state`` against PyTorch eager fp32's, one cosine per real (unpadded) token; the
@@ -29,7 +37,8 @@ table shows the mean and the worst. Each row also gets its share of the machine'
 rows against ``DynamicQuantizeMatMul``'s peak) and the file's size.
 
     python benchmarks/gemm_peak.py   # first, on the machine that runs this
-    python benchmarks/minilm.py [--budget 20] [--tune-budget 300] [--work ~/.cache/onnxgate-bench/minilm]
+    python benchmarks/minilm.py [--budget 20] [--tune-budget 300] [--tune-providers openvino]
+        [--max-drop 0.005] [--work ~/.cache/onnxgate-bench/minilm] [--no-gate]
 """
 
 from __future__ import annotations
@@ -111,13 +120,17 @@ def ort_int8(model: Path, work: Path) -> Path:
     return out
 
 
-def onnxgate_int8(model: Path, work: Path) -> tuple[Path, dict]:
-    """``onnxgate quantize`` with its accuracy and speed gate; the file and the report."""
+def onnxgate_int8(model: Path, work: Path, max_drop: float) -> tuple[Path, dict, Contender]:
+    """``onnxgate quantize --recipes auto``: each of the CPU's int8 recipes through the accuracy gate
+    where it runs, the fastest that passes kept; the file, the report and the contender that runs
+    it where the quantiser says it must run (its providers and runtime)."""
     out = work / "onnxgate-int8.onnx"
     report_path = work / "onnxgate-int8.report.json"
     if not out.exists():
         done = onnxgate(
-            "quantize", str(model), "--out", str(out), "--mode", "dynamic",
+            "quantize", str(model), "--out", str(out), "--recipes", "auto",
+            "--max-drop", str(max_drop),
+            "--calibration", "onnxgate.examples.minilm:calibration_feeds",
             "--eval", "onnxgate.examples.minilm:eval_feeds", "-f", "json",
         )  # fmt: skip
         if done.returncode != 0:
@@ -125,26 +138,45 @@ def onnxgate_int8(model: Path, work: Path) -> tuple[Path, dict]:
                 f"onnxgate quantize failed ({done.returncode}): {done.stdout[-3000:]} {done.stderr[-3000:]}"
             )
         report_path.write_text(done.stdout)
-    return out, json.loads(report_path.read_text())
+    report = json.loads(report_path.read_text())
+    providers = tuple(report["settings"].get("providers") or ())
+    contender = Contender(
+        OURS_INT8,
+        onnx=out,
+        settings={"providers": list(providers)} if providers else {},
+        runtime=report["settings"].get("runtime"),
+    )
+    return out, report, contender
 
 
 def tuned(
-    model: Path, batch: int, seq: int, objective: str, budget: float
-) -> tuple[dict, Path, dict]:
-    """``onnxgate tune`` for one shape; the recorded settings, the file to run and the report."""
+    model: Path, batch: int, seq: int, objective: str, budget: float, providers: str
+) -> tuple[Contender, dict]:
+    """``onnxgate tune`` for one shape, over the CPU provider and ``providers``; the contender
+    that runs what it recorded (settings, graph and runtime) and the report."""
     from onnxgate.perf._tuned import tuned_for
 
-    done = onnxgate(
+    shape = f"b{batch}×s{seq}"
+    command = [
         "tune", str(model), "--objective", objective, "--batch", str(batch),
         "--dim", f"seq={seq}", "--budget", str(budget), "-f", "json",
-    )  # fmt: skip
+    ]  # fmt: skip
+    if providers:
+        command += ["--providers", providers]
+    done = onnxgate(*command)
     if done.returncode != 0:
         raise SystemExit(
             f"onnxgate tune failed ({done.returncode}): {done.stdout[-2000:]} {done.stderr[-2000:]}"
         )
     report = json.loads(done.stdout)
-    settings, path = tuned_for(model, objective=objective, dims={"batch": batch, "seq": seq})
-    return settings, path, report
+    choice = tuned_for(model, objective=objective, dims={"batch": batch, "seq": seq})
+    contender = Contender(
+        f"onnxgate tune ({shape})",
+        onnx=choice.path,
+        settings=choice.settings,
+        runtime=choice.runtime,
+    )
+    return contender, report
 
 
 def size_mb(path: Path) -> float:
@@ -238,6 +270,17 @@ def main() -> int:
         help="onnxgate tune --budget: seconds for the whole tuning of one shape",
     )
     parser.add_argument(
+        "--tune-providers",
+        default="openvino",
+        help="onnxgate tune --providers: providers searched beside the CPU provider ('' for none)",
+    )
+    parser.add_argument(
+        "--max-drop",
+        type=float,
+        default=0.005,
+        help="onnxgate quantize --max-drop: the int8 model's accuracy budget (1 - mean row cosine)",
+    )
+    parser.add_argument(
         "--work", type=Path, default=Path.home() / ".cache" / "onnxgate-bench" / "minilm"
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=["tune", "optimum", "openvino"])
@@ -269,9 +312,8 @@ def main() -> int:
         files["Optimum O3"] = made["optimum-O3"]
         files[f"Optimum O2 + int8 ({'avx512_vnni' if vnni else 'avx2'} preset)"] = made[preset]
     files["ORT dynamic int8"] = ort_int8(model, work)
-    print("onnxgate quantize (gated)", flush=True)
-    gated, quantize_report = onnxgate_int8(model, work)
-    files[OURS_INT8] = gated
+    print("onnxgate quantize --recipes auto", flush=True)
+    _, quantize_report, ours_int8 = onnxgate_int8(model, work, args.max_drop)
 
     gemm, gemm_isa = peaks()
     if gemm and set(gemm_isa) != set(flags) & GEMM_FLAGS:
@@ -292,6 +334,7 @@ def main() -> int:
             Contender("PyTorch dynamic int8", torch=TORCH_INT8, signature=model),
         ]
         contenders += [Contender(label, onnx=path) for label, path in files.items()]
+        contenders.append(ours_int8)
         if "openvino" not in args.skip:
             from onnxgate.settings import SessionSettings
 
@@ -302,19 +345,19 @@ def main() -> int:
         if "tune" not in args.skip:
             print(f"{shape}: onnxgate tune --budget {args.tune_budget:g}", flush=True)
             t0 = time.perf_counter()
-            settings, path, report = tuned(model, batch, seq, objective, args.tune_budget)
+            contender, report = tuned(
+                model, batch, seq, objective, args.tune_budget, args.tune_providers
+            )
             tuning[shape] = {
-                "settings": settings,
+                "settings": dict(contender.settings),
+                "runtime": contender.runtime,
                 "graph": report["graph"],
-                "file": path.name,
+                "file": contender.onnx.name,
                 "seconds": time.perf_counter() - t0,
                 "notes": report["notes"],
                 "report": report,
             }
-            contenders.insert(
-                len(contenders) - 1,
-                Contender(f"onnxgate tune ({shape})", onnx=path, settings=settings),
-            )
+            contenders.append(contender)
 
         for contender in contenders:
             if contender.label in accuracy:
