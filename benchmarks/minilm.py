@@ -17,10 +17,18 @@ about 0.2 s in turn, the order flipping every round), so drift hits all alike. C
   VNNI): the peer, in its own venv (``peer_optimum.py``);
 - OpenVINO: the export on ``onnxruntime-openvino``'s OpenVINO execution provider (CPU, its default
   precision), in an isolated environment;
-- onnxgate tune: ``onnxgate tune --budget`` for this shape (graph rewrites such as attention
-  fusion included; ONNX Runtime's defaults when nothing beat them by a bootstrapped margin);
-- onnxgate int8: ``onnxgate quantize`` (dynamic, the CPU's preset), which writes the model only
-  when it meets its accuracy budget on the evaluation sentences and is not slower.
+- onnxgate tune: ``onnxgate tune --budget --providers openvino`` for this shape: the CPU
+  provider's settings (graph rewrites such as attention fusion included) and OpenVINO's own
+  (threads, streams, precision, hints; the plugin, or the isolated build where the plugin offers
+  no device), the winner run where it was recorded; ONNX Runtime's defaults when nothing beat
+  them by a bootstrapped margin;
+- onnxgate int8: ``onnxgate quantize --recipes auto --max-drop 0.005``: the CPU's int8 recipes
+  (on VNNI: dynamic u8/s8 per-channel on the CPU provider, static QDQ on OpenVINO), each gated
+  on the evaluation sentences where it runs, the fastest that passes kept, and run where the
+  quantiser recorded.
+
+After the table comes the gate (``_contest_gate.py``): onnxgate's fp32 and int8 artefacts against
+every rival, and issue 33's targets for this CPU kind; the script exits 1 when a check fails.
 
 Accuracy is judged on ``HOLDOUT`` sentences no quantiser or gate here has seen: each contender's
 ``last_hidden_state`` against PyTorch eager fp32's, one cosine per real (unpadded) token; the
@@ -29,7 +37,8 @@ table shows the mean and the worst. Each row also gets its share of the machine'
 rows against ``DynamicQuantizeMatMul``'s peak) and the file's size.
 
     python benchmarks/gemm_peak.py   # first, on the machine that runs this
-    python benchmarks/minilm.py [--budget 20] [--tune-budget 300] [--work ~/.cache/onnxgate-bench/minilm]
+    python benchmarks/minilm.py [--budget 20] [--tune-budget 300] [--tune-providers openvino]
+        [--max-drop 0.005] [--work ~/.cache/onnxgate-bench/minilm] [--no-gate]
 """
 
 from __future__ import annotations
@@ -38,11 +47,13 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _contest_gate import checks as gate_checks
+from _contest_gate import markdown as gate_lines
+from _contest_gate import overall
 from _minilm import HOLDOUT, RESULTS, export, feeds, write
 
 from onnxgate.perf._contest import Contender, Contest
@@ -53,6 +64,7 @@ TORCH_INT8 = "_minilm:served_int8"
 OPENVINO = "onnxruntime-openvino==1.24.1"
 GEMM_FLAGS = {"avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"}
 """The flags ``gemm_peak.py`` records: its limits hold only on a CPU with the same ones."""
+OURS_INT8 = "onnxgate int8 (gated)"
 FUSED = ("Attention", "MultiHeadAttention", "QAttention", "SkipLayerNormalization", "FastGelu")
 
 
@@ -108,13 +120,17 @@ def ort_int8(model: Path, work: Path) -> Path:
     return out
 
 
-def onnxgate_int8(model: Path, work: Path) -> tuple[Path, dict]:
-    """``onnxgate quantize`` with its accuracy and speed gate; the file and the report."""
+def onnxgate_int8(model: Path, work: Path, max_drop: float) -> tuple[Path, dict, Contender]:
+    """``onnxgate quantize --recipes auto``: each of the CPU's int8 recipes through the accuracy gate
+    where it runs, the fastest that passes kept; the file, the report and the contender that runs
+    it where the quantiser says it must run (its providers and runtime)."""
     out = work / "onnxgate-int8.onnx"
     report_path = work / "onnxgate-int8.report.json"
     if not out.exists():
         done = onnxgate(
-            "quantize", str(model), "--out", str(out), "--mode", "dynamic",
+            "quantize", str(model), "--out", str(out), "--recipes", "auto",
+            "--max-drop", str(max_drop),
+            "--calibration", "onnxgate.examples.minilm:calibration_feeds",
             "--eval", "onnxgate.examples.minilm:eval_feeds", "-f", "json",
         )  # fmt: skip
         if done.returncode != 0:
@@ -122,26 +138,45 @@ def onnxgate_int8(model: Path, work: Path) -> tuple[Path, dict]:
                 f"onnxgate quantize failed ({done.returncode}): {done.stdout[-3000:]} {done.stderr[-3000:]}"
             )
         report_path.write_text(done.stdout)
-    return out, json.loads(report_path.read_text())
+    report = json.loads(report_path.read_text())
+    providers = tuple(report["settings"].get("providers") or ())
+    contender = Contender(
+        OURS_INT8,
+        onnx=out,
+        settings={"providers": list(providers)} if providers else {},
+        runtime=report["settings"].get("runtime"),
+    )
+    return out, report, contender
 
 
 def tuned(
-    model: Path, batch: int, seq: int, objective: str, budget: float
-) -> tuple[dict, Path, dict]:
-    """``onnxgate tune`` for one shape; the recorded settings, the file to run and the report."""
+    model: Path, batch: int, seq: int, objective: str, budget: float, providers: str
+) -> tuple[Contender, dict]:
+    """``onnxgate tune`` for one shape, over the CPU provider and ``providers``; the contender
+    that runs what it recorded (settings, graph and runtime) and the report."""
     from onnxgate.perf._tuned import tuned_for
 
-    done = onnxgate(
+    shape = f"b{batch}×s{seq}"
+    command = [
         "tune", str(model), "--objective", objective, "--batch", str(batch),
         "--dim", f"seq={seq}", "--budget", str(budget), "-f", "json",
-    )  # fmt: skip
+    ]  # fmt: skip
+    if providers:
+        command += ["--providers", providers]
+    done = onnxgate(*command)
     if done.returncode != 0:
         raise SystemExit(
             f"onnxgate tune failed ({done.returncode}): {done.stdout[-2000:]} {done.stderr[-2000:]}"
         )
     report = json.loads(done.stdout)
-    settings, path = tuned_for(model, objective=objective, dims={"batch": batch, "seq": seq})
-    return settings, path, report
+    choice = tuned_for(model, objective=objective, dims={"batch": batch, "seq": seq})
+    contender = Contender(
+        f"onnxgate tune ({shape})",
+        onnx=choice.path,
+        settings=choice.settings,
+        runtime=choice.runtime,
+    )
+    return contender, report
 
 
 def size_mb(path: Path) -> float:
@@ -170,15 +205,6 @@ def fused_ops(path: Path) -> dict[str, int]:
 
 # ---- accuracy -----------------------------------------------------------------------------------
 
-OPENVINO_OUTPUTS = """
-import sys, numpy as np, onnxruntime as ort
-model, feeds, out = sys.argv[1:4]
-session = ort.InferenceSession(model, providers=["OpenVINOExecutionProvider"])
-inputs = dict(np.load(feeds))
-wanted = {i.name for i in session.get_inputs()}
-np.save(out, session.run(["last_hidden_state"], {k: v for k, v in inputs.items() if k in wanted})[0])
-"""
-
 
 def hidden_state(contender: Contender, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """``last_hidden_state`` of ``contender`` on ``inputs`` (not timed)."""
@@ -194,32 +220,15 @@ def hidden_state(contender: Contender, inputs: dict[str, np.ndarray]) -> np.ndar
                 for name in ("input_ids", "attention_mask", "token_type_ids")
             ]
             return module(*args)[0].numpy()
-    if contender.runtime is not None:
-        from onnxgate.compat.runtime import RuntimeSpec, ensure_env
-
-        python = ensure_env(RuntimeSpec.parse(contender.runtime))
-        with tempfile.TemporaryDirectory() as tmp:
-            np.savez(Path(tmp) / "feeds.npz", **inputs)
-            out = Path(tmp) / "out.npy"
-            subprocess.run(
-                [
-                    str(python),
-                    "-c",
-                    OPENVINO_OUTPUTS,
-                    str(contender.onnx),
-                    str(Path(tmp) / "feeds.npz"),
-                    str(out),
-                ],
-                check=True,
-                capture_output=True,
-            )
-            return np.load(out)
+    # the contender's own settings (provider options such as OpenVINO's precision change the
+    # figures), on its runtime: the installed ONNX Runtime or an isolated build
     from onnxgate.model import load_model
-    from onnxgate.runners import OrtOptions, OrtRunner
+    from onnxgate.runners import open_runner
+    from onnxgate.settings import SessionSettings
 
-    with OrtRunner(
-        load_model(contender.onnx), OrtOptions.from_settings(contender.settings)
-    ) as runner:
+    settings = SessionSettings.from_wire(dict(contender.settings)) if contender.settings else None
+    runtime = contender.runtime or "installed"
+    with open_runner(load_model(contender.onnx), settings, runtime=runtime) as runner:
         return runner.infer(inputs).outputs["last_hidden_state"]
 
 
@@ -261,10 +270,26 @@ def main() -> int:
         help="onnxgate tune --budget: seconds for the whole tuning of one shape",
     )
     parser.add_argument(
+        "--tune-providers",
+        default="openvino",
+        help="onnxgate tune --providers: providers searched beside the CPU provider ('' for none)",
+    )
+    parser.add_argument(
+        "--max-drop",
+        type=float,
+        default=0.005,
+        help="onnxgate quantize --max-drop: the int8 model's accuracy budget (1 - mean row cosine)",
+    )
+    parser.add_argument(
         "--work", type=Path, default=Path.home() / ".cache" / "onnxgate-bench" / "minilm"
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=["tune", "optimum", "openvino"])
     parser.add_argument("--name", default="minilm", help="results/NAME.json and .md")
+    parser.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="exit 0 even when a check of the gate fails (the table shows it either way)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     work = args.work.expanduser().resolve()
@@ -287,9 +312,8 @@ def main() -> int:
         files["Optimum O3"] = made["optimum-O3"]
         files[f"Optimum O2 + int8 ({'avx512_vnni' if vnni else 'avx2'} preset)"] = made[preset]
     files["ORT dynamic int8"] = ort_int8(model, work)
-    print("onnxgate quantize (gated)", flush=True)
-    gated, quantize_report = onnxgate_int8(model, work)
-    files["onnxgate int8 (gated)"] = gated
+    print("onnxgate quantize --recipes auto", flush=True)
+    _, quantize_report, ours_int8 = onnxgate_int8(model, work, args.max_drop)
 
     gemm, gemm_isa = peaks()
     if gemm and set(gemm_isa) != set(flags) & GEMM_FLAGS:
@@ -303,35 +327,37 @@ def main() -> int:
     reference: np.ndarray | None = None
     accuracy: dict[str, dict] = {}
     rows, tuning = [], {}
+    timed: dict[tuple[str, str], list[float]] = {}
     for shape, (batch, seq, objective) in SHAPES.items():
         contenders = [
             Contender("PyTorch eager", torch=TORCH, signature=model),
             Contender("PyTorch dynamic int8", torch=TORCH_INT8, signature=model),
         ]
         contenders += [Contender(label, onnx=path) for label, path in files.items()]
+        contenders.append(ours_int8)
         if "openvino" not in args.skip:
-            from onnxgate.runners import OrtOptions
+            from onnxgate.settings import SessionSettings
 
-            settings = OrtOptions(providers=("OpenVINOExecutionProvider",)).settings()
+            settings = SessionSettings(providers=("OpenVINOExecutionProvider",)).wire()
             contenders.append(
                 Contender("OpenVINO EP", onnx=model, settings=settings, runtime=OPENVINO)
             )
         if "tune" not in args.skip:
             print(f"{shape}: onnxgate tune --budget {args.tune_budget:g}", flush=True)
             t0 = time.perf_counter()
-            settings, path, report = tuned(model, batch, seq, objective, args.tune_budget)
+            contender, report = tuned(
+                model, batch, seq, objective, args.tune_budget, args.tune_providers
+            )
             tuning[shape] = {
-                "settings": settings,
+                "settings": dict(contender.settings),
+                "runtime": contender.runtime,
                 "graph": report["graph"],
-                "file": path.name,
+                "file": contender.onnx.name,
                 "seconds": time.perf_counter() - t0,
                 "notes": report["notes"],
                 "report": report,
             }
-            contenders.insert(
-                len(contenders) - 1,
-                Contender(f"onnxgate tune ({shape})", onnx=path, settings=settings),
-            )
+            contenders.append(contender)
 
         for contender in contenders:
             if contender.label in accuracy:
@@ -352,6 +378,8 @@ def main() -> int:
             latencies = contest.race(
                 [dict(inputs) for _ in contenders], warmup=5, budget_s=args.budget
             )
+        for contender, ms in zip(contenders, latencies, strict=True):
+            timed[(shape, contender.label)] = list(ms)
         eager = float(np.median(latencies[0]))
         flops = flops_minilm(batch, seq)
         for contender, ms in zip(contenders, latencies, strict=True):
@@ -392,6 +420,15 @@ def main() -> int:
             f"| {r['cv']:.1%} | {r['speedup_vs_eager']:.2f}× | {share} "
             f"| {r['token_cosine_mean']:.5f} / {r['token_cosine_worst']:.5f} | {size} | {fused} |"
         )
+    found = gate_checks(
+        rows,
+        timed,
+        ours_fp32={shape: f"onnxgate tune ({shape})" for shape in SHAPES},
+        ours_int8=OURS_INT8,
+        fp32_size_mb=size_mb(model),
+        flags=flags,
+    )
+    lines += ["", *gate_lines(found, flags)]
     elapsed = time.perf_counter() - started
     lines.append(
         f"\n{elapsed:.0f} s in all; medians of interleaved runs ({args.budget:g} s each), each contender "
@@ -408,9 +445,11 @@ def main() -> int:
         "gemm_limits": gemm,
         "seconds": elapsed,
         "budget_s": args.budget,
+        "gate": {"verdict": overall(found), "checks": [vars(c) for c in found]},
     }
     write(args.name, document, "\n".join(lines))
-    return 0
+    print(f"gate: {overall(found)}")
+    return 1 if overall(found) == "fail" and not args.no_gate else 0
 
 
 def cpu_name() -> str:
