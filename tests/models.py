@@ -209,3 +209,18 @@ def misdeclared() -> onnx.ModelProto:
         helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
     ]
     return model(nodes, [value("x", shape=("N", 10))], [value("y", shape=(1, "seqlen"))])
+
+
+def record_runs_on(model: Path, providers: list[str], runtime: str | None) -> None:
+    """Record in the contract beside ``model`` where it runs, as ``quantize`` does for a recipe.
+
+    The contract's sha256 fields stay right (the model's files are intact); ``lineage`` is what
+    ``quantize`` writes (``lineage.runs_on``), here alone.
+    """
+    import json
+
+    path = model.with_name(f"{model.stem}.contract.json")
+    document = json.loads(path.read_text())
+    runs_on = {"providers": providers, "runtime": runtime}
+    document["lineage"] = {"step": "quantize", "runs_on": runs_on}
+    path.write_text(json.dumps(document))

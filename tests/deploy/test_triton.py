@@ -13,7 +13,7 @@ from onnx import helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 from typer.testing import CliRunner
 
-from models import mlp, save
+from models import mlp, record_runs_on, save
 from onnxgate.cli import app
 from onnxgate.contract import ContractConfig, init_contract
 from onnxgate.deploy import TritonConfig, check_repository, deploy_triton
@@ -471,3 +471,28 @@ def test_openvino_options_tritons_accelerator_cannot_take_leave_the_tuned_settin
         "tuned settings not used" in n and "precision=FP16" in n and "takes no options" in n
         for n in report.notes
     )
+
+
+def test_a_model_quantised_on_an_isolated_build_is_refused_with_the_repository_untouched(
+    proven, tmp_path
+):
+    record_runs_on(proven, ["OpenVINOExecutionProvider"], "onnxruntime-openvino==1.24.1")
+    with pytest.raises(ConfigError) as caught:
+        deploy_triton(proven, TritonConfig(out=tmp_path / "ov", allow_ungated=True))
+    message = caught.value.message
+    assert "mlp.onnx" in message and "lineage.runs_on" in message
+    assert "OpenVINOExecutionProvider on onnxruntime-openvino==1.24.1" in message
+    assert "--recipes dynamic-u8s8-pc" in (caught.value.hint or "")
+    assert not (tmp_path / "ov").exists()
+
+
+def test_a_model_quantised_for_openvino_through_its_plugin_deploys_with_the_openvino_accelerator(
+    proven, tmp_path
+):
+    record_runs_on(proven, ["OpenVINOExecutionProvider"], None)
+    report = deploy_triton(proven, TritonConfig(out=tmp_path / "ov", allow_ungated=True))
+    config = parse(tmp_path / "ov" / "mlp" / "config.pbtxt")
+    (accelerator,) = config.optimization.execution_accelerators.cpu_execution_accelerator
+    assert accelerator.name == "openvino" and not accelerator.parameters
+    assert "providers OpenVINOExecutionProvider, as quantised" in report.notes
+    assert any("TRITON_ENABLE_ONNXRUNTIME_OPENVINO" in n for n in report.notes)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models import record_runs_on
 from onnxgate.errors import InvalidRequest, NotGated, PayloadTooLarge, Unavailable
 from onnxgate.serve import Predictor, PredictorConfig, RequestTensor
 
@@ -274,3 +275,54 @@ def test_a_tuned_record_on_the_installed_runtime_is_served_as_recorded(
         assert predictor.runner.settings.threads == 1
         assert predictor.runner.settings.opt_level == "basic"
         assert any(note.startswith("tuned settings: ") for note in predictor.notes)
+
+
+OV = "OpenVINOExecutionProvider"
+
+
+def test_a_model_quantised_on_an_isolated_build_is_refused_before_it_is_loaded(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxgate.errors import ConfigError
+    from onnxgate.runners import OrtRunner
+
+    record_runs_on(model, [OV], "onnxruntime-openvino==1.24.1")
+    monkeypatch.setattr(OrtRunner, "__enter__", lambda self: pytest.fail("loaded"))
+    with pytest.raises(ConfigError) as caught:
+        Predictor.open(model, PredictorConfig(allow_ungated=True))
+    message, hint = caught.value.message, caught.value.hint or ""
+    assert "tok.contract.json" in message and "lineage.runs_on" in message
+    assert f"{OV} on onnxruntime-openvino==1.24.1" in message
+    assert "isolated build the server cannot host" in message
+    assert "installed ONNX Runtime" in message
+    assert "--recipes dynamic-u8s8-pc" in hint and "onnxruntime-ep-openvino" in hint
+
+
+def test_a_model_quantised_for_a_plugin_provider_is_served_on_it_not_as_gated_on_cpu(
+    model: Path,
+) -> None:
+    import json
+
+    from onnxgate.contract import sha256_file
+    from onnxgate.errors import ProviderUnavailable
+    from onnxgate.runners import _session
+    from onnxgate.settings import SessionSettings
+
+    record_runs_on(model, [OV], None)
+    # a passing gate that names no providers: the contract's runs_on wins over its empty list
+    report = {"passed": True, "artefacts": [{"role": "model", "sha256": sha256_file(model)}]}
+    (model.parent / "report.json").write_text(json.dumps(report))
+    if OV in _session.plugin_providers():  # an Intel host
+        with Predictor.open(model, prove=False) as predictor:
+            assert predictor.runner.providers()[0] == OV
+            assert f"providers {OV}, as quantised" in predictor.notes
+    else:
+        with pytest.raises(ProviderUnavailable) as caught:
+            Predictor.open(model, prove=False)
+        assert "tok.contract.json (lineage.runs_on) names OpenVINOExecutionProvider" in (
+            caught.value.message
+        )
+    # providers asked for by hand are served as asked
+    cpu = PredictorConfig(session=SessionSettings(providers=("cpu",)))
+    with Predictor.open(model, cpu, prove=False) as predictor:
+        assert predictor.runner.providers() == ["CPUExecutionProvider"]

@@ -246,7 +246,9 @@ def verify_command(
     before 1.24) it runs the golden samples. Custom operator libraries: those given with
     --ops-library, else the ones the contract records (onnxruntime-extensions is found by name; a
     shared library recorded by its file name must be given); each must be the build the contract
-    recorded (version and sha256), else verify exits 3 before anything runs.
+    recorded (version and sha256), else verify exits 3 before anything runs. A contract that
+    records where quantize gated its model (lineage.runs_on: OpenVINO, say) is verified there
+    when --runtime and --providers are left out, and other ones are refused (exit 2).
 
     Examples: `onnxgate verify model.onnx -r installed -r onnxruntime==1.20.1` · `onnxgate verify
     model.onnx -r onnxruntime-openvino==1.24.1 --providers openvino` (the providers are asked of

@@ -100,6 +100,8 @@ def render_verify(report: VerifyReport) -> Lines:
         lines.append(
             line(f"  signature: {_cell(report.signature)} {escape(report.signature.reason or '')}")
         )
+    if report.runs_on:
+        lines.append(line(f"  [dim]{escape(report.runs_on)}[/]"))
     for finding in report.findings:
         if finding.allowed:  # a failure is in the identity's reason already
             lines.append(line(f"  {finding.code} [yellow]admitted[/]: {escape(finding.message)}"))

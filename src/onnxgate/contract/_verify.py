@@ -42,6 +42,8 @@ from onnxgate.contract_store import (
     Provenance,
     SecondOpinion,
     contract_extras,
+    runs_on,
+    runs_on_text,
 )
 from onnxgate.data import (
     Sample,
@@ -140,6 +142,10 @@ class VerifyReport(BaseModel):
     """Coded findings: identity's failures, and weak rules admitted by ``allow_weak_rules``."""
     leftovers: list[Leftover] = []
     """Partial files of interrupted writes beside the model (they do not fail verification)."""
+    runs_on: str | None = None
+    """Where the contract records the model must run (``lineage.runs_on``), when it records
+    other than the installed CPU provider and verify ran it there: ``as quantised:
+    OpenVINOExecutionProvider on onnxruntime-openvino==1.24.1``."""
 
 
 def init_contract(
@@ -371,15 +377,18 @@ def verify(
         ContractKeyError: a configured key is unusable.
         ProviderUnavailable: a requested provider is not in a runtime's build.
         ProviderFailed: a requested provider did not start on a runtime.
-        ConfigError: the contract records a shared library by file name and none was given.
+        ConfigError: the contract records a shared library by file name and none was given, or
+            records where the model must run (``lineage.runs_on``) and other runtimes or
+            providers were asked for.
         RuntimeEnvError: a library the contract records is missing here, or another build.
     """
     config = config or VerifyConfig()
-    session = config.session
     loaded = load_model(model)
     contract = SIDECAR.read(loaded.path)
     from onnxgate.runners import check_session, resolved_providers  # imports ONNX Runtime
 
+    config, as_recorded = _where_recorded(config, contract, where=shown(loaded.path))
+    session = config.session
     check_session(session)
     wanted = resolved_providers(session)  # full names, CPU appended
     specs = [RuntimeSpec.parse(r) for r in names(list(config.runtimes))]
@@ -405,6 +414,7 @@ def verify(
         signature=admission.signature,
         findings=admission.findings,
         leftovers=leftovers(Path(loaded.path).parent),
+        runs_on=as_recorded,
     )
     if not admission.passed:
         skipped = Cell(
@@ -449,3 +459,47 @@ def verify(
                 RuntimeResult(runtime=str(spec), loads=cell, placement=skipped, parity=skipped)
             )
     return report(passed=all(r.passed for r in results), results=results)
+
+
+def _where_recorded(
+    config: VerifyConfig, contract: Contract, *, where: str
+) -> tuple[VerifyConfig, str | None]:
+    """``config`` on the providers and runtime the contract records, and the note saying so.
+
+    A model quantised on OpenVINO (``lineage.runs_on``) was proven there alone: on the CPU
+    provider it is slower and its outputs differ from the rules measured. Runtimes left at
+    ``installed`` and no providers take the recorded ones; asking for the recorded ones is the
+    same; asking for others is refused, as ``verify_tuned`` refuses another runtime than its
+    record's. A contract recording the installed CPU provider (or nothing) changes nothing.
+
+    Raises:
+        ConfigError: other runtimes or providers than the recorded ones were asked for.
+    """
+    from onnxgate.runners import resolved_providers  # imports ONNX Runtime
+
+    providers, runtime = runs_on(contract)
+    if not providers and runtime is None:
+        return config, None
+    place = runs_on_text(providers, runtime)
+    recorded = str(RuntimeSpec.parse(runtime)) if runtime else "installed"
+    asked = [str(RuntimeSpec.parse(r)) for r in names(list(config.runtimes))]
+    session = config.session
+    other_runtime = asked not in (["installed"], [recorded])
+    other_providers = bool(session.providers) and resolved_providers(session) != (
+        resolved_providers(list(providers))
+    )
+    if other_runtime or other_providers:
+        given = ", ".join(resolved_providers(session)) if session.providers else "CPU"
+        raise ConfigError(
+            f"{where}: its contract records that it runs on {place} (lineage.runs_on: it was "
+            f"quantised, gated and timed there alone); verify was asked for {given} on "
+            f"{', '.join(asked)}, where its golden rules say nothing.",
+            hint="Leave the runtimes and providers out (the recorded ones are used), or quantise "
+            "the float model again for the runtime and providers you ask for.",
+        )
+    if not session.providers:
+        session = session.model_copy(update={"providers": providers})
+    return (
+        config.model_copy(update={"session": session, "runtimes": (recorded,)}),
+        f"as quantised: {place}",
+    )

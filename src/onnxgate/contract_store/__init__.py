@@ -10,7 +10,7 @@ re-exports what its users know it by (``onnxgate.contract.Contract``, ``SIDECAR`
 """
 
 from onnxgate.contract_store._names import file_name, plain_name, same_name, stored_name
-from onnxgate.contract_store._read import contract_dims
+from onnxgate.contract_store._read import contract_dims, runs_on, runs_on_text
 from onnxgate.contract_store._schema import (
     CONTRACT_FORMAT,
     Contract,
@@ -106,6 +106,8 @@ __all__ = [
     "identity",
     "plain_name",
     "recordable",
+    "runs_on",
+    "runs_on_text",
     "same_name",
     "seal",
     "sha256_file",

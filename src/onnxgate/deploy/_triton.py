@@ -36,7 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onnxgate._fs import atomic_write_bytes, atomic_write_text, fsync_file, public_mode
 from onnxgate._opslib import OpsLibrary
+from onnxgate.compat.providers import CPU
 from onnxgate.contract import SIDECAR, Contract, contract_paths, read_golden
+from onnxgate.contract_store import runs_on, runs_on_text
 from onnxgate.deploy._check import check_model_dir
 from onnxgate.deploy._findings import Finding, RepositoryCheck
 from onnxgate.deploy._gated import open_gated
@@ -178,7 +180,9 @@ def deploy_triton(
     version, existing = _choose_version(config, source, model_dir)
     notes = list(source.notes)
     notes += declared
-    settings = _tuned_settings(source.model, notes, gpu=config.gpu)
+    settings = _as_recorded(
+        contract, _tuned_settings(source.model, notes, gpu=config.gpu), notes, where=source.ref
+    )
     libraries = deployed_libraries(contract, config.ops_libraries, source.model, notes)
     batch_dim, _, _ = batching(contract)
     batched = batch_dim is not None and config.max_batch != 0
@@ -428,6 +432,44 @@ def warmup_bytes(array: np.ndarray, name: str) -> bytes:
 OPENVINO_OPTIONS = {"device_type": "CPU"}
 """The OpenVINO options Triton's ``openvino`` accelerator applies (its source sets ``device_type``
 CPU and passes nothing from the model config)."""
+
+
+def _as_recorded(
+    contract: Contract, settings: dict[str, Any], notes: list[str], *, where: str
+) -> dict[str, Any]:
+    """``settings`` on the providers the contract records its model runs on (``lineage.runs_on``).
+
+    A model quantised on OpenVINO through its plugin was gated and timed there alone (on the CPU
+    provider it is slower than its float parent): it is deployed with Triton's ``openvino`` CPU
+    execution accelerator, as settings tuned on OpenVINO are. Tuned settings with other
+    providers are not used. One quantised on an isolated build was proven on that build alone,
+    which Triton's ONNX Runtime backend is not.
+
+    Raises:
+        ConfigError: the contract records an isolated build.
+    """
+    providers, runtime = runs_on(contract)
+    if runtime is not None:
+        raise ConfigError(
+            f"{where}: its contract records that it runs on {runs_on_text(providers, runtime)} "
+            f"(lineage.runs_on: it was quantised, gated and timed there alone); Triton's ONNX "
+            f"Runtime backend is not {runtime}, and there the model is slower than its float "
+            "parent and its outputs unproven.",
+            hint="Quantise it with a recipe for the installed runtime (--recipes "
+            "dynamic-u8s8-pc), or on a host whose OpenVINO plugin (onnxruntime-ep-openvino) "
+            "offers a device, and deploy that model.",
+        )
+    if not providers:
+        return settings
+    tuned = [str(p) for p in settings.get("providers") or ()]
+    if tuned and [p for p in tuned if p != CPU] != [p for p in providers if p != CPU]:
+        notes.append(
+            f"tuned settings not used: they were tuned on {', '.join(tuned)}, the model was "
+            f"quantised for {', '.join(providers)}"
+        )
+        settings = {}
+    notes.append(f"providers {', '.join(providers)}, as quantised")
+    return settings | {"providers": list(providers)}
 
 
 def _tuned_settings(model: Path, notes: list[str], *, gpu: bool) -> dict[str, Any]:

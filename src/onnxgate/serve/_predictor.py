@@ -38,7 +38,7 @@ from onnxgate.contract import (
     refuse_other_libraries,
     shown,
 )
-from onnxgate.contract_store import contract_extras
+from onnxgate.contract_store import Contract, contract_extras, runs_on, runs_on_text
 from onnxgate.errors import ConfigError, GateError, InvalidRequest, NotGated, RunFailed
 from onnxgate.model import Signature, TensorSpec, load_model
 from onnxgate.runners import Inference, RunnerInfo
@@ -531,6 +531,37 @@ def _servable(
         raise
 
 
+def _recorded_providers(contract: Contract, *, where: str, adopted: bool) -> tuple[str, ...]:
+    """The providers the contract records its model runs on (``lineage.runs_on``), usable here.
+
+    A model quantised on an isolated build (``onnxruntime-openvino==1.24.1``) was gated and timed
+    there alone: the server runs the installed ONNX Runtime in its process, where that model is
+    slower than its float parent and its outputs are not the ones proven. Recorded providers
+    ``adopted`` (no providers were given) that this process cannot run are refused as a missing
+    provider is: nothing runs on CPU in their place.
+
+    Raises:
+        ConfigError: the contract records an isolated build.
+        ProviderUnavailable: a recorded provider is not usable here.
+    """
+    from onnxgate.runners import require_providers  # imports ONNX Runtime
+
+    providers, runtime = runs_on(contract)
+    if runtime is not None:
+        raise ConfigError(
+            f"{where} records that its model runs on {runs_on_text(providers, runtime)} "
+            f"(lineage.runs_on: it was quantised, gated and timed there alone); {runtime} is an "
+            "isolated build the server cannot host in its process (it runs the installed ONNX "
+            "Runtime), where the model is slower than its float parent and its outputs unproven.",
+            hint="Quantise it with a recipe for the installed runtime (--recipes "
+            "dynamic-u8s8-pc), or on a host whose OpenVINO plugin (onnxruntime-ep-openvino) "
+            "offers a device, and serve that model.",
+        )
+    if providers and adopted:
+        require_providers(SessionSettings(providers=providers), what=f"{where} (lineage.runs_on)")
+    return providers
+
+
 def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings, Path, list[str]]:
     """The session settings and the graph to run: gated providers, tuned settings if they apply."""
     from onnxgate.runners import check_session  # imports ONNX Runtime
@@ -548,7 +579,12 @@ def _settings(source: Source, config: PredictorConfig) -> tuple[SessionSettings,
     if libraries:
         session = session.model_copy(update={"ops_libraries": libraries})
         notes.append(f"custom operator libraries: {', '.join(libraries)}")
-    if not session.providers and source.providers:
+    recorded = _recorded_providers(contract, where=where, adopted=not session.providers)
+    if not session.providers and recorded:
+        # where the model was quantised and proven wins over the gate's (empty) targets
+        session = session.model_copy(update={"providers": recorded})
+        notes.append(f"providers {', '.join(recorded)}, as quantised")
+    elif not session.providers and source.providers:
         session = session.model_copy(update={"providers": source.providers})
         notes.append(f"providers {', '.join(source.providers)}, as gated")
     check_session(session)
