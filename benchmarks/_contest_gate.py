@@ -89,7 +89,7 @@ def checks(
     for shape, table in by_shape.items():
         fp32, int8 = ours_fp32.get(shape), ours_int8
         if fp32 in table:
-            for label, row in table.items():
+            for label in table:
                 if label == fp32 or "int8" in label:
                     continue
                 found.append(

@@ -792,6 +792,15 @@ def test_bench_tuned_refuses_another_runtime_than_the_records(model):
     assert caught.value.field == "runtime"
 
 
+def test_bench_tuned_refuses_another_build_for_a_record_of_the_installed_runtime(model):
+    from onnxgate.perf import BenchConfig, bench
+
+    _record_on(model, None, ["CPUExecutionProvider"])
+    with pytest.raises(ConfigError, match="measured on the installed ONNX Runtime") as caught:
+        bench(model, BenchConfig(runs=3, warmup=0, tuned=True, runtime="onnxruntime==1.20.1"))
+    assert caught.value.field == "runtime"
+
+
 @pytest.mark.slow
 def test_bench_tuned_times_a_record_of_an_isolated_build_on_that_build(model):
     """The record's OpenVINO runs in onnxruntime-openvino's own environment, for real."""

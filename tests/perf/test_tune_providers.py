@@ -56,13 +56,24 @@ def test_openvino_is_searched_in_its_own_settings_the_objective_s_hint_first():
     assert _hint(throughput[0]) == "THROUGHPUT"
 
 
-def test_openvino_runs_on_its_isolated_build_when_the_installed_runtime_lacks_it():
-    from onnxgate.runners import available_providers
+def test_openvino_runs_on_its_isolated_build_when_the_installed_runtime_lacks_it(monkeypatch):
+    from onnxgate.runners import _session
 
+    monkeypatch.setattr(_session, "plugin_providers", lambda: [])  # as on a host without one
     kept, (placed,) = place_providers(("openvino",))
     assert kept == () and placed.provider == OPENVINO
-    expected = None if OPENVINO in available_providers() else RELEASE
-    assert placed.runtime == expected
+    assert placed.runtime == RELEASE
+
+
+def test_openvino_runs_in_process_where_its_plugin_offers_a_device(monkeypatch):
+    # what only an Intel host shows for real: the plugin, registered, lists a device for it
+    from onnxgate.runners import _session
+
+    monkeypatch.setattr(_session, "plugin_providers", lambda: [OPENVINO])
+    kept, (placed,) = place_providers(("openvino",))
+    assert (placed.provider, placed.runtime) == (OPENVINO, None)
+    _, unnamed = place_providers(())  # searched even when not named
+    assert [(p.provider, p.runtime) for p in unnamed] == [(OPENVINO, None)]
 
 
 def test_a_provider_neither_installed_nor_isolated_is_refused_naming_it(model):

@@ -97,6 +97,19 @@ def test_the_fastest_is_kept_and_a_tie_within_noise_goes_to_the_more_accurate():
         sizes={"a": 10, "b": 10},
     )
     assert tied.chosen == "b" and "more accurate" in tied.why["a"]
+    # but a tie never keeps one proven slower than the float model over a fastest that is not
+    noisy_fast = choose(
+        [{"batch": 1}],
+        [_latencies(1.0, 0.02)],
+        {
+            "fast": [_latencies(1.0, 0.9, n=40, seed=5)],  # within noise of the float model
+            "tight": [_latencies(1.06, 0.02, seed=6)],  # proven slower than the float model
+        },
+        errors={"fast": 0.009, "tight": 0.002},
+        sizes={"fast": 10, "tight": 10},
+    )
+    assert noisy_fast.speedup["fast"] > noisy_fast.speedup["tight"]
+    assert noisy_fast.chosen == "fast", noisy_fast.why
 
 
 def _fake_race(monkeypatch, medians: dict[str, float]) -> list[list[str]]:

@@ -248,7 +248,7 @@ def test_a_tuned_record_on_openvino_is_served_on_it_or_refused_where_it_is_missi
     assert "the tuned record in" in caught.value.message
     assert "tok.contract.json" in caught.value.message
     assert "names OpenVINOExecutionProvider" in caught.value.message
-    assert "--no-tuned" in (caught.value.hint or "")
+    assert "tuned=False" in (caught.value.hint or "")  # a Python caller's words
     # told not to use the tuned settings, it serves on the installed CPU provider
     untuned = PredictorConfig(allow_ungated=True, tuned=False)
     with Predictor.open(model, untuned, prove=False) as predictor:
@@ -263,7 +263,7 @@ def test_a_tuned_record_of_an_isolated_build_is_refused_by_the_server(
     _tuned_record(monkeypatch, OV_RECORD, "onnxruntime-openvino==1.24.1")
     with pytest.raises(ConfigError, match="onnxruntime-openvino==1.24.1, an isolated build") as e:
         Predictor.open(model, PredictorConfig(allow_ungated=True), prove=False)
-    assert "--no-tuned" in (e.value.hint or "")
+    assert "tuned=False" in (e.value.hint or "")
 
 
 def test_a_tuned_record_on_the_installed_runtime_is_served_as_recorded(

@@ -176,6 +176,13 @@ def _tuned(
     settings, path, tuned_on = tuned_for(loaded.path, objective=config.objective, dims=dims)
     asked_on = RuntimeSpec.parse(config.runtime)
     runtime = str(asked_on)
+    if tuned_on is None and not asked_on.installed:
+        raise ConfigError(
+            f"{loaded.path}: its tuned settings were measured on the installed ONNX Runtime, "
+            f"and runtime asks for {asked_on}; settings tuned on one build say nothing of another.",
+            hint=f"Leave runtime out to time them where they were tuned, or tune on {asked_on}.",
+            field="runtime",
+        )
     if tuned_on is not None and RuntimeSpec.parse(tuned_on) != asked_on:
         if not asked_on.installed:
             raise ConfigError(

@@ -90,7 +90,18 @@ def choose(
             for f, c in zip(candidates[fastest], candidates[name], strict=True)
         )
 
-    tied = [n for n in candidates if n == fastest or not slower_than_fastest(n)]
+    def against_float(name: str) -> int:
+        # what its own speed gate will say: a tie must not swap a passing fastest candidate
+        # for one the gate then finds slower than the float model
+        verdict = judge_speed(rows[name], allow_slower=False, unreliable=unreliable).verdict
+        return {"slower": 0, "faster": 2}.get(verdict, 1)
+
+    tied = [
+        n
+        for n in candidates
+        if n == fastest
+        or (not slower_than_fastest(n) and against_float(n) >= against_float(fastest))
+    ]
 
     def accuracy_then_size(name: str) -> tuple[float, int]:
         error = errors.get(name)
@@ -112,6 +123,11 @@ def choose(
             why[name] = (
                 f"not kept ({figures}): within noise of {chosen} (x{speedup[chosen]:.2f}), "
                 "which is more accurate or smaller"
+            )
+        elif not slower_than_fastest(name):
+            why[name] = (
+                f"not kept ({figures}): within noise of {fastest} (x{speedup[fastest]:.2f}), "
+                "but its own timings against the float model are not as good"
             )
         else:
             why[name] = (
@@ -167,10 +183,10 @@ def race_candidates(
 
 
 def no_gain_text(chosen: str, note: str) -> str:
-    """The reason when the fastest int8 candidate does not beat the float model here."""
+    """The reason when the int8 candidate kept does not beat the float model here."""
     return (
-        f"no int8 recipe beats the float model on this CPU: the fastest that met the budget, "
-        f"{chosen}, is {note}"
+        f"no int8 recipe beats the float model on this CPU: the recipe kept of those that met "
+        f"the budget, {chosen}, is {note}"
     )
 
 

@@ -138,7 +138,7 @@ def require_providers(settings: SessionSettings, *, what: str) -> None:
         )
         raise type(err)(
             f"{what} names {refused.provider or 'a provider'}: {err.message}", hint=err.hint
-        ) from None
+        ) from refused
 
 
 def with_tensorrt(
@@ -164,12 +164,14 @@ def with_tensorrt(
 def available_providers() -> list[str]:
     """Providers the installed ONNX Runtime can run here.
 
-    Those compiled in, and plugin providers registered with a device (``get_ep_devices``).
+    Those compiled in, plugin providers already registered with a device (``get_ep_devices``),
+    and those an installed plugin package brings with a device here (``_session.
+    plugin_providers``, which registers its library first: a fresh process lists none).
     """
     available = list(ort.get_available_providers())
     devices = getattr(ort, "get_ep_devices", None)
     plugged = [d.ep_name for d in devices()] if devices is not None else []
-    return list(dict.fromkeys([*available, *plugged]))
+    return list(dict.fromkeys([*available, *plugged, *_session.plugin_providers()]))
 
 
 def runtime_version() -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, cast
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from onnxgate._words import setting
 from onnxgate.compare import compare_runners
 from onnxgate.compat.runtime import RuntimeSpec
 from onnxgate.contract import (
@@ -521,13 +522,15 @@ def _servable(
             f"{record} was tuned on {runtime}, an isolated build the server cannot host in its "
             f"process (it runs the installed ONNX Runtime); serving its settings here would "
             "serve what was not measured.",
-            hint="Serve without the tuned settings (--no-tuned), or tune again on the installed "
+            hint=f"Serve without the tuned settings ({setting('tuned', False)}), or tune again on the installed "
             "runtime and serve that record.",
         )
     try:
         require_providers(tuned, what=record)
     except GateError as err:  # the hint says how to serve it anyway: without the record
-        err.hint = f"{err.hint or ''} Or serve without the tuned settings (--no-tuned).".strip()
+        err.hint = (
+            f"{err.hint or ''} Or serve without the tuned settings ({setting('tuned', False)})."
+        ).strip()
         raise
 
 
