@@ -252,6 +252,31 @@ def test_a_static_qdq_recipe_is_judged_and_timed_on_openvino(mlp, tmp_path):
     }
 
 
+@pytest.mark.slow
+def test_a_model_kept_on_openvino_gets_its_contract_measured_there_and_verifies_there(
+    mlp, tmp_path
+):
+    from onnxgate.contract import verify
+
+    config = QuantizeConfig(
+        out=tmp_path / "q.onnx",
+        eval=str(tmp_path / "eval.npz"),
+        calibration=str(tmp_path / "calib.npz"),
+        recipes=("static-u8s8-qdq-openvino",),
+        max_drop=0.05,
+        bench_budget_s=0.05,
+        allow_slower=True,
+    )
+    report = quantize(mlp, config)
+    assert report.passed, report.reason
+    assert load_contract(tmp_path / "q.onnx").lineage["runs_on"] == {
+        "providers": ["OpenVINOExecutionProvider"],
+        "runtime": "onnxruntime-openvino==1.24.1",
+    }
+    verified = verify(tmp_path / "q.onnx")
+    assert verified.passed
+
+
 def test_a_matmul_kept_in_float_can_store_its_weight_in_int8(tmp_path):
     import onnx
     import onnxruntime as ort

@@ -69,13 +69,14 @@ def contract_rules(
     per sample, the worst over samples), and labels are not kept, so accuracy is recorded as
     top-1 agreement with the float model. Each gated output keeps its gate rule where the golden
     samples meet it in those terms; where they do not, the rule records what they measure (a
-    notice says so), so the contract holds for the model that was delivered.
+    notice says so), so the contract holds for the model that was delivered. The model runs
+    where the judge ran it (``Judge.on``: its providers on its runtime), where it must run.
     """
     from onnxgate.runners import open_runner
 
     wanted = judge.compare_config()
     report = compare_runners(
-        open_runner(load_model(delivered), judge.session),
+        open_runner(load_model(delivered), judge.session, runtime=judge.runtime or "installed"),
         judge.reference,
         list(golden),
         signature=signature,
