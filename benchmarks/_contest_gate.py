@@ -100,6 +100,8 @@ def checks(
                         latencies[(shape, fp32)],
                     )
                 )
+        elif fp32 is None:
+            found.append(Check(shape, "fp32 artefact", "inconclusive", "tune was not run"))
         else:
             found.append(Check(shape, "fp32 artefact", "fail", "onnxgate's fp32 row is missing"))
         if int8 not in table:
