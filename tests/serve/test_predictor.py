@@ -326,3 +326,17 @@ def test_a_model_quantised_for_a_plugin_provider_is_served_on_it_not_as_gated_on
     cpu = PredictorConfig(session=SessionSettings(providers=("cpu",)))
     with Predictor.open(model, cpu, prove=False) as predictor:
         assert predictor.runner.providers() == ["CPUExecutionProvider"]
+
+
+def test_the_serve_command_names_its_own_flag_when_it_refuses_a_tuned_record(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the model opens on the hub's executor thread: the command's words must reach it there
+    from typer.testing import CliRunner
+
+    from onnxgate.cli import app
+
+    _tuned_record(monkeypatch, OV_RECORD, "onnxruntime-openvino==1.24.1")
+    result = CliRunner().invoke(app, ["serve", str(model), "--allow-ungated", "-f", "json"])
+    assert result.exit_code == 2, result.output
+    assert "(--no-tuned)" in result.output and "tuned=False" not in result.output

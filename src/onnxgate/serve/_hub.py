@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -166,6 +168,14 @@ class Entry:
     """Versions the alias pointed at that failed to open or prove (not retried)."""
 
 
+def _in_context(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """``fn(*args)`` in a copy of this context, for the executor (which copies none).
+
+    A model opened off the loop keeps the caller's context, such as the words its messages speak.
+    """
+    return functools.partial(contextvars.copy_context().run, fn, *args)
+
+
 class Hub:
     """The served models, their readiness, and inference; used by both protocol front ends."""
 
@@ -269,7 +279,9 @@ class Hub:
         self.expect(items)
         try:
             for item in items:
-                predictor = await loop.run_in_executor(self._executor, self._open, item)
+                predictor = await loop.run_in_executor(
+                    self._executor, _in_context(self._open, item)
+                )
                 if predictor.name in self.entries:
                     predictor.close()
                     raise ConfigError(
@@ -365,7 +377,9 @@ class Hub:
         item = f"{entry.name}={base}@{number}"
         log.info("%s: %s now points at version %d; opening and proving it", entry.name, ref, number)
         try:
-            predictor = await loop.run_in_executor(self._executor, opener or self._open, item)
+            predictor = await loop.run_in_executor(
+                self._executor, _in_context(opener or self._open, item)
+            )
         except NotGated as err:  # a verdict: not retried until the alias moves again
             log.error("%s: version %d is refused: %s", entry.name, number, err)
             entry.refused.add(number)
